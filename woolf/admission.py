@@ -1,0 +1,104 @@
+"""Cheap checks on a pull request, before any weights are read.
+
+Usage:
+    sub = admit(ledger, pr, main)          # -> Admitted(staleness, pointer, meta, base) or raises Rejected
+
+Everything here reads git objects as data: nothing from the PR is checked
+out, imported or executed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from woolf import layout
+from woolf.errors import IntegrityError, WoolfError
+from woolf.storage.dvcstore import Pointer
+from woolf.versions import Version
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_META_KEYS = {"schema", "id", "contributor", "base_version", "base_commit", "message", "delta",
+              "training", "metrics"}
+
+
+class Rejected(WoolfError):
+    """The PR fails a check; the message is the verdict's reason."""
+
+
+@dataclass
+class Admitted:
+    base: Version
+    staleness: int
+    pointer: Pointer
+    meta: dict
+
+
+def _meta(raw: bytes | None, pr_id: str, max_bytes: int) -> dict:
+    if raw is None or len(raw) > 64 * 1024:
+        raise Rejected("submission.json is missing or larger than 64 KiB")
+    try:
+        meta = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise Rejected("submission.json is not valid JSON") from None
+    if not isinstance(meta, dict) or set(meta) - _META_KEYS or not {"schema", "id", "contributor",
+                                                                    "base_version", "base_commit", "delta"} <= set(meta):
+        raise Rejected("submission.json does not follow schema 1 (unknown or missing keys)")
+    d = meta["delta"]
+    ok = (meta["schema"] == 1 and meta["id"] == pr_id and isinstance(meta["contributor"], str)
+          and layout.CONTRIBUTOR.match(meta["contributor"])
+          and isinstance(meta["base_version"], int) and not isinstance(meta["base_version"], bool)
+          and isinstance(meta["base_commit"], str)
+          and isinstance(d, dict) and set(d) == {"kind", "sha256", "md5", "size"}
+          and d["kind"] == "dense" and isinstance(d["sha256"], str) and _HEX64.match(d["sha256"])
+          and isinstance(d["md5"], str) and _HEX32.match(d["md5"])
+          and isinstance(d["size"], int) and not isinstance(d["size"], bool) and d["size"] > 0)
+    if not ok:
+        raise Rejected("submission.json does not follow schema 1 (bad types or values)")
+    if d["size"] > max_bytes:
+        raise Rejected(f"delta is {d['size']} bytes, over the ledger's limit of {max_bytes}")
+    return meta
+
+
+def admit(ledger, pr, main: Version, merged_deltas: set[str]) -> Admitted:
+    git, cfg = ledger.git, ledger.config
+    parents = git.parents(pr.head)
+    if len(parents) != 1:
+        raise Rejected(f"the PR head has {len(parents)} parents; a submission is one plain commit")
+    base = ledger.version_at(parents[0])
+    if base is None:
+        raise Rejected("the PR is not one commit on top of a version commit "
+                       "(more than one commit, or based on something else)")
+    if base.version > main.version or ledger.on_chain(base, main) is False:
+        raise Rejected(f"the PR's base {base.commit[:12]} (version {base.version}) is not on main")
+    staleness = int(git.out("rev-list", "--count", "--first-parent", f"{base.commit}..{main.commit}"))
+    if staleness != main.version - base.version:
+        raise Rejected("main's first-parent chain is not numbered consecutively; run `woolf audit`")
+    delta_rel, ptr_rel, meta_rel = layout.submission_paths(pr.id)
+    for _old_mode, new_mode, status, path in git.diff_raw(base.commit, pr.head):
+        if path not in (ptr_rel, meta_rel):
+            raise Rejected(f"the PR touches {path}, outside its submission area {layout.SUBMISSIONS}/{pr.id}/")
+        if status != "A" or new_mode != "100644":
+            kind = {"120000": "a symlink", "160000": "a submodule"}.get(new_mode, f"mode {new_mode}")
+            raise Rejected(f"the PR's {path} is {kind} (status {status}); only new plain files are allowed")
+    tree = git.ls_tree(pr.head)
+    if ptr_rel not in tree or meta_rel not in tree:
+        raise Rejected("the PR lacks its delta pointer or submission.json")
+    meta = _meta(git.show_bytes(f"{pr.head}:{meta_rel}"), pr.id, cfg.limits.max_delta_bytes)
+    if meta["base_version"] != base.version or meta["base_commit"] != base.commit:
+        raise Rejected("submission.json names another base than the PR's parent commit")
+    try:
+        pointer = Pointer.parse(git.show_bytes(f"{pr.head}:{ptr_rel}") or b"", ptr_rel)
+    except IntegrityError as exc:
+        raise Rejected(str(exc)) from None
+    d = meta["delta"]
+    if pointer.path != "delta.safetensors" or pointer.md5 != d["md5"] or pointer.size != d["size"]:
+        raise Rejected("the delta pointer disagrees with submission.json (path, md5 or size)")
+    if d["sha256"] in merged_deltas:
+        raise Rejected(f"replay: a delta with sha256 {d['sha256'][:16]}... was already merged")
+    if staleness > cfg.merge.max_staleness:
+        raise Rejected(f"staleness {staleness} is over the ledger's max_staleness {cfg.merge.max_staleness}; "
+                       "train again from the current version")
+    return Admitted(base, staleness, pointer, meta)

@@ -1,0 +1,1 @@
+"""The `woolf` command line: parse, call one library function, print."""

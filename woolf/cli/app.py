@@ -1,0 +1,50 @@
+"""Shared CLI plumbing: the application object, JSON/human output, the ledger opener.
+
+Usage:
+    @click.command()
+    @pass_app
+    def log(app): app.emit(data, human=lambda: ...)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+
+@dataclass
+class App:
+    cwd: Path
+    console: Console = field(default_factory=lambda: Console(highlight=False))
+    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
+
+    def ledger(self):
+        from woolf.ledger import Ledger
+
+        return Ledger.open(self.cwd)
+
+    def emit_json(self, data) -> None:
+        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+pass_app = click.make_pass_decorator(App)
+
+
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
+
+
+def device_option(f):
+    return click.option(
+        "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+        envvar="WOOLF_DEVICE", help="Where to run the model [env: WOOLF_DEVICE].",
+    )(f)
+
+
+def env_cwd() -> Path:
+    return Path(os.environ.get("WOOLF_DIR", "."))

@@ -1,0 +1,134 @@
+"""A participant's commands: train, submit, and the PR queue (pr list/show/close).
+
+Usage:
+    woolf train --steps 60; woolf submit -m "my shard"; woolf pr list --json
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from woolf.cli.app import App, device_option, json_option, pass_app
+
+contributor_option = click.option(
+    "--contributor", envvar="WOOLF_CONTRIBUTOR",
+    help="Your contributor id [env: WOOLF_CONTRIBUTOR; default: git user.name].")
+
+
+@click.command()
+@click.option("--steps", type=int, help="Training steps (default: the ledger's workload.steps).")
+@click.option("--data", type=click.Path(exists=True), help="Train on your own text files instead of your shard.")
+@device_option
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--offline", is_flag=True, help="Do not pull first; train from the local main.")
+@contributor_option
+@json_option
+@pass_app
+def train(app: App, steps, data, device, seed, offline, contributor, as_json):
+    """Pull the newest version and train from it; keeps the result in .woolf/work."""
+    from woolf.contribute import train as do_train
+
+    ledger = app.ledger()
+    with Progress(TextColumn("training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=app.err,
+                  disable=as_json) as bar:
+        task = bar.add_task("train", total=steps or ledger.config.workload.steps, info="")
+        state = {"t0": None}
+
+        def progress(step, total, loss):
+            import time
+
+            state["t0"] = state["t0"] or time.perf_counter()
+            rate = step / max(time.perf_counter() - state["t0"], 1e-9)
+            bar.update(task, completed=step, total=total, info=f"loss {loss:.3f}  {rate:.1f} steps/s")
+
+        result = do_train(ledger, steps=steps, data=data, device=device, seed=seed, offline=offline,
+                          contributor=contributor, progress=progress)
+    if as_json:
+        app.emit_json(result)
+        return
+    m = result["metrics"]
+    app.console.print(f"trained {result['training']['steps']} steps from version {result['base_version']} "
+                      f"in {result['training']['seconds']:.1f}s; benchmark loss "
+                      f"{m['before']['loss']:.4f} -> {m['after']['loss']:.4f}")
+    app.console.print("next: `woolf submit`")
+
+
+@click.command()
+@click.option("--weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Submit these weights (trained by any means) instead of `woolf train`'s.")
+@click.option("--base", "base_version", type=int, help="With --weights: the version they were trained from (default: local main).")
+@click.option("-m", "--message", default="", help="A note for the PR.")
+@contributor_option
+@json_option
+@pass_app
+def submit(app: App, weights, base_version, message, contributor, as_json):
+    """Open a pull request carrying trained - base."""
+    from woolf.contribute import submit as do_submit
+
+    result = do_submit(app.ledger(), weights=weights, message=message, contributor=contributor,
+                       base_version=base_version)
+    if as_json:
+        app.emit_json(result)
+        return
+    app.console.print(f"opened PR [bold]{result['id']}[/] from version {result['base_version']} "
+                      f"(delta {result['delta_size']} bytes, sha256 {result['delta_sha256'][:12]})")
+
+
+@click.group()
+def pr():
+    """The pull-request queue."""
+
+
+@pr.command("list")
+@click.option("--state", type=click.Choice(["open", "merged", "rejected", "withdrawn"]))
+@json_option
+@pass_app
+def pr_list(app: App, state, as_json):
+    """Pull requests, oldest first."""
+    from woolf.forges.local import LocalForge
+
+    prs = LocalForge.for_ledger(app.ledger()).list(state=state)
+    if as_json:
+        app.emit_json([p.to_json() for p in prs])
+        return
+    table = Table("id", "state", "contributor", "base", "version", "reason")
+    for p in prs:
+        table.add_row(p.id, p.state, p.contributor or "-", str(p.base_version),
+                      "-" if p.version is None else str(p.version), (p.reason or "")[:70])
+    app.console.print(table)
+
+
+@pr.command("show")
+@click.argument("sub_id")
+@json_option
+@pass_app
+def pr_show(app: App, sub_id, as_json):
+    """One pull request and its verdict."""
+    from woolf.forges.local import LocalForge
+
+    p = LocalForge.for_ledger(app.ledger()).get(sub_id)
+    data = {**p.to_json(), "submission": p.submission}
+    if as_json:
+        app.emit_json(data)
+        return
+    for key, value in data.items():
+        app.console.print(f"[bold]{key:>15}[/] {value}")
+
+
+@pr.command("close")
+@click.argument("sub_id")
+@pass_app
+def pr_close(app: App, sub_id):
+    """Withdraw your pull request."""
+    from woolf.forges.local import LocalForge
+
+    LocalForge.for_ledger(app.ledger()).withdraw(sub_id)
+    app.console.print(f"{sub_id} withdrawn")
+
+
+COMMANDS = [train, submit, pr]

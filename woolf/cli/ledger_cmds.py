@@ -1,0 +1,154 @@
+"""Commands that create and read a ledger: init, log, show, checkout, status, pull.
+
+Usage:
+    woolf init hub-work --storage /srv/storage
+    woolf log -n 5 --json; woolf show 3; woolf checkout 3 -o v3.safetensors
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from woolf.cli.app import App, json_option, pass_app
+
+
+def _fmt_metrics(m: dict | None) -> str:
+    if not m:
+        return "-"
+    return " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(m.items()))
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--storage", help="DVC remote URL (directory, s3://...). Default: PATH.storage beside PATH.")
+@click.option("--workload", default="charlm", show_default=True, help="Built-in name or package.module:object.")
+@click.option("--alpha", type=float, help="alpha_base, the scale of every merged delta.")
+@click.option("--weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Start from this safetensors checkpoint instead of seeded genesis weights.")
+@click.option("--name", help="Ledger name (default: the directory name).")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="Any config value, e.g. --set policy.min_improvement=-0.05 (repeatable).")
+@json_option
+@pass_app
+def init(app: App, path, storage, workload, alpha, weights, name, settings, as_json):
+    """Create a new ledger at PATH with version 0."""
+    from woolf.errors import UsageError
+    from woolf.ledger import Ledger
+
+    overrides = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE")
+        overrides[key.strip()] = value.strip()
+    ledger = Ledger.init(path, storage=storage, workload=workload, alpha=alpha, weights=weights,
+                         name=name, overrides=overrides)
+    head = ledger.head()
+    if as_json:
+        app.emit_json({"path": str(ledger.root), "version": 0, "commit": head.commit,
+                       "storage": ledger.store.remote_url()})
+        return
+    app.console.print(f"created ledger [bold]{ledger.config.name}[/] at {ledger.root}")
+    app.console.print(f"  version 0 = {head.commit[:12]}, weights in {ledger.store.remote_url()}")
+    app.console.print("  next: `git clone --bare` it as a hub, then clone the hub to train and validate")
+
+
+@click.command()
+@click.option("-n", "limit", type=int, help="Show at most N versions.")
+@click.option("--all", "show_all", is_flag=True, help="Also show every verdict (merged, rejected, withdrawn).")
+@json_option
+@pass_app
+def log(app: App, limit, show_all, as_json):
+    """Versions, newest first."""
+    ledger = app.ledger()
+    versions = ledger.log(limit=limit)
+    verdicts = None
+    if show_all:
+        from woolf.forges.local import LocalForge
+
+        verdicts = [pr.to_json() for pr in LocalForge.for_ledger(ledger).list(local_only=True)
+                    if pr.state != "open"]
+    if as_json:
+        data = [v.to_json() for v in versions]
+        app.emit_json({"versions": data, "verdicts": verdicts} if show_all else data)
+        return
+    table = Table("version", "commit", "time", "base", "stale", "atten", "contributor", "metrics")
+    for v in versions:
+        when = datetime.datetime.fromtimestamp(v.time, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(str(v.version), v.commit[:10], when,
+                      "-" if v.base_version is None else str(v.base_version),
+                      "-" if v.staleness is None else str(v.staleness),
+                      "-" if v.attenuation is None else f"{v.attenuation:.3f}",
+                      v.contributor or "-", _fmt_metrics(v.metrics))
+    app.console.print(table)
+    if verdicts is not None:
+        vt = Table("submission", "state", "contributor", "base", "version", "reason")
+        for pr in verdicts:
+            vt.add_row(pr["id"], pr["state"], pr["contributor"] or "-", str(pr["base_version"]),
+                       "-" if pr.get("version") is None else str(pr["version"]), (pr["reason"] or "")[:80])
+        app.console.print(vt)
+
+
+@click.command()
+@click.argument("version", type=int)
+@json_option
+@pass_app
+def show(app: App, version, as_json):
+    """One version in full."""
+    ledger = app.ledger()
+    v = ledger.show(version)
+    ptr = ledger.pointer(v.commit)
+    data = {**v.to_json(), "weights_md5": ptr.md5, "weights_size": ptr.size}
+    if as_json:
+        app.emit_json(data)
+        return
+    for key, value in data.items():
+        app.console.print(f"[bold]{key:>15}[/] {value}")
+
+
+@click.command()
+@click.argument("version", type=int)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the weights here (default: .woolf/versions/vN.safetensors).")
+@pass_app
+def checkout(app: App, version, output):
+    """Fetch the weights of any version, checked against their recorded hash."""
+    out = app.ledger().checkout(version, output)
+    app.console.print(f"version {version} -> {out}")
+
+
+@click.command()
+@json_option
+@pass_app
+def status(app: App, as_json):
+    """Current version, local weights, storage reachability."""
+    st = app.ledger().status()
+    if as_json:
+        app.emit_json(st.to_json())
+        return
+    app.console.print(f"version {st.version} ({st.commit[:12]})")
+    local = {None: "missing (run `woolf pull`)", True: "match", False: "DIFFER from the version"}
+    app.console.print(f"local weights: {local[st.weights_match]} ({st.weights_path})")
+    reach = "reachable" if st.storage_reachable else f"UNREACHABLE: {st.storage_error}"
+    app.console.print(f"storage: {st.storage_url} {reach}")
+    if st.behind_origin:
+        app.console.print(f"origin/main is {st.behind_origin} version(s) ahead: `woolf pull`")
+
+
+@click.command()
+@json_option
+@pass_app
+def pull(app: App, as_json):
+    """git pull --ff-only, then fetch and materialise the current weights."""
+    head = app.ledger().pull()
+    if as_json:
+        app.emit_json(head.to_json())
+        return
+    app.console.print(f"at version {head.version} ({head.commit[:12]}), weights materialised")
+
+
+COMMANDS = [init, log, show, checkout, status, pull]

@@ -1,0 +1,71 @@
+"""The validator's commands: validate the PR queue, audit the ledger.
+
+Usage:
+    woolf validate --all --json; woolf validate --watch; woolf audit
+"""
+
+from __future__ import annotations
+
+import click
+
+from woolf.cli.app import App, device_option, json_option, pass_app
+
+
+def _print_verdict(app: App, v) -> None:
+    colour = "green" if v.accepted else "red"
+    where = f"-> version {v.version}" if v.accepted else "rejected"
+    att = "-" if v.attenuation is None else f"{v.attenuation:.3f}"
+    app.console.print(f"[{colour}]{v.id}[/] {where}  staleness {v.staleness}  attenuation {att}  {v.reason}")
+
+
+@click.command()
+@click.argument("ids", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Every open PR (the default when no ID is given).")
+@click.option("--watch", is_flag=True, help="Keep validating as PRs arrive (Ctrl-C to stop).")
+@click.option("--interval", type=float, default=2.0, show_default=True, help="--watch: seconds between polls.")
+@click.option("--name", envvar="WOOLF_VALIDATOR", help="Validator name in verdicts [env: WOOLF_VALIDATOR].")
+@device_option
+@json_option
+@pass_app
+def validate(app: App, ids, all_, watch, interval, name, device, as_json):
+    """Validate open PRs: staleness, attenuated merge, benchmark gate, fast-forward main."""
+    from woolf.validator import Validator
+
+    if ids and all_:
+        raise click.UsageError("give IDs or --all, not both")
+    validator = Validator(app.ledger(), device=device, name=name)
+    show = None if as_json else (lambda v: _print_verdict(app, v))
+    if watch:
+        try:
+            verdicts = validator.watch(interval=interval, on_verdict=show)
+        except KeyboardInterrupt:
+            return
+    else:
+        verdicts = validator.run(ids=list(ids) or None, on_verdict=show)
+    if as_json:
+        app.emit_json([v.to_json() for v in verdicts])
+    elif not verdicts:
+        app.console.print("no open pull requests")
+
+
+@click.command()
+@json_option
+@pass_app
+def audit(app: App, as_json):
+    """Recompute every merged version from its parent and delta; exit 5 on any mismatch."""
+    from woolf.audit import audit as do_audit
+    from woolf.errors import IntegrityError
+
+    report = do_audit(app.ledger())
+    if as_json:
+        app.emit_json(report.to_json())
+    else:
+        for p in report.problems:
+            app.console.print(f"[red]version {p['version']}[/]: {p['problem']}")
+        app.console.print(f"{report.versions_checked} versions checked: "
+                          + ("[green]ok[/]" if report.ok else f"[red]{len(report.problems)} problem(s)[/]"))
+    if not report.ok:
+        raise IntegrityError("audit failed", hint="see the problems listed above")
+
+
+COMMANDS = [validate, audit]

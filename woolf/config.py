@@ -1,0 +1,239 @@
+"""Typed, validated ledger configuration read from ``ledger/woolf.toml``.
+
+Usage:
+    cfg = load_config(Path("ledger/woolf.toml"))
+    cfg.merge.alpha_base, cfg.policy.min_improvement
+    text = render_config(LedgerConfig(name="demo"))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from woolf.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CONFIG_PATH = "ledger/woolf.toml"
+STALENESS_KINDS = ("inverse", "polynomial", "hinge", "constant")
+
+
+@dataclass
+class StalenessConfig:
+    kind: str = "inverse"  # inverse 1/(1+s) | polynomial (1+s)^-a | hinge | constant
+    a: float = 0.5  # polynomial exponent, or hinge slope
+    b: int = 4  # hinge: staleness up to b is not attenuated
+
+
+@dataclass
+class MergeConfig:
+    alpha_base: float = 1.0  # scale of every merged delta
+    max_staleness: int = 16  # PRs staler than this are rejected unread
+    staleness: StalenessConfig = field(default_factory=StalenessConfig)
+
+
+@dataclass
+class PolicyConfig:
+    metric: str = "loss"  # key of the workload's evaluation dict
+    direction: str = "minimize"  # minimize | maximize
+    min_improvement: float = -0.02  # required gain; negative = tolerated regression
+
+
+@dataclass
+class WorkloadConfig:
+    name: str = "charlm"  # built-in name, or "package.module:object"
+    command: str = ""  # external training command with {base} {out} {data} {steps}
+    steps: int = 60  # default training steps per contribution
+    params: dict = field(default_factory=dict)  # passed to the workload (model size, ...)
+
+
+@dataclass
+class BenchmarkConfig:
+    path: str = "ledger/benchmark/benchmark.txt"  # held-out data, committed in git
+    sha256: str = ""  # pins the benchmark's bytes
+
+
+@dataclass
+class LimitsConfig:
+    max_delta_bytes: int = 2 * 1024**3  # largest delta file accepted
+    max_header_bytes: int = 1024 * 1024  # largest safetensors JSON header
+    max_tensors: int = 10_000  # most tensors in one file
+    max_delta_norm_ratio: float = 100.0  # |delta| / |weights| above this is rejected unevaluated
+
+
+@dataclass
+class LedgerConfig:
+    name: str = "ledger"
+    merge: MergeConfig = field(default_factory=MergeConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+
+
+_SECTIONS = {
+    "merge": MergeConfig,
+    "policy": PolicyConfig,
+    "workload": WorkloadConfig,
+    "benchmark": BenchmarkConfig,
+    "limits": LimitsConfig,
+}
+
+
+def _build(cls, data: dict, where: str, source: str):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: [{where}] must be a table")
+    kwargs = {}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in data.items():
+        if key not in fields:
+            raise ConfigError(
+                f"{source}: unknown key '{where}.{key}'",
+                hint=f"allowed keys in [{where}]: {', '.join(fields)}",
+            )
+        default = getattr(cls(), key)
+        if dataclasses.is_dataclass(default):
+            kwargs[key] = _build(type(default), value, f"{where}.{key}", source)
+            continue
+        kwargs[key] = _coerce(value, default, f"{where}.{key}", source)
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, default: Any, name: str, source: str):
+    expected = type(default)
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
+        raise ConfigError(
+            f"{source}: '{name}' must be a {expected.__name__}, got {value!r}",
+        )
+    return value
+
+
+def _check(cfg: LedgerConfig, source: str) -> None:
+    def bad(name: str, allowed: str, value: Any):
+        raise ConfigError(f"{source}: '{name}' = {value!r} is not allowed; {allowed}")
+
+    m = cfg.merge
+    if not 0 < m.alpha_base <= 10:
+        bad("merge.alpha_base", "use a number in (0, 10]", m.alpha_base)
+    if m.max_staleness < 0:
+        bad("merge.max_staleness", "use an integer >= 0", m.max_staleness)
+    if m.staleness.kind not in STALENESS_KINDS:
+        bad("merge.staleness.kind", f"use one of {', '.join(STALENESS_KINDS)}", m.staleness.kind)
+    if m.staleness.a < 0:
+        bad("merge.staleness.a", "use a number >= 0", m.staleness.a)
+    if m.staleness.b < 0:
+        bad("merge.staleness.b", "use an integer >= 0", m.staleness.b)
+    if cfg.policy.direction not in ("minimize", "maximize"):
+        bad("policy.direction", "use 'minimize' or 'maximize'", cfg.policy.direction)
+    if not cfg.policy.metric:
+        bad("policy.metric", "name the metric the workload reports", cfg.policy.metric)
+    if cfg.workload.steps <= 0:
+        bad("workload.steps", "use an integer > 0", cfg.workload.steps)
+    for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio"):
+        if getattr(cfg.limits, name) <= 0:
+            bad(f"limits.{name}", "use an integer > 0", getattr(cfg.limits, name))
+    if not cfg.name or any(c in cfg.name for c in "\n\r"):
+        bad("name", "use a one-line name", cfg.name)
+
+
+def parse_config(text: str, source: str = CONFIG_PATH) -> LedgerConfig:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    top = dict(data)
+    name = top.pop("name", "ledger")
+    if not isinstance(name, str):
+        raise ConfigError(f"{source}: 'name' must be a string, got {name!r}")
+    kwargs: dict[str, Any] = {"name": name}
+    for key, value in top.items():
+        if key not in _SECTIONS:
+            raise ConfigError(
+                f"{source}: unknown section or key '{key}'",
+                hint=f"allowed: name, {', '.join('[' + s + ']' for s in _SECTIONS)}",
+            )
+        kwargs[key] = _build(_SECTIONS[key], value, key, source)
+    cfg = LedgerConfig(**kwargs)
+    _check(cfg, source)
+    return cfg
+
+
+def load_config(path: Path) -> LedgerConfig:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: missing", hint="is this a ledger? run `woolf init`") from None
+    return parse_config(text, str(path))
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(value)
+
+
+def render_config(cfg: LedgerConfig) -> str:
+    """TOML text for ``cfg``; parse_config(render_config(c)) == c."""
+    lines = ["# GoodWoolf ledger configuration; see docs/protocol.md#configuration", ""]
+    lines.append(f"name = {_toml_value(cfg.name)}")
+    for section in _SECTIONS:
+        obj = getattr(cfg, section)
+        lines += ["", f"[{section}]"]
+        nested = []
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                nested.append((f.name, value))
+            else:
+                lines.append(f"{f.name} = {_toml_value(value)}")
+        for name, value in nested:
+            lines += ["", f"[{section}.{name}]"]
+            for g in dataclasses.fields(value):
+                lines.append(f"{g.name} = {_toml_value(getattr(value, g.name))}")
+    return "\n".join(lines) + "\n"
+
+
+def apply_overrides(cfg: LedgerConfig, overrides: dict[str, str]) -> LedgerConfig:
+    """Set dotted keys ("policy.min_improvement" = "-0.05") and re-validate the result."""
+    text = render_config(cfg)
+    data = tomllib.loads(text)
+    for key, raw in overrides.items():
+        *path, last = key.split(".")
+        node = data
+        for part in path:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        try:
+            node[last] = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            node[last] = raw  # a bare word is a string
+    lines = []
+
+    def emit(prefix: str, table: dict) -> None:
+        scalars = {k: v for k, v in table.items() if not isinstance(v, dict) or k == "params"}
+        if prefix:
+            lines.append(f"[{prefix}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in scalars.items())
+        for k, v in table.items():
+            if isinstance(v, dict) and k != "params":
+                emit(f"{prefix}.{k}" if prefix else k, v)
+
+    emit("", data)
+    return parse_config("\n".join(lines) + "\n", "--set")

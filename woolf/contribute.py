@@ -1,0 +1,143 @@
+"""A participant's side: train from the current version, submit the delta as a PR.
+
+Usage:
+    result = train(ledger, steps=60, contributor="alice")      # -> .woolf/work/trained.*
+    pr = submit(ledger, message="60 steps on my shard")         # -> {"id": ..., "base_version": ...}
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import secrets
+import shutil
+from pathlib import Path
+
+from woolf import layout
+from woolf.core.merge import compute_delta
+from woolf.errors import InvalidWeightsError, UsageError
+from woolf.forges.local import LocalForge
+from woolf.identity import contributor_id
+from woolf.storage.weights import (
+    check_finite,
+    hashes_of_file,
+    load_checked,
+    save_atomic,
+    spec_of,
+    write_bytes_atomic,
+)
+from woolf.workloads.base import load_workload, resolve_device
+
+
+def work_dir(ledger) -> Path:
+    return ledger.root / layout.WORK / "work"
+
+
+def train(ledger, steps: int | None = None, data: str | None = None, device: str = "auto",
+          seed: int = 0, offline: bool = False, contributor: str | None = None,
+          progress=None) -> dict:
+    """Train from the newest version; keep the result in the git-ignored work area."""
+    import torch
+
+    who = contributor_id(contributor, ledger.git)
+    head = ledger.head() if offline else ledger.pull()
+    cfg = ledger.config
+    wl = load_workload(cfg.workload)
+    steps = steps or cfg.workload.steps
+    device = resolve_device(device)
+    base = ledger.load_weights(head)
+    out = work_dir(ledger)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    if cfg.workload.command:
+        from woolf.workloads.command import run_training_command
+
+        if not data:
+            raise UsageError("this ledger trains with an external command: pass --data PATH")
+        path, summary = run_training_command(cfg.workload.command, base, data, steps, seed, out)
+        trained = load_checked(path, cfg.limits, expect=spec_of(base), label="command output")
+        shutil.rmtree(path.parent, ignore_errors=True)
+    else:
+        train_data = wl.data_from_path(data) if data else wl.default_data(who, head.version)
+        trained, summary = wl.train(base, train_data, steps, device=device, seed=seed, progress=progress)
+        summary["files"] = len(train_data.files)
+    bench = ledger.benchmark()
+    metrics = {"before": wl.evaluate(base, bench, device), "after": wl.evaluate(trained, bench, device)}
+    save_atomic(trained, out / "trained.safetensors")
+    record = {"base_version": head.version, "base_commit": head.commit, "contributor": who,
+              "training": summary, "metrics": metrics, "seed": seed}
+    write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
+    return {**record, "weights": str(out / "trained.safetensors")}
+
+
+def _new_id(who: str) -> str:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return f"{now:%Y%m%dT%H%M%S}{now.microsecond // 1000:03d}Z-{who}-{secrets.token_hex(4)}"
+
+
+def submit(ledger, weights: Path | None = None, message: str = "", contributor: str | None = None,
+           base_version: int | None = None) -> dict:
+    """Delta = trained - base, checked, uploaded and verified, then the PR ref is pushed."""
+    record: dict = {}
+    if weights is None:
+        meta_path = work_dir(ledger) / "trained.json"
+        if not meta_path.exists():
+            raise UsageError("nothing trained to submit", hint="run `woolf train` first, or pass --weights")
+        record = json.loads(meta_path.read_text())
+        weights = work_dir(ledger) / "trained.safetensors"
+        base_version = record["base_version"]
+    who = contributor_id(contributor or record.get("contributor"), ledger.git)
+    dirty = ledger.git.out("status", "--porcelain", "--untracked-files=no")
+    if dirty:
+        raise UsageError(f"the checkout has uncommitted changes to ledger files:\n{dirty}",
+                         hint="a submission carries only a delta; `git stash` or `git checkout .` first")
+    ledger.fetch()
+    origin_head = ledger.head("refs/remotes/origin/main")
+    if base_version is None:
+        base_version = ledger.head().version
+    if not 0 <= base_version <= origin_head.version:
+        raise UsageError(f"base version {base_version} is not on origin's main (0..{origin_head.version})")
+    base = ledger.show(base_version, ref="refs/remotes/origin/main")
+    if record and record.get("base_commit") != base.commit:
+        raise UsageError(
+            f"the weights were trained from {record.get('base_commit', '?')[:12]}, which is no longer "
+            f"version {base_version} on origin's main", hint="`woolf train` again from the current version")
+    cfg = ledger.config
+    base_w = ledger.load_weights(base)
+    trained = load_checked(Path(weights), cfg.limits, expect=spec_of(base_w), label="trained weights")
+    delta = compute_delta(trained, base_w)
+    check_finite(delta, "delta")
+    if all(not bool(t.any()) for t in delta.values()):
+        raise InvalidWeightsError("the trained weights equal the base: the delta is all zeros",
+                                  hint="train first (`woolf train`)")
+    sub_id = _new_id(who)
+    delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
+    tmp = ledger.root / layout.WORK / "outgoing" / f"{sub_id}.safetensors"
+    save_atomic(delta, tmp, metadata={"woolf-kind": "dense"})
+    size = tmp.stat().st_size
+    if size > cfg.limits.max_delta_bytes:
+        tmp.unlink()
+        raise InvalidWeightsError(f"the delta is {size} bytes, over the ledger's limit of "
+                                  f"{cfg.limits.max_delta_bytes}")
+    md5, sha = hashes_of_file(tmp)
+    pointer = ledger.store.put(tmp, Path(delta_rel).name, md5=md5)  # uploaded and verified
+    meta = {
+        "schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
+        "base_commit": base.commit, "message": message,
+        "delta": {"kind": "dense", "sha256": sha, "md5": md5, "size": size},
+        "training": record.get("training"), "metrics": record.get("metrics"),
+    }
+    from woolf.core.trailers import format_message
+
+    commit_msg = format_message(f"woolf: submission {sub_id}",
+                                {"Woolf-Submission": sub_id, "Woolf-Contributor": who,
+                                 "Woolf-Base-Version": base.version, "Woolf-Delta-Sha256": sha},
+                                body=message)
+    commit = ledger.git.commit_tree_with(
+        base.commit,
+        {ptr_rel: pointer.render(), meta_rel: json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n"},
+        commit_msg, parents=[base.commit],
+    )
+    LocalForge.for_ledger(ledger).open(sub_id, commit)
+    return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
+            "delta_sha256": sha, "delta_size": size}

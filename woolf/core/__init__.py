@@ -1,0 +1,1 @@
+"""Pure ledger logic: no git, subprocess or network here."""

@@ -1,0 +1,51 @@
+"""Deterministic merge arithmetic: candidate = current + scale * delta.
+
+Usage:
+    scale = merge_scale(alpha_base=1.0, attenuation=0.5)
+    candidate = apply_delta(current, delta, scale)      # dict[str, Tensor]
+    delta = compute_delta(trained, base)
+
+Every auditor must get the same bytes: each tensor is computed in float32 on
+the CPU, as two separately rounded IEEE operations (a multiply, then an add),
+so no fused multiply-add or reduction order can change the result; the scale
+is rounded to float32 once, here.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import torch
+
+
+def merge_scale(alpha_base: float, attenuation: float) -> float:
+    """alpha_base * attenuation, rounded to the float32 the arithmetic uses."""
+    return struct.unpack("f", struct.pack("f", alpha_base * attenuation))[0]
+
+
+def apply_delta(
+    current: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], scale: float
+) -> dict[str, torch.Tensor]:
+    if set(current) != set(delta):
+        raise ValueError("current and delta name different tensors")
+    scale_t = torch.tensor(scale, dtype=torch.float32)
+    out = {}
+    for name in sorted(current):
+        cur = current[name]
+        step = torch.mul(delta[name].to(torch.float32), scale_t)
+        out[name] = torch.add(cur.to(torch.float32), step).to(cur.dtype).contiguous()
+    return out
+
+
+def compute_delta(
+    trained: dict[str, torch.Tensor], base: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """trained - base per tensor, in the base's dtype (float32 arithmetic)."""
+    if set(trained) != set(base):
+        raise ValueError("trained and base name different tensors")
+    return {
+        name: torch.sub(trained[name].to(torch.float32), base[name].to(torch.float32))
+        .to(base[name].dtype)
+        .contiguous()
+        for name in sorted(base)
+    }

@@ -1,0 +1,69 @@
+"""The Forge interface and the pull-request record every forge returns.
+
+Usage:
+    forge.open(sub_id, head_sha); forge.list(); forge.get(sub_id)
+    forge.comment(sub_id, text); forge.reject(pr, reason, fields); forge.merge(pr, commit, main_sha)
+    forge.withdraw(sub_id)
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+
+STATES = ("open", "merged", "rejected", "withdrawn")
+
+
+@dataclass
+class PullRequest:
+    id: str
+    state: str
+    head: str  # the submission commit
+    base_commit: str | None = None
+    base_version: int | None = None
+    contributor: str | None = None
+    message: str | None = None
+    reason: str | None = None
+    version: int | None = None  # the version it became, when merged
+    staleness: int | None = None
+    attenuation: float | None = None
+    metrics_before: dict | None = None
+    metrics_after: dict | None = None
+    timings: dict | None = None
+    validator: str | None = None
+    verdict_commit: str | None = None
+    submission: dict | None = field(default=None, repr=False)  # submission.json as read
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data.pop("submission")
+        data["metrics"] = {"before": self.metrics_before, "after": self.metrics_after}
+        return data
+
+
+class Forge(ABC):
+    @abstractmethod
+    def open(self, sub_id: str, head: str) -> PullRequest: ...
+
+    @abstractmethod
+    def list(self, state: str | None = None) -> list[PullRequest]: ...
+
+    @abstractmethod
+    def get(self, sub_id: str) -> PullRequest: ...
+
+    @abstractmethod
+    def comment(self, sub_id: str, text: str) -> None: ...
+
+    @abstractmethod
+    def reject(self, pr: PullRequest, reason: str, fields: dict) -> None:
+        """Close as rejected; raises RaceLostError if the PR already has a verdict."""
+
+    @abstractmethod
+    def merge(self, pr: PullRequest, version_commit: str, main_sha: str) -> None:
+        """Fast-forward main to ``version_commit`` and mark merged, atomically.
+
+        Raises RaceLostError when main moved or the PR got a verdict meanwhile.
+        """
+
+    @abstractmethod
+    def withdraw(self, sub_id: str) -> None: ...

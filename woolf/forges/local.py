@@ -1,0 +1,141 @@
+"""The git-native forge: pull requests as refs in the ledger's origin, no server.
+
+Usage:
+    forge = LocalForge.for_ledger(ledger)
+    forge.open(sub_id, head_sha)          # pushes refs/woolf/pr/<id>/head
+    forge.list(state="open")
+
+A PR is `refs/woolf/pr/<id>/head` (the submission commit). Its verdict is
+`refs/woolf/pr/<id>/verdict`, created once with a compare-and-swap ("must not
+exist"): for a merge it is the version commit itself, pushed atomically with
+main; for a rejection or withdrawal it is a commit on top of the head whose
+trailers carry the state, reason and metrics. State is derived from git alone.
+"""
+
+from __future__ import annotations
+
+import json
+
+from woolf import layout
+from woolf.core.trailers import float_field, format_message, int_field, json_field, parse_message
+from woolf.errors import ForgeError, RaceLostError, UsageError
+from woolf.forges.base import Forge, PullRequest
+from woolf.storage.git import Git
+
+
+class LocalForge(Forge):
+    def __init__(self, git: Git, remote: str = "origin"):
+        self.git = git
+        self.remote = remote
+
+    @classmethod
+    def for_ledger(cls, ledger) -> LocalForge:
+        return cls(ledger.git)
+
+    def _ref(self, sub_id: str, kind: str) -> str:
+        if not layout.SUBMISSION_ID.match(sub_id):
+            raise UsageError(f"{sub_id!r} is not a submission id", hint="see `woolf pr list`")
+        return f"{layout.PR_PREFIX}/{sub_id}/{kind}"
+
+    def sync(self) -> None:
+        self.git.fetch(self.remote, f"+{layout.PR_PREFIX}/*:{layout.PR_PREFIX}/*")
+
+    # -- writing ---------------------------------------------------------------
+    def open(self, sub_id: str, head: str) -> PullRequest:
+        try:
+            self.git.push(self.remote, [(head, self._ref(sub_id, "head"))],
+                          leases={self._ref(sub_id, "head"): None})
+        except RaceLostError:
+            raise ForgeError(f"a pull request named {sub_id} already exists") from None
+        self.git.run("update-ref", self._ref(sub_id, "head"), head)
+        return self.get(sub_id, fetch=False)
+
+    def _close(self, pr: PullRequest, state: str, reason: str, fields: dict) -> str:
+        message = format_message(
+            f"woolf: {state} {pr.id}",
+            {"Woolf-Verdict": state, "Woolf-Submission": pr.id, "Woolf-Reason": " ".join(reason.split()),
+             **fields},
+        )
+        commit = self.git.out("commit-tree", f"{pr.head}^{{tree}}", "-p", pr.head, "-F", "-",
+                              input=message.encode())
+        ref = self._ref(pr.id, "verdict")
+        self.git.push(self.remote, [(commit, ref)], leases={ref: None})
+        self.git.run("update-ref", ref, commit)
+        return commit
+
+    def reject(self, pr: PullRequest, reason: str, fields: dict) -> None:
+        self._close(pr, "rejected", reason, fields)
+
+    def withdraw(self, sub_id: str) -> None:
+        pr = self.get(sub_id)
+        if pr.state != "open":
+            raise UsageError(f"{sub_id} is already {pr.state}")
+        try:
+            self._close(pr, "withdrawn", "withdrawn by its contributor", {})
+        except RaceLostError:
+            raise UsageError(f"{sub_id} got a verdict while it was being withdrawn") from None
+
+    def merge(self, pr: PullRequest, version_commit: str, main_sha: str) -> None:
+        # One atomic push: main moves and the verdict ref is created together, or neither.
+        ref = self._ref(pr.id, "verdict")
+        self.git.push(self.remote, [(version_commit, layout.MAIN), (version_commit, ref)],
+                      leases={layout.MAIN: main_sha, ref: None})
+        self.git.run("update-ref", ref, version_commit)
+
+    def comment(self, sub_id: str, text: str) -> None:
+        ref = self._ref(sub_id, "comments")
+        old = self.git.rev_parse(ref)
+        pr = self.get(sub_id, fetch=False)
+        parents = ["-p", old] if old else ["-p", pr.head]
+        commit = self.git.out("commit-tree", f"{pr.head}^{{tree}}", *parents, "-F", "-",
+                              input=format_message(f"woolf: comment on {sub_id}", {}, text).encode())
+        self.git.push(self.remote, [(commit, ref)], leases={ref: old})
+        self.git.run("update-ref", ref, commit)
+
+    # -- reading ---------------------------------------------------------------
+    def list(self, state: str | None = None, local_only: bool = False) -> list[PullRequest]:
+        if not local_only:
+            self.sync()
+        refs = self.git.refs(f"{layout.PR_PREFIX}/")
+        ids = sorted({r.split("/")[3] for r in refs if r.endswith("/head")})
+        prs = [self._read(i, refs) for i in ids if layout.SUBMISSION_ID.match(i)]
+        return [p for p in prs if state is None or p.state == state]
+
+    def get(self, sub_id: str, fetch: bool = True) -> PullRequest:
+        if fetch:
+            self.sync()
+        refs = self.git.refs(f"{layout.PR_PREFIX}/{sub_id}/")
+        if self._ref(sub_id, "head") not in refs:
+            raise UsageError(f"no pull request {sub_id}", hint="see `woolf pr list`")
+        return self._read(sub_id, refs)
+
+    def _read(self, sub_id: str, refs: dict[str, str]) -> PullRequest:
+        head = refs[f"{layout.PR_PREFIX}/{sub_id}/head"]
+        pr = PullRequest(id=sub_id, state="open", head=head)
+        _, meta_path = layout.submission_paths(sub_id)[1:]
+        raw = self.git.show_bytes(f"{head}:{meta_path}")
+        try:
+            meta = json.loads(raw) if raw else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            meta = None
+        if isinstance(meta, dict):
+            pr.submission = meta
+            pr.contributor = meta.get("contributor") if isinstance(meta.get("contributor"), str) else None
+            bv = meta.get("base_version")
+            pr.base_version = bv if isinstance(bv, int) and not isinstance(bv, bool) else None
+            pr.base_commit = meta.get("base_commit") if isinstance(meta.get("base_commit"), str) else None
+            pr.message = meta.get("message") if isinstance(meta.get("message"), str) else None
+        verdict = refs.get(f"{layout.PR_PREFIX}/{sub_id}/verdict")
+        if verdict:
+            _, f = parse_message(self.git.message(verdict))
+            pr.verdict_commit = verdict
+            pr.state = f.get("Woolf-Verdict") or ("merged" if "Woolf-Version" in f else "open")
+            pr.reason = f.get("Woolf-Reason")
+            pr.version = int_field(f, "Woolf-Version") if pr.state == "merged" else None
+            pr.staleness = int_field(f, "Woolf-Staleness")
+            pr.attenuation = float_field(f, "Woolf-Attenuation")
+            pr.metrics_before = json_field(f, "Woolf-Metrics-Before")
+            pr.metrics_after = json_field(f, "Woolf-Metrics-After")
+            pr.timings = json_field(f, "Woolf-Timings")
+            pr.validator = f.get("Woolf-Validator")
+        return pr

@@ -1,0 +1,28 @@
+"""Where things live in a ledger repository, and in its git remote.
+
+Usage:
+    from woolf.layout import WEIGHTS, POINTER, submission_paths
+"""
+
+from __future__ import annotations
+
+import re
+
+CONFIG = "ledger/woolf.toml"
+WEIGHTS = "ledger/weights/model.safetensors"  # DVC-tracked, git-ignored
+POINTER = WEIGHTS + ".dvc"  # the DVC pointer, committed in every version
+SUBMISSIONS = "submissions"  # the only area a submission commit may touch
+WORK = ".woolf"  # local, git-ignored work area (trained weights, checkouts)
+MAIN = "refs/heads/main"
+PR_PREFIX = "refs/woolf/pr"  # local forge: refs/woolf/pr/<id>/{head,verdict}
+
+SUBMISSION_ID = re.compile(r"^[0-9]{8}T[0-9]{9}Z-[a-z0-9][a-z0-9_.-]{0,38}-[0-9a-f]{8}$")
+CONTRIBUTOR = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,38}$")
+
+GITIGNORE = f"/{WORK}/\n/{SUBMISSIONS}/\n"
+
+
+def submission_paths(sub_id: str) -> tuple[str, str, str]:
+    """(delta file, its DVC pointer, metadata file) of a submission, repo-relative."""
+    base = f"{SUBMISSIONS}/{sub_id}"
+    return f"{base}/delta.safetensors", f"{base}/delta.safetensors.dvc", f"{base}/submission.json"

@@ -1,0 +1,314 @@
+"""The Training Ledger: a git repository whose first-parent history on main is the model.
+
+Usage:
+    ledger = Ledger.init(Path("hub-work"), storage="/srv/woolf-storage")
+    ledger = Ledger.open(Path("."))
+    ledger.log(limit=10); ledger.show(3); ledger.checkout(3, Path("v3.safetensors"))
+    ledger.status(); ledger.pull()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from woolf import layout
+from woolf.config import (
+    LedgerConfig,
+    apply_overrides,
+    load_config,
+    parse_config,
+    render_config,
+)
+from woolf.core.trailers import format_message
+from woolf.errors import (
+    IntegrityError,
+    NotALedgerError,
+    StorageError,
+    UnknownVersionError,
+    UsageError,
+)
+from woolf.storage.dvcstore import DvcStore, Pointer, init_dvc, md5_file
+from woolf.storage.git import Git, toplevel
+from woolf.storage.weights import (
+    compare_spec,
+    hashes_of_file,
+    load_checked,
+    read_spec,
+    save_atomic,
+    spec_of,
+)
+from woolf.versions import Version, read_versions, version_from_message
+
+
+@dataclass
+class Status:
+    version: int
+    commit: str
+    weights_path: str
+    weights_match: bool | None  # None: no local weights file
+    storage_url: str
+    storage_reachable: bool
+    storage_error: str | None
+    behind_origin: int | None
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+
+class Ledger:
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+        self.git = Git(self.root)
+        self.store = DvcStore(self.root)
+        self._config: LedgerConfig | None = None
+        # Which ref is "main" for reading: a validator reads origin's, never its own checkout's.
+        self.main_ref = layout.MAIN
+
+    # -- opening and creating ------------------------------------------------
+    @classmethod
+    def open(cls, path: Path = Path(".")) -> Ledger:
+        root = toplevel(Path(path))
+        ledger = cls(root)
+        if ledger.git.rev_parse(layout.MAIN) is None or ledger.git.show_bytes(
+            f"{layout.MAIN}:{layout.CONFIG}"
+        ) is None:
+            raise NotALedgerError(
+                f"{root} is a git repository but not a ledger (no {layout.CONFIG} on main)",
+                hint="clone a ledger, or create one with `woolf init PATH`",
+            )
+        return ledger
+
+    @classmethod
+    def init(cls, path: Path, storage: str | None = None, workload: str = "charlm",
+             alpha: float | None = None, weights: Path | None = None, name: str | None = None,
+             seed: int = 0, overrides: dict[str, str] | None = None) -> Ledger:
+        from woolf.workloads.base import load_workload
+
+        path = Path(path).resolve()
+        if (path / layout.CONFIG).exists():
+            raise UsageError(f"{path} already holds a ledger", hint="use `woolf status` there")
+        if path.exists() and any(path.iterdir()):
+            raise UsageError(f"{path} exists and is not empty", hint="choose a new or empty directory")
+        storage = storage or str(path.parent / f"{path.name}.storage")
+        if "://" not in storage:
+            storage = str(Path(storage).resolve())
+        cfg = LedgerConfig(name=name or path.name)
+        cfg.workload.name = workload
+        if alpha is not None:
+            cfg.merge.alpha_base = alpha
+        cfg = apply_overrides(cfg, overrides or {})  # validates everything before touching disk
+        wl = load_workload(cfg.workload)
+        bench = wl.benchmark_bytes()
+        cfg.benchmark.sha256 = hashlib.sha256(bench).hexdigest()
+        if weights is not None:
+            spec = read_spec(Path(weights), cfg.limits, "--weights")
+            compare_spec(spec, spec_of(wl.genesis(seed)), f"--weights {weights}")
+            genesis = load_checked(Path(weights), cfg.limits, label="--weights")
+        else:
+            genesis = wl.genesis(seed)
+
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            ledger = cls(path)
+            ledger.git.run("init", "-q", "-b", "main")
+            (path / ".gitignore").write_text(layout.GITIGNORE)
+            (path / layout.CONFIG).parent.mkdir(parents=True, exist_ok=True)
+            (path / layout.CONFIG).write_text(render_config(cfg))
+            (path / cfg.benchmark.path).parent.mkdir(parents=True, exist_ok=True)
+            (path / cfg.benchmark.path).write_bytes(bench)
+            init_dvc(path, storage)
+            save_atomic(genesis, path / layout.WEIGHTS)
+            ptr = ledger.store.add(path / layout.WEIGHTS)
+            ledger.store.push(path / layout.POINTER, ptr)
+            _, sha = hashes_of_file(path / layout.WEIGHTS)
+            ledger.git.run("add", "-A")
+            message = format_message(
+                f"woolf: version 0 (genesis of {cfg.name})",
+                {"Woolf-Version": 0, "Woolf-Weights-Sha256": sha,
+                 "Woolf-Source": "weights file" if weights else f"{cfg.workload.name} seed {seed}"},
+            )
+            ledger.git.run("commit", "-q", "-F", "-", input=message.encode())
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        return ledger
+
+    @property
+    def config(self) -> LedgerConfig:
+        """The config on main: what validators trust (the workspace copy may be edited)."""
+        if self._config is None:
+            text = self.git.show_bytes(f"{self.main_ref}:{layout.CONFIG}")
+            if text is None:
+                self._config = load_config(self.root / layout.CONFIG)
+            else:
+                self._config = parse_config(text.decode(), layout.CONFIG)
+        return self._config
+
+    def benchmark(self, rev: str | None = None) -> bytes:
+        cfg = self.config
+        rev = rev or self.main_ref
+        data = self.git.show_bytes(f"{rev}:{cfg.benchmark.path}")
+        if data is None:
+            raise IntegrityError(f"benchmark {cfg.benchmark.path} is missing from {rev}")
+        if cfg.benchmark.sha256 and hashlib.sha256(data).hexdigest() != cfg.benchmark.sha256:
+            raise IntegrityError(f"benchmark {cfg.benchmark.path} does not match benchmark.sha256")
+        return data
+
+    # -- reading ---------------------------------------------------------------
+    def head(self, ref: str | None = None) -> Version:
+        ref = ref or self.main_ref
+        versions = read_versions(self.git, ref, limit=1)
+        if not versions:
+            raise NotALedgerError(f"{ref} holds no version commit")
+        return versions[0]
+
+    def log(self, limit: int | None = None, ref: str | None = None) -> list[Version]:
+        return read_versions(self.git, ref or self.main_ref, limit=limit)
+
+    def show(self, number: int, ref: str | None = None) -> Version:
+        ref = ref or self.main_ref
+        head = self.head(ref)
+        if not 0 <= number <= head.version:
+            raise UnknownVersionError(
+                f"version {number} does not exist; this ledger has versions 0..{head.version}",
+                hint="`woolf pull` to see newer versions",
+            )
+        commit = self.git.rev_parse(f"{head.commit}~{head.version - number}")
+        found = self.version_at(commit) if commit else None
+        if found is None or found.version != number:
+            raise IntegrityError(f"the first-parent chain of {ref} is not numbered 0..{head.version}",
+                                 hint="run `woolf audit`")
+        return found
+
+    def on_chain(self, version: Version, head: Version) -> bool:
+        """Is ``version`` on ``head``'s first-parent chain, at its numbered place?"""
+        if version.version > head.version:
+            return False
+        return self.git.rev_parse(f"{head.commit}~{head.version - version.version}") == version.commit
+
+    def version_at(self, commit: str) -> Version | None:
+        parents = self.git.parents(commit)
+        time = int(self.git.out("show", "-s", "--format=%ct", commit))
+        return version_from_message(commit, parents, time, self.git.message(commit))
+
+    def pointer(self, commit: str, path: str = layout.POINTER) -> Pointer:
+        data = self.git.show_bytes(f"{commit}:{path}")
+        if data is None:
+            raise IntegrityError(f"commit {commit[:12]} has no {path}")
+        return Pointer.parse(data, f"{commit[:12]}:{path}")
+
+    def weights_path(self, version: Version) -> Path:
+        """Cache path of a version's weights, fetched if needed and sha256-verified."""
+        ptr = self.pointer(version.commit)
+        path = self.store.fetch_object(ptr)
+        self._verify_sha(path, version, ptr)
+        return path
+
+    def _verify_sha(self, path: Path, version: Version, ptr: Pointer) -> None:
+        md5, sha = hashes_of_file(path)
+        if md5 == ptr.md5 and (version.weights_sha256 in (None, sha)):
+            return
+        path.unlink(missing_ok=True)  # a bad cache object must not be served again
+        raise IntegrityError(
+            f"weights of version {version.version} do not match their recorded hash "
+            "(corrupted or tampered)",
+            hint="fetch again (`woolf checkout` re-downloads); if storage holds bad bytes, run `woolf audit`",
+        )
+
+    def load_weights(self, version: Version) -> dict[str, torch.Tensor]:
+        from woolf.storage.weights import load_trusted
+
+        return load_trusted(self.weights_path(version))
+
+    def checkout(self, number: int, out: Path | None = None) -> Path:
+        version = self.show(number)
+        out = Path(out) if out else self.root / layout.WORK / "versions" / f"v{number}.safetensors"
+        ptr = self.pointer(version.commit)
+        src = self.store.fetch_object(ptr)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+        md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+        try:
+            with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
+                while block := fin.read(16 * 1024 * 1024):
+                    md5.update(block)
+                    sha.update(block)
+                    fout.write(block)
+            if md5.hexdigest() != ptr.md5 or (version.weights_sha256 not in (None, sha.hexdigest())):
+                src.unlink(missing_ok=True)
+                raise IntegrityError(
+                    f"weights of version {number} do not match their recorded hash "
+                    "(corrupted or tampered); nothing was written",
+                    hint="run the command again to re-download from storage; `woolf audit` checks all",
+                )
+            os.replace(tmp, out)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        return out
+
+    def status(self) -> Status:
+        head = self.head()
+        ptr = self.pointer(head.commit)
+        local = self.root / layout.WEIGHTS
+        match = None
+        if local.exists():
+            match = local.stat().st_size == ptr.size and md5_file(local) == ptr.md5
+        ok, err = self.store.reachable()
+        behind = None
+        if self.git.rev_parse("refs/remotes/origin/main"):
+            behind = int(self.git.out("rev-list", "--count", "--first-parent",
+                                      "refs/heads/main..refs/remotes/origin/main"))
+        url = self.store.remote_url()
+        return Status(head.version, head.commit, str(local), match, url, ok,
+                      None if ok else err, behind)
+
+    # -- syncing ---------------------------------------------------------------
+    def has_origin(self) -> bool:
+        return "origin" in self.git.out("remote").split()
+
+    def fetch(self) -> None:
+        if not self.has_origin():
+            raise UsageError("this ledger has no 'origin' remote",
+                             hint="clone the ledger from its hub, or `git remote add origin URL`")
+        self.git.fetch("origin", "+refs/heads/main:refs/remotes/origin/main",
+                       f"+{layout.PR_PREFIX}/*:{layout.PR_PREFIX}/*")
+
+    def pull(self) -> Version:
+        """Fast-forward main to origin's, then materialise the current weights."""
+        self.fetch()
+        dirty = self.git.out("status", "--porcelain", "--untracked-files=no")
+        branch = self.git.out("rev-parse", "--abbrev-ref", "HEAD")
+        if branch != "main":
+            raise UsageError(f"the checkout is on {branch!r}, not main", hint="`git switch main`")
+        if dirty:
+            raise UsageError(f"uncommitted changes to ledger files:\n{dirty}",
+                             hint="commit or `git stash` them, then pull again")
+        proc = self.git.run("merge", "--ff-only", "-q", "refs/remotes/origin/main", check=False)
+        if proc.returncode != 0:
+            raise UsageError("local main has diverged from origin/main; cannot fast-forward",
+                             hint="a ledger's main only moves by validators: `git reset --hard origin/main`")
+        self._config = None
+        head = self.head()
+        self.materialize(head)
+        return head
+
+    def materialize(self, version: Version) -> Path:
+        local = self.root / layout.WEIGHTS
+        ptr = self.pointer(version.commit)
+        if local.exists() and local.stat().st_size == ptr.size and md5_file(local) == ptr.md5:
+            return local
+        self.weights_path(version)
+        self.store.materialize(ptr, local)
+        return local
+
+    def require_storage(self) -> None:
+        ok, err = self.store.reachable()
+        if not ok:
+            raise StorageError(f"storage {self.store.remote_url()} is unreachable: {err}")

@@ -1,0 +1,1 @@
+"""Git, DVC and safetensors access."""

@@ -1,0 +1,263 @@
+"""DVC access: track a weights file, push it, verify it in remote storage, fetch by hash.
+
+Usage:
+    store = DvcStore(ledger_root)
+    ptr = store.add(path)                  # -> Pointer(md5, size, path) and the .dvc file
+    store.push(ptr_file); store.verify_remote(ptr)
+    local = store.fetch_object(ptr)        # cache path of a verified object
+
+Writes go through DVC's own `add` and `push`; reads of one object by hash go
+through the remote's DVC filesystem, so any remote DVC supports (local
+directory, S3 through dvc-s3, ...) works, and nothing needs a checkout of
+the revision that names the object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from woolf.errors import IntegrityError, StorageError
+
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+REMOTE_NAME = "storage"
+
+
+@dataclass(frozen=True)
+class Pointer:
+    md5: str
+    size: int
+    path: str  # file name relative to the .dvc file
+
+    @classmethod
+    def parse(cls, data: bytes, label: str = "pointer") -> Pointer:
+        """Strict schema: one output with md5, size, hash: md5 and a plain file name."""
+        try:
+            doc = yaml.safe_load(data.decode("utf-8"))
+            outs = doc["outs"]
+            if set(doc) != {"outs"} or len(outs) != 1:
+                raise ValueError("expected exactly one output")
+            out = outs[0]
+            if set(out) - {"md5", "size", "hash", "path"} or out.get("hash") != "md5":
+                raise ValueError(f"unexpected fields {sorted(out)}")
+            md5, size, path = out["md5"], out["size"], out["path"]
+            if not (isinstance(md5, str) and len(md5) == 32 and all(c in "0123456789abcdef" for c in md5)):
+                raise ValueError("md5 is not 32 hex digits")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise ValueError("size is not a non-negative integer")
+            if not isinstance(path, str) or "/" in path or path in ("", ".", ".."):
+                raise ValueError("path must be a plain file name")
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise IntegrityError(f"{label}: not a valid DVC pointer: {exc}") from None
+        return cls(md5, size, path)
+
+    def render(self) -> bytes:
+        return (f"outs:\n- md5: {self.md5}\n  size: {self.size}\n  hash: md5\n"
+                f"  path: {self.path}\n").encode()
+
+
+@contextlib.contextmanager
+def quiet():
+    """DVC's library calls print hints meant for its CLI; keep them off our output."""
+    from dvc.ui import ui
+
+    log = logging.getLogger("dvc")
+    was, level = ui._enabled, log.level
+    ui._enabled = False
+    log.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        ui._enabled = was
+        log.setLevel(level)
+
+
+def init_dvc(root: Path, storage_url: str) -> None:
+    from dvc.repo import Repo
+
+    with quiet():
+        Repo.init(str(root))
+    repo = Repo(str(root))
+    try:
+        with repo.config.edit() as conf:
+            conf["remote"][REMOTE_NAME] = {"url": storage_url}
+            conf["core"]["remote"] = REMOTE_NAME
+            conf["core"]["analytics"] = False
+            conf["core"]["autostage"] = False
+            # copy: a workspace file is never the cache object, so no write can corrupt the cache
+            conf["cache"]["type"] = "copy"
+    finally:
+        repo.close()
+
+
+class DvcStore:
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+        self._repo = None
+
+    @property
+    def repo(self):
+        if self._repo is None:
+            from dvc.repo import Repo
+
+            self._repo = Repo(str(self.root))
+        return self._repo
+
+    def close(self) -> None:
+        if self._repo is not None:
+            self._repo.close()
+            self._repo = None
+
+    def cache_path(self, md5: str) -> Path:
+        return self.root / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]
+
+    def _remote_odb(self):
+        try:
+            return self.repo.cloud.get_remote_odb(REMOTE_NAME)
+        except Exception as exc:  # DVC raises many config/remote errors; report them all alike
+            raise StorageError(f"DVC remote '{REMOTE_NAME}' is not usable: {exc}",
+                               hint="check `.dvc/config` and credentials in `.dvc/config.local`") from None
+
+    def remote_url(self) -> str:
+        return self.repo.config["remote"][REMOTE_NAME]["url"]
+
+    # -- writing ---------------------------------------------------------
+    def add(self, path: Path) -> Pointer:
+        path = Path(path).resolve()
+        try:
+            with quiet():
+                self.repo.add(str(path))
+        except Exception as exc:
+            raise StorageError(f"dvc add {path.name} failed: {exc}") from None
+        return Pointer.parse(Path(str(path) + ".dvc").read_bytes(), str(path) + ".dvc")
+
+    def put(self, path: Path, name: str, md5: str | None = None) -> Pointer:
+        """Move ``path`` into the DVC cache (it is consumed), upload it, verify it arrived.
+
+        Returns the pointer to commit as ``<name>.dvc``. No workspace .dvc file is
+        written, so this works for files in git-ignored areas too.
+        """
+        from dvc_objects.fs.local import LocalFileSystem
+
+        path = Path(path)
+        md5 = md5 or md5_file(path)
+        pointer = Pointer(md5, path.stat().st_size, name)
+        dest = self.cache_path(md5)
+        if dest.exists() and dest.stat().st_size == pointer.size:
+            path.unlink()
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(path, 0o444)
+            os.replace(path, dest)
+        try:
+            with quiet():
+                self._remote_odb().add(str(dest), LocalFileSystem(), md5)
+        except StorageError:
+            raise
+        except Exception as exc:
+            raise StorageError(f"upload to {self.remote_url()} failed: {exc}",
+                               hint="is the storage reachable and writable?") from None
+        self.verify_remote(pointer)
+        return pointer
+
+    def push(self, dvc_file: Path, pointer: Pointer) -> None:
+        """Upload the object named by ``dvc_file`` and verify it arrived whole."""
+        try:
+            with quiet():
+                self.repo.push(targets=[str(Path(dvc_file).resolve())], remote=REMOTE_NAME)
+        except Exception as exc:
+            raise StorageError(f"upload to {self.remote_url()} failed: {exc}",
+                               hint="is the storage reachable and writable?") from None
+        self.verify_remote(pointer)
+
+    def verify_remote(self, pointer: Pointer) -> None:
+        odb = self._remote_odb()
+        path = odb.oid_to_path(pointer.md5)
+        try:
+            info = odb.fs.info(path)
+        except FileNotFoundError:
+            raise StorageError(f"object {pointer.md5} is missing from {self.remote_url()}") from None
+        except Exception as exc:
+            raise StorageError(f"cannot reach storage {self.remote_url()}: {exc}") from None
+        if int(info.get("size", -1)) != pointer.size:
+            raise IntegrityError(
+                f"object {pointer.md5} in storage has {info.get('size')} bytes, expected {pointer.size}"
+            )
+
+    # -- reading ---------------------------------------------------------
+    def reachable(self) -> tuple[bool, str]:
+        try:
+            odb = self._remote_odb()
+            odb.fs.ls(odb.path) if odb.fs.exists(odb.path) else None
+            return True, self.remote_url()
+        except Exception as exc:
+            return False, str(exc)
+
+    def fetch_object(self, pointer: Pointer, max_bytes: int | None = None) -> Path:
+        """The cache path of ``pointer``'s object, downloaded if needed, md5-verified."""
+        if max_bytes is not None and pointer.size > max_bytes:
+            raise IntegrityError(f"object {pointer.md5} is {pointer.size} bytes, over {max_bytes}")
+        dest = self.cache_path(pointer.md5)
+        if dest.exists() and dest.stat().st_size == pointer.size:
+            return dest
+        odb = self._remote_odb()
+        src = odb.oid_to_path(pointer.md5)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".fetch.")
+        os.close(fd)
+        try:
+            try:
+                odb.fs.get_file(src, tmp)
+            except FileNotFoundError:
+                raise StorageError(
+                    f"object {pointer.md5} is missing from storage {self.remote_url()}",
+                    hint="the uploader did not finish, or storage lost it",
+                ) from None
+            except Exception as exc:
+                raise StorageError(f"cannot read from storage {self.remote_url()}: {exc}") from None
+            size = os.path.getsize(tmp)
+            if max_bytes is not None and size > max_bytes:
+                raise IntegrityError(f"object {pointer.md5} is {size} bytes, over {max_bytes}")
+            if size != pointer.size or md5_file(Path(tmp)) != pointer.md5:
+                raise IntegrityError(
+                    f"object {pointer.md5} in storage does not match its hash (corrupted or tampered)",
+                    hint="the storage object must be re-uploaded by whoever holds the original",
+                )
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, dest)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        return dest
+
+    def materialize(self, pointer: Pointer, out: Path) -> None:
+        """Copy the cached object to ``out`` by temp file + rename (never a link to the cache)."""
+        src = self.fetch_object(pointer)
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+        os.close(fd)
+        try:
+            shutil.copyfile(src, tmp)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, out)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def md5_file(path: Path, chunk: int = 8 * 1024 * 1024) -> str:
+    h = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()

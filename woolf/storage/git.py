@@ -1,0 +1,180 @@
+"""The real `git` binary, called with a clean environment.
+
+Usage:
+    g = Git(repo_dir)
+    head = g.rev_parse("refs/heads/main")
+    blob = g.show_bytes(f"{head}:ledger/woolf.toml")
+    commit = g.commit_tree_with(head, {"path/in/tree": b"content"}, message, parents=[head])
+    g.push("origin", [(commit, "refs/heads/main")], leases={"refs/heads/main": head})
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from woolf.errors import ForgeError, NotALedgerError, RaceLostError, WoolfError
+
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "woolf",
+    "GIT_AUTHOR_EMAIL": "woolf@localhost",
+    "GIT_COMMITTER_NAME": "woolf",
+    "GIT_COMMITTER_EMAIL": "woolf@localhost",
+}
+
+
+def clean_env(extra: dict | None = None) -> dict:
+    """The caller's environment without GIT_* (a hook or CI job may set GIT_DIR and friends)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    env["LC_ALL"] = "C"
+    if extra:
+        env.update(extra)
+    return env
+
+
+class GitError(WoolfError):
+    def __init__(self, args, returncode, stderr):
+        cmd = "git " + " ".join(args)
+        super().__init__(f"`{cmd}` failed ({returncode}): {stderr.strip()[-800:]}")
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+class Git:
+    def __init__(self, cwd: Path, identity: dict | None = None):
+        self.cwd = Path(cwd)
+        self.identity = identity or {}
+
+    def run(self, *args: str, input: bytes | None = None, env: dict | None = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+        extra = {**self._identity_env(), **(env or {})}
+        proc = subprocess.run(
+            ["git", *args], cwd=self.cwd, input=input, capture_output=True,
+            env=clean_env(extra),
+        )
+        if check and proc.returncode != 0:
+            raise GitError(args, proc.returncode, proc.stderr.decode(errors="replace"))
+        return proc
+
+    def _identity_env(self) -> dict:
+        env = dict(_IDENTITY)
+        name = self.identity.get("name")
+        if name:
+            env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = name
+            env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = f"{name}@woolf.local"
+        return env
+
+    def out(self, *args: str, **kw) -> str:
+        return self.run(*args, **kw).stdout.decode().strip()
+
+    # -- reading ---------------------------------------------------------
+    def rev_parse(self, rev: str) -> str | None:
+        proc = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+        return proc.stdout.decode().strip() or None
+
+    def show_bytes(self, spec: str) -> bytes | None:
+        proc = self.run("cat-file", "blob", spec, check=False)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def message(self, commit: str) -> str:
+        return self.run("cat-file", "commit", commit).stdout.decode().split("\n\n", 1)[1]
+
+    def parents(self, commit: str) -> list[str]:
+        return self.out("rev-list", "--parents", "-n", "1", commit).split()[1:]
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        return self.run("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
+
+    def ls_tree(self, commit: str) -> dict[str, tuple[str, str, str]]:
+        """{path: (mode, type, object)} for every entry, recursively."""
+        raw = self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout.decode()
+        entries = {}
+        for item in filter(None, raw.split("\0")):
+            meta, path = item.split("\t", 1)
+            mode, typ, obj = meta.split()
+            entries[path] = (mode, typ, obj)
+        return entries
+
+    def changed_paths(self, a: str, b: str) -> list[str]:
+        raw = self.run("diff-tree", "-r", "-z", "--no-renames", "--name-only", a, b).stdout
+        return [p for p in raw.decode().split("\0") if p]
+
+    def diff_raw(self, a: str, b: str) -> list[tuple[str, str, str, str]]:
+        """(old mode, new mode, status letter, path) for each change from a to b."""
+        raw = self.run("diff-tree", "-r", "-z", "--no-renames", "--raw", a, b).stdout.decode()
+        parts = raw.split("\0")
+        out = []
+        for meta, path in zip(parts[0::2], parts[1::2], strict=False):
+            if not meta:
+                continue
+            old_mode, new_mode, _, _, status = meta.lstrip(":").split()
+            out.append((old_mode, new_mode, status, path))
+        return out
+
+    def refs(self, pattern: str) -> dict[str, str]:
+        raw = self.out("for-each-ref", "--format=%(refname) %(objectname)", pattern)
+        pairs = (line.split(" ", 1) for line in raw.splitlines() if line)
+        return {ref: sha for ref, sha in pairs}
+
+    # -- writing ---------------------------------------------------------
+    def commit_tree_with(self, base: str, files: dict[str, bytes | None], message: str,
+                         parents: list[str]) -> str:
+        """A commit whose tree is ``base``'s tree with ``files`` written (None deletes).
+
+        Uses a private index file: the working tree and the real index are untouched.
+        """
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            self.run("read-tree", base, env=env)
+            for path, data in files.items():
+                if data is None:
+                    self.run("update-index", "--force-remove", path, env=env)
+                    continue
+                blob = self.run("hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
+                self.run("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
+            tree = self.out("write-tree", env=env)
+        args = ["commit-tree", tree]
+        for p in parents:
+            args += ["-p", p]
+        return self.out(*args, "-F", "-", input=message.encode())
+
+    def push(self, remote: str, updates: list[tuple[str, str]],
+             leases: dict[str, str | None]) -> None:
+        """Atomically set refs on ``remote``; each lease is a compare-and-swap.
+
+        leases[ref] = expected sha, or None for "must not exist yet". Raises
+        RaceLostError when another writer got there first.
+        """
+        args = ["push", "--atomic", "--porcelain", "--no-verify"]
+        for ref, expect in leases.items():
+            args.append(f"--force-with-lease={ref}:{expect or ''}")
+        args.append(remote)
+        args += [f"{src}:{dst}" for src, dst in updates]
+        proc = self.run(*args, check=False)
+        if proc.returncode == 0:
+            return
+        text = (proc.stdout + proc.stderr).decode(errors="replace")
+        if "stale info" in text or "rejected" in text or "atomic push failed" in text:
+            raise RaceLostError(f"push to {remote} lost a race: {text.strip()[-400:]}")
+        raise ForgeError(f"push to {remote} failed: {text.strip()[-800:]}",
+                         hint="is the origin reachable and writable?")
+
+    def fetch(self, remote: str, *refspecs: str) -> None:
+        proc = self.run("fetch", "--quiet", "--no-tags", "--prune", remote, *refspecs, check=False)
+        if proc.returncode != 0:
+            raise ForgeError(
+                f"cannot fetch from {remote}: {proc.stderr.decode(errors='replace').strip()[-400:]}",
+                hint="check that the origin exists and you can reach it",
+            )
+
+
+def toplevel(path: Path) -> Path:
+    proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path,
+                          capture_output=True, env=clean_env())
+    if proc.returncode != 0:
+        raise NotALedgerError(f"{path} is not inside a git repository",
+                              hint="run this inside a ledger clone, or `woolf init PATH`")
+    return Path(proc.stdout.decode().strip())

@@ -1,0 +1,233 @@
+"""The validator: staleness from ancestry, attenuated merge, benchmark gate, fast-forward main.
+
+Usage:
+    v = Validator(ledger, device="auto", name="ci-gpu-1")
+    verdicts = v.run()                 # every open PR, in submission order
+    v.watch(interval=2.0, stop=lambda: False, on_verdict=print)
+
+Safety: the PR is read as git objects and one safetensors file; model and
+evaluation code come from this checkout. Candidate weights are uploaded and
+verified before the atomic push that moves main and records the verdict, so a
+crash leaves main old or new, never pointing at missing weights; a lost race
+re-fetches and re-evaluates.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from woolf import layout
+from woolf.admission import Admitted, Rejected, admit
+from woolf.core.merge import apply_delta, merge_scale
+from woolf.core.policy import decide
+from woolf.core.staleness import attenuation
+from woolf.core.trailers import format_message
+from woolf.errors import IntegrityError, InvalidWeightsError, RaceLostError, StorageError
+from woolf.forges.local import LocalForge
+from woolf.storage.weights import compare_spec, hashes_of_file, load_checked, read_spec, save_atomic
+from woolf.workloads.base import load_workload, resolve_device
+
+ORIGIN_MAIN = "refs/remotes/origin/main"
+MAX_RACES = 8
+
+
+@dataclass
+class Verdict:
+    id: str
+    accepted: bool
+    state: str
+    reason: str
+    contributor: str | None = None
+    base_version: int | None = None
+    version: int | None = None
+    staleness: int | None = None
+    attenuation: float | None = None
+    metrics: dict = field(default_factory=lambda: {"before": None, "after": None})
+    timings: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class _Timer(dict):
+    @contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self[name] = round(self.get(name, 0.0) + time.perf_counter() - t0, 4)
+
+
+class Validator:
+    def __init__(self, ledger, device: str = "auto", name: str | None = None, forge=None):
+        self.ledger = ledger
+        self.ledger.main_ref = ORIGIN_MAIN
+        self.device = resolve_device(device)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.forge = forge or LocalForge.for_ledger(ledger)
+        self._eval_cache: dict[str, dict] = {}
+        self._merged_cache: tuple[str, set[str]] | None = None
+
+    # -- queue -----------------------------------------------------------------
+    def run(self, ids: list[str] | None = None, on_verdict=None) -> list[Verdict]:
+        self.ledger.fetch()
+        queue = [pr.id for pr in self.forge.list(state="open", local_only=True)]
+        if ids:
+            unknown = set(ids) - set(queue)
+            for sub_id in sorted(unknown):
+                self.forge.get(sub_id, fetch=False)  # raises for an unknown id
+            queue = [i for i in queue if i in ids]
+        verdicts = []
+        for sub_id in sorted(queue):  # ids start with a UTC timestamp: submission order
+            verdict = self.validate_one(sub_id)
+            if verdict is not None:
+                verdicts.append(verdict)
+                if on_verdict:
+                    on_verdict(verdict)
+        return verdicts
+
+    def watch(self, interval: float = 2.0, stop=lambda: False, on_verdict=None) -> list[Verdict]:
+        verdicts: list[Verdict] = []
+        while not stop():
+            done = self.run(on_verdict=on_verdict)
+            verdicts += done
+            if not done:
+                time.sleep(interval)
+        return verdicts
+
+    # -- one PR ----------------------------------------------------------------
+    def validate_one(self, sub_id: str) -> Verdict | None:
+        """The verdict this validator recorded, or None if another validator got there first."""
+        for _ in range(MAX_RACES):
+            timer = _Timer()
+            with timer("fetch"):
+                self.ledger.fetch()
+                self.ledger._config = None
+                pr = self.forge.get(sub_id, fetch=False)
+                if pr.state != "open":
+                    return None
+                main = self.ledger.head()
+            verdict = Verdict(pr.id, False, "rejected", "", pr.contributor, pr.base_version)
+            try:
+                verdict = self._evaluate(pr, main, verdict, timer)
+            except Rejected as exc:
+                verdict.reason = exc.message
+            if not verdict.accepted:
+                with timer("push"):
+                    try:
+                        self.forge.reject(pr, verdict.reason, self._fields(verdict, timer))
+                    except RaceLostError:
+                        return None
+                verdict.timings = dict(timer)
+                return verdict
+            try:
+                self._merge(pr, main, verdict, timer)
+                return verdict
+            except RaceLostError:
+                continue  # main moved or another validator decided: re-fetch, re-check, re-evaluate
+        raise RaceLostError(f"gave up on {sub_id} after {MAX_RACES} lost races")
+
+    def _merged_deltas(self, main) -> set[str]:
+        if self._merged_cache and self._merged_cache[0] == main.commit:
+            return self._merged_cache[1]
+        found = {v.delta_sha256 for v in self.ledger.log() if v.delta_sha256}
+        self._merged_cache = (main.commit, found)
+        return found
+
+    def _evaluate(self, pr, main, verdict: Verdict, timer: _Timer) -> Verdict:
+        cfg = self.ledger.config
+        with timer("checks"):
+            adm: Admitted = admit(self.ledger, pr, main, self._merged_deltas(main))
+        verdict.base_version, verdict.staleness = adm.base.version, adm.staleness
+        verdict.contributor = adm.meta["contributor"]
+        verdict.attenuation = attenuation(cfg.merge.staleness, adm.staleness)
+        with timer("load"):
+            current_path = self.ledger.weights_path(main)
+            current_spec = read_spec(current_path, cfg.limits, "current weights")
+            delta = self._load_delta(adm, current_spec)
+            current = self.ledger.load_weights(main)
+        with timer("checks"):
+            self._check_norm(current, delta)
+        scale = merge_scale(cfg.merge.alpha_base, verdict.attenuation)
+        with timer("merge"):
+            candidate = apply_delta(current, delta, scale)
+        wl = load_workload(cfg.workload)
+        bench = self.ledger.benchmark()
+        with timer("evaluation"):
+            before = self._eval_cache.get(main.commit)
+            if before is None:
+                before = self._eval_cache[main.commit] = wl.evaluate(current, bench, self.device)
+            after = wl.evaluate(candidate, bench, self.device)
+        verdict.metrics = {"before": before, "after": after}
+        decision = decide(cfg.policy, before, after)
+        verdict.reason = decision.reason
+        if decision.accepted:
+            verdict.accepted, verdict.state = True, "merged"
+            self._candidate = candidate
+        return verdict
+
+    def _load_delta(self, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
+        cfg = self.ledger.config
+        try:
+            path = self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes)
+        except IntegrityError as exc:
+            raise Rejected(f"delta object: {exc.message}") from None
+        except StorageError as exc:
+            raise Rejected(f"delta object unavailable: {exc.message}") from None
+        md5, sha = hashes_of_file(path)
+        if sha != adm.meta["delta"]["sha256"]:
+            raise Rejected("delta bytes do not match the sha256 in submission.json")
+        try:
+            spec = read_spec(path, cfg.limits, "delta")
+            compare_spec(spec, expect_spec, "delta")
+            return load_checked(path, cfg.limits, expect=expect_spec, label="delta")
+        except InvalidWeightsError as exc:
+            raise Rejected(exc.message) from None
+
+    def _check_norm(self, current, delta) -> None:
+        limit = self.ledger.config.limits.max_delta_norm_ratio
+        w2 = sum(float(t.double().pow(2).sum()) for t in current.values() if t.is_floating_point())
+        d2 = sum(float(t.double().pow(2).sum()) for t in delta.values() if t.is_floating_point())
+        ratio = math.sqrt(d2) / max(math.sqrt(w2), 1e-12)
+        if not math.isfinite(ratio) or ratio > limit:
+            raise Rejected(f"delta norm is {ratio:.3g}x the model's norm, over the limit of {limit:g}")
+
+    def _fields(self, v: Verdict, timer: _Timer) -> dict:
+        return {
+            "Woolf-Contributor": v.contributor, "Woolf-Base-Version": v.base_version,
+            "Woolf-Staleness": v.staleness, "Woolf-Attenuation": v.attenuation,
+            "Woolf-Metrics-Before": v.metrics.get("before"), "Woolf-Metrics-After": v.metrics.get("after"),
+            "Woolf-Validator": self.name, "Woolf-Timings": dict(timer),
+        }
+
+    def _merge(self, pr, main, verdict: Verdict, timer: _Timer) -> None:
+        cfg = self.ledger.config
+        candidate, self._candidate = self._candidate, None
+        tmp = self.ledger.root / layout.WORK / "validator" / f"candidate-{pr.id}.safetensors"
+        with timer("upload"):
+            save_atomic(candidate, tmp)
+            md5, sha = hashes_of_file(tmp)
+            pointer = self.ledger.store.put(tmp, "model.safetensors", md5=md5)
+        verdict.version = main.version + 1
+        fields = {"Woolf-Version": verdict.version, "Woolf-Submission": pr.id,
+                  "Woolf-Reason": verdict.reason, "Woolf-Alpha": cfg.merge.alpha_base,
+                  "Woolf-Staleness-Function": cfg.merge.staleness.kind,
+                  "Woolf-Delta-Sha256": pr.submission["delta"]["sha256"],
+                  "Woolf-Weights-Sha256": sha, **self._fields(verdict, timer)}
+        message = format_message(
+            f"woolf: version {verdict.version} from {verdict.contributor} "
+            f"(staleness {verdict.staleness}, attenuation {verdict.attenuation:.3f})", fields)
+        commit = self.ledger.git.commit_tree_with(main.commit, {layout.POINTER: pointer.render()}, message,
+                                                  parents=[main.commit, pr.head])
+        with timer("push"):
+            self.forge.merge(pr, commit, main.commit)
+        verdict.timings = dict(timer)
+

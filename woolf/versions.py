@@ -1,0 +1,84 @@
+"""Model versions read from git's first-parent history and commit trailers.
+
+Usage:
+    versions = read_versions(git, "refs/heads/main", limit=10)   # newest first
+    versions[0].version, versions[0].to_json()
+
+Reading the whole history is one `git log` call: no checkout, no download.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from woolf.core.trailers import float_field, int_field, json_field, parse_message
+from woolf.storage.git import Git
+
+
+@dataclass
+class Version:
+    version: int
+    commit: str
+    time: int  # commit time, unix seconds
+    subject: str
+    base_version: int | None = None
+    staleness: int | None = None
+    attenuation: float | None = None
+    alpha: float | None = None
+    contributor: str | None = None
+    submission: str | None = None
+    metrics: dict | None = None  # the candidate's benchmark metrics (after the merge)
+    metrics_before: dict | None = None
+    weights_sha256: str | None = None
+    delta_sha256: str | None = None
+    validator: str | None = None
+    timings: dict | None = None
+    parents: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def version_from_message(commit: str, parents: list[str], time: int, message: str) -> Version | None:
+    subject, f = parse_message(message)
+    number = int_field(f, "Woolf-Version")
+    if number is None:
+        return None
+    return Version(
+        version=number,
+        commit=commit,
+        time=time,
+        subject=subject,
+        base_version=int_field(f, "Woolf-Base-Version"),
+        staleness=int_field(f, "Woolf-Staleness"),
+        attenuation=float_field(f, "Woolf-Attenuation"),
+        alpha=float_field(f, "Woolf-Alpha"),
+        contributor=f.get("Woolf-Contributor"),
+        submission=f.get("Woolf-Submission"),
+        metrics=json_field(f, "Woolf-Metrics-After") or json_field(f, "Woolf-Metrics"),
+        metrics_before=json_field(f, "Woolf-Metrics-Before"),
+        weights_sha256=f.get("Woolf-Weights-Sha256"),
+        delta_sha256=f.get("Woolf-Delta-Sha256"),
+        validator=f.get("Woolf-Validator"),
+        timings=json_field(f, "Woolf-Timings"),
+        parents=parents,
+    )
+
+
+def read_versions(git: Git, ref: str, limit: int | None = None, skip: int = 0) -> list[Version]:
+    args = ["log", "--first-parent", "--format=%H%x1f%P%x1f%ct%x1f%B%x1e"]
+    if limit is not None:
+        args.append(f"-n{limit}")
+    if skip:
+        args.append(f"--skip={skip}")
+    raw = git.run(*args, ref).stdout.decode("utf-8", errors="replace")
+    versions = []
+    for record in raw.split("\x1e"):
+        record = record.strip("\n")
+        if not record:
+            continue
+        commit, parents, time, message = record.split("\x1f", 3)
+        v = version_from_message(commit, parents.split(), int(time), message)
+        if v is not None:
+            versions.append(v)
+    return versions

@@ -1,0 +1,1 @@
+"""Workloads: the model, its training and its evaluation, behind one interface."""

@@ -1,0 +1,139 @@
+"""Built-in workload `charlm`: a small causal byte-level transformer.
+
+Usage:
+    wl = CharLM(d_model=64, n_layer=2)
+    w0 = wl.genesis(seed=0)
+    w1, summary = wl.train(w0, wl.default_data("alice", 0), steps=60)
+    wl.evaluate(w1, wl.benchmark_bytes())          # {"loss": nats per byte, "bpb": bits per byte}
+
+Sized so that a useful contribution takes seconds on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from woolf.errors import UsageError
+from woolf.workloads import corpus
+from woolf.workloads.base import Progress, TrainData
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, d_model: int, n_layer: int, n_head: int, context: int):
+        super().__init__()
+        self.tok = nn.Embedding(256, d_model)
+        self.pos = nn.Embedding(context, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
+        self.ln = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, 256, bias=False)
+
+    def forward(self, idx):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.tok(idx) + self.pos(pos)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+class CharLM:
+    name = "charlm"
+
+    def __init__(self, d_model: int = 64, n_layer: int = 2, n_head: int = 4, context: int = 64,
+                 batch_size: int = 16, lr: float = 3e-3, benchmark_bytes: int = 32768,
+                 shard_files: int = 8):
+        self.d_model, self.n_layer, self.n_head, self.context = d_model, n_layer, n_head, context
+        self.batch_size, self.lr = batch_size, lr
+        self.benchmark_size, self.shard_files = benchmark_bytes, shard_files
+
+    def model(self) -> TinyGPT:
+        return TinyGPT(self.d_model, self.n_layer, self.n_head, self.context)
+
+    def genesis(self, seed: int = 0) -> dict[str, torch.Tensor]:
+        torch.manual_seed(seed)
+        return {k: v.detach().clone().contiguous() for k, v in self.model().state_dict().items()}
+
+    def benchmark_bytes(self) -> bytes:
+        return corpus.benchmark_text(self.benchmark_size)
+
+    def default_data(self, contributor: str, base_version: int) -> TrainData:
+        files = corpus.assign_shard(contributor, base_version, self.shard_files)
+        return TrainData([corpus.read(f) for f in files], f"shard:{contributor}@v{base_version}", files)
+
+    def data_from_path(self, path: str) -> TrainData:
+        p = Path(path)
+        files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
+        texts = [f.read_bytes() for f in files if f.exists()]
+        if sum(len(t) for t in texts) < self.context + 2:
+            raise UsageError(f"--data {path}: not enough text to train on (need {self.context + 2}+ bytes)")
+        return TrainData(texts, str(p), [str(f) for f in files])
+
+    def _load(self, weights, device):
+        m = self.model()
+        m.load_state_dict(weights, strict=True)
+        return m.to(device)
+
+    def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0,
+              progress: Progress | None = None):
+        text = torch.frombuffer(bytearray(b"\n".join(data.texts)), dtype=torch.uint8).long()
+        if len(text) < self.context + 2:
+            raise UsageError("training data is shorter than one context window")
+        gen = torch.Generator().manual_seed(seed)
+        model = self._load(weights, device).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=0.0)
+        t0, losses = time.perf_counter(), []
+        for step in range(1, steps + 1):
+            ix = torch.randint(len(text) - self.context - 1, (self.batch_size,), generator=gen)
+            x = torch.stack([text[i : i + self.context] for i in ix]).to(device)
+            y = torch.stack([text[i + 1 : i + 1 + self.context] for i in ix]).to(device)
+            loss = F.cross_entropy(model(x).view(-1, 256), y.view(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.item())
+            if progress:
+                progress(step, steps, losses[-1])
+        secs = time.perf_counter() - t0
+        out = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+        tail = losses[-max(1, steps // 5):]
+        return out, {"steps": steps, "seconds": round(secs, 3), "train_loss": sum(tail) / len(tail),
+                     "tokens": steps * self.batch_size * self.context, "data": data.source}
+
+    @torch.no_grad()
+    def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
+        model = self._load(weights, device).eval()
+        data = torch.frombuffer(bytearray(benchmark), dtype=torch.uint8).long()
+        n = (len(data) - 1) // self.context
+        x = data[: n * self.context].view(n, self.context)
+        y = data[1 : n * self.context + 1].view(n, self.context)
+        total, count = 0.0, 0
+        for i in range(0, n, 256):
+            xb, yb = x[i : i + 256].to(device), y[i : i + 256].to(device)
+            logits = model(xb).float()
+            total += F.cross_entropy(logits.view(-1, 256), yb.reshape(-1), reduction="sum").item()
+            count += yb.numel()
+        loss = total / max(count, 1)
+        return {"loss": loss, "bpb": loss / math.log(2)}
