@@ -83,6 +83,7 @@ class Ledger:
                 f"{root} is a git repository but not a ledger (no {layout.CONFIG} on main)",
                 hint="clone a ledger, or create one with `woolf init PATH`",
             )
+        ledger.config  # a bad config is reported before anything else happens
         return ledger
 
     @classmethod
@@ -166,7 +167,8 @@ class Ledger:
         ref = ref or self.main_ref
         versions = read_versions(self.git, ref, limit=1)
         if not versions:
-            raise NotALedgerError(f"{ref} holds no version commit")
+            raise IntegrityError(f"the tip of {ref} is not a version commit (no Woolf-Version trailer)",
+                                 hint="main must only move by `woolf init` and validator merges")
         return versions[0]
 
     def log(self, limit: int | None = None, ref: str | None = None) -> list[Version]:

@@ -198,9 +198,10 @@ class DvcStore:
     def reachable(self) -> tuple[bool, str]:
         try:
             odb = self._remote_odb()
-            odb.fs.ls(odb.path) if odb.fs.exists(odb.path) else None
+            if not odb.fs.exists(odb.path):
+                return False, f"{self.remote_url()} does not exist or holds no DVC objects"
             return True, self.remote_url()
-        except Exception as exc:
+        except Exception as exc:  # any transport or credential error means "unreachable"
             return False, str(exc)
 
     def fetch_object(self, pointer: Pointer, max_bytes: int | None = None) -> Path:
