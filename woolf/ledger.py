@@ -83,7 +83,7 @@ class Ledger:
                 f"{root} is a git repository but not a ledger (no {layout.CONFIG} on main)",
                 hint="clone a ledger, or create one with `woolf init PATH`",
             )
-        ledger.config  # a bad config is reported before anything else happens
+        _ = ledger.config  # a bad config is reported before anything else happens
         return ledger
 
     @classmethod

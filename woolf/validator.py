@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import socket
 import time
 from contextlib import contextmanager
@@ -36,6 +37,12 @@ from woolf.workloads.base import load_workload, resolve_device
 
 ORIGIN_MAIN = "refs/remotes/origin/main"
 MAX_RACES = 8
+
+
+def _failpoint(name: str) -> None:
+    """Crash tests set WOOLF_FAILPOINT to kill -9 this process at a named step."""
+    if os.environ.get("WOOLF_FAILPOINT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -216,6 +223,7 @@ class Validator:
             save_atomic(candidate, tmp)
             md5, sha = hashes_of_file(tmp)
             pointer = self.ledger.store.put(tmp, "model.safetensors", md5=md5)
+        _failpoint("after-upload")
         verdict.version = main.version + 1
         fields = {"Woolf-Version": verdict.version, "Woolf-Submission": pr.id,
                   "Woolf-Reason": verdict.reason, "Woolf-Alpha": cfg.merge.alpha_base,
@@ -227,7 +235,9 @@ class Validator:
             f"(staleness {verdict.staleness}, attenuation {verdict.attenuation:.3f})", fields)
         commit = self.ledger.git.commit_tree_with(main.commit, {layout.POINTER: pointer.render()}, message,
                                                   parents=[main.commit, pr.head])
+        _failpoint("before-push")
         with timer("push"):
             self.forge.merge(pr, commit, main.commit)
+        _failpoint("after-push")
         verdict.timings = dict(timer)
 

@@ -120,10 +120,11 @@ class Git:
         return {ref: sha for ref, sha in pairs}
 
     # -- writing ---------------------------------------------------------
-    def commit_tree_with(self, base: str, files: dict[str, bytes | None], message: str,
-                         parents: list[str]) -> str:
+    def commit_tree_with(self, base: str, files: dict[str, bytes | tuple[str, bytes] | None],
+                         message: str, parents: list[str]) -> str:
         """A commit whose tree is ``base``'s tree with ``files`` written (None deletes).
 
+        A value may be (mode, bytes) for another mode than 100644 (tests build symlinks so).
         Uses a private index file: the working tree and the real index are untouched.
         """
         with tempfile.TemporaryDirectory() as tmp:
@@ -133,8 +134,9 @@ class Git:
                 if data is None:
                     self.run("update-index", "--force-remove", path, env=env)
                     continue
+                mode, data = data if isinstance(data, tuple) else ("100644", data)
                 blob = self.run("hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
-                self.run("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
+                self.run("update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=env)
             tree = self.out("write-tree", env=env)
         args = ["commit-tree", tree]
         for p in parents:

@@ -1,0 +1,45 @@
+"""Build hand-made (often hostile) submissions for validator tests.
+
+Usage:
+    sub_id = craft_pr(ledger, tensors=delta)                        # a well-formed PR
+    craft_pr(ledger, raw=b"junk", extra_files={"ledger/woolf.toml": b"..."})
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import tempfile
+from pathlib import Path
+
+from safetensors.torch import save
+
+from woolf import layout
+from woolf.forges.local import LocalForge
+from woolf.storage.weights import hashes_of_file
+
+
+def craft_pr(led, tensors=None, raw: bytes | None = None, extra_files=None, meta_patch=None,
+             base=None, parent: str | None = None, who: str = "mallory", files_patch=None) -> str:
+    led.fetch()
+    base = base or led.head("refs/remotes/origin/main")
+    sub_id = f"20261129T000000{secrets.randbelow(999):03d}Z-{who}-{secrets.token_hex(4)}"
+    data = raw if raw is not None else save(tensors)
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "delta.safetensors"
+        p.write_bytes(data)
+        md5, sha = hashes_of_file(p)
+        ptr = led.store.put(p, "delta.safetensors", md5=md5)
+    meta = {"schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
+            "base_commit": base.commit, "message": "",
+            "delta": {"kind": "dense", "sha256": sha, "md5": md5, "size": len(data)}}
+    meta.update(meta_patch or {})
+    _, ptr_rel, meta_rel = layout.submission_paths(sub_id)
+    files = {ptr_rel: ptr.render(), meta_rel: json.dumps(meta).encode()}
+    files.update(extra_files or {})
+    if files_patch:
+        files = files_patch(files, sub_id)
+    parent = parent or base.commit
+    commit = led.git.commit_tree_with(parent, files, f"crafted {sub_id}\n", parents=[parent])
+    LocalForge.for_ledger(led).open(sub_id, commit)
+    return sub_id
