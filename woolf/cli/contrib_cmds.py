@@ -84,6 +84,12 @@ def pr():
     """The pull-request queue."""
 
 
+def _short_reason(reason: str | None) -> str:
+    if not reason:
+        return ""
+    return reason if len(reason) <= 60 else reason[:57] + "..."
+
+
 @pr.command("list")
 @click.option("--state", type=click.Choice(["open", "merged", "rejected", "withdrawn"]))
 @json_option
@@ -96,10 +102,12 @@ def pr_list(app: App, state, as_json):
     if as_json:
         app.emit_json([p.to_json() for p in prs])
         return
-    table = Table("id", "state", "contributor", "base", "version", "reason")
+    table = Table("id", "state", "who", "base", "stale", "version", "reason")
+    table.columns[0].no_wrap = True
     for p in prs:
         table.add_row(p.id, p.state, p.contributor or "-", str(p.base_version),
-                      "-" if p.version is None else str(p.version), (p.reason or "")[:70])
+                      "-" if p.staleness is None else str(p.staleness),
+                      "-" if p.version is None else str(p.version), _short_reason(p.reason))
     app.console.print(table)
 
 

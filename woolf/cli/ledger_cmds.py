@@ -86,10 +86,13 @@ def log(app: App, limit, show_all, as_json):
                       v.contributor or "-", _fmt_metrics(v.metrics))
     app.console.print(table)
     if verdicts is not None:
-        vt = Table("submission", "state", "contributor", "base", "version", "reason")
+        vt = Table("submission", "state", "who", "base", "version", "reason")
+        vt.columns[0].no_wrap = True
         for pr in verdicts:
+            reason = pr["reason"] or ""
             vt.add_row(pr["id"], pr["state"], pr["contributor"] or "-", str(pr["base_version"]),
-                       "-" if pr.get("version") is None else str(pr["version"]), (pr["reason"] or "")[:80])
+                       "-" if pr.get("version") is None else str(pr["version"]),
+                       reason if len(reason) <= 60 else reason[:57] + "...")
         app.console.print(vt)
 
 

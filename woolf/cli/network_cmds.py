@@ -1,3 +1,68 @@
-"""Commands that run a whole network or describe one: demo, report."""
+"""Commands that run a whole network or describe one: demo, report.
 
-COMMANDS: list = []
+Usage:
+    woolf demo --quick; woolf report --out report/
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from woolf.cli.app import App, json_option, pass_app
+
+
+@click.command()
+@click.option("--participants", type=int, help="Participant processes [default: 3; --quick 2].")
+@click.option("--rounds", type=int, help="Contributions per participant [default: 4; --quick 2].")
+@click.option("--validators", type=int, help="Validator processes [default: 2; --quick 1].")
+@click.option("--steps", type=int, help="Training steps per contribution (default 60, --quick 30).")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default="woolf-demo",
+              show_default=True, help="Where the hub is built (an earlier demo hub there is replaced).")
+@click.option("--quick", is_flag=True, help="Smaller run: 2 participants x 2 rounds, 1 validator.")
+@json_option
+@pass_app
+def demo(app: App, participants, rounds, validators, steps, directory, quick, as_json):
+    """Run a whole decentralized training network on this machine."""
+    from woolf.network.demo import run_demo
+
+    def pick(value, full, small):
+        return value if value is not None else (small if quick else full)
+
+    participants, rounds, validators = pick(participants, 3, 2), pick(rounds, 4, 2), pick(validators, 2, 1)
+    r = run_demo(app.cwd / directory, participants=participants, rounds=rounds, validators=validators,
+                 steps=steps, quick=quick, console=app.err if as_json else app.console)
+    if as_json:
+        app.emit_json(r.to_json())
+        return
+    c = app.console
+    c.rule("summary" + (" (INTERRUPTED)" if r.interrupted else ""))
+    c.print(f"versions merged: {r.versions_merged}   PRs rejected: {r.prs_rejected}")
+    for reason, n in r.rejections.items():
+        c.print(f"  rejected x{n}: {reason}")
+    c.print(f"benchmark loss: genesis {r.genesis_loss:.4f} -> final {r.final_loss:.4f}")
+    if r.baseline_loss is not None:
+        c.print(f"centralized baseline ({r.total_steps} steps, one worker): {r.baseline_loss:.4f}")
+    c.print(f"wall time: {r.wall_seconds:.1f}s   hub: {r.dir}")
+    if r.report:
+        c.print(f"report: {r.report}")
+    c.print(f"try: git clone {r.dir}/hub.git mine && cd mine && woolf log")
+
+
+@click.command()
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default="report", show_default=True)
+@json_option
+@pass_app
+def report(app: App, out, as_json):
+    """Write an HTML page, PNG plots and a markdown summary of this ledger."""
+    from woolf.report import build_report
+
+    paths = build_report(app.ledger(), app.cwd / out)
+    if as_json:
+        app.emit_json({k: [str(p) for p in v] if isinstance(v, list) else str(v) for k, v in paths.items()})
+        return
+    app.console.print(f"report: {paths['html']}\nsummary: {paths['markdown']}")
+
+
+COMMANDS = [demo, report]

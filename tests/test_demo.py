@@ -1,0 +1,99 @@
+"""`woolf demo` end to end (small settings), its hub audited, its report in real headless Chromium."""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from woolf.audit import audit
+from woolf.errors import UsageError
+from woolf.ledger import Ledger
+from woolf.network.demo import run_demo
+from woolf.network.hub import prepare_dir
+
+from .conftest import git
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("demo") / "hub"
+    result = run_demo(root, participants=2, rounds=2, validators=2, steps=15, quick=True)
+    return root, result
+
+
+def test_demo_runs_end_to_end_and_hub_passes_audit(demo_run, tmp_path):
+    root, r = demo_run
+    assert not r.interrupted
+    assert r.versions_merged >= 1
+    assert r.versions_merged + r.prs_rejected == 4  # every PR got exactly one verdict
+    assert r.final_loss < r.genesis_loss - 1.0  # learning is visible
+    assert r.baseline_loss is not None and r.baseline_loss < r.genesis_loss
+    git("clone", "-q", str(root / "hub.git"), str(tmp_path / "mine"), cwd=tmp_path)
+    mine = Ledger.open(tmp_path / "mine")
+    assert mine.head().version == r.versions_merged
+    assert audit(mine).ok
+
+
+def test_demo_refuses_foreign_dir_and_bad_counts(tmp_path):
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(UsageError, match="not an earlier demo hub"):
+        prepare_dir(tmp_path)
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+    with pytest.raises(UsageError, match="at least one participant"):
+        run_demo(tmp_path / "x", participants=0)
+    with pytest.raises(UsageError, match="at least one participant"):
+        run_demo(tmp_path / "x", validators=0)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_report_renders_in_headless_chromium(demo_run, tmp_path):
+    root, _ = demo_run
+    page = root / "report" / "index.html"
+    assert page.exists() and (root / "report" / "summary.md").exists()
+    base = [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*base, "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "CONSOLE" not in dom.stderr, dom.stderr  # no console errors or messages
+    html = dom.stdout
+    for table in ("summary", "versions", "prs"):
+        assert f'id="{table}"' in html or f"id='{table}'" in html
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(images) == 3
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
+    shot = tmp_path / "shot.png"
+    subprocess.run([*base, "--window-size=1000,1200", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    assert shot.stat().st_size > 20_000  # a page with plots, not a blank one
+
+
+def test_ctrl_c_stops_children_and_leaves_a_usable_hub(tmp_path):
+    import signal
+    import sys
+    import time
+
+    hub = tmp_path / "hub"
+    proc = subprocess.Popen([sys.executable, "-m", "woolf", "demo", "--quick", "--steps", "15",
+                             "--dir", str(hub)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    deadline = time.time() + 120
+    while not (hub / "logs" / "p1.log").exists() and time.time() < deadline:
+        time.sleep(0.5)
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert "INTERRUPTED" in out, out
+    workers = subprocess.run(["pgrep", "-f", f"woolf.network.worker .*{hub}"], capture_output=True, text=True)
+    assert workers.stdout.strip() == "", "children still running"
+    git("clone", "-q", str(hub / "hub.git"), str(tmp_path / "mine"), cwd=tmp_path)
+    assert audit(Ledger.open(tmp_path / "mine")).ok

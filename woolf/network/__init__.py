@@ -1,0 +1,1 @@
+"""A whole training network on one machine: hub, participant and validator processes."""

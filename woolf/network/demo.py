@@ -1,0 +1,140 @@
+"""`woolf demo`: a decentralized training network as real processes on this machine.
+
+Usage:
+    result = run_demo(Path("woolf-demo"), participants=3, rounds=4, validators=2, console=Console())
+    result.final_loss < result.genesis_loss
+
+Participants loop pull -> train -> submit at different speeds (so PRs go
+stale); validators validate continuously; the hub is a bare git repository and
+a storage directory, left on disk for every other command to use.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from woolf.errors import UsageError
+from woolf.ledger import Ledger
+from woolf.network.baseline import centralized_baseline
+from woolf.network.hub import create_hub
+from woolf.network.live import render, snapshot
+
+
+@dataclass
+class DemoResult:
+    dir: str
+    participants: int
+    validators: int
+    rounds: int
+    steps: int
+    versions_merged: int = 0
+    prs_rejected: int = 0
+    rejections: dict = field(default_factory=dict)  # reason -> count
+    genesis_loss: float | None = None
+    final_loss: float | None = None
+    baseline_loss: float | None = None
+    total_steps: int = 0
+    wall_seconds: float = 0.0
+    interrupted: bool = False
+    report: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    with open(log, "w") as fh:
+        return subprocess.Popen([sys.executable, "-m", "woolf.network.worker", *args], stdout=fh,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.time() + grace
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def _reason_key(reason: str) -> str:
+    if "below the required" in reason:
+        return "benchmark loss worse than the tolerance"
+    return reason.split(":")[0][:60]
+
+
+def run_demo(root: Path, participants: int = 3, rounds: int = 4, validators: int = 2,
+             steps: int | None = None, quick: bool = False, console: Console | None = None,
+             report: bool = True) -> DemoResult:
+    if participants < 1 or validators < 1 or rounds < 1:
+        raise UsageError("a demo needs at least one participant, one validator and one round")
+    console = console or Console()
+    steps = steps or (30 if quick else 60)
+    names = [f"p{i + 1}" for i in range(participants)]
+    vnames = [f"v{i + 1}" for i in range(validators)]
+    t0 = time.time()
+    root = Path(root).resolve()
+    hub = create_hub(root, names, vnames, overrides={"workload.steps": str(steps)})
+    result = DemoResult(str(root), participants, validators, rounds, steps,
+                        total_steps=participants * rounds * steps)
+    observer = Ledger.open(hub.clone_of("observer"))
+    from woolf.workloads.base import load_workload
+
+    wl = load_workload(observer.config.workload)
+    genesis = observer.load_weights(observer.head())
+    result.genesis_loss = wl.evaluate(genesis, observer.benchmark())["loss"]
+    console.print(f"hub at {root}: {participants} participants x {rounds} rounds x {steps} steps, "
+                  f"{validators} validators")
+    stop_file = root / ".stop"
+    procs = [_spawn(["validator", str(hub.clone_of(v)), "--name", v, "--stop-file", str(stop_file)],
+                    root / "logs" / f"{v}.log") for v in vnames]
+    # different speeds: later participants sleep longer between training and submitting
+    parts = [_spawn(["participant", str(hub.clone_of(n)), "--name", n, "--rounds", str(rounds),
+                     "--steps", str(steps), "--delay", f"{i * (0.5 if quick else 1.5):.2f}",
+                     "--seed", str(i)], root / "logs" / f"{n}.log") for i, n in enumerate(names)]
+    try:
+        with Live(console=console, refresh_per_second=2, transient=False) as live:
+            while any(p.poll() is None for p in parts):
+                live.update(render(snapshot(observer), time.time() - t0, result.genesis_loss, "woolf demo"))
+                time.sleep(1.0)
+            stop_file.touch()
+            while any(p.poll() is None for p in procs):
+                live.update(render(snapshot(observer), time.time() - t0, result.genesis_loss, "draining"))
+                time.sleep(1.0)
+            live.update(render(snapshot(observer), time.time() - t0, result.genesis_loss, "done"))
+    except KeyboardInterrupt:
+        result.interrupted = True
+        console.print("[yellow]interrupted: stopping participants and validators[/]")
+    finally:
+        _stop(parts + procs)
+    snap = snapshot(observer)
+    result.versions_merged = len(snap.versions) - 1
+    rejected = [p for p in snap.prs if p.state == "rejected"]
+    result.prs_rejected = len(rejected)
+    for p in rejected:
+        key = _reason_key(p.reason or "")
+        result.rejections[key] = result.rejections.get(key, 0) + 1
+    result.final_loss = snap.loss if snap.loss is not None else result.genesis_loss
+    if not result.interrupted:
+        console.print(f"centralized baseline: {result.total_steps} steps by one worker ...")
+        result.baseline_loss = centralized_baseline(observer, names, rounds, steps)
+    result.wall_seconds = round(time.time() - t0, 1)
+    if report:
+        from woolf.report import build_report
+
+        result.report = str(build_report(observer, root / "report", demo=result.to_json())["html"])
+    return result

@@ -1,0 +1,70 @@
+"""Build a demo hub on this machine: a ledger, a bare git repo as forge, a storage directory.
+
+Usage:
+    hub = create_hub(Path("woolf-demo"), participants=["p1", "p2"], validators=["v1"], overrides={})
+    hub.clone_of("p1")     # Path of p1's clone
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from woolf.errors import UsageError
+from woolf.ledger import Ledger
+from woolf.storage.git import clean_env
+
+MARKER = ".woolf-demo.json"
+
+
+@dataclass
+class Hub:
+    root: Path
+
+    @property
+    def bare(self) -> Path:
+        return self.root / "hub.git"
+
+    @property
+    def storage(self) -> Path:
+        return self.root / "storage"
+
+    def clone_of(self, name: str) -> Path:
+        return self.root / "clones" / name
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=clean_env())
+
+
+def prepare_dir(root: Path) -> None:
+    """Refuse a directory that holds anything but an earlier demo hub; clear an earlier hub."""
+    if root.exists() and any(root.iterdir()):
+        if not (root / MARKER).exists():
+            raise UsageError(f"{root} exists and is not an earlier demo hub",
+                             hint="choose another --dir, or remove it yourself")
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+
+
+def create_hub(root: Path, participants: list[str], validators: list[str],
+               overrides: dict[str, str]) -> Hub:
+    prepare_dir(root)
+    (root / MARKER).write_text(json.dumps({"created": time.time(), "participants": participants,
+                                           "validators": validators}))
+    hub = Hub(root)
+    seed = root / "seed"
+    Ledger.init(seed, storage=str(hub.storage), name="woolf-demo", overrides=overrides)
+    _git("clone", "-q", "--bare", str(seed), str(hub.bare), cwd=root)
+    shutil.rmtree(seed)
+    for name in [*participants, *validators, "observer"]:
+        dest = hub.clone_of(name)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _git("clone", "-q", str(hub.bare), str(dest), cwd=root)
+        _git("config", "user.name", name, cwd=dest)
+    (root / "logs").mkdir(exist_ok=True)
+    return hub

@@ -1,0 +1,80 @@
+"""The processes of a demo network: participants and validators, each in its own clone.
+
+Usage:
+    python -m woolf.network.worker participant CLONE --name p1 --rounds 4 --steps 60 --delay 1.5
+    python -m woolf.network.worker validator CLONE --name v1 --stop-file DIR/.stop
+
+Each prints one JSON line per event to stdout (the demo collects them in logs/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def _event(**kw) -> None:
+    print(json.dumps({"t": round(time.time(), 3), **kw}), flush=True)
+
+
+def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, seed: int) -> None:
+    from woolf.contribute import submit, train
+    from woolf.errors import WoolfError
+    from woolf.ledger import Ledger
+
+    ledger = Ledger.open(clone)
+    for r in range(rounds):
+        try:
+            result = train(ledger, steps=steps, contributor=name, seed=seed * 1000 + r, device="cpu")
+            time.sleep(delay)  # slower hardware: its PRs arrive later, and staler
+            sub = submit(ledger, contributor=name, message=f"{name} round {r}")
+            _event(kind="submitted", who=name, round=r, id=sub["id"], base=result["base_version"],
+                   local_loss=result["metrics"]["after"]["loss"])
+        except WoolfError as exc:
+            _event(kind="error", who=name, round=r, error=exc.message)
+
+
+def validator(clone: Path, name: str, stop_file: Path, interval: float) -> None:
+    from woolf.ledger import Ledger
+    from woolf.validator import Validator
+
+    v = Validator(Ledger.open(clone), device="auto", name=name)
+    while True:
+        stopping = stop_file.exists()
+        done = v.run(on_verdict=lambda d: _event(kind="verdict", who=name, **d.to_json()))
+        if stopping and not done:
+            return
+        if not done:
+            time.sleep(interval)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="woolf.network.worker")
+    ap.add_argument("role", choices=["participant", "validator"])
+    ap.add_argument("clone", type=Path)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--delay", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--stop-file", type=Path)
+    ap.add_argument("--interval", type=float, default=0.5)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        if args.role == "participant":
+            participant(args.clone, args.name, args.rounds, args.steps, args.delay, args.seed)
+        else:
+            validator(args.clone, args.name, args.stop_file, args.interval)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
