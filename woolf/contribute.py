@@ -26,6 +26,7 @@ from woolf.storage.weights import (
     spec_of,
     write_bytes_atomic,
 )
+from woolf.timing import Timer
 from woolf.workloads.base import load_workload, resolve_device
 
 
@@ -103,24 +104,32 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
             f"the weights were trained from {record.get('base_commit', '?')[:12]}, which is no longer "
             f"version {base_version} on origin's main", hint="`woolf train` again from the current version")
     cfg = ledger.config
-    base_w = ledger.load_weights(base)
-    trained = load_checked(Path(weights), cfg.limits, expect=spec_of(base_w), label="trained weights")
-    delta = compute_delta(trained, base_w)
-    check_finite(delta, "delta")
-    if all(not bool(t.any()) for t in delta.values()):
-        raise InvalidWeightsError("the trained weights equal the base: the delta is all zeros",
-                                  hint="train first (`woolf train`)")
+    timer = Timer()
+    with timer("load"):
+        base_w = ledger.load_weights(base)
+        trained = load_checked(Path(weights), cfg.limits, expect=spec_of(base_w), label="trained weights")
+    with timer("delta"):
+        delta = compute_delta(trained, base_w)
+        del trained, base_w
+        check_finite(delta, "delta")
+        if all(not bool(t.any()) for t in delta.values()):
+            raise InvalidWeightsError("the trained weights equal the base: the delta is all zeros",
+                                      hint="train first (`woolf train`)")
     sub_id = _new_id(who)
     delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
     tmp = ledger.root / layout.WORK / "outgoing" / f"{sub_id}.safetensors"
-    save_atomic(delta, tmp, metadata={"woolf-kind": "dense"})
+    with timer("save"):
+        save_atomic(delta, tmp)
+        del delta
     size = tmp.stat().st_size
     if size > cfg.limits.max_delta_bytes:
         tmp.unlink()
         raise InvalidWeightsError(f"the delta is {size} bytes, over the ledger's limit of "
                                   f"{cfg.limits.max_delta_bytes}")
-    md5, sha = hashes_of_file(tmp)
-    pointer = ledger.store.put(tmp, Path(delta_rel).name, md5=md5)  # uploaded and verified
+    with timer("hash"):
+        md5, sha = hashes_of_file(tmp)
+    with timer("upload"):
+        pointer = ledger.store.put(tmp, Path(delta_rel).name, md5=md5)  # uploaded and verified
     meta = {
         "schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
         "base_commit": base.commit, "message": message,
@@ -133,11 +142,12 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
                                 {"Woolf-Submission": sub_id, "Woolf-Contributor": who,
                                  "Woolf-Base-Version": base.version, "Woolf-Delta-Sha256": sha},
                                 body=message)
-    commit = ledger.git.commit_tree_with(
-        base.commit,
-        {ptr_rel: pointer.render(), meta_rel: json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n"},
-        commit_msg, parents=[base.commit],
-    )
-    LocalForge.for_ledger(ledger).open(sub_id, commit)
+    with timer("git"):
+        commit = ledger.git.commit_tree_with(
+            base.commit,
+            {ptr_rel: pointer.render(), meta_rel: json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n"},
+            commit_msg, parents=[base.commit],
+        )
+        LocalForge.for_ledger(ledger).open(sub_id, commit)
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
-            "delta_sha256": sha, "delta_size": size}
+            "delta_sha256": sha, "delta_size": size, "timings": dict(timer)}

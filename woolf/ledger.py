@@ -15,8 +15,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from woolf import layout
 from woolf.config import (
@@ -36,15 +35,13 @@ from woolf.errors import (
 )
 from woolf.storage.dvcstore import DvcStore, Pointer, init_dvc, md5_file
 from woolf.storage.git import Git, toplevel
-from woolf.storage.weights import (
-    compare_spec,
-    hashes_of_file,
-    load_checked,
-    read_spec,
-    save_atomic,
-    spec_of,
-)
 from woolf.versions import Version, read_versions, version_from_message
+
+if TYPE_CHECKING:
+    import torch
+
+# woolf.storage.weights imports torch (seconds); reading commands such as `woolf log`
+# must not pay for it, so it is imported where weights are actually touched.
 
 
 @dataclass
@@ -90,6 +87,14 @@ class Ledger:
     def init(cls, path: Path, storage: str | None = None, workload: str = "charlm",
              alpha: float | None = None, weights: Path | None = None, name: str | None = None,
              seed: int = 0, overrides: dict[str, str] | None = None) -> Ledger:
+        from woolf.storage.weights import (
+            compare_spec,
+            hashes_of_file,
+            load_checked,
+            read_spec,
+            save_atomic,
+            spec_of,
+        )
         from woolf.workloads.base import load_workload
 
         path = Path(path).resolve()
@@ -214,6 +219,8 @@ class Ledger:
         return path
 
     def _verify_sha(self, path: Path, version: Version, ptr: Pointer) -> None:
+        from woolf.storage.weights import hashes_of_file
+
         md5, sha = hashes_of_file(path)
         if md5 == ptr.md5 and (version.weights_sha256 in (None, sha)):
             return

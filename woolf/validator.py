@@ -19,7 +19,6 @@ import os
 import signal
 import socket
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -33,6 +32,7 @@ from woolf.core.trailers import format_message
 from woolf.errors import IntegrityError, InvalidWeightsError, RaceLostError, StorageError
 from woolf.forges.local import LocalForge
 from woolf.storage.weights import compare_spec, hashes_of_file, load_checked, read_spec, save_atomic
+from woolf.timing import Timer
 from woolf.workloads.base import load_workload, resolve_device
 
 ORIGIN_MAIN = "refs/remotes/origin/main"
@@ -61,16 +61,6 @@ class Verdict:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-class _Timer(dict):
-    @contextmanager
-    def __call__(self, name: str):
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self[name] = round(self.get(name, 0.0) + time.perf_counter() - t0, 4)
 
 
 class Validator:
@@ -114,7 +104,7 @@ class Validator:
     def validate_one(self, sub_id: str) -> Verdict | None:
         """The verdict this validator recorded, or None if another validator got there first."""
         for _ in range(MAX_RACES):
-            timer = _Timer()
+            timer = Timer()
             with timer("fetch"):
                 self.ledger.fetch()
                 self.ledger._config = None
@@ -149,7 +139,7 @@ class Validator:
         self._merged_cache = (main.commit, found)
         return found
 
-    def _evaluate(self, pr, main, verdict: Verdict, timer: _Timer) -> Verdict:
+    def _evaluate(self, pr, main, verdict: Verdict, timer: Timer) -> Verdict:
         cfg = self.ledger.config
         with timer("checks"):
             adm: Admitted = admit(self.ledger, pr, main, self._merged_deltas(main))
@@ -207,7 +197,7 @@ class Validator:
         if not math.isfinite(ratio) or ratio > limit:
             raise Rejected(f"delta norm is {ratio:.3g}x the model's norm, over the limit of {limit:g}")
 
-    def _fields(self, v: Verdict, timer: _Timer) -> dict:
+    def _fields(self, v: Verdict, timer: Timer) -> dict:
         return {
             "Woolf-Contributor": v.contributor, "Woolf-Base-Version": v.base_version,
             "Woolf-Staleness": v.staleness, "Woolf-Attenuation": v.attenuation,
@@ -215,7 +205,7 @@ class Validator:
             "Woolf-Validator": self.name, "Woolf-Timings": dict(timer),
         }
 
-    def _merge(self, pr, main, verdict: Verdict, timer: _Timer) -> None:
+    def _merge(self, pr, main, verdict: Verdict, timer: Timer) -> None:
         cfg = self.ledger.config
         candidate, self._candidate = self._candidate, None
         tmp = self.ledger.root / layout.WORK / "validator" / f"candidate-{pr.id}.safetensors"

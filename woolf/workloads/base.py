@@ -54,7 +54,7 @@ class Workload(Protocol):
                  device: str = "cpu") -> dict[str, float]: ...
 
 
-BUILTIN = {"charlm": "woolf.workloads.charlm:CharLM"}
+BUILTIN = {"charlm": "woolf.workloads.charlm:CharLM", "synthetic": "woolf.workloads.synthetic:Synthetic"}
 
 
 def load_workload(cfg: WorkloadConfig) -> Workload:

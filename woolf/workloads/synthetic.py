@@ -1,0 +1,58 @@
+"""Workload `synthetic`: a model of any size with trivial training, for ledger benchmarks.
+
+Usage:
+    wl = Synthetic(n_params=10_000_000, n_tensors=8)
+    w0 = wl.genesis(); w1, _ = wl.train(w0, wl.default_data("a", 0), steps=1)
+    wl.evaluate(w1, wl.benchmark_bytes())        # {"loss": mean squared distance to a fixed target}
+
+Training adds seeded noise and evaluation is one pass over the weights, so a
+benchmark measures the ledger (git, DVC, hashing, arithmetic, transfer), not a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from woolf.workloads.base import TrainData
+
+
+class Synthetic:
+    name = "synthetic"
+
+    def __init__(self, n_params: int = 1_000_000, n_tensors: int = 8, step_size: float = 1e-3):
+        self.n_params, self.n_tensors, self.step_size = n_params, n_tensors, step_size
+
+    def _shapes(self) -> list[tuple[str, int]]:
+        per = self.n_params // self.n_tensors
+        return [(f"layer{i:03d}.weight", per) for i in range(self.n_tensors)]
+
+    def genesis(self, seed: int = 0) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(seed)
+        return {name: torch.randn(n, generator=g) for name, n in self._shapes()}
+
+    def benchmark_bytes(self) -> bytes:
+        return b"synthetic benchmark: the target is genesis(seed=1)\n"
+
+    def default_data(self, contributor: str, base_version: int) -> TrainData:
+        return TrainData([f"{contributor}:{base_version}".encode()], f"synthetic:{contributor}@v{base_version}")
+
+    def data_from_path(self, path: str) -> TrainData:
+        return TrainData([path.encode()], path)
+
+    def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0, progress=None):
+        key = int.from_bytes(hashlib.sha256(data.texts[0] + bytes([seed % 256])).digest()[:4], "little")
+        g = torch.Generator().manual_seed(key)
+        target = self.genesis(1)
+        out = {}
+        for k, v in weights.items():
+            # a step toward the target plus noise: evaluation sees honest progress
+            out[k] = v + self.step_size * steps * (target[k] - v) + 1e-4 * torch.randn(v.shape, generator=g)
+        return out, {"steps": steps, "seconds": 0.0, "data": data.source}
+
+    @torch.no_grad()
+    def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
+        target = self.genesis(1)
+        total = sum(float((weights[k] - target[k]).pow(2).sum()) for k in target)
+        return {"loss": total / self.n_params}
