@@ -119,7 +119,7 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
     delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
     tmp = ledger.root / layout.WORK / "outgoing" / f"{sub_id}.safetensors"
     with timer("save"):
-        save_atomic(delta, tmp)
+        save_atomic(delta, tmp, durable=False)
         del delta
     size = tmp.stat().st_size
     if size > cfg.limits.max_delta_bytes:
@@ -129,7 +129,7 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
     with timer("hash"):
         md5, sha = hashes_of_file(tmp)
     with timer("upload"):
-        pointer = ledger.store.put(tmp, Path(delta_rel).name, md5=md5)  # uploaded and verified
+        pointer = ledger.store.put(tmp, Path(delta_rel).name, md5=md5, sha256=sha)  # uploaded, verified
     meta = {
         "schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
         "base_commit": base.commit, "message": message,

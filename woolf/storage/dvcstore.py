@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from woolf.errors import IntegrityError, StorageError
+from woolf.storage.verified import VerifiedHashes
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 REMOTE_NAME = "storage"
@@ -104,6 +105,11 @@ class DvcStore:
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
         self._repo = None
+        self.verified = VerifiedHashes(self.root / ".woolf" / "verified")
+
+    def hashes(self, path: Path) -> tuple[str, str]:
+        """(md5, sha256) of a cache object, hashed once while it stays unchanged."""
+        return self.verified.hashes(path)
 
     @property
     def repo(self):
@@ -141,7 +147,7 @@ class DvcStore:
             raise StorageError(f"dvc add {path.name} failed: {exc}") from None
         return Pointer.parse(Path(str(path) + ".dvc").read_bytes(), str(path) + ".dvc")
 
-    def put(self, path: Path, name: str, md5: str | None = None) -> Pointer:
+    def put(self, path: Path, name: str, md5: str | None = None, sha256: str | None = None) -> Pointer:
         """Move ``path`` into the DVC cache (it is consumed), upload it, verify it arrived.
 
         Returns the pointer to commit as ``<name>.dvc``. No workspace .dvc file is
@@ -159,6 +165,8 @@ class DvcStore:
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.chmod(path, 0o444)
             os.replace(path, dest)
+            if sha256:
+                self.verified.record(dest, md5, sha256)
         try:
             with quiet():
                 self._remote_odb().add(str(dest), LocalFileSystem(), md5)
@@ -229,13 +237,15 @@ class DvcStore:
             size = os.path.getsize(tmp)
             if max_bytes is not None and size > max_bytes:
                 raise IntegrityError(f"object {pointer.md5} is {size} bytes, over {max_bytes}")
-            if size != pointer.size or md5_file(Path(tmp)) != pointer.md5:
+            md5, sha = hashes_of_file(Path(tmp))
+            if size != pointer.size or md5 != pointer.md5:
                 raise IntegrityError(
                     f"object {pointer.md5} in storage does not match its hash (corrupted or tampered)",
                     hint="the storage object must be re-uploaded by whoever holds the original",
                 )
             os.chmod(tmp, 0o444)
             os.replace(tmp, dest)
+            self.verified.record(dest, md5, sha)
         finally:
             Path(tmp).unlink(missing_ok=True)
         return dest
@@ -254,6 +264,12 @@ class DvcStore:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def hashes_of_file(path: Path) -> tuple[str, str]:
+    from woolf.storage.weights import hashes_of_file as both
+
+    return both(path)
 
 
 def md5_file(path: Path, chunk: int = 8 * 1024 * 1024) -> str:

@@ -16,6 +16,7 @@ import json
 import os
 import struct
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -141,16 +142,22 @@ def spec_of(tensors: dict[str, torch.Tensor]) -> Spec:
     return {k: (names[v.dtype], tuple(v.shape)) for k, v in tensors.items()}
 
 
-def save_atomic(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | None = None) -> None:
-    """Write by temp file + fsync + rename, so a reader or a DVC cache link never sees half a file."""
+def save_atomic(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | None = None,
+                durable: bool = True) -> None:
+    """Write by temp file (+ fsync) + rename, so a reader never sees half a file.
+
+    ``durable=False`` skips the fsync for files that are hashed and uploaded right
+    away (a torn file after a power cut fails its hash and is fetched again).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
+        if durable:
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -180,11 +187,26 @@ def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> str:
     return h.hexdigest()
 
 
+_HASH_POOL: ThreadPoolExecutor | None = None
+
+
 def hashes_of_file(path: Path, chunk: int = 8 * 1024 * 1024) -> tuple[str, str]:
-    """(md5, sha256) in one pass: DVC addresses by md5, the ledger records sha256."""
+    """(md5, sha256) in one read: DVC addresses by md5, the ledger records sha256.
+
+    md5 runs in a helper thread beside sha256 (hashlib releases the GIL on large
+    buffers), so the pair costs about as much as md5 alone.
+    """
+    global _HASH_POOL
+    if _HASH_POOL is None:
+        _HASH_POOL = ThreadPoolExecutor(1, thread_name_prefix="woolf-md5")
     md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    pending = None
     with open(path, "rb") as fh:
         while block := fh.read(chunk):
-            md5.update(block)
+            if pending is not None:
+                pending.result()
+            pending = _HASH_POOL.submit(md5.update, block)
             sha.update(block)
+    if pending is not None:
+        pending.result()
     return md5.hexdigest(), sha.hexdigest()
