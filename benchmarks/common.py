@@ -14,7 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
+# WOOLF_BENCH_RESULTS redirects output (the smoke tests write to a temp dir, not over recorded results)
+RESULTS = Path(os.environ.get("WOOLF_BENCH_RESULTS", Path(__file__).parent / "results"))
 
 
 def machine() -> dict:

@@ -113,3 +113,10 @@ def test_overrides():
     assert cfg.policy.min_improvement == -0.5
     assert cfg.workload.params == {"d_model": 16}
     assert cfg.merge.staleness.kind == "hinge"
+
+
+def test_shipped_example_config_parses():
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "ledger" / "woolf.toml").read_text()
+    assert parse_config(text) == LedgerConfig(name="example")

@@ -32,8 +32,9 @@ def apply_delta(
     out = {}
     for name in sorted(current):
         cur = current[name]
-        step = torch.mul(delta[name].to(torch.float32), scale_t)
-        out[name] = torch.add(cur.to(torch.float32), step).to(cur.dtype).contiguous()
+        step = torch.mul(delta[name].to(torch.float32), scale_t)  # rounded once
+        step.add_(cur.to(torch.float32))  # then the add, in place (IEEE addition commutes exactly)
+        out[name] = step.to(cur.dtype).contiguous()
     return out
 
 

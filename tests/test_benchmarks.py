@@ -1,0 +1,48 @@
+"""Each benchmark runs at a tiny size (a smoke test: no timings are asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+BENCH = Path(__file__).parents[1] / "benchmarks"
+
+
+def _run(tmp_path, script, *args):
+    env = {**os.environ, "WOOLF_BENCH_RESULTS": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_ledger_ops_smoke(tmp_path):
+    _run(tmp_path, "ledger_ops.py", "--sizes", "2e5", "--out", "ops.json")
+    data = json.loads((tmp_path / "ops.json").read_text())
+    ops = {r["op"] for r in data["sizes"]["200000"]["ops"]}
+    assert ops == {"submit", "validate", "checkout_cached", "checkout_storage", "pull", "audit"}
+
+
+def test_scale_smoke(tmp_path):
+    _run(tmp_path, "scale.py", "--versions", "50", "--prs", "3", "--out", "scale.json")
+    data = json.loads((tmp_path / "scale.json").read_text())
+    assert data["history"][0]["versions"] == 50 and data["queue"]["prs"] == 3
+
+
+def test_convergence_smoke(tmp_path):
+    _run(tmp_path, "convergence.py", "--smoke", "--out", "conv.json")
+    data = json.loads((tmp_path / "conv.json").read_text())
+    assert {r["label"] for r in data["results"]} >= {"serial (1 worker)", "FedAvg sync N=2"}
+
+
+def test_network_run_smoke(tmp_path):
+    _run(tmp_path, "network_run.py", "--participants", "2", "--rounds", "1", "--steps", "5",
+         "--validators", "1", "--out", "net.json")
+    data = json.loads((tmp_path / "net.json").read_text())
+    assert data["prs"] == 2 and (tmp_path / "network_run.png").exists()

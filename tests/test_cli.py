@@ -1,0 +1,59 @@
+"""The CLI is thin: its JSON is the library's data, its errors are exit codes from one place."""
+
+from __future__ import annotations
+
+import json
+
+from woolf.cli.main import main
+from woolf.forges.local import LocalForge
+from woolf.ledger import Ledger
+
+
+def _json(capsys, *args):
+    code = main(list(args))
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return json.loads(out.out)
+
+
+def test_log_show_pr_json_match_library(network, capsys):
+    alice, val = network.clone("alice"), network.clone("val")
+    _json(capsys, "-C", str(alice.root), "train", "--steps", "3", "--json", "--contributor", "alice")
+    sub = _json(capsys, "-C", str(alice.root), "submit", "--json", "-m", "hello")
+    assert {"id", "base_version"} <= set(sub) and sub["base_version"] == 0
+    listed = _json(capsys, "-C", str(val.root), "pr", "list", "--json")
+    assert [p["id"] for p in listed] == [sub["id"]]
+    for key in ("id", "state", "base_version", "contributor", "reason"):
+        assert key in listed[0]
+    verdicts = _json(capsys, "-C", str(val.root), "validate", "--json", "--device", "cpu")
+    assert [v["id"] for v in verdicts] == [sub["id"]]
+    for key in ("id", "accepted", "version", "staleness", "attenuation", "metrics", "reason"):
+        assert key in verdicts[0]
+    val.pull()
+    log = _json(capsys, "-C", str(val.root), "log", "--json")
+    assert log == [v.to_json() for v in Ledger.open(val.root).log()]
+    both = _json(capsys, "-C", str(val.root), "log", "--all", "--json")
+    assert both["verdicts"][0]["id"] == sub["id"]
+    shown = _json(capsys, "-C", str(val.root), "pr", "show", sub["id"], "--json")
+    assert shown["state"] == LocalForge.for_ledger(val).get(sub["id"]).state
+    assert shown["submission"]["message"] == "hello"
+
+
+def test_withdraw_via_cli_and_errors(network, capsys):
+    alice = network.clone("alice")
+    _json(capsys, "-C", str(alice.root), "train", "--steps", "2", "--json", "--contributor", "alice")
+    sub = _json(capsys, "-C", str(alice.root), "submit", "--json")
+    assert main(["-C", str(alice.root), "pr", "close", sub["id"]]) == 0
+    capsys.readouterr()
+    assert main(["-C", str(alice.root), "pr", "close", sub["id"]]) == 2
+    assert "already withdrawn" in capsys.readouterr().err
+    assert main(["-C", str(alice.root), "pr", "show", "nonsense"]) == 2
+    assert "not a submission id" in capsys.readouterr().err
+    assert main(["-C", str(alice.root), "validate", sub["id"], "--all"]) == 2
+
+
+def test_version_and_help(capsys):
+    assert main(["--version"]) == 0
+    assert "woolf" in capsys.readouterr().out
+    assert main(["--help"]) == 0
+    assert "validate" in capsys.readouterr().out
