@@ -20,7 +20,8 @@ from woolf.storage.weights import hashes_of_file
 
 
 def craft_pr(led, tensors=None, raw: bytes | None = None, extra_files=None, meta_patch=None,
-             base=None, parent: str | None = None, who: str = "mallory", files_patch=None) -> str:
+             base=None, parent: str | None = None, who: str = "mallory", files_patch=None, forge=None,
+             remote: str = "storage") -> str:
     led.fetch()
     base = base or led.head("refs/remotes/origin/main")
     sub_id = f"20261129T000000{secrets.randbelow(999):03d}Z-{who}-{secrets.token_hex(4)}"
@@ -29,7 +30,7 @@ def craft_pr(led, tensors=None, raw: bytes | None = None, extra_files=None, meta
         p = Path(tmp) / "delta.safetensors"
         p.write_bytes(data)
         md5, sha = hashes_of_file(p)
-        ptr = led.store.put(p, "delta.safetensors", md5=md5)
+        ptr = led.store.put(p, "delta.safetensors", md5=md5, remote=remote)
     meta = {"schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
             "base_commit": base.commit, "message": "",
             "delta": {"kind": "dense", "sha256": sha, "md5": md5, "size": len(data)}}
@@ -41,5 +42,5 @@ def craft_pr(led, tensors=None, raw: bytes | None = None, extra_files=None, meta
         files = files_patch(files, sub_id)
     parent = parent or base.commit
     commit = led.git.commit_tree_with(parent, files, f"crafted {sub_id}\n", parents=[parent])
-    LocalForge.for_ledger(led).open(sub_id, commit)
+    (forge or LocalForge.for_ledger(led)).open(sub_id, commit)
     return sub_id

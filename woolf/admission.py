@@ -36,7 +36,7 @@ class Admitted:
     meta: dict
 
 
-def _meta(raw: bytes | None, pr_id: str, max_bytes: int) -> dict:
+def _meta(raw: bytes | None, pr_id: str, max_bytes: int, schemes: list[str]) -> dict:
     if raw is None or len(raw) > 64 * 1024:
         raise Rejected("submission.json is missing or larger than 64 KiB")
     try:
@@ -51,12 +51,15 @@ def _meta(raw: bytes | None, pr_id: str, max_bytes: int) -> dict:
           and layout.CONTRIBUTOR.match(meta["contributor"])
           and isinstance(meta["base_version"], int) and not isinstance(meta["base_version"], bool)
           and isinstance(meta["base_commit"], str)
-          and isinstance(d, dict) and set(d) == {"kind", "sha256", "md5", "size"}
+          and isinstance(d, dict) and {"kind", "sha256", "md5", "size"} <= set(d) <= {"kind", "sha256", "md5", "size", "url"}
+          and (isinstance(d.get("url", ""), str) and len(d.get("url", "")) <= 2048)
           and d["kind"] == "dense" and isinstance(d["sha256"], str) and _HEX64.match(d["sha256"])
           and isinstance(d["md5"], str) and _HEX32.match(d["md5"])
           and isinstance(d["size"], int) and not isinstance(d["size"], bool) and d["size"] > 0)
     if not ok:
         raise Rejected("submission.json does not follow schema 1 (bad types or values)")
+    if "url" in d and d["url"].split(":", 1)[0].lower() not in schemes:
+        raise Rejected(f"delta URL scheme is not allowed (allowed: {', '.join(schemes)})")
     if d["size"] > max_bytes:
         raise Rejected(f"delta is {d['size']} bytes, over the ledger's limit of {max_bytes}")
     return meta
@@ -86,7 +89,8 @@ def admit(ledger, pr, main: Version, merged_deltas: set[str]) -> Admitted:
     tree = git.ls_tree(pr.head)
     if ptr_rel not in tree or meta_rel not in tree:
         raise Rejected("the PR lacks its delta pointer or submission.json")
-    meta = _meta(git.show_bytes(f"{pr.head}:{meta_rel}"), pr.id, cfg.limits.max_delta_bytes)
+    meta = _meta(git.show_bytes(f"{pr.head}:{meta_rel}"), pr.id, cfg.limits.max_delta_bytes,
+                 cfg.forge.delta_schemes)
     if meta["base_version"] != base.version or meta["base_commit"] != base.commit:
         raise Rejected("submission.json names another base than the PR's parent commit")
     try:

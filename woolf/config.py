@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,15 @@ class LimitsConfig:
 
 
 @dataclass
+class ForgeConfig:
+    kind: str = "local"  # local: PRs as refs in the git origin | github: GitHub/Gitea/Forgejo REST API
+    api_url: str = "https://api.github.com"  # Gitea/Forgejo: https://HOST/api/v1
+    repo: str = ""  # owner/name of the ledger's repository on the forge
+    delta_schemes: list = field(default_factory=lambda: ["https"])  # where fork deltas may be read
+    delta_timeout: float = 300.0  # seconds allowed to download one delta
+
+
+@dataclass
 class LedgerConfig:
     name: str = "ledger"
     merge: MergeConfig = field(default_factory=MergeConfig)
@@ -77,6 +87,7 @@ class LedgerConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    forge: ForgeConfig = field(default_factory=ForgeConfig)
 
 
 _SECTIONS = {
@@ -85,6 +96,7 @@ _SECTIONS = {
     "workload": WorkloadConfig,
     "benchmark": BenchmarkConfig,
     "limits": LimitsConfig,
+    "forge": ForgeConfig,
 }
 
 
@@ -142,6 +154,15 @@ def _check(cfg: LedgerConfig, source: str) -> None:
     for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio"):
         if getattr(cfg.limits, name) <= 0:
             bad(f"limits.{name}", "use an integer > 0", getattr(cfg.limits, name))
+    f = cfg.forge
+    if f.kind not in ("local", "github"):
+        bad("forge.kind", "use 'local' or 'github'", f.kind)
+    if f.kind == "github" and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", f.repo):
+        bad("forge.repo", "use 'owner/name' of the ledger's repository", f.repo)
+    if not f.delta_schemes or not all(x in ("https", "http") for x in f.delta_schemes):
+        bad("forge.delta_schemes", "use a list drawn from 'https', 'http'", f.delta_schemes)
+    if f.delta_timeout <= 0:
+        bad("forge.delta_timeout", "use seconds > 0", f.delta_timeout)
     if not cfg.name or any(c in cfg.name for c in "\n\r"):
         bad("name", "use a one-line name", cfg.name)
 
@@ -185,6 +206,8 @@ def _toml_value(value: Any) -> str:
         return json.dumps(value)
     if isinstance(value, dict):
         return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(value)
 
 

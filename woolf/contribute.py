@@ -16,8 +16,9 @@ from pathlib import Path
 from woolf import layout
 from woolf.core.merge import compute_delta
 from woolf.errors import InvalidWeightsError, UsageError
-from woolf.forges.local import LocalForge
+from woolf.forges.github import forge_for
 from woolf.identity import contributor_id
+from woolf.storage.dvcstore import REMOTE_NAME
 from woolf.storage.weights import (
     check_finite,
     hashes_of_file,
@@ -77,7 +78,8 @@ def _new_id(who: str) -> str:
 
 
 def submit(ledger, weights: Path | None = None, message: str = "", contributor: str | None = None,
-           base_version: int | None = None) -> dict:
+           base_version: int | None = None, forge: str | None = None,
+           delta_url_base: str | None = None, delta_remote: str | None = None) -> dict:
     """Delta = trained - base, checked, uploaded and verified, then the PR ref is pushed."""
     record: dict = {}
     if weights is None:
@@ -129,13 +131,17 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
     with timer("hash"):
         md5, sha = hashes_of_file(tmp)
     with timer("upload"):
-        pointer = ledger.store.put(tmp, Path(delta_rel).name, md5=md5, sha256=sha)  # uploaded, verified
+        # uploaded and verified; a fork's contributor uploads to a DVC remote of their own
+        pointer = ledger.store.put(tmp, Path(delta_rel).name, md5=md5, sha256=sha,
+                                   remote=delta_remote or REMOTE_NAME)
     meta = {
         "schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
         "base_commit": base.commit, "message": message,
         "delta": {"kind": "dense", "sha256": sha, "md5": md5, "size": size},
         "training": record.get("training"), "metrics": record.get("metrics"),
     }
+    if delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where to read it
+        meta["delta"]["url"] = f"{delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"
     from woolf.core.trailers import format_message
 
     commit_msg = format_message(f"woolf: submission {sub_id}",
@@ -148,6 +154,6 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
             {ptr_rel: pointer.render(), meta_rel: json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n"},
             commit_msg, parents=[base.commit],
         )
-        LocalForge.for_ledger(ledger).open(sub_id, commit)
+        pr = forge_for(ledger, forge).open(sub_id, commit)
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
-            "delta_sha256": sha, "delta_size": size, "timings": dict(timer)}
+            "delta_sha256": sha, "delta_size": size, "number": pr.number, "timings": dict(timer)}

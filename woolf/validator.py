@@ -30,7 +30,8 @@ from woolf.core.policy import decide
 from woolf.core.staleness import attenuation
 from woolf.core.trailers import format_message
 from woolf.errors import IntegrityError, InvalidWeightsError, RaceLostError, StorageError
-from woolf.forges.local import LocalForge
+from woolf.forges.github import forge_for
+from woolf.storage.dvcstore import Pointer
 from woolf.storage.weights import compare_spec, hashes_of_file, load_checked, read_spec, save_atomic
 from woolf.timing import Timer
 from woolf.workloads.base import load_workload, resolve_device
@@ -64,19 +65,21 @@ class Verdict:
 
 
 class Validator:
-    def __init__(self, ledger, device: str = "auto", name: str | None = None, forge=None):
+    def __init__(self, ledger, device: str = "auto", name: str | None = None, forge=None,
+                 forge_kind: str | None = None):
         self.ledger = ledger
         self.ledger.main_ref = ORIGIN_MAIN
         self.device = resolve_device(device)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.forge = forge or LocalForge.for_ledger(ledger)
+        self.forge = forge or forge_for(ledger, forge_kind)
         self._eval_cache: dict[str, dict] = {}
         self._merged_cache: tuple[str, set[str]] | None = None
 
     # -- queue -----------------------------------------------------------------
     def run(self, ids: list[str] | None = None, on_verdict=None) -> list[Verdict]:
         self.ledger.fetch()
-        queue = [pr.id for pr in self.forge.list(state="open", local_only=True)]
+        self.ledger._config = None
+        queue = [pr.id for pr in self.forge.list(state="open")]
         if ids:
             unknown = set(ids) - set(queue)
             for sub_id in sorted(unknown):
@@ -108,7 +111,7 @@ class Validator:
             with timer("fetch"):
                 self.ledger.fetch()
                 self.ledger._config = None
-                pr = self.forge.get(sub_id, fetch=False)
+                pr = self.forge.refresh(sub_id)
                 if pr.state != "open":
                     return None
                 main = self.ledger.head()
@@ -174,7 +177,11 @@ class Validator:
     def _load_delta(self, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
         cfg = self.ledger.config
         try:
-            path = self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes)
+            if "url" in adm.meta["delta"]:
+                path = self.ledger.store.fetch_url(adm.pointer, adm.meta["delta"]["url"], cfg.forge,
+                                                   cfg.limits.max_delta_bytes)
+            else:
+                path = self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes)
         except IntegrityError as exc:
             raise Rejected(f"delta object: {exc.message}") from None
         except StorageError as exc:
@@ -217,6 +224,9 @@ class Validator:
             save_atomic(candidate, tmp, durable=False)
             md5, sha = hashes_of_file(tmp)
             pointer = self.ledger.store.put(tmp, "model.safetensors", md5=md5, sha256=sha)
+            if "url" in pr.submission["delta"]:  # a fork's delta joins the ledger's own storage
+                self.ledger.store.upload_cached(Pointer(pr.submission["delta"]["md5"],
+                                                        pr.submission["delta"]["size"], "delta.safetensors"))
         _failpoint("after-upload")
         verdict.version = main.version + 1
         fields = {"Woolf-Version": verdict.version, "Woolf-Submission": pr.id,

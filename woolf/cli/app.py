@@ -48,3 +48,10 @@ def device_option(f):
 
 def env_cwd() -> Path:
     return Path(os.environ.get("WOOLF_DIR", "."))
+
+
+def forge_option(f):
+    return click.option(
+        "--forge", type=click.Choice(["local", "github"]), envvar="WOOLF_FORGE",
+        help="Override forge.kind from ledger/woolf.toml [env: WOOLF_FORGE].",
+    )(f)

@@ -12,7 +12,7 @@ import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from woolf.cli.app import App, device_option, json_option, pass_app
+from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
 
 contributor_option = click.option(
     "--contributor", envvar="WOOLF_CONTRIBUTOR",
@@ -63,15 +63,21 @@ def train(app: App, steps, data, device, seed, offline, contributor, as_json):
               help="Submit these weights (trained by any means) instead of `woolf train`'s.")
 @click.option("--base", "base_version", type=int, help="With --weights: the version they were trained from (default: local main).")
 @click.option("-m", "--message", default="", help="A note for the PR.")
+@click.option("--delta-url-base", envvar="WOOLF_DELTA_URL_BASE",
+              help="Public https URL of your own DVC storage, for fork PRs [env: WOOLF_DELTA_URL_BASE].")
+@click.option("--delta-remote", envvar="WOOLF_DELTA_REMOTE",
+              help="Upload the delta to this DVC remote of yours, not the ledger's [env: WOOLF_DELTA_REMOTE].")
 @contributor_option
+@forge_option
 @json_option
 @pass_app
-def submit(app: App, weights, base_version, message, contributor, as_json):
+def submit(app: App, weights, base_version, message, delta_url_base, delta_remote, contributor, forge, as_json):
     """Open a pull request carrying trained - base."""
     from woolf.contribute import submit as do_submit
 
     result = do_submit(app.ledger(), weights=weights, message=message, contributor=contributor,
-                       base_version=base_version)
+                       base_version=base_version, forge=forge, delta_url_base=delta_url_base,
+                       delta_remote=delta_remote)
     if as_json:
         app.emit_json(result)
         return
@@ -92,13 +98,14 @@ def _short_reason(reason: str | None) -> str:
 
 @pr.command("list")
 @click.option("--state", type=click.Choice(["open", "merged", "rejected", "withdrawn"]))
+@forge_option
 @json_option
 @pass_app
-def pr_list(app: App, state, as_json):
+def pr_list(app: App, state, forge, as_json):
     """Pull requests, oldest first."""
-    from woolf.forges.local import LocalForge
+    from woolf.forges.github import forge_for
 
-    prs = LocalForge.for_ledger(app.ledger()).list(state=state)
+    prs = forge_for(app.ledger(), forge).list(state=state)
     if as_json:
         app.emit_json([p.to_json() for p in prs])
         return
@@ -113,13 +120,14 @@ def pr_list(app: App, state, as_json):
 
 @pr.command("show")
 @click.argument("sub_id")
+@forge_option
 @json_option
 @pass_app
-def pr_show(app: App, sub_id, as_json):
+def pr_show(app: App, sub_id, forge, as_json):
     """One pull request and its verdict."""
-    from woolf.forges.local import LocalForge
+    from woolf.forges.github import forge_for
 
-    p = LocalForge.for_ledger(app.ledger()).get(sub_id)
+    p = forge_for(app.ledger(), forge).get(sub_id)
     data = {**p.to_json(), "submission": p.submission}
     if as_json:
         app.emit_json(data)
@@ -130,12 +138,13 @@ def pr_show(app: App, sub_id, as_json):
 
 @pr.command("close")
 @click.argument("sub_id")
+@forge_option
 @pass_app
-def pr_close(app: App, sub_id):
+def pr_close(app: App, sub_id, forge):
     """Withdraw your pull request."""
-    from woolf.forges.local import LocalForge
+    from woolf.forges.github import forge_for
 
-    LocalForge.for_ledger(app.ledger()).withdraw(sub_id)
+    forge_for(app.ledger(), forge).withdraw(sub_id)
     app.console.print(f"{sub_id} withdrawn")
 
 

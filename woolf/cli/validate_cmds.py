@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from woolf.cli.app import App, device_option, json_option, pass_app
+from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
 
 
 def _print_verdict(app: App, v) -> None:
@@ -25,15 +25,16 @@ def _print_verdict(app: App, v) -> None:
 @click.option("--interval", type=float, default=2.0, show_default=True, help="--watch: seconds between polls.")
 @click.option("--name", envvar="WOOLF_VALIDATOR", help="Validator name in verdicts [env: WOOLF_VALIDATOR].")
 @device_option
+@forge_option
 @json_option
 @pass_app
-def validate(app: App, ids, all_, watch, interval, name, device, as_json):
+def validate(app: App, ids, all_, watch, interval, name, device, forge, as_json):
     """Validate open PRs: staleness, attenuated merge, benchmark gate, fast-forward main."""
     from woolf.validator import Validator
 
     if ids and all_:
         raise click.UsageError("give IDs or --all, not both")
-    validator = Validator(app.ledger(), device=device, name=name)
+    validator = Validator(app.ledger(), device=device, name=name, forge_kind=forge)
     show = None if as_json else (lambda v: _print_verdict(app, v))
     if watch:
         try:

@@ -32,6 +32,7 @@ class PullRequest:
     timings: dict | None = None
     validator: str | None = None
     verdict_commit: str | None = None
+    number: int | None = None  # the forge's PR number, where it has one
     submission: dict | None = field(default=None, repr=False)  # submission.json as read
 
     def to_json(self) -> dict:
@@ -67,3 +68,28 @@ class Forge(ABC):
 
     @abstractmethod
     def withdraw(self, sub_id: str) -> None: ...
+
+    def refresh(self, sub_id: str) -> PullRequest:
+        """The PR's current state, as a validator needs it right before deciding."""
+        return self.get(sub_id, fetch=True)
+
+
+def fill_from_submission(git, pr: PullRequest) -> PullRequest:
+    """Contributor, base and message from the head's submission.json, read as data."""
+    import json
+
+    from woolf import layout
+
+    raw = git.show_bytes(f"{pr.head}:{layout.submission_paths(pr.id)[2]}")
+    try:
+        meta = json.loads(raw) if raw else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        meta = None
+    if isinstance(meta, dict):
+        pr.submission = meta
+        pr.contributor = meta.get("contributor") if isinstance(meta.get("contributor"), str) else None
+        bv = meta.get("base_version")
+        pr.base_version = bv if isinstance(bv, int) and not isinstance(bv, bool) else None
+        pr.base_commit = meta.get("base_commit") if isinstance(meta.get("base_commit"), str) else None
+        pr.message = meta.get("message") if isinstance(meta.get("message"), str) else None
+    return pr

@@ -14,12 +14,10 @@ trailers carry the state, reason and metrics. State is derived from git alone.
 
 from __future__ import annotations
 
-import json
-
 from woolf import layout
 from woolf.core.trailers import float_field, format_message, int_field, json_field, parse_message
 from woolf.errors import ForgeError, RaceLostError, UsageError
-from woolf.forges.base import Forge, PullRequest
+from woolf.forges.base import Forge, PullRequest, fill_from_submission
 from woolf.storage.git import Git
 
 
@@ -101,6 +99,9 @@ class LocalForge(Forge):
         prs = [self._read(i, refs) for i in ids if layout.SUBMISSION_ID.match(i)]
         return [p for p in prs if state is None or p.state == state]
 
+    def refresh(self, sub_id: str) -> PullRequest:
+        return self.get(sub_id, fetch=False)  # the validator's ledger.fetch() just brought the refs
+
     def get(self, sub_id: str, fetch: bool = True) -> PullRequest:
         if fetch:
             self.sync()
@@ -111,20 +112,7 @@ class LocalForge(Forge):
 
     def _read(self, sub_id: str, refs: dict[str, str]) -> PullRequest:
         head = refs[f"{layout.PR_PREFIX}/{sub_id}/head"]
-        pr = PullRequest(id=sub_id, state="open", head=head)
-        _, meta_path = layout.submission_paths(sub_id)[1:]
-        raw = self.git.show_bytes(f"{head}:{meta_path}")
-        try:
-            meta = json.loads(raw) if raw else None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            meta = None
-        if isinstance(meta, dict):
-            pr.submission = meta
-            pr.contributor = meta.get("contributor") if isinstance(meta.get("contributor"), str) else None
-            bv = meta.get("base_version")
-            pr.base_version = bv if isinstance(bv, int) and not isinstance(bv, bool) else None
-            pr.base_commit = meta.get("base_commit") if isinstance(meta.get("base_commit"), str) else None
-            pr.message = meta.get("message") if isinstance(meta.get("message"), str) else None
+        pr = fill_from_submission(self.git, PullRequest(id=sub_id, state="open", head=head))
         verdict = refs.get(f"{layout.PR_PREFIX}/{sub_id}/verdict")
         if verdict:
             _, f = parse_message(self.git.message(verdict))

@@ -127,15 +127,19 @@ class DvcStore:
     def cache_path(self, md5: str) -> Path:
         return self.root / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]
 
-    def _remote_odb(self):
+    def _remote_odb(self, name: str = REMOTE_NAME):
         try:
-            return self.repo.cloud.get_remote_odb(REMOTE_NAME)
+            return self.repo.cloud.get_remote_odb(name)
         except Exception as exc:  # DVC raises many config/remote errors; report them all alike
-            raise StorageError(f"DVC remote '{REMOTE_NAME}' is not usable: {exc}",
+            raise StorageError(f"DVC remote '{name}' is not usable: {exc}",
                                hint="check `.dvc/config` and credentials in `.dvc/config.local`") from None
 
-    def remote_url(self) -> str:
-        return self.repo.config["remote"][REMOTE_NAME]["url"]
+    def remote_url(self, name: str = REMOTE_NAME) -> str:
+        try:
+            return self.repo.config["remote"][name]["url"]
+        except KeyError:
+            raise StorageError(f"no DVC remote named '{name}'",
+                               hint=f"add it: dvc remote add --local {name} URL") from None
 
     # -- writing ---------------------------------------------------------
     def add(self, path: Path) -> Pointer:
@@ -147,7 +151,8 @@ class DvcStore:
             raise StorageError(f"dvc add {path.name} failed: {exc}") from None
         return Pointer.parse(Path(str(path) + ".dvc").read_bytes(), str(path) + ".dvc")
 
-    def put(self, path: Path, name: str, md5: str | None = None, sha256: str | None = None) -> Pointer:
+    def put(self, path: Path, name: str, md5: str | None = None, sha256: str | None = None,
+            remote: str = REMOTE_NAME) -> Pointer:
         """Move ``path`` into the DVC cache (it is consumed), upload it, verify it arrived.
 
         Returns the pointer to commit as ``<name>.dvc``. No workspace .dvc file is
@@ -169,13 +174,13 @@ class DvcStore:
                 self.verified.record(dest, md5, sha256)
         try:
             with quiet():
-                self._remote_odb().add(str(dest), LocalFileSystem(), md5)
+                self._remote_odb(remote).add(str(dest), LocalFileSystem(), md5)
         except StorageError:
             raise
         except Exception as exc:
-            raise StorageError(f"upload to {self.remote_url()} failed: {exc}",
+            raise StorageError(f"upload to {self.remote_url(remote)} failed: {exc}",
                                hint="is the storage reachable and writable?") from None
-        self.verify_remote(pointer)
+        self.verify_remote(pointer, remote)
         return pointer
 
     def push(self, dvc_file: Path, pointer: Pointer) -> None:
@@ -188,15 +193,15 @@ class DvcStore:
                                hint="is the storage reachable and writable?") from None
         self.verify_remote(pointer)
 
-    def verify_remote(self, pointer: Pointer) -> None:
-        odb = self._remote_odb()
+    def verify_remote(self, pointer: Pointer, remote: str = REMOTE_NAME) -> None:
+        odb = self._remote_odb(remote)
         path = odb.oid_to_path(pointer.md5)
         try:
             info = odb.fs.info(path)
         except FileNotFoundError:
-            raise StorageError(f"object {pointer.md5} is missing from {self.remote_url()}") from None
+            raise StorageError(f"object {pointer.md5} is missing from {self.remote_url(remote)}") from None
         except Exception as exc:
-            raise StorageError(f"cannot reach storage {self.remote_url()}: {exc}") from None
+            raise StorageError(f"cannot reach storage {self.remote_url(remote)}: {exc}") from None
         if int(info.get("size", -1)) != pointer.size:
             raise IntegrityError(
                 f"object {pointer.md5} in storage has {info.get('size')} bytes, expected {pointer.size}"
@@ -249,6 +254,40 @@ class DvcStore:
         finally:
             Path(tmp).unlink(missing_ok=True)
         return dest
+
+    def fetch_url(self, pointer: Pointer, url: str, forge_cfg, max_bytes: int) -> Path:
+        """A delta from a contributor's own storage, downloaded with limits and md5-verified into the cache."""
+        from woolf.storage.fetch_url import download
+
+        dest = self.cache_path(pointer.md5)
+        if dest.exists() and dest.stat().st_size == pointer.size:
+            return dest
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".url.")
+        os.close(fd)
+        try:
+            download(url, Path(tmp), set(forge_cfg.delta_schemes), min(max_bytes, pointer.size),
+                     forge_cfg.delta_timeout)
+            md5, sha = hashes_of_file(Path(tmp))
+            if md5 != pointer.md5:
+                raise IntegrityError("the delta downloaded from its URL does not match its md5")
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, dest)
+            self.verified.record(dest, md5, sha)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        return dest
+
+    def upload_cached(self, pointer: Pointer) -> None:
+        """Upload an object already in the cache to this repo's storage, and verify it."""
+        from dvc_objects.fs.local import LocalFileSystem
+
+        try:
+            with quiet():
+                self._remote_odb().add(str(self.cache_path(pointer.md5)), LocalFileSystem(), pointer.md5)
+        except Exception as exc:  # noqa: BLE001 - any DVC/transport failure is a storage error
+            raise StorageError(f"upload to {self.remote_url()} failed: {exc}") from None
+        self.verify_remote(pointer)
 
     def materialize(self, pointer: Pointer, out: Path) -> None:
         """Copy the cached object to ``out`` by temp file + rename (never a link to the cache)."""

@@ -1,0 +1,203 @@
+"""The GitHub forge (also Gitea/Forgejo): submissions as real pull requests, verdicts as comments.
+
+Usage:
+    forge = GitHubForge(ledger.git, ledger.config.forge)        # token from GITHUB_TOKEN
+    forge.open(sub_id, head)        # pushes branch woolf/<id> to the fork (or origin), opens the PR
+    forge.list(state="open")
+
+A PR belongs to the ledger when its head branch is `woolf/<submission id>`.
+State: open; merged (GitHub marks a PR merged once its head is in main, which
+a version commit's second parent makes so); rejected (closed, label
+`woolf:rejected`); withdrawn (closed otherwise). Each verdict is a comment with
+a markdown table and the machine-readable record, a label and a commit status.
+PR heads are fetched as data from `refs/pull/<n>/head` into `refs/woolf/gh/`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from woolf import layout
+from woolf.errors import ForgeError, RaceLostError, UsageError
+from woolf.forges.base import Forge, PullRequest, fill_from_submission
+from woolf.forges.github_api import GitHubAPI
+
+BRANCH_PREFIX = "woolf/"
+LOCAL_PREFIX = "refs/woolf/gh"
+MARKER = re.compile(r"<!-- woolf-verdict (\{.*?\}) -->", re.S)
+STATUS_CONTEXT = "woolf/validate"
+
+
+def verdict_markdown(state: str, reason: str, fields: dict) -> str:
+    def cell(v) -> str:
+        text = json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v)
+        return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")[:300]
+
+    before = (fields.get("Woolf-Metrics-Before") or {})
+    after = (fields.get("Woolf-Metrics-After") or {})
+    rows = [("state", state), ("version", fields.get("Woolf-Version")),
+            ("staleness", fields.get("Woolf-Staleness")), ("attenuation", fields.get("Woolf-Attenuation"))]
+    rows += [(f"{k} before -> after", f"{before.get(k)} -> {after.get(k)}") for k in sorted(set(before) | set(after))]
+    rows += [("reason", reason), ("validator", fields.get("Woolf-Validator"))]
+    record = {"state": state, "reason": reason, **{k: v for k, v in fields.items() if v is not None}}
+    table = "\n".join(f"| {cell(k)} | {cell(v)} |" for k, v in rows if v is not None)
+    marker = json.dumps(record, sort_keys=True).replace("--", "- -")
+    return f"### woolf verdict: {state}\n\n| | |\n|---|---|\n{table}\n\n<!-- woolf-verdict {marker} -->\n"
+
+
+class GitHubForge(Forge):
+    def __init__(self, git, cfg, api: GitHubAPI | None = None, remote: str = "origin",
+                 fork_remote: str | None = None, fork_owner: str | None = None):
+        if not cfg.repo:
+            raise UsageError("forge.repo is not set", hint="set [forge] repo = 'owner/name' in ledger/woolf.toml")
+        self.git, self.cfg, self.remote = git, cfg, remote
+        self.api = api or GitHubAPI(cfg.api_url)
+        self.fork_remote, self.fork_owner = fork_remote, fork_owner
+        self._pulls: dict[str, dict] | None = None
+        self.repo_path = f"/repos/{cfg.repo}"
+
+    # -- reading ---------------------------------------------------------------
+    def sync(self) -> None:
+        pulls = self.api.paginate("GET", f"{self.repo_path}/pulls", params={"state": "all"})
+        self._pulls = {}
+        for p in pulls:
+            ref = p.get("head", {}).get("ref", "")
+            sub_id = ref[len(BRANCH_PREFIX):] if ref.startswith(BRANCH_PREFIX) else ""
+            if layout.SUBMISSION_ID.match(sub_id):
+                self._pulls[sub_id] = p
+        wanted = [f"+refs/pull/{p['number']}/head:{LOCAL_PREFIX}/{i}/head"
+                  for i, p in self._pulls.items() if p["state"] == "open"]
+        if wanted:
+            self.git.fetch(self.remote, *wanted)
+
+    def _record(self, sub_id: str, p: dict) -> PullRequest:
+        labels = {lb.get("name") for lb in p.get("labels", [])}
+        if p["state"] == "open":
+            state = "open"
+        elif p.get("merged_at"):
+            state = "merged"
+        elif "woolf:rejected" in labels:
+            state = "rejected"
+        else:
+            state = "withdrawn"
+        pr = PullRequest(id=sub_id, state=state, head=p["head"]["sha"], number=p["number"])
+        if self.git.run("cat-file", "-e", f"{pr.head}^{{commit}}", check=False).returncode == 0:
+            fill_from_submission(self.git, pr)
+        return pr
+
+    def list(self, state: str | None = None, local_only: bool = False) -> list[PullRequest]:
+        if self._pulls is None or not local_only:
+            self.sync()
+        prs = [self._record(i, p) for i, p in sorted(self._pulls.items())]
+        return [p for p in prs if state is None or p.state == state]
+
+    def get(self, sub_id: str, fetch: bool = True) -> PullRequest:
+        if self._pulls is None or sub_id not in self._pulls:
+            self.sync()
+        if sub_id not in self._pulls:
+            raise UsageError(f"no pull request for submission {sub_id} on {self.cfg.repo}")
+        if fetch:
+            self._pulls[sub_id] = self.api.json("GET", f"{self.repo_path}/pulls/{self._pulls[sub_id]['number']}")
+        pr = self._record(sub_id, self._pulls[sub_id])
+        if pr.state != "open":
+            self._read_verdict(pr)
+        return pr
+
+    def _read_verdict(self, pr: PullRequest) -> None:
+        comments = self.api.paginate("GET", f"{self.repo_path}/issues/{pr.number}/comments")
+        for c in reversed(comments):
+            m = MARKER.search(c.get("body") or "")
+            if m:
+                try:
+                    rec = json.loads(m.group(1))
+                except json.JSONDecodeError:
+                    continue
+                pr.reason = rec.get("reason")
+                pr.staleness, pr.attenuation = rec.get("Woolf-Staleness"), rec.get("Woolf-Attenuation")
+                pr.metrics_before, pr.metrics_after = rec.get("Woolf-Metrics-Before"), rec.get("Woolf-Metrics-After")
+                pr.version, pr.validator = rec.get("Woolf-Version"), rec.get("Woolf-Validator")
+                pr.timings = rec.get("Woolf-Timings")
+                return
+
+    # -- writing ---------------------------------------------------------------
+    def open(self, sub_id: str, head: str) -> PullRequest:
+        branch = f"{BRANCH_PREFIX}{sub_id}"
+        remote = self.fork_remote or self.remote
+        self.git.push(remote, [(head, f"refs/heads/{branch}")], leases={f"refs/heads/{branch}": None})
+        head_ref = f"{self.fork_owner}:{branch}" if self.fork_owner else branch
+        p = self.api.json("POST", f"{self.repo_path}/pulls", json={
+            "title": f"woolf: submission {sub_id}", "head": head_ref, "base": "main",
+            "body": f"Submission `{sub_id}` opened by `woolf submit`. A validator will comment its verdict.",
+            "maintainer_can_modify": False})
+        if self._pulls is not None:
+            self._pulls[sub_id] = p
+        return PullRequest(id=sub_id, state="open", head=head, number=p["number"])
+
+    def comment(self, sub_id: str, text: str) -> None:
+        pr = self.get(sub_id, fetch=False)
+        self.api.json("POST", f"{self.repo_path}/issues/{pr.number}/comments", json={"body": text})
+
+    def _verdict(self, pr: PullRequest, state: str, reason: str, fields: dict) -> None:
+        self.api.json("POST", f"{self.repo_path}/issues/{pr.number}/comments",
+                      json={"body": verdict_markdown(state, reason, fields)})
+        self.api.json("POST", f"{self.repo_path}/issues/{pr.number}/labels", json={"labels": [f"woolf:{state}"]})
+        self.api.json("POST", f"{self.repo_path}/statuses/{pr.head}", json={
+            "state": "success" if state == "merged" else "failure", "context": STATUS_CONTEXT,
+            "description": reason[:140]})
+
+    def _current(self, pr: PullRequest) -> dict:
+        p = self.api.json("GET", f"{self.repo_path}/pulls/{pr.number}")
+        if p["state"] != "open":
+            raise RaceLostError(f"PR #{pr.number} was closed meanwhile")
+        if p["head"]["sha"] != pr.head:
+            raise RaceLostError(f"PR #{pr.number}'s head changed from {pr.head[:12]} to "
+                                f"{p['head']['sha'][:12]} after evaluation; it is evaluated again")
+        return p
+
+    def reject(self, pr: PullRequest, reason: str, fields: dict) -> None:
+        self._current(pr)
+        self._verdict(pr, "rejected", reason, fields)
+        self.api.json("PATCH", f"{self.repo_path}/pulls/{pr.number}", json={"state": "closed"})
+
+    def merge(self, pr: PullRequest, version_commit: str, main_sha: str) -> None:
+        self._current(pr)  # nothing is merged that was not evaluated at this head
+        self.git.push(self.remote, [(version_commit, layout.MAIN)], leases={layout.MAIN: main_sha})
+        _, fields = _trailers(self.git.message(version_commit))
+        self._verdict(pr, "merged", fields.pop("Woolf-Reason", "merged"), fields)
+
+    def withdraw(self, sub_id: str) -> None:
+        pr = self.get(sub_id)
+        if pr.state != "open":
+            raise UsageError(f"{sub_id} is already {pr.state}")
+        self.api.json("PATCH", f"{self.repo_path}/pulls/{pr.number}", json={"state": "closed"})
+
+
+def _trailers(message: str) -> tuple[str, dict]:
+    from woolf.core.trailers import parse_message
+
+    subject, raw = parse_message(message)
+    fields: dict = {}
+    for k, v in raw.items():
+        try:
+            fields[k] = json.loads(v)
+        except json.JSONDecodeError:
+            fields[k] = v
+    return subject, fields
+
+
+def forge_for(ledger, kind: str | None = None) -> Forge:
+    """The forge the ledger's config (or --forge) selects."""
+    import os
+
+    from woolf.forges.local import LocalForge
+
+    kind = kind or ledger.config.forge.kind
+    if kind == "local":
+        return LocalForge.for_ledger(ledger)
+    if kind == "github":
+        remotes = ledger.git.out("remote").split()
+        fork = os.environ.get("WOOLF_FORK_REMOTE") or ("fork" if "fork" in remotes else None)
+        return GitHubForge(ledger.git, ledger.config.forge, fork_remote=fork,
+                           fork_owner=os.environ.get("WOOLF_FORK_OWNER"))
+    raise ForgeError(f"unknown forge {kind!r}", hint="use 'local' or 'github'")
