@@ -248,3 +248,36 @@ def test_pagination_follows_link_headers(world):
     assert len(pages) == 3
     assert sum(1 for m, p, _ in gh.log if p.endswith("/pulls") and m == "GET") >= 3
     assert {p.id for p in forge.list()} == ids
+
+
+def test_ci_split_evaluate_then_apply(world, tmp_path, capsys):
+    from woolf.cli.main import main
+    from woolf.errors import UsageError
+
+    alice, val = world["alice"], world["val"]
+    train(alice, steps=3, contributor="alice")
+    first = submit(alice, contributor="alice", delta_url_base=world["store"].url, delta_remote="mine")
+    second = submit(alice, weights=alice.root / ".woolf" / "work" / "trained.safetensors", base_version=0,
+                    contributor="alice", delta_url_base=world["store"].url, delta_remote="mine",
+                    message="same weights, a second PR")
+    main_before = git("rev-parse", "main", cwd=world["hub"])
+    verdict = tmp_path / "verdict.json"
+    # the unprivileged job: evaluate PR #1 by number, write the record, change nothing
+    assert main(["-C", str(val.root), "validate", "--forge", "github", "--evaluate-only", str(verdict), "1"]) == 0
+    assert git("rev-parse", "main", cwd=world["hub"]) == main_before
+    record = __import__("json").loads(verdict.read_text())
+    assert record["id"] == first["id"] and record["accepted"] and record["main"] == main_before
+    # a stale record for PR #2, evaluated before #1 is merged, cannot be applied after it
+    stale = tmp_path / "stale.json"
+    assert main(["-C", str(val.root), "validate", "--forge", "github", "--evaluate-only", str(stale), "2"]) == 0
+    # the privileged job: re-check and carry out the record
+    assert main(["-C", str(val.root), "validate", "--forge", "github", "--apply", str(verdict), "--json"]) == 0
+    capsys.readouterr()
+    assert git("rev-parse", "main^2", cwd=world["hub"]) == first["commit"]
+    from woolf.ci_steps import apply_record
+
+    with pytest.raises(UsageError, match="main moved since evaluation"):
+        apply_record(Validator(Ledger.open(val.root), device="cpu", forge_kind="github"),
+                     __import__("json").loads(stale.read_text()))
+    assert world["gh"].pulls["owner/ledger"][2]["closed"] is False
+    del second

@@ -59,6 +59,23 @@ class Status:
         return self.__dict__.copy()
 
 
+def write_ci_files(root: Path) -> None:
+    """The GitHub validator workflow and the ci/ scripts it calls (see docs/github.md)."""
+    from importlib.resources import files
+
+    from woolf import __version__
+
+    templates = files("woolf") / "templates"
+    targets = {"woolf-validate.yml": ".github/workflows/woolf-validate.yml", "evaluate.sh": "ci/evaluate.sh",
+               "merge.sh": "ci/merge.sh", "install.sh": "ci/install.sh"}
+    for name, rel in targets.items():
+        out = root / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text((templates / name).read_text().replace("__WOOLF_VERSION__", __version__))
+        if rel.endswith(".sh"):
+            out.chmod(0o755)
+
+
 class Ledger:
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
@@ -125,6 +142,7 @@ class Ledger:
             ledger = cls(path)
             ledger.git.run("init", "-q", "-b", "main")
             (path / ".gitignore").write_text(layout.GITIGNORE)
+            write_ci_files(path)
             (path / layout.CONFIG).parent.mkdir(parents=True, exist_ok=True)
             (path / layout.CONFIG).write_text(render_config(cfg))
             (path / cfg.benchmark.path).parent.mkdir(parents=True, exist_ok=True)

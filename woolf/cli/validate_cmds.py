@@ -6,6 +6,8 @@ Usage:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
@@ -24,17 +26,24 @@ def _print_verdict(app: App, v) -> None:
 @click.option("--watch", is_flag=True, help="Keep validating as PRs arrive (Ctrl-C to stop).")
 @click.option("--interval", type=float, default=2.0, show_default=True, help="--watch: seconds between polls.")
 @click.option("--name", envvar="WOOLF_VALIDATOR", help="Validator name in verdicts [env: WOOLF_VALIDATOR].")
+@click.option("--evaluate-only", "evaluate_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="CI, unprivileged: evaluate one PR (ID or number) and write its verdict record here.")
+@click.option("--apply", "apply_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="CI, privileged: re-check and carry out a verdict record from --evaluate-only.")
 @device_option
 @forge_option
 @json_option
 @pass_app
-def validate(app: App, ids, all_, watch, interval, name, device, forge, as_json):
+def validate(app: App, ids, all_, watch, interval, name, evaluate_out, apply_file, device, forge, as_json):
     """Validate open PRs: staleness, attenuated merge, benchmark gate, fast-forward main."""
     from woolf.validator import Validator
 
     if ids and all_:
         raise click.UsageError("give IDs or --all, not both")
     validator = Validator(app.ledger(), device=device, name=name, forge_kind=forge)
+    if evaluate_out or apply_file:
+        _ci_step(app, validator, ids, evaluate_out, apply_file, as_json)
+        return
     show = None if as_json else (lambda v: _print_verdict(app, v))
     if watch:
         try:
@@ -47,6 +56,34 @@ def validate(app: App, ids, all_, watch, interval, name, device, forge, as_json)
         app.emit_json([v.to_json() for v in verdicts])
     elif not verdicts:
         app.console.print("no open pull requests")
+
+
+def _ci_step(app: App, validator, ids, evaluate_out, apply_file, as_json) -> None:
+    import json
+
+    from woolf.ci_steps import apply_record, evaluate_pr
+    from woolf.errors import UsageError
+    from woolf.storage.weights import write_bytes_atomic
+
+    if evaluate_out:
+        if len(ids) != 1 or apply_file:
+            raise UsageError("--evaluate-only takes exactly one PR (ID or number) and no --apply")
+        record = evaluate_pr(validator, ids[0])
+        write_bytes_atomic(json.dumps(record, indent=2, sort_keys=True).encode(), evaluate_out)
+        app.emit_json(record) if as_json else app.console.print(
+            f"{record['id']}: {'accept' if record['accepted'] else 'reject'} ({record['reason']})")
+        return
+    try:
+        record = json.loads(apply_file.read_text())
+    except json.JSONDecodeError:
+        raise UsageError(f"{apply_file} is not JSON") from None
+    verdict = apply_record(validator, record)
+    if verdict is None:
+        app.console.print("the PR already has a verdict; nothing to do")
+    elif as_json:
+        app.emit_json(verdict.to_json())
+    else:
+        _print_verdict(app, verdict)
 
 
 @click.command()

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Privileged CI step: carry out the verdict in verdict.json. `woolf validate --apply`
+# re-checks the PR head and main, reruns the cheap checks, recomputes the merge,
+# uploads the weights, then fast-forwards main (or closes the PR with its reason).
+set -euo pipefail
+: "${GITHUB_TOKEN:?GITHUB_TOKEN must be set}"
+bash ci/install.sh
+auth=$(printf 'x-access-token:%s' "$GITHUB_TOKEN" | base64 -w0)
+git config --local "http.https://github.com/.extraheader" "AUTHORIZATION: basic $auth"
+git config --local user.name "woolf-validator"
+git config --local user.email "woolf-validator@users.noreply.github.com"
+woolf validate --forge github --apply verdict.json

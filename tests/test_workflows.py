@@ -1,0 +1,78 @@
+"""The validator workflow and the test workflow, checked by actionlint and zizmor, and by hand."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from woolf.ledger import Ledger
+
+from .conftest import SMALL
+
+ROOT = Path(__file__).parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _tool(name):
+    path = shutil.which(name) or (str(BIN / name) if (BIN / name).exists() else None)
+    if path is None:
+        pytest.skip(f"{name} is not installed (it comes with the dev extra)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def new_ledger(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wf")
+    return Ledger.init(root / "led", storage=str(root / "s"), overrides=SMALL).root
+
+
+def _workflow_dirs(new_ledger):
+    return [ROOT / ".github" / "workflows", new_ledger / ".github" / "workflows"]
+
+
+def test_actionlint_reports_nothing(new_ledger):
+    for d in _workflow_dirs(new_ledger):
+        files = sorted(str(p) for p in d.glob("*.yml"))
+        proc = subprocess.run([_tool("actionlint"), *files], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_zizmor_reports_nothing(new_ledger):
+    for d in _workflow_dirs(new_ledger):
+        proc = subprocess.run([_tool("zizmor"), "--offline", "--no-progress", str(d)], capture_output=True,
+                              text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+        assert "No findings to report" in proc.stdout + proc.stderr
+
+
+def test_project_workflow_matches_the_template_init_writes(new_ledger):
+    rel = ".github/workflows/woolf-validate.yml"
+    assert (ROOT / rel).read_text() == (new_ledger / rel).read_text()
+    for script in ("evaluate.sh", "merge.sh", "install.sh"):
+        assert (ROOT / "ci" / script).read_text() == (new_ledger / "ci" / script).read_text()
+
+
+def test_workflow_hardening_by_hand(new_ledger):
+    for d in _workflow_dirs(new_ledger):
+        for path in d.glob("*.yml"):
+            text = path.read_text()
+            wf = yaml.safe_load(text)
+            assert wf["permissions"] == {}, path
+            for job in wf["jobs"].values():
+                for step in job.get("steps", []):
+                    uses = step.get("uses")
+                    if uses:
+                        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", uses), uses
+                        assert not uses.startswith("actions/cache")
+                        if uses.startswith("actions/checkout"):
+                            assert step["with"]["persist-credentials"] is False
+                    assert "${{" not in step.get("run", ""), "expressions go through env:, never into run:"
+    wf = yaml.safe_load((new_ledger / ".github/workflows/woolf-validate.yml").read_text())
+    assert wf["jobs"]["evaluate"]["permissions"] == {"contents": "read", "pull-requests": "read"}
+    assert "contents" in wf["jobs"]["merge"]["permissions"] and wf["jobs"]["merge"]["concurrency"]
