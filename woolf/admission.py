@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from woolf import layout
 from woolf.errors import IntegrityError, WoolfError
-from woolf.storage.dvcstore import Pointer
+from woolf.storage.pointer import Pointer
 from woolf.versions import Version
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")

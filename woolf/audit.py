@@ -21,7 +21,7 @@ from woolf.config import parse_config
 from woolf.core.merge import apply_delta, merge_scale
 from woolf.core.staleness import attenuation
 from woolf.errors import WoolfError
-from woolf.storage.dvcstore import Pointer
+from woolf.storage.pointer import Pointer
 from woolf.storage.weights import load_trusted
 
 

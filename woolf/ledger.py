@@ -20,12 +20,9 @@ from typing import TYPE_CHECKING
 from woolf import layout
 from woolf.config import (
     LedgerConfig,
-    apply_overrides,
     load_config,
     parse_config,
-    render_config,
 )
-from woolf.core.trailers import format_message
 from woolf.errors import (
     IntegrityError,
     NotALedgerError,
@@ -33,8 +30,9 @@ from woolf.errors import (
     UnknownVersionError,
     UsageError,
 )
-from woolf.storage.dvcstore import DvcStore, Pointer, init_dvc
+from woolf.storage.dvcstore import DvcStore
 from woolf.storage.git import Git, toplevel
+from woolf.storage.pointer import Pointer
 from woolf.versions import Version, read_versions, version_from_message
 
 if TYPE_CHECKING:
@@ -57,23 +55,6 @@ class Status:
 
     def to_json(self) -> dict:
         return self.__dict__.copy()
-
-
-def write_ci_files(root: Path) -> None:
-    """The GitHub validator workflow and the ci/ scripts it calls (see docs/github.md)."""
-    from importlib.resources import files
-
-    from woolf import __version__
-
-    templates = files("woolf") / "templates"
-    targets = {"woolf-validate.yml": ".github/workflows/woolf-validate.yml", "evaluate.sh": "ci/evaluate.sh",
-               "merge.sh": "ci/merge.sh", "install.sh": "ci/install.sh"}
-    for name, rel in targets.items():
-        out = root / rel
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text((templates / name).read_text().replace("__WOOLF_VERSION__", __version__))
-        if rel.endswith(".sh"):
-            out.chmod(0o755)
 
 
 class Ledger:
@@ -104,65 +85,12 @@ class Ledger:
     def init(cls, path: Path, storage: str | None = None, workload: str = "charlm",
              alpha: float | None = None, weights: Path | None = None, name: str | None = None,
              seed: int = 0, overrides: dict[str, str] | None = None) -> Ledger:
-        from woolf.storage.weights import (
-            compare_spec,
-            hashes_of_file,
-            load_checked,
-            read_spec,
-            save_atomic,
-            spec_of,
-        )
-        from woolf.workloads.base import load_workload
+        """Create a ledger at ``path`` with version 0 (see woolf/create.py)."""
+        from woolf.create import create_ledger
 
-        path = Path(path).resolve()
-        if (path / layout.CONFIG).exists():
-            raise UsageError(f"{path} already holds a ledger", hint="use `woolf status` there")
-        if path.exists() and any(path.iterdir()):
-            raise UsageError(f"{path} exists and is not empty", hint="choose a new or empty directory")
-        storage = storage or str(path.parent / f"{path.name}.storage")
-        if "://" not in storage:
-            storage = str(Path(storage).resolve())
-        cfg = LedgerConfig(name=name or path.name)
-        cfg.workload.name = workload
-        if alpha is not None:
-            cfg.merge.alpha_base = alpha
-        cfg = apply_overrides(cfg, overrides or {})  # validates everything before touching disk
-        wl = load_workload(cfg.workload)
-        bench = wl.benchmark_bytes()
-        cfg.benchmark.sha256 = hashlib.sha256(bench).hexdigest()
-        if weights is not None:
-            spec = read_spec(Path(weights), cfg.limits, "--weights")
-            compare_spec(spec, spec_of(wl.genesis(seed)), f"--weights {weights}")
-            genesis = load_checked(Path(weights), cfg.limits, label="--weights")
-        else:
-            genesis = wl.genesis(seed)
-
-        path.mkdir(parents=True, exist_ok=True)
-        try:
-            ledger = cls(path)
-            ledger.git.run("init", "-q", "-b", "main")
-            (path / ".gitignore").write_text(layout.GITIGNORE)
-            write_ci_files(path)
-            (path / layout.CONFIG).parent.mkdir(parents=True, exist_ok=True)
-            (path / layout.CONFIG).write_text(render_config(cfg))
-            (path / cfg.benchmark.path).parent.mkdir(parents=True, exist_ok=True)
-            (path / cfg.benchmark.path).write_bytes(bench)
-            init_dvc(path, storage)
-            save_atomic(genesis, path / layout.WEIGHTS)
-            ptr = ledger.store.add(path / layout.WEIGHTS)
-            ledger.store.push(path / layout.POINTER, ptr)
-            _, sha = hashes_of_file(path / layout.WEIGHTS)
-            ledger.git.run("add", "-A")
-            message = format_message(
-                f"woolf: version 0 (genesis of {cfg.name})",
-                {"Woolf-Version": 0, "Woolf-Weights-Sha256": sha,
-                 "Woolf-Source": "weights file" if weights else f"{cfg.workload.name} seed {seed}"},
-            )
-            ledger.git.run("commit", "-q", "-F", "-", input=message.encode())
-        except BaseException:
-            shutil.rmtree(path, ignore_errors=True)
-            raise
-        return ledger
+        create_ledger(path, storage=storage, workload=workload, alpha=alpha, weights=weights, name=name,
+                      seed=seed, overrides=overrides)
+        return cls(Path(path).resolve())
 
     @property
     def config(self) -> LedgerConfig:

@@ -31,7 +31,7 @@ from woolf.core.staleness import attenuation
 from woolf.core.trailers import format_message
 from woolf.errors import IntegrityError, InvalidWeightsError, RaceLostError, StorageError
 from woolf.forges.github import forge_for
-from woolf.storage.dvcstore import Pointer
+from woolf.storage.pointer import Pointer
 from woolf.storage.weights import compare_spec, hashes_of_file, load_checked, read_spec, save_atomic
 from woolf.timing import Timer
 from woolf.workloads.base import load_workload, resolve_device
