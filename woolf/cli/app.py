@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,9 @@ class App:
         return Ledger.open(self.cwd)
 
     def emit_json(self, data) -> None:
-        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+        # indented for a terminal; compact (C encoder, ~10x faster at 10k versions) for pipes
+        indent = 2 if sys.stdout.isatty() else None
+        click.echo(json.dumps(data, indent=indent, sort_keys=True, default=str))
 
 
 pass_app = click.make_pass_decorator(App)

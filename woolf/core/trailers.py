@@ -40,13 +40,13 @@ def parse_message(message: str) -> tuple[str, dict[str, str]]:
     """Subject line and the Woolf-* trailers of the last paragraph."""
     text = message.strip("\n")
     subject = text.split("\n", 1)[0]
-    paragraphs = text.split("\n\n")
+    cut = text.rfind("\n\n")
     fields: dict[str, str] = {}
-    if len(paragraphs) > 1:
-        for line in paragraphs[-1].splitlines():
-            m = _KEY.match(line)
-            if m:
-                fields[m.group(1)] = m.group(2)
+    if cut >= 0:
+        for line in text[cut + 2:].split("\n"):
+            key, sep, value = line.partition(": ")
+            if sep and key.startswith("Woolf-") and _KEY.match(line):
+                fields[key] = value
     return subject, fields
 
 
@@ -62,7 +62,10 @@ def json_field(fields: dict, key: str):
 
 def int_field(fields: dict, key: str) -> int | None:
     raw = fields.get(key)
-    return int(raw) if raw is not None and re.fullmatch(r"-?\d+", raw) else None
+    if raw is None:
+        return None
+    digits = raw[1:] if raw.startswith("-") else raw
+    return int(raw) if digits.isascii() and digits.isdigit() else None
 
 
 def float_field(fields: dict, key: str) -> float | None:
