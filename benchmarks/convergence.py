@@ -107,12 +107,18 @@ def grid(ns: list[int]) -> list[dict]:
     return cells
 
 
+def alpha_grid(ns: list[int]) -> list[dict]:
+    return [{"scheme": "async", "n": n, "stale": "inverse", "gate": "tolerance", "alpha": a}
+            for n in ns for a in (0.5, 0.75, 1.0)]
+
+
 def label(c: dict) -> str:
     if c["scheme"] == "serial":
         return "serial (1 worker)"
     if c["scheme"] == "fedavg":
         return f"FedAvg sync N={c['n']}"
-    return f"async N={c['n']} {c['stale']} gate={c['gate']}"
+    alpha = f" alpha={c['alpha']}" if "alpha" in c else ""
+    return f"async N={c['n']} {c['stale']} gate={c['gate']}{alpha}"
 
 
 def target_time(curve, target):
@@ -168,6 +174,7 @@ def main() -> None:
     ap.add_argument("--total-steps", type=int, default=800)
     ap.add_argument("--k", type=int, default=20, help="training steps per contribution")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--alpha-sweep", action="store_true", help="only async inverse+tolerance at alpha 0.5/0.75/1")
     ap.add_argument("--out", default="convergence.json")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -177,10 +184,11 @@ def main() -> None:
     bench = wl.benchmark_bytes()
     ns = [int(x) for x in args.workers.split(",")]
     results, t0 = [], time.time()
-    for cell in grid(ns):
+    for cell in (alpha_grid(ns) if args.alpha_sweep else grid(ns)):
         runs = [run(cell["scheme"], cell["n"], seed, args.total_steps, args.k, wl, bench,
                     stale=cell["stale"] if cell["stale"] != "-" else "inverse",
-                    gate=cell["gate"] if cell["gate"] != "-" else "none") for seed in range(args.seeds)]
+                    gate=cell["gate"] if cell["gate"] != "-" else "none", alpha=cell.get("alpha", 1.0))
+                for seed in range(args.seeds)]
         finals = [r["final_loss"] for r in runs]
         row = {"cell": cell, "label": label(cell), "final_mean": statistics.mean(finals),
                "final_std": statistics.stdev(finals) if len(finals) > 1 else 0.0,
@@ -197,7 +205,7 @@ def main() -> None:
         row["steps_to_target"] = [h[0] for h in hits]
         row["sim_time_to_target"] = [h[1] for h in hits]
     data = {"machine": machine(), "settings": vars(args), "results": results}
-    if not args.smoke:
+    if not args.smoke and not args.alpha_sweep:
         data["plots"] = plots(results, n_plot=ns[len(ns) // 2])
     print(write_json(args.out, data))
 
