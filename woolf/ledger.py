@@ -10,9 +10,6 @@ Usage:
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -183,16 +180,9 @@ class Ledger:
     def checkout(self, number: int, out: Path | None = None) -> Path:
         version = self.show(number)
         out = Path(out) if out else self.root / layout.WORK / "versions" / f"v{number}.safetensors"
-        src = self.weights_path(version)  # sha256-verified against the version's record
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-        os.close(fd)
-        try:
-            shutil.copyfile(src, tmp)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, out)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        from woolf.storage.weights import copy_atomic
+
+        copy_atomic(self.weights_path(version), out)  # sha256-verified against the version's record
         return out
 
     def status(self) -> Status:

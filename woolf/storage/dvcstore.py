@@ -19,7 +19,6 @@ import hashlib
 import io
 import logging
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -123,7 +122,6 @@ class DvcStore:
         Returns the pointer to commit as ``<name>.dvc``. No workspace .dvc file is
         written, so this works for files in git-ignored areas too.
         """
-        from dvc_objects.fs.local import LocalFileSystem
 
         path = Path(path)
         md5 = md5 or md5_file(path)
@@ -137,15 +135,7 @@ class DvcStore:
             os.replace(path, dest)
             if sha256:
                 self.verified.record(dest, md5, sha256)
-        try:
-            with quiet():
-                self._remote_odb(remote).add(str(dest), LocalFileSystem(), md5)
-        except StorageError:
-            raise
-        except Exception as exc:
-            raise StorageError(f"upload to {self.remote_url(remote)} failed: {exc}",
-                               hint="is the storage reachable and writable?") from None
-        self.verify_remote(pointer, remote)
+        self.upload_cached(pointer, remote)
         return pointer
 
     def push(self, dvc_file: Path, pointer: Pointer) -> None:
@@ -207,18 +197,21 @@ class DvcStore:
             size = os.path.getsize(tmp)
             if max_bytes is not None and size > max_bytes:
                 raise IntegrityError(f"object {pointer.md5} is {size} bytes, over {max_bytes}")
-            md5, sha = hashes_of_file(Path(tmp))
-            if size != pointer.size or md5 != pointer.md5:
-                raise IntegrityError(
-                    f"object {pointer.md5} in storage does not match its hash (corrupted or tampered)",
-                    hint="the storage object must be re-uploaded by whoever holds the original",
-                )
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, dest)
-            self.verified.record(dest, md5, sha)
+            self._admit(Path(tmp), pointer, "in storage does not match its hash (corrupted or tampered)")
         finally:
             Path(tmp).unlink(missing_ok=True)
         return dest
+
+    def _admit(self, tmp: Path, pointer: Pointer, problem: str) -> None:
+        """Hash a downloaded file; if it is the object, make it the read-only cache entry."""
+        md5, sha = hashes_of_file(tmp)
+        if tmp.stat().st_size != pointer.size or md5 != pointer.md5:
+            raise IntegrityError(f"object {pointer.md5} {problem}",
+                                 hint="the object must be re-uploaded by whoever holds the original")
+        dest = self.cache_path(pointer.md5)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, dest)
+        self.verified.record(dest, md5, sha)
 
     def fetch_url(self, pointer: Pointer, url: str, forge_cfg, max_bytes: int) -> Path:
         """A delta from a contributor's own storage, downloaded with limits and md5-verified into the cache."""
@@ -233,41 +226,29 @@ class DvcStore:
         try:
             download(url, Path(tmp), set(forge_cfg.delta_schemes), min(max_bytes, pointer.size),
                      forge_cfg.delta_timeout)
-            md5, sha = hashes_of_file(Path(tmp))
-            if md5 != pointer.md5:
-                raise IntegrityError("the delta downloaded from its URL does not match its md5")
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, dest)
-            self.verified.record(dest, md5, sha)
+            self._admit(Path(tmp), pointer, "downloaded from its URL does not match its md5")
         finally:
             Path(tmp).unlink(missing_ok=True)
         return dest
 
-    def upload_cached(self, pointer: Pointer) -> None:
-        """Upload an object already in the cache to this repo's storage, and verify it."""
+    def upload_cached(self, pointer: Pointer, remote: str = REMOTE_NAME) -> None:
+        """Upload an object already in the cache to a DVC remote through DVC's ODB, and verify it."""
         from dvc_objects.fs.local import LocalFileSystem
 
+        odb = self._remote_odb(remote)
         try:
             with quiet():
-                self._remote_odb().add(str(self.cache_path(pointer.md5)), LocalFileSystem(), pointer.md5)
-        except Exception as exc:  # noqa: BLE001 - any DVC/transport failure is a storage error
-            raise StorageError(f"upload to {self.remote_url()} failed: {exc}") from None
-        self.verify_remote(pointer)
+                odb.add(str(self.cache_path(pointer.md5)), LocalFileSystem(), pointer.md5)
+        except Exception as exc:  # any DVC or transport failure is a storage error
+            raise StorageError(f"upload to {self.remote_url(remote)} failed: {exc}",
+                               hint="is the storage reachable and writable?") from None
+        self.verify_remote(pointer, remote)
 
     def materialize(self, pointer: Pointer, out: Path) -> None:
         """Copy the cached object to ``out`` by temp file + rename (never a link to the cache)."""
-        src = self.fetch_object(pointer)
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-        os.close(fd)
-        try:
-            shutil.copyfile(src, tmp)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, out)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        from woolf.storage.weights import copy_atomic
+
+        copy_atomic(self.fetch_object(pointer), out)
 
 
 def hashes_of_file(path: Path) -> tuple[str, str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import struct
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -177,6 +178,20 @@ def write_bytes_atomic(data: bytes, path: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def copy_atomic(src: Path, out: Path) -> None:
+    """Copy by temp file + rename: ``out`` is never a half-written file, nor a link to ``src``."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> str:
