@@ -129,6 +129,7 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 4, validators: int
         key = _reason_key(p.reason or "")
         result.rejections[key] = result.rejections.get(key, 0) + 1
     result.final_loss = snap.loss if snap.loss is not None else result.genesis_loss
+    console.print()
     if not result.interrupted:
         console.print(f"centralized baseline: {result.total_steps} steps by one worker ...")
         result.baseline_loss = centralized_baseline(observer, names, rounds, steps)
