@@ -83,13 +83,17 @@ def test_ctrl_c_stops_children_and_leaves_a_usable_hub(tmp_path):
     import time
 
     hub = tmp_path / "hub"
-    proc = subprocess.Popen([sys.executable, "-m", "woolf", "demo", "--quick", "--steps", "15",
+    # many rounds, so that the network is surely still running when Ctrl-C comes
+    proc = subprocess.Popen([sys.executable, "-m", "woolf", "demo", "--quick", "--steps", "15", "--rounds", "50",
                              "--dir", str(hub)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     deadline = time.time() + 120
-    while not (hub / "logs" / "p1.log").exists() and time.time() < deadline:
-        time.sleep(0.5)
-    time.sleep(4)
+    while time.time() < deadline:  # wait for the first submission, then interrupt mid-run
+        log = hub / "logs" / "p1.log"
+        if log.exists() and "submitted" in log.read_text():
+            break
+        time.sleep(0.3)
+    time.sleep(1)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert "INTERRUPTED" in out, out

@@ -137,6 +137,7 @@ def test_fork_pr_validated_merged_and_rejected(world):
     assert states == {sub["id"]: "merged", sub2["id"]: "rejected"}
     shown = forge.get(sub2["id"])
     assert "delta norm" in shown.reason and shown.staleness == 1
+    assert shown.author == "alice" and shown.number == 2 and len(shown.base_sha) == 40
     # the fork's delta now lives in the ledger's own storage, so anyone can audit
     git("clone", "-q", str(world["hub"]), str(root / "auditor"), cwd=root)
     assert audit(Ledger.open(root / "auditor")).ok

@@ -33,6 +33,8 @@ class PullRequest:
     validator: str | None = None
     verdict_commit: str | None = None
     number: int | None = None  # the forge's PR number, where it has one
+    author: str | None = None  # the forge account that opened it, where there is one
+    base_sha: str | None = None  # the target branch's commit the forge reports
     submission: dict | None = field(default=None, repr=False)  # submission.json as read
 
     def to_json(self) -> dict:

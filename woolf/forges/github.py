@@ -81,7 +81,8 @@ class GitHubForge(Forge):
             state = "rejected"
         else:
             state = "withdrawn"
-        pr = PullRequest(id=sub_id, state=state, head=p["head"]["sha"], number=p["number"])
+        pr = PullRequest(id=sub_id, state=state, head=p["head"]["sha"], number=p["number"],
+                         author=(p.get("user") or {}).get("login"), base_sha=p.get("base", {}).get("sha"))
         if self.git.run("cat-file", "-e", f"{pr.head}^{{commit}}", check=False).returncode == 0:
             fill_from_submission(self.git, pr)
         return pr
