@@ -84,7 +84,7 @@ def main() -> None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     RESULTS.mkdir(exist_ok=True)
-    fig.savefig(RESULTS / "network_run.png", dpi=100)
+    fig.savefig(RESULTS / Path(args.out).with_suffix(".png").name, dpi=100)
     plt.close(fig)
     for k in ("wall_seconds", "versions_merged", "prs", "merged_per_minute", "validator_utilisation",
               "median_staleness", "genesis_loss", "final_loss", "baseline_loss"):

@@ -80,6 +80,8 @@ def _plot_staleness(prs, out: Path) -> Path:
     colours = ["#2a9d8f" if p.state == "merged" else "#e76f51" for p in judged]
     ax.scatter(xs, [p.staleness for p in judged], c=colours, label="staleness")
     ax.set_xlabel("verdict (submission order)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("staleness")
     ax2 = ax.twinx()
     ax2.plot(xs, [p.attenuation for p in judged], color="#264653", alpha=0.6, label="attenuation")
@@ -145,9 +147,13 @@ def _html(name, md_tables_versions, prs, plots, demo) -> str:
         items = {k: demo.get(k) for k in ("participants", "validators", "rounds", "steps", "versions_merged",
                                           "prs_rejected", "genesis_loss", "final_loss", "baseline_loss",
                                           "wall_seconds", "interrupted")}
+        def fmt(k, v):
+            if isinstance(v, float):
+                return f"{v:.1f}" if k == "wall_seconds" else f"{v:.4f}"
+            return html.escape(str(v))
+
         summary = "<table id='summary'>" + "".join(
-            f"<tr><th>{k}</th><td>{v:.4f}</td></tr>" if isinstance(v, float) else f"<tr><th>{k}</th><td>{v}</td></tr>"
-            for k, v in items.items()) + "</table>"
+            f"<tr><th>{k}</th><td>{fmt(k, v)}</td></tr>" for k, v in items.items()) + "</table>"
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>woolf report: {html.escape(name)}</title>

@@ -1,7 +1,7 @@
 """`woolf demo`: a decentralized training network as real processes on this machine.
 
 Usage:
-    result = run_demo(Path("woolf-demo"), participants=3, rounds=4, validators=2, console=Console())
+    result = run_demo(Path("woolf-demo"), participants=3, rounds=8, validators=2, console=Console())
     result.final_loss < result.genesis_loss
 
 Participants loop pull -> train -> submit at different speeds (so PRs go
@@ -77,13 +77,13 @@ def _reason_key(reason: str) -> str:
     return reason.split(":")[0][:60]
 
 
-def run_demo(root: Path, participants: int = 3, rounds: int = 4, validators: int = 2,
+def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int = 2,
              steps: int | None = None, quick: bool = False, console: Console | None = None,
              report: bool = True) -> DemoResult:
     if participants < 1 or validators < 1 or rounds < 1:
         raise UsageError("a demo needs at least one participant, one validator and one round")
     console = console or Console()
-    steps = steps or (30 if quick else 60)
+    steps = steps or (15 if quick else 30)
     names = [f"p{i + 1}" for i in range(participants)]
     vnames = [f"v{i + 1}" for i in range(validators)]
     t0 = time.time()
