@@ -45,4 +45,4 @@ def test_network_run_smoke(tmp_path):
     _run(tmp_path, "network_run.py", "--participants", "2", "--rounds", "1", "--steps", "5",
          "--validators", "1", "--out", "net.json")
     data = json.loads((tmp_path / "net.json").read_text())
-    assert data["prs"] == 2 and (tmp_path / "network_run.png").exists()
+    assert data["prs"] == 2 and (tmp_path / "net.png").exists()

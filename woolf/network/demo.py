@@ -71,6 +71,26 @@ def _stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
             p.wait()
 
 
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _interruptible() -> dict:
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    return previous
+
+
+def _restore(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
 def _reason_key(reason: str) -> str:
     if "below the required" in reason:
         return "benchmark loss worse than the tolerance"
@@ -100,6 +120,9 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
     console.print(f"hub at {root}: {participants} participants x {rounds} rounds x {steps} steps, "
                   f"{validators} validators")
     stop_file = root / ".stop"
+    # Ctrl-C (and SIGTERM) stop the network cleanly, even when started from a shell that set
+    # SIGINT to "ignore" for background jobs (Python then installs no KeyboardInterrupt).
+    previous = _interruptible()
     procs = [_spawn(["validator", str(hub.clone_of(v)), "--name", v, "--stop-file", str(stop_file)],
                     root / "logs" / f"{v}.log") for v in vnames]
     # different speeds: later participants sleep longer between training and submitting
@@ -121,6 +144,7 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
         console.print("[yellow]interrupted: stopping participants and validators[/]")
     finally:
         _stop(parts + procs)
+        _restore(previous)
     snap = snapshot(observer)
     result.versions_merged = len(snap.versions) - 1
     rejected = [p for p in snap.prs if p.state == "rejected"]
