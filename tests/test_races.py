@@ -94,3 +94,20 @@ def test_validator_killed_at_random_times(network):
     assert final.returncode == 0, err
     _check_invariants(network, 3)
     assert not (val.root / layout.WEIGHTS).with_suffix(".tmp").exists()
+
+
+def test_watch_validates_arriving_prs_and_stops_on_sigterm(network):
+    val = network.clone("val")
+    watcher = subprocess.Popen([sys.executable, "-m", "woolf", "validate", "--watch", "--interval", "0.3",
+                                "--device", "cpu"], cwd=val.root, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    sub = network.clone("sub")
+    sub_id = craft_pr(sub, tensors=_delta(sub, seed=3))
+    deadline = time.time() + 120
+    while time.time() < deadline and git("rev-list", "--count", "main", cwd=network.hub) == "1":
+        time.sleep(0.3)
+    watcher.send_signal(signal.SIGTERM)
+    out, err = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0, err
+    assert sub_id in out and "version 1" in out
+    _check_invariants(network, 1)

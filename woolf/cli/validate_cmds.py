@@ -46,8 +46,11 @@ def validate(app: App, ids, all_, watch, interval, name, evaluate_out, apply_fil
         return
     show = None if as_json else (lambda v: _print_verdict(app, v))
     if watch:
+        from woolf.interrupts import interruptible
+
         try:
-            verdicts = validator.watch(interval=interval, on_verdict=show)
+            with interruptible():  # Ctrl-C or SIGTERM end the watch; a cut-short merge is safe
+                verdicts = validator.watch(interval=interval, on_verdict=show)
         except KeyboardInterrupt:
             return
     else:

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.live import Live
 
 from woolf.errors import UsageError
+from woolf.interrupts import interruptible
 from woolf.ledger import Ledger
 from woolf.network.baseline import centralized_baseline
 from woolf.network.hub import create_hub
@@ -71,26 +72,6 @@ def _stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
             p.wait()
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def _interruptible() -> dict:
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    return previous
-
-
-def _restore(previous: dict) -> None:
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)
-
-
 def _reason_key(reason: str) -> str:
     if "below the required" in reason:
         return "benchmark loss worse than the tolerance"
@@ -120,17 +101,14 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
     console.print(f"hub at {root}: {participants} participants x {rounds} rounds x {steps} steps, "
                   f"{validators} validators")
     stop_file = root / ".stop"
-    # Ctrl-C (and SIGTERM) stop the network cleanly, even when started from a shell that set
-    # SIGINT to "ignore" for background jobs (Python then installs no KeyboardInterrupt).
-    previous = _interruptible()
     procs = [_spawn(["validator", str(hub.clone_of(v)), "--name", v, "--stop-file", str(stop_file)],
                     root / "logs" / f"{v}.log") for v in vnames]
     # different speeds: later participants sleep longer between training and submitting
     parts = [_spawn(["participant", str(hub.clone_of(n)), "--name", n, "--rounds", str(rounds),
                      "--steps", str(steps), "--delay", f"{i * (0.5 if quick else 1.5):.2f}",
                      "--seed", str(i)], root / "logs" / f"{n}.log") for i, n in enumerate(names)]
-    try:
-        with Live(console=console, refresh_per_second=2, transient=False) as live:
+    try:  # Ctrl-C or SIGTERM stop the network cleanly (see woolf/interrupts.py)
+        with interruptible(), Live(console=console, refresh_per_second=2, transient=False) as live:
             while any(p.poll() is None for p in parts):
                 live.update(render(snapshot(observer), time.time() - t0, result.genesis_loss, "woolf demo"))
                 time.sleep(1.0)
@@ -144,7 +122,6 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
         console.print("[yellow]interrupted: stopping participants and validators[/]")
     finally:
         _stop(parts + procs)
-        _restore(previous)
     snap = snapshot(observer)
     result.versions_merged = len(snap.versions) - 1
     rejected = [p for p in snap.prs if p.state == "rejected"]
