@@ -60,12 +60,12 @@ def audit(ledger, progress=None) -> AuditReport:
             prev, prev_weights = v, None
             continue
         if prev is not None:
-            _check_merge(ledger, report, prev, v, prev_weights, current)
+            _check_merge(ledger, report, prev, v, prev_weights)
         prev, prev_weights = v, current
     return report
 
 
-def _check_merge(ledger, report, prev, v, prev_weights, current) -> None:
+def _check_merge(ledger, report, prev, v, prev_weights) -> None:
     git = ledger.git
     if len(v.parents) != 2 or v.parents[0] != prev.commit:
         report.problem(v.version, "not a merge of its predecessor and a submission commit")
@@ -105,4 +105,3 @@ def _check_merge(ledger, report, prev, v, prev_weights, current) -> None:
         return
     if hashlib.sha256(data).hexdigest() != v.weights_sha256:
         report.problem(v.version, "recomputed weights differ from the recorded sha256 (forged or wrong merge)")
-    del current

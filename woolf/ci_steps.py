@@ -13,9 +13,7 @@ merged that was not evaluated, and the next run evaluates again.
 from __future__ import annotations
 
 from woolf.admission import Rejected, admit
-from woolf.core.merge import apply_delta, merge_scale
 from woolf.errors import UsageError
-from woolf.storage.weights import read_spec
 from woolf.timing import Timer
 from woolf.validator import Verdict
 
@@ -34,20 +32,11 @@ def _resolve(v, ref: str) -> str:
 
 
 def evaluate_pr(v, ref: str) -> dict:
-    v.ledger.fetch()
-    v.ledger._config = None
-    sub_id = _resolve(v, ref)
-    pr = v.forge.refresh(sub_id)
+    pr, main = v.fresh(_resolve(v, ref))
     if pr.state != "open":
-        raise UsageError(f"{sub_id} is {pr.state}; nothing to evaluate")
-    main = v.ledger.head()
+        raise UsageError(f"{pr.id} is {pr.state}; nothing to evaluate")
     timer = Timer()
-    verdict = Verdict(pr.id, False, "rejected", "", pr.contributor, pr.base_version)
-    try:
-        verdict = v._evaluate(pr, main, verdict, timer)
-    except Rejected as exc:
-        verdict.reason = exc.message
-    v._candidate = None
+    verdict, _ = v.evaluate(pr, main, timer)
     return {"schema": 1, "id": pr.id, "head": pr.head, "main": main.commit, "accepted": verdict.accepted,
             "reason": verdict.reason, "staleness": verdict.staleness, "attenuation": verdict.attenuation,
             "metrics": verdict.metrics, "base_version": verdict.base_version,
@@ -57,14 +46,11 @@ def evaluate_pr(v, ref: str) -> dict:
 def apply_record(v, record: dict) -> Verdict | None:
     if not isinstance(record, dict) or set(record) != RECORD_KEYS or record["schema"] != 1:
         raise UsageError("not a verdict record written by `woolf validate --evaluate-only`")
-    v.ledger.fetch()
-    v.ledger._config = None
-    pr = v.forge.refresh(record["id"])
+    pr, main = v.fresh(record["id"])
     if pr.state != "open":
         return None
     if pr.head != record["head"]:
         raise UsageError(f"{pr.id}'s head moved since evaluation; it must be evaluated again")
-    main = v.ledger.head()
     if main.commit != record["main"]:
         raise UsageError("main moved since evaluation; the PR must be evaluated again at the new main")
     timer = Timer()
@@ -72,7 +58,6 @@ def apply_record(v, record: dict) -> Verdict | None:
                       record["reason"], record["contributor"], record["base_version"],
                       staleness=record["staleness"], attenuation=record["attenuation"],
                       metrics=record["metrics"], timings=record["timings"])
-    cfg = v.ledger.config
     with timer("checks"):
         try:
             adm = admit(v.ledger, pr, main, v._merged_deltas(main))
@@ -83,11 +68,6 @@ def apply_record(v, record: dict) -> Verdict | None:
         return verdict
     if adm.staleness != verdict.staleness:
         raise UsageError("staleness differs from the evaluation's; evaluate again")
-    with timer("load"):
-        current_spec = read_spec(v.ledger.weights_path(main), cfg.limits, "current weights")
-        delta = v._load_delta(adm, current_spec)
-        current = v.ledger.load_weights(main)
-    with timer("merge"):
-        v._candidate = apply_delta(current, delta, merge_scale(cfg.merge.alpha_base, verdict.attenuation))
-    v._merge(pr, main, verdict, timer)
+    _, candidate = v.candidate(adm, main, verdict.attenuation, timer)  # recomputed, never re-evaluated
+    v.merge(pr, main, verdict, candidate, timer)
     return verdict

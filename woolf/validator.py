@@ -32,7 +32,14 @@ from woolf.core.trailers import format_message
 from woolf.errors import IntegrityError, InvalidWeightsError, RaceLostError, StorageError
 from woolf.forges.github import forge_for
 from woolf.storage.pointer import Pointer
-from woolf.storage.weights import compare_spec, hashes_of_file, load_checked, read_spec, save_atomic
+from woolf.storage.weights import (
+    compare_spec,
+    hashes_of_file,
+    load_checked,
+    load_trusted,
+    read_spec,
+    save_atomic,
+)
 from woolf.timing import Timer
 from woolf.workloads.base import load_workload, resolve_device
 
@@ -77,9 +84,7 @@ class Validator:
 
     # -- queue -----------------------------------------------------------------
     def run(self, ids: list[str] | None = None, on_verdict=None) -> list[Verdict]:
-        self.ledger.fetch()
-        self.ledger._config = None
-        queue = [pr.id for pr in self.forge.list(state="open")]
+        queue = [pr.id for pr in self.forge.list(state="open")]  # list() syncs the forge
         if ids:
             unknown = set(ids) - set(queue)
             for sub_id in sorted(unknown):
@@ -109,17 +114,10 @@ class Validator:
         for _ in range(MAX_RACES):
             timer = Timer()
             with timer("fetch"):
-                self.ledger.fetch()
-                self.ledger._config = None
-                pr = self.forge.refresh(sub_id)
+                pr, main = self.fresh(sub_id)
                 if pr.state != "open":
                     return None
-                main = self.ledger.head()
-            verdict = Verdict(pr.id, False, "rejected", "", pr.contributor, pr.base_version)
-            try:
-                verdict = self._evaluate(pr, main, verdict, timer)
-            except Rejected as exc:
-                verdict.reason = exc.message
+            verdict, candidate = self.evaluate(pr, main, timer)
             if not verdict.accepted:
                 with timer("push"):
                     try:
@@ -129,7 +127,7 @@ class Validator:
                 verdict.timings = dict(timer)
                 return verdict
             try:
-                self._merge(pr, main, verdict, timer)
+                self.merge(pr, main, verdict, candidate, timer)
                 return verdict
             except RaceLostError:
                 continue  # main moved or another validator decided: re-fetch, re-check, re-evaluate
@@ -142,23 +140,42 @@ class Validator:
         self._merged_cache = (main.commit, found)
         return found
 
-    def _evaluate(self, pr, main, verdict: Verdict, timer: Timer) -> Verdict:
+    def fresh(self, sub_id: str):
+        """(PR, main's head) as the forge and origin have them now; the config re-read from main."""
+        self.ledger.fetch()
+        self.ledger._config = None
+        return self.forge.refresh(sub_id), self.ledger.head()
+
+    def candidate(self, adm: Admitted, main, att: float, timer: Timer):
+        """(current weights, candidate) after the data checks; raises Rejected."""
+        cfg = self.ledger.config
+        with timer("load"):
+            current_path = self.ledger.weights_path(main)
+            current_spec = read_spec(current_path, cfg.limits, "current weights")
+            delta = self._load_delta(adm, current_spec)
+            current = load_trusted(current_path)
+        with timer("checks"):
+            self._check_norm(current, delta)
+        with timer("merge"):
+            return current, apply_delta(current, delta, merge_scale(cfg.merge.alpha_base, att))
+
+    def evaluate(self, pr, main, timer: Timer) -> tuple[Verdict, dict | None]:
+        """The verdict on ``pr`` against ``main``, and the candidate weights when it is accepted."""
+        verdict = Verdict(pr.id, False, "rejected", "", pr.contributor, pr.base_version)
+        try:
+            return self._evaluate(pr, main, verdict, timer)
+        except Rejected as exc:
+            verdict.reason = exc.message
+            return verdict, None
+
+    def _evaluate(self, pr, main, verdict: Verdict, timer: Timer) -> tuple[Verdict, dict | None]:
         cfg = self.ledger.config
         with timer("checks"):
             adm: Admitted = admit(self.ledger, pr, main, self._merged_deltas(main))
         verdict.base_version, verdict.staleness = adm.base.version, adm.staleness
         verdict.contributor = adm.meta["contributor"]
         verdict.attenuation = attenuation(cfg.merge.staleness, adm.staleness)
-        with timer("load"):
-            current_path = self.ledger.weights_path(main)
-            current_spec = read_spec(current_path, cfg.limits, "current weights")
-            delta = self._load_delta(adm, current_spec)
-            current = self.ledger.load_weights(main)
-        with timer("checks"):
-            self._check_norm(current, delta)
-        scale = merge_scale(cfg.merge.alpha_base, verdict.attenuation)
-        with timer("merge"):
-            candidate = apply_delta(current, delta, scale)
+        current, candidate = self.candidate(adm, main, verdict.attenuation, timer)
         wl = load_workload(cfg.workload)
         bench = self.ledger.benchmark()
         with timer("evaluation"):
@@ -169,10 +186,10 @@ class Validator:
         verdict.metrics = {"before": before, "after": after}
         decision = decide(cfg.policy, before, after)
         verdict.reason = decision.reason
-        if decision.accepted:
-            verdict.accepted, verdict.state = True, "merged"
-            self._candidate = candidate
-        return verdict
+        if not decision.accepted:
+            return verdict, None
+        verdict.accepted, verdict.state = True, "merged"
+        return verdict, candidate
 
     def _load_delta(self, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
         cfg = self.ledger.config
@@ -216,9 +233,9 @@ class Validator:
             "Woolf-Validator": self.name, "Woolf-Timings": dict(timer),
         }
 
-    def _merge(self, pr, main, verdict: Verdict, timer: Timer) -> None:
+    def merge(self, pr, main, verdict: Verdict, candidate: dict, timer: Timer) -> None:
+        """Upload the candidate, then one atomic push of the version commit and the verdict."""
         cfg = self.ledger.config
-        candidate, self._candidate = self._candidate, None
         tmp = self.ledger.root / layout.WORK / "validator" / f"candidate-{pr.id}.safetensors"
         with timer("upload"):
             save_atomic(candidate, tmp, durable=False)
