@@ -16,7 +16,7 @@ from safetensors.torch import save
 
 from woolf import layout
 from woolf.forges.local import LocalForge
-from woolf.storage.weights import hashes_of_file
+from woolf.storage.files import hashes_of_file
 
 
 def craft_pr(led, tensors=None, raw: bytes | None = None, extra_files=None, meta_patch=None,

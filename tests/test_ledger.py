@@ -18,7 +18,7 @@ from woolf.errors import (
     UsageError,
 )
 from woolf.ledger import Ledger
-from woolf.storage.weights import sha256_file
+from woolf.storage.files import sha256_file
 
 from .conftest import SMALL, git
 

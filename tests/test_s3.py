@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from woolf import layout
-from woolf.storage.weights import sha256_file
+from woolf.storage.files import sha256_file
 
 from .conftest import SMALL, git
 

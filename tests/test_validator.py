@@ -12,7 +12,7 @@ from woolf import layout
 from woolf.audit import audit
 from woolf.forges.local import LocalForge
 from woolf.ledger import Ledger
-from woolf.storage.weights import sha256_file
+from woolf.storage.files import sha256_file
 from woolf.validator import Validator
 
 from .conftest import git

@@ -19,14 +19,8 @@ from woolf.errors import InvalidWeightsError, UsageError
 from woolf.forges.github import forge_for
 from woolf.identity import contributor_id
 from woolf.storage.dvcstore import REMOTE_NAME
-from woolf.storage.weights import (
-    check_finite,
-    hashes_of_file,
-    load_checked,
-    save_atomic,
-    spec_of,
-    write_bytes_atomic,
-)
+from woolf.storage.files import hashes_of_file, write_bytes_atomic
+from woolf.storage.weights import check_finite, load_checked, save_atomic, spec_of
 from woolf.timing import Timer
 from woolf.workloads.base import load_workload, resolve_device
 

@@ -39,14 +39,8 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
                   seed: int = 0, overrides: dict[str, str] | None = None) -> None:
     """Refuses a path that holds a ledger or anything else; removes what it made if it fails."""
     from woolf.ledger import Ledger
-    from woolf.storage.weights import (
-        compare_spec,
-        hashes_of_file,
-        load_checked,
-        read_spec,
-        save_atomic,
-        spec_of,
-    )
+    from woolf.storage.files import hashes_of_file
+    from woolf.storage.weights import compare_spec, load_checked, read_spec, save_atomic, spec_of
     from woolf.workloads.base import load_workload
 
     path = Path(path).resolve()

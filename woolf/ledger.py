@@ -28,6 +28,7 @@ from woolf.errors import (
     UsageError,
 )
 from woolf.storage.dvcstore import DvcStore
+from woolf.storage.files import copy_atomic
 from woolf.storage.git import Git, toplevel
 from woolf.storage.pointer import Pointer
 from woolf.versions import Version, read_versions, version_from_message
@@ -180,8 +181,6 @@ class Ledger:
     def checkout(self, number: int, out: Path | None = None) -> Path:
         version = self.show(number)
         out = Path(out) if out else self.root / layout.WORK / "versions" / f"v{number}.safetensors"
-        from woolf.storage.weights import copy_atomic
-
         copy_atomic(self.weights_path(version), out)  # sha256-verified against the version's record
         return out
 

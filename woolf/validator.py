@@ -31,15 +31,9 @@ from woolf.core.staleness import attenuation
 from woolf.core.trailers import format_message
 from woolf.errors import IntegrityError, InvalidWeightsError, RaceLostError, StorageError
 from woolf.forges.github import forge_for
+from woolf.storage.files import hashes_of_file
 from woolf.storage.pointer import Pointer
-from woolf.storage.weights import (
-    compare_spec,
-    hashes_of_file,
-    load_checked,
-    load_trusted,
-    read_spec,
-    save_atomic,
-)
+from woolf.storage.weights import compare_spec, load_checked, load_trusted, read_spec, save_atomic
 from woolf.timing import Timer
 from woolf.workloads.base import load_workload, resolve_device
 

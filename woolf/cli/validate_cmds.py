@@ -66,7 +66,7 @@ def _ci_step(app: App, validator, ids, evaluate_out, apply_file, as_json) -> Non
 
     from woolf.ci_steps import apply_record, evaluate_pr
     from woolf.errors import UsageError
-    from woolf.storage.weights import write_bytes_atomic
+    from woolf.storage.files import write_bytes_atomic
 
     if evaluate_out:
         if len(ids) != 1 or apply_file:

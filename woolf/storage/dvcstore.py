@@ -15,7 +15,6 @@ the revision that names the object.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import logging
 import os
@@ -23,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from woolf.errors import IntegrityError, StorageError
+from woolf.storage.files import copy_atomic, hashes_of_file, md5_file
 from woolf.storage.pointer import Pointer
 from woolf.storage.verified import VerifiedHashes
 
@@ -246,20 +246,4 @@ class DvcStore:
 
     def materialize(self, pointer: Pointer, out: Path) -> None:
         """Copy the cached object to ``out`` by temp file + rename (never a link to the cache)."""
-        from woolf.storage.weights import copy_atomic
-
         copy_atomic(self.fetch_object(pointer), out)
-
-
-def hashes_of_file(path: Path) -> tuple[str, str]:
-    from woolf.storage.weights import hashes_of_file as both
-
-    return both(path)
-
-
-def md5_file(path: Path, chunk: int = 8 * 1024 * 1024) -> str:
-    h = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()

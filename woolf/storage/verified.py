@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from woolf.storage.files import hashes_of_file, write_bytes_atomic
+
 
 class VerifiedHashes:
     def __init__(self, directory: Path):
@@ -32,8 +34,6 @@ class VerifiedHashes:
         return (md5, sha) if key == self._key(path) else None
 
     def record(self, path: Path, md5: str, sha: str) -> None:
-        from woolf.storage.weights import write_bytes_atomic
-
         write_bytes_atomic(f"{self._key(path)}\n{md5}\n{sha}\n".encode(), self._record_path(path))
 
     def _record_path(self, path: Path) -> Path:
@@ -41,8 +41,6 @@ class VerifiedHashes:
         return self.dir / f"{p.parent.name}{p.name}"
 
     def hashes(self, path: Path) -> tuple[str, str]:
-        from woolf.storage.weights import hashes_of_file
-
         found = self.lookup(path)
         if found:
             return found

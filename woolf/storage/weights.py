@@ -4,20 +4,16 @@ Usage:
     spec = read_spec(path, limits)                 # {name: (dtype, shape)}, header only
     tensors = load_checked(path, limits, expect=base_spec)
     save_atomic(tensors, out_path)                 # temp file + fsync + rename
-    sha256_file(out_path)
 
 Weights are never read with pickle or torch.load.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import struct
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -165,63 +161,3 @@ def save_atomic(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | N
         raise
 
 
-def write_bytes_atomic(data: bytes, path: Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def copy_atomic(src: Path, out: Path) -> None:
-    """Copy by temp file + rename: ``out`` is never a half-written file, nor a link to ``src``."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
-def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-_HASH_POOL: ThreadPoolExecutor | None = None
-
-
-def hashes_of_file(path: Path, chunk: int = 8 * 1024 * 1024) -> tuple[str, str]:
-    """(md5, sha256) in one read: DVC addresses by md5, the ledger records sha256.
-
-    md5 runs in a helper thread beside sha256 (hashlib releases the GIL on large
-    buffers), so the pair costs about as much as md5 alone.
-    """
-    global _HASH_POOL
-    if _HASH_POOL is None:
-        _HASH_POOL = ThreadPoolExecutor(1, thread_name_prefix="woolf-md5")
-    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
-    pending = None
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            if pending is not None:
-                pending.result()
-            pending = _HASH_POOL.submit(md5.update, block)
-            sha.update(block)
-    if pending is not None:
-        pending.result()
-    return md5.hexdigest(), sha.hexdigest()
