@@ -5,8 +5,10 @@ Usage:
     report.ok
 
 For each version on main's first-parent chain: numbering, staleness from
-ancestry, attenuation and alpha from the config, the weights object in storage
-against its pointer, and the recomputed merge against the recorded sha256.
+ancestry, attenuation, alpha and merge rule against the config in force at the
+merge's parent, the weights (and outer state) objects in storage against their
+pointers, and the merge recomputed under the rule and parameters the version
+recorded: weights and outer state against their recorded sha256.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from safetensors.torch import save
 
 from woolf import layout
 from woolf.config import parse_config
-from woolf.core.merge import apply_delta, merge_scale
+from woolf.core.outer import Rule, merge_step
 from woolf.core.staleness import attenuation
 from woolf.errors import WoolfError
+from woolf.storage.outer_state import load_state, state_bytes
 from woolf.storage.pointer import Pointer
-from woolf.storage.weights import load_trusted
+from woolf.storage.weights import load_trusted, spec_of
 
 
 @dataclass
@@ -43,7 +46,7 @@ def audit(ledger, progress=None) -> AuditReport:
     report = AuditReport()
     versions = list(reversed(ledger.log()))
     prev = None
-    prev_weights = None
+    prev_weights = prev_state = None
     for i, v in enumerate(versions):
         if progress:
             progress(i, len(versions), v.version)
@@ -59,13 +62,30 @@ def audit(ledger, progress=None) -> AuditReport:
             report.problem(v.version, f"weights: {exc.message}")
             prev, prev_weights = v, None
             continue
+        state, state_ok = _state_of(ledger, report, v, current)
         if prev is not None:
-            _check_merge(ledger, report, prev, v, prev_weights)
-        prev, prev_weights = v, current
+            _check_merge(ledger, report, prev, v, prev_weights, prev_state, current)
+        prev, prev_weights, prev_state = v, current, (state if state_ok else _UNKNOWN)
     return report
 
 
-def _check_merge(ledger, report, prev, v, prev_weights) -> None:
+_UNKNOWN = object()  # a parent state that could not be read: the child cannot be recomputed
+
+
+def _state_of(ledger, report, v, current):
+    """(the version's outer state or None, whether it could be read)."""
+    try:
+        path = ledger.state_path(v)
+        if path is None:
+            return None, True
+        ledger.store.verify_remote(ledger.pointer(v.commit, layout.STATE_POINTER))
+        return load_state(path, spec_of(current), ledger.config.limits), True
+    except WoolfError as exc:
+        report.problem(v.version, f"outer state: {exc.message}")
+        return None, False
+
+
+def _check_merge(ledger, report, prev, v, prev_weights, prev_state, current) -> None:
     git = ledger.git
     if len(v.parents) != 2 or v.parents[0] != prev.commit:
         report.problem(v.version, "not a merge of its predecessor and a submission commit")
@@ -79,15 +99,25 @@ def _check_merge(ledger, report, prev, v, prev_weights) -> None:
     staleness = int(git.out("rev-list", "--count", "--first-parent", f"{base.commit}..{prev.commit}"))
     if staleness != v.staleness:
         report.problem(v.version, f"recorded staleness {v.staleness}, ancestry says {staleness}")
+    # the config in force for this merge is the one on its parent: a later change applies from then on
     cfg = parse_config((git.show_bytes(f"{prev.commit}:{layout.CONFIG}") or b"").decode())
     expected_att = attenuation(cfg.merge.staleness, staleness)
     if v.attenuation is None or abs(v.attenuation - expected_att) > 1e-12:
         report.problem(v.version, f"recorded attenuation {v.attenuation}, the config gives {expected_att}")
     if v.alpha is None or v.alpha != cfg.merge.alpha_base:
         report.problem(v.version, f"recorded alpha {v.alpha}, the config has {cfg.merge.alpha_base}")
+    try:
+        rule = Rule.from_record(v.rule, v.alpha or 0.0, v.rule_params)
+    except (ValueError, TypeError) as exc:
+        report.problem(v.version, f"recorded merge rule: {exc}")
+        return
+    configured = Rule.from_config(cfg.merge)
+    if (rule.kind, rule.params()) != (configured.kind, configured.params()):
+        report.problem(v.version, f"recorded rule {rule.kind} {rule.params()}, the config in force had "
+                                  f"{configured.kind} {configured.params()}")
     changed = set(git.changed_paths(prev.commit, v.commit))
-    if changed - {layout.POINTER}:
-        report.problem(v.version, f"the merge also changed {sorted(changed - {layout.POINTER})}")
+    if changed - layout.VERSION_PATHS:
+        report.problem(v.version, f"the merge also changed {sorted(changed - layout.VERSION_PATHS)}")
     _, ptr_rel, _ = layout.submission_paths(v.submission or "")
     raw = git.show_bytes(f"{sub_head}:{ptr_rel}")
     try:
@@ -95,13 +125,16 @@ def _check_merge(ledger, report, prev, v, prev_weights) -> None:
     except WoolfError as exc:
         report.problem(v.version, f"delta: {exc.message}")
         return
-    if prev_weights is None:
+    if prev_weights is None or prev_state is _UNKNOWN:
         return
-    scale = merge_scale(v.alpha or 0.0, v.attenuation or 0.0)
     try:
-        data = save(apply_delta(prev_weights, delta, scale))
-    except ValueError as exc:
+        step = merge_step(rule, prev_weights, prev_state, delta, v.attenuation or 0.0)
+    except (ValueError, KeyError, RuntimeError) as exc:
         report.problem(v.version, f"delta does not fit the model: {exc}")
         return
-    if hashlib.sha256(data).hexdigest() != v.weights_sha256:
+    if hashlib.sha256(save(step.candidate)).hexdigest() != v.weights_sha256:
         report.problem(v.version, "recomputed weights differ from the recorded sha256 (forged or wrong merge)")
+    want_state = hashlib.sha256(state_bytes(step.state)).hexdigest() if step.state is not None else None
+    if want_state != v.state_sha256:
+        report.problem(v.version, "recomputed outer state differs from the recorded sha256 "
+                                  "(forged or wrong merge)")

@@ -68,6 +68,6 @@ def apply_record(v, record: dict) -> Verdict | None:
         return verdict
     if adm.staleness != verdict.staleness:
         raise UsageError("staleness differs from the evaluation's; evaluate again")
-    _, candidate = v.candidate(adm, main, verdict.attenuation, timer)  # recomputed, never re-evaluated
-    v.merge(pr, main, verdict, candidate, timer)
+    _, step = v.candidate(adm, main, verdict.attenuation, timer)  # recomputed, never re-evaluated
+    v.merge(pr, main, verdict, step, timer)
     return verdict

@@ -25,6 +25,8 @@ else:  # pragma: no cover
 
 CONFIG_PATH = "ledger/woolf.toml"
 STALENESS_KINDS = ("inverse", "polynomial", "hinge", "constant")
+MERGE_RULES = ("attenuated", "nesterov", "delayed_nesterov", "fedbuff")  # see woolf/core/outer.py
+GATES = ("current", "best")
 
 
 @dataclass
@@ -36,8 +38,12 @@ class StalenessConfig:
 
 @dataclass
 class MergeConfig:
-    alpha_base: float = 1.0  # scale of every merged delta
+    rule: str = "attenuated"  # attenuated | nesterov | delayed_nesterov | fedbuff (woolf/core/outer.py)
+    alpha_base: float = 1.0  # scale of every merged delta (before the rule)
     max_staleness: int = 16  # PRs staler than this are rejected unread
+    outer_lr: float = 0.7  # nesterov/delayed_nesterov: outer learning rate; fedbuff: server learning rate
+    momentum: float = 0.9  # outer (server) momentum; fedbuff with 0 is plain FedBuff
+    buffer: int = 4  # delayed_nesterov: merges per momentum update; fedbuff: deltas per applied step
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
 
 
@@ -46,6 +52,8 @@ class PolicyConfig:
     metric: str = "loss"  # key of the workload's evaluation dict
     direction: str = "minimize"  # minimize | maximize
     min_improvement: float = -0.02  # required gain; negative = tolerated regression
+    gate: str = "current"  # compare with: current (the version merged on) | best (best of the last `window`)
+    window: int = 8  # gate = best: how many recent versions' recorded metrics count
 
 
 @dataclass
@@ -53,6 +61,8 @@ class WorkloadConfig:
     name: str = "charlm"  # built-in name, or "package.module:object"
     command: str = ""  # external training command with {base} {out} {data} {steps}
     steps: int = 60  # default training steps per contribution
+    auto_seconds: float = 60.0  # `woolf train --steps auto`: aim for contributions of about this long
+    max_steps: int = 10_000  # `--steps auto` never trains more steps than this
     params: dict = field(default_factory=dict)  # passed to the workload (model size, ...)
 
 
@@ -139,6 +149,18 @@ def _check(cfg: LedgerConfig, source: str) -> None:
         bad("merge.alpha_base", "use a number in (0, 10]", m.alpha_base)
     if m.max_staleness < 0:
         bad("merge.max_staleness", "use an integer >= 0", m.max_staleness)
+    if m.rule not in MERGE_RULES:
+        bad("merge.rule", f"use one of {', '.join(MERGE_RULES)}", m.rule)
+    if not 0 < m.outer_lr <= 10:
+        bad("merge.outer_lr", "use a number in (0, 10]", m.outer_lr)
+    if not 0 <= m.momentum < 1:
+        bad("merge.momentum", "use a number in [0, 1)", m.momentum)
+    if not 1 <= m.buffer <= 1024:
+        bad("merge.buffer", "use an integer in [1, 1024]", m.buffer)
+    if cfg.policy.gate not in GATES:
+        bad("policy.gate", f"use one of {', '.join(GATES)}", cfg.policy.gate)
+    if not 1 <= cfg.policy.window <= 10_000:
+        bad("policy.window", "use an integer in [1, 10000]", cfg.policy.window)
     if m.staleness.kind not in STALENESS_KINDS:
         bad("merge.staleness.kind", f"use one of {', '.join(STALENESS_KINDS)}", m.staleness.kind)
     if m.staleness.a < 0:
@@ -151,6 +173,10 @@ def _check(cfg: LedgerConfig, source: str) -> None:
         bad("policy.metric", "name the metric the workload reports", cfg.policy.metric)
     if cfg.workload.steps <= 0:
         bad("workload.steps", "use an integer > 0", cfg.workload.steps)
+    if cfg.workload.auto_seconds <= 0:
+        bad("workload.auto_seconds", "use seconds > 0", cfg.workload.auto_seconds)
+    if cfg.workload.max_steps <= 0:
+        bad("workload.max_steps", "use an integer > 0", cfg.workload.max_steps)
     for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio"):
         if getattr(cfg.limits, name) <= 0:
             bad(f"limits.{name}", "use an integer > 0", getattr(cfg.limits, name))

@@ -8,6 +8,7 @@ Usage:
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import secrets
 import shutil
@@ -29,34 +30,83 @@ def work_dir(ledger) -> Path:
     return ledger.root / layout.WORK / "work"
 
 
-def train(ledger, steps: int | None = None, data: str | None = None, device: str = "auto",
+def state_dir(ledger) -> Path:
+    """The participant's private state (optimizer moments, speed): local, never uploaded."""
+    return ledger.root / layout.WORK / "state"
+
+
+def _auto_steps(ledger, wl_fingerprint: str) -> int:
+    """Steps that take about workload.auto_seconds at this participant's measured speed."""
+    cfg = ledger.config.workload
+    speed_file = state_dir(ledger) / "speed.json"
+    try:
+        speed = json.loads(speed_file.read_text())
+        if speed.get("workload") != wl_fingerprint:
+            raise ValueError("another workload")
+        rate = float(speed["steps_per_second"])
+        if not 0 < rate < 1e9:
+            raise ValueError("bad rate")
+    except (OSError, ValueError, KeyError, TypeError):
+        return cfg.steps  # not measured yet: the ledger's default, measured this time
+    return max(1, min(cfg.max_steps, round(rate * cfg.auto_seconds)))
+
+
+def _record_speed(ledger, fingerprint: str, summary: dict) -> None:
+    secs, steps = summary.get("seconds") or 0, summary.get("steps") or 0
+    if secs > 0 and steps > 0:
+        state_dir(ledger).mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(json.dumps({"workload": fingerprint, "steps_per_second": steps / secs}).encode(),
+                           state_dir(ledger) / "speed.json")
+
+
+def train(ledger, steps: int | str | None = None, data: str | None = None, device: str = "auto",
           seed: int = 0, offline: bool = False, contributor: str | None = None,
-          progress=None) -> dict:
-    """Train from the newest version; keep the result in the git-ignored work area."""
+          progress=None, fresh: bool = False) -> dict:
+    """Train from the newest version; keep the result in the git-ignored work area.
+
+    The inner optimizer's state persists in .woolf/state across contributions (``fresh``
+    discards it); ``steps="auto"`` sizes the contribution from this participant's speed.
+    """
     import torch
 
     who = contributor_id(contributor, ledger.git)
+    if isinstance(steps, int) and steps <= 0:
+        raise UsageError(f"--steps must be a positive number of steps or 'auto', got {steps}")
     head = ledger.head() if offline else ledger.pull()
     cfg = ledger.config
     wl = load_workload(cfg.workload)
-    steps = steps or cfg.workload.steps
+    fingerprint = getattr(wl, "fingerprint", lambda: cfg.workload.name)()
+    if fresh:
+        shutil.rmtree(state_dir(ledger), ignore_errors=True)
+    steps = _auto_steps(ledger, fingerprint) if steps == "auto" else (steps or cfg.workload.steps)
     device = resolve_device(device)
     base = ledger.load_weights(head)
     out = work_dir(ledger)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
+    global_step = head.version * cfg.workload.steps  # the ledger's progress, for LR schedules
     if cfg.workload.command:
         from woolf.workloads.command import run_training_command
 
         if not data:
             raise UsageError("this ledger trains with an external command: pass --data PATH")
-        path, summary = run_training_command(cfg.workload.command, base, data, steps, seed, out)
+        state_dir(ledger).mkdir(parents=True, exist_ok=True)
+        path, summary = run_training_command(cfg.workload.command, base, data, steps, seed, out,
+                                             state=state_dir(ledger) / "command")
         trained = load_checked(path, cfg.limits, expect=spec_of(base), label="command output")
         shutil.rmtree(path.parent, ignore_errors=True)
     else:
         train_data = wl.data_from_path(data) if data else wl.default_data(who, head.version)
-        trained, summary = wl.train(base, train_data, steps, device=device, seed=seed, progress=progress)
+        extra = {}
+        params = inspect.signature(wl.train).parameters
+        if "state_dir" in params:
+            extra["state_dir"] = state_dir(ledger) / "optimizer"
+        if "global_step" in params:
+            extra["global_step"] = global_step
+        trained, summary = wl.train(base, train_data, steps, device=device, seed=seed, progress=progress,
+                                    **extra)
         summary["files"] = len(train_data.files)
+    _record_speed(ledger, fingerprint, summary)
     bench = ledger.benchmark()
     metrics = {"before": wl.evaluate(base, bench, device), "after": wl.evaluate(trained, bench, device)}
     save_atomic(trained, out / "trained.safetensors")

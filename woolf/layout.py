@@ -11,8 +11,11 @@ import re
 CONFIG = "ledger/woolf.toml"
 WEIGHTS = "ledger/weights/model.safetensors"  # DVC-tracked, git-ignored
 POINTER = WEIGHTS + ".dvc"  # the DVC pointer, committed in every version
+STATE = "ledger/weights/outer.safetensors"  # merge-rule state (momentum, buffer), DVC-tracked
+STATE_POINTER = STATE + ".dvc"  # committed in versions merged under a rule that keeps state
+VERSION_PATHS = frozenset({POINTER, STATE_POINTER})  # all a version commit may change
 SUBMISSIONS = "submissions"  # the only area a submission commit may touch
-WORK = ".woolf"  # local, git-ignored work area (trained weights, checkouts)
+WORK = ".woolf"  # local, git-ignored work area (trained weights, checkouts, participant state)
 MAIN = "refs/heads/main"
 PR_PREFIX = "refs/woolf/pr"  # local forge: refs/woolf/pr/<id>/{head,verdict}
 

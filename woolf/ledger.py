@@ -173,6 +173,27 @@ class Ledger:
             hint="fetch again (`woolf checkout` re-downloads); if storage holds bad bytes, run `woolf audit`",
         )
 
+    def state_path(self, version: Version) -> Path | None:
+        """Cache path of a version's outer (merge-rule) state, sha256-verified; None if it has none."""
+        if self.git.show_bytes(f"{version.commit}:{layout.STATE_POINTER}") is None:
+            if version.state_sha256:
+                raise IntegrityError(f"version {version.version} records an outer state but has no "
+                                     f"{layout.STATE_POINTER}", hint="run `woolf audit`")
+            return None
+        ptr = self.pointer(version.commit, layout.STATE_POINTER)
+        try:
+            path = self.store.fetch_object(ptr)
+        except StorageError as exc:
+            raise StorageError(f"outer state of version {version.version}: {exc.message}",
+                               hint="the version cannot be merged on until its state is back in "
+                                    "storage; run `woolf audit`") from None
+        md5, sha = self.store.hashes(path)
+        if md5 != ptr.md5 or not version.state_sha256 or sha != version.state_sha256:
+            path.unlink(missing_ok=True)
+            raise IntegrityError(f"outer state of version {version.version} does not match its "
+                                 "recorded hash (corrupted or tampered)", hint="run `woolf audit`")
+        return path
+
     def load_weights(self, version: Version) -> dict[str, torch.Tensor]:
         from woolf.storage.weights import load_trusted
 

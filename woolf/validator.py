@@ -25,13 +25,14 @@ import torch
 
 from woolf import layout
 from woolf.admission import Admitted, Rejected, admit
-from woolf.core.merge import apply_delta, merge_scale
+from woolf.core.outer import Rule, Step, merge_step
 from woolf.core.policy import decide
 from woolf.core.staleness import attenuation
 from woolf.core.trailers import format_message
 from woolf.errors import IntegrityError, InvalidWeightsError, RaceLostError, StorageError
 from woolf.forges.github import forge_for
 from woolf.storage.files import hashes_of_file
+from woolf.storage.outer_state import load_state, save_state
 from woolf.storage.pointer import Pointer
 from woolf.storage.weights import compare_spec, load_checked, load_trusted, read_spec, save_atomic
 from woolf.timing import Timer
@@ -141,17 +142,42 @@ class Validator:
         return self.forge.refresh(sub_id), self.ledger.head()
 
     def candidate(self, adm: Admitted, main, att: float, timer: Timer):
-        """(current weights, candidate) after the data checks; raises Rejected."""
+        """(current weights, merge Step) after the data checks; raises Rejected.
+
+        A parent version whose outer state is missing or does not fit raises
+        IntegrityError/StorageError: nothing is merged on top of it (not the PR's fault).
+        """
         cfg = self.ledger.config
         with timer("load"):
             current_path = self.ledger.weights_path(main)
             current_spec = read_spec(current_path, cfg.limits, "current weights")
+            state = self._load_state(main, current_spec)
             delta = self._load_delta(adm, current_spec)
             current = load_trusted(current_path)
         with timer("checks"):
             self._check_norm(current, delta)
         with timer("merge"):
-            return current, apply_delta(current, delta, merge_scale(cfg.merge.alpha_base, att))
+            return current, merge_step(Rule.from_config(cfg.merge), current, state, delta, att)
+
+    def _load_state(self, main, model_spec):
+        path = self.ledger.state_path(main)
+        if path is None:
+            return None
+        return load_state(path, model_spec, self.ledger.config.limits,
+                          f"outer state of version {main.version}")
+
+    def _reference(self, before: dict) -> dict:
+        """What the candidate is compared with: main's metrics, or the best recent version's."""
+        policy = self.ledger.config.policy
+        if policy.gate != "best" or policy.metric not in before:
+            return before
+        values = [float(before[policy.metric])]
+        for v in self.ledger.log(limit=policy.window):
+            m = (v.metrics or {}).get(policy.metric)
+            if isinstance(m, (int, float)) and math.isfinite(m):
+                values.append(float(m))
+        best = min(values) if policy.direction == "minimize" else max(values)
+        return {**before, policy.metric: best}
 
     def evaluate(self, pr, main, timer: Timer) -> tuple[Verdict, dict | None]:
         """The verdict on ``pr`` against ``main``, and the candidate weights when it is accepted."""
@@ -169,21 +195,26 @@ class Validator:
         verdict.base_version, verdict.staleness = adm.base.version, adm.staleness
         verdict.contributor = adm.meta["contributor"]
         verdict.attenuation = attenuation(cfg.merge.staleness, adm.staleness)
-        current, candidate = self.candidate(adm, main, verdict.attenuation, timer)
+        current, step = self.candidate(adm, main, verdict.attenuation, timer)
         wl = load_workload(cfg.workload)
         bench = self.ledger.benchmark()
         with timer("evaluation"):
             before = self._eval_cache.get(main.commit)
             if before is None:
                 before = self._eval_cache[main.commit] = wl.evaluate(current, bench, self.device)
-            after = wl.evaluate(candidate, bench, self.device)
-        verdict.metrics = {"before": before, "after": after}
-        decision = decide(cfg.policy, before, after)
-        verdict.reason = decision.reason
+            probe = wl.evaluate(step.probe, bench, self.device)
+        # "after" is the loss of the weights that become the version; a FedBuff merge that only
+        # buffers leaves them unchanged and is judged by its delta on its own ("probe")
+        verdict.metrics = {"before": before, "after": probe if step.applied else before}
+        if not step.applied:
+            verdict.metrics["probe"] = probe
+        reference = self._reference(before)
+        decision = decide(cfg.policy, reference, probe)
+        verdict.reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
         if not decision.accepted:
             return verdict, None
         verdict.accepted, verdict.state = True, "merged"
-        return verdict, candidate
+        return verdict, step
 
     def _load_delta(self, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
         cfg = self.ledger.config
@@ -227,14 +258,26 @@ class Validator:
             "Woolf-Validator": self.name, "Woolf-Timings": dict(timer),
         }
 
-    def merge(self, pr, main, verdict: Verdict, candidate: dict, timer: Timer) -> None:
-        """Upload the candidate, then one atomic push of the version commit and the verdict."""
+    def merge(self, pr, main, verdict: Verdict, step: Step, timer: Timer) -> None:
+        """Upload the candidate (and outer state), then one atomic push of the version and the verdict."""
         cfg = self.ledger.config
-        tmp = self.ledger.root / layout.WORK / "validator" / f"candidate-{pr.id}.safetensors"
+        rule = Rule.from_config(cfg.merge)
+        work = self.ledger.root / layout.WORK / "validator"
+        files: dict[str, bytes | None] = {}
         with timer("upload"):
-            save_atomic(candidate, tmp, durable=False)
+            tmp = work / f"candidate-{pr.id}.safetensors"
+            save_atomic(step.candidate, tmp, durable=False)
             md5, sha = hashes_of_file(tmp)
-            pointer = self.ledger.store.put(tmp, "model.safetensors", md5=md5, sha256=sha)
+            files[layout.POINTER] = self.ledger.store.put(tmp, "model.safetensors", md5=md5, sha256=sha).render()
+            state_sha = None
+            if step.state is not None:
+                tmp = work / f"outer-{pr.id}.safetensors"
+                save_state(step.state, tmp)
+                smd5, state_sha = hashes_of_file(tmp)
+                files[layout.STATE_POINTER] = self.ledger.store.put(
+                    tmp, "outer.safetensors", md5=smd5, sha256=state_sha).render()
+            elif self.ledger.git.show_bytes(f"{main.commit}:{layout.STATE_POINTER}") is not None:
+                files[layout.STATE_POINTER] = None  # the config switched to a rule without state
             if "url" in pr.submission["delta"]:  # a fork's delta joins the ledger's own storage
                 self.ledger.store.upload_cached(Pointer(pr.submission["delta"]["md5"],
                                                         pr.submission["delta"]["size"], "delta.safetensors"))
@@ -243,16 +286,18 @@ class Validator:
         fields = {"Woolf-Version": verdict.version, "Woolf-Submission": pr.id,
                   "Woolf-Reason": verdict.reason, "Woolf-Alpha": cfg.merge.alpha_base,
                   "Woolf-Staleness-Function": cfg.merge.staleness.kind,
+                  "Woolf-Rule": rule.kind, "Woolf-Rule-Params": rule.params() or None,
                   "Woolf-Delta-Sha256": pr.submission["delta"]["sha256"],
-                  "Woolf-Weights-Sha256": sha, **self._fields(verdict, timer)}
+                  "Woolf-Weights-Sha256": sha, "Woolf-State-Sha256": state_sha,
+                  "Woolf-Metrics-Probe": verdict.metrics.get("probe"), **self._fields(verdict, timer)}
+        how = "buffered" if not step.applied else f"attenuation {verdict.attenuation:.3f}"
         message = format_message(
             f"woolf: version {verdict.version} from {verdict.contributor} "
-            f"(staleness {verdict.staleness}, attenuation {verdict.attenuation:.3f})", fields)
-        commit = self.ledger.git.commit_tree_with(main.commit, {layout.POINTER: pointer.render()}, message,
+            f"(staleness {verdict.staleness}, {how})", fields)
+        commit = self.ledger.git.commit_tree_with(main.commit, files, message,
                                                   parents=[main.commit, pr.head])
         _failpoint("before-push")
         with timer("push"):
             self.forge.merge(pr, commit, main.commit)
         _failpoint("after-push")
         verdict.timings = dict(timer)
-

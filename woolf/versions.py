@@ -25,6 +25,9 @@ class Version:
     staleness: int | None = None
     attenuation: float | None = None
     alpha: float | None = None
+    rule: str | None = None  # merge rule of this version (None: written before rules, = attenuated)
+    rule_params: dict | None = None
+    state_sha256: str | None = None  # sha256 of the outer state file, when the rule keeps state
     contributor: str | None = None
     submission: str | None = None
     metrics: dict | None = None  # the candidate's benchmark metrics (after the merge)
@@ -53,6 +56,9 @@ def version_from_message(commit: str, parents: list[str], time: int, message: st
         staleness=int_field(f, "Woolf-Staleness"),
         attenuation=float_field(f, "Woolf-Attenuation"),
         alpha=float_field(f, "Woolf-Alpha"),
+        rule=f.get("Woolf-Rule"),
+        rule_params=json_field(f, "Woolf-Rule-Params"),
+        state_sha256=f.get("Woolf-State-Sha256"),
         contributor=f.get("Woolf-Contributor"),
         submission=f.get("Woolf-Submission"),
         metrics=json_field(f, "Woolf-Metrics-After") or json_field(f, "Woolf-Metrics"),

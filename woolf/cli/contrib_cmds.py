@@ -19,8 +19,28 @@ contributor_option = click.option(
     help="Your contributor id [env: WOOLF_CONTRIBUTOR; default: git user.name].")
 
 
+class StepsType(click.ParamType):
+    name = "STEPS|auto"
+
+    def convert(self, value, param, ctx):
+        if value == "auto":
+            return value
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is neither a number of steps nor 'auto'", param, ctx)
+        if n <= 0:
+            self.fail(f"{n} is not a positive number of steps", param, ctx)
+        return n
+
+
 @click.command()
-@click.option("--steps", type=int, help="Training steps (default: the ledger's workload.steps).")
+@click.option("--steps", type=StepsType(),
+              help="Training steps, or 'auto': sized from your measured speed so a contribution takes "
+                   "about workload.auto_seconds (default: the ledger's workload.steps).")
+@click.option("--fresh", is_flag=True,
+              help="Discard your optimizer state (.woolf/state) and start over; it is otherwise kept "
+                   "across contributions.")
 @click.option("--data", type=click.Path(exists=True), help="Train on your own text files instead of your shard.")
 @device_option
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -28,7 +48,7 @@ contributor_option = click.option(
 @contributor_option
 @json_option
 @pass_app
-def train(app: App, steps, data, device, seed, offline, contributor, as_json):
+def train(app: App, steps, fresh, data, device, seed, offline, contributor, as_json):
     """Pull the newest version and train from it; keeps the result in .woolf/work."""
     from woolf.contribute import train as do_train
 
@@ -36,7 +56,8 @@ def train(app: App, steps, data, device, seed, offline, contributor, as_json):
     with Progress(TextColumn("training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=app.err,
                   disable=as_json) as bar:
-        task = bar.add_task("train", total=steps or ledger.config.workload.steps, info="")
+        task = bar.add_task("train", total=steps if isinstance(steps, int) else ledger.config.workload.steps,
+                            info="")
         state = {"t0": None}
 
         def progress(step, total, loss):
@@ -47,7 +68,7 @@ def train(app: App, steps, data, device, seed, offline, contributor, as_json):
             bar.update(task, completed=step, total=total, info=f"loss {loss:.3f}  {rate:.1f} steps/s")
 
         result = do_train(ledger, steps=steps, data=data, device=device, seed=seed, offline=offline,
-                          contributor=contributor, progress=progress)
+                          contributor=contributor, progress=progress, fresh=fresh)
     if as_json:
         app.emit_json(result)
         return
@@ -55,6 +76,9 @@ def train(app: App, steps, data, device, seed, offline, contributor, as_json):
     app.console.print(f"trained {result['training']['steps']} steps from version {result['base_version']} "
                       f"in {result['training']['seconds']:.1f}s; benchmark loss "
                       f"{m['before']['loss']:.4f} -> {m['after']['loss']:.4f}")
+    how = result["training"].get("optimizer")
+    if how and how.startswith("set aside"):
+        app.err.print(f"[yellow]warning:[/] your optimizer state was {how}")
     app.console.print("next: `woolf submit`")
 
 

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from woolf.errors import UsageError
 from woolf.workloads import corpus
 from woolf.workloads.base import Progress, TrainData
+from woolf.workloads.optstate import load_optimizer, save_optimizer
 
 
 class Block(nn.Module):
@@ -63,10 +64,11 @@ class CharLM:
 
     def __init__(self, d_model: int = 64, n_layer: int = 2, n_head: int = 4, context: int = 64,
                  batch_size: int = 16, lr: float = 3e-3, benchmark_bytes: int = 32768,
-                 shard_files: int = 8):
+                 shard_files: int = 8, warmup_steps: int = 0):
         self.d_model, self.n_layer, self.n_head, self.context = d_model, n_layer, n_head, context
         self.batch_size, self.lr = batch_size, lr
         self.benchmark_size, self.shard_files = benchmark_bytes, shard_files
+        self.warmup_steps = warmup_steps  # linear warm-up over the ledger's global steps
 
     def model(self) -> TinyGPT:
         return TinyGPT(self.d_model, self.n_layer, self.n_head, self.context)
@@ -95,19 +97,35 @@ class CharLM:
         m.load_state_dict(weights, strict=True)
         return m.to(device)
 
-    def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0,
-              progress: Progress | None = None):
+    def _batches(self, data: TrainData, gen: torch.Generator):
         text = torch.frombuffer(bytearray(b"\n".join(data.texts)), dtype=torch.uint8).long()
         if len(text) < self.context + 2:
             raise UsageError("training data is shorter than one context window")
+        while True:
+            ix = torch.randint(len(text) - self.context - 1, (self.batch_size,), generator=gen)
+            yield (torch.stack([text[i : i + self.context] for i in ix]),
+                   torch.stack([text[i + 1 : i + 1 + self.context] for i in ix]))
+
+    def lr_at(self, global_step: int) -> float:
+        """The learning rate at the ledger's global progress (warm-up once, not per contribution)."""
+        if self.warmup_steps and global_step < self.warmup_steps:
+            return self.lr * (global_step + 1) / self.warmup_steps
+        return self.lr
+
+    def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0,
+              progress: Progress | None = None, state_dir: Path | None = None, global_step: int = 0):
+        """``steps`` AdamW steps from ``weights``; with ``state_dir``, the optimizer's moments and
+        step count carry over between calls (DiLoCo: new weights, same moments)."""
         gen = torch.Generator().manual_seed(seed)
+        batches = self._batches(data, gen)
         model = self._load(weights, device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=0.0)
+        resumed = load_optimizer(opt, model, state_dir, self.fingerprint()) if state_dir else "fresh"
         t0, losses = time.perf_counter(), []
         for step in range(1, steps + 1):
-            ix = torch.randint(len(text) - self.context - 1, (self.batch_size,), generator=gen)
-            x = torch.stack([text[i : i + self.context] for i in ix]).to(device)
-            y = torch.stack([text[i + 1 : i + 1 + self.context] for i in ix]).to(device)
+            for group in opt.param_groups:
+                group["lr"] = self.lr_at(global_step + step - 1)
+            x, y = (t.to(device) for t in next(batches))
             loss = F.cross_entropy(model(x).view(-1, 256), y.view(-1))
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -117,10 +135,34 @@ class CharLM:
             if progress:
                 progress(step, steps, losses[-1])
         secs = time.perf_counter() - t0
+        if state_dir:
+            save_optimizer(opt, model, state_dir, self.fingerprint())
         out = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
         tail = losses[-max(1, steps // 5):]
         return out, {"steps": steps, "seconds": round(secs, 3), "train_loss": sum(tail) / len(tail),
-                     "tokens": steps * self.batch_size * self.context, "data": data.source}
+                     "tokens": steps * self.batch_size * self.context, "data": data.source,
+                     "optimizer": resumed}
+
+    def train_data_parallel(self, weights, datas: list[TrainData], steps: int, device: str = "cpu",
+                            seed: int = 0):
+        """Synchronous data parallel: each step averages the gradients of one batch per worker
+        (each from its own data), then one AdamW step; the bound for parallel training."""
+        gens = [self._batches(d, torch.Generator().manual_seed(seed * 1009 + i)) for i, d in enumerate(datas)]
+        model = self._load(weights, device).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=0.0)
+        for step in range(steps):
+            for group in opt.param_groups:
+                group["lr"] = self.lr_at(step)
+            opt.zero_grad(set_to_none=True)
+            for g in gens:
+                x, y = (t.to(device) for t in next(g))
+                (F.cross_entropy(model(x).view(-1, 256), y.view(-1)) / len(gens)).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        return {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+
+    def fingerprint(self) -> str:
+        return f"charlm:d{self.d_model}:l{self.n_layer}:h{self.n_head}:c{self.context}"
 
     @torch.no_grad()
     def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 Usage:
     trained, summary = run_training_command(
-        "python train.py --base {base} --out {out} --data {data} --steps {steps}",
+        "python train.py --base {base} --out {out} --data {data} --steps {steps} --state {state}",
         base_weights, data_path, steps=50, workdir=Path(".woolf/work"))
 
 The command is split with shlex and run without a shell; placeholders are
@@ -22,18 +22,24 @@ import torch
 from woolf.errors import UsageError
 from woolf.storage.weights import save_atomic
 
-PLACEHOLDERS = ("base", "out", "data", "steps", "seed")
+PLACEHOLDERS = ("base", "out", "data", "steps", "seed", "state")
 
 
 def run_training_command(command: str, base: dict[str, torch.Tensor], data: str, steps: int,
-                         seed: int, workdir: Path) -> tuple[Path, dict]:
-    """Run ``command``; returns the path of the weights it wrote and a summary."""
+                         seed: int, workdir: Path, state: Path | None = None) -> tuple[Path, dict]:
+    """Run ``command``; returns the path of the weights it wrote and a summary.
+
+    ``{state}`` is a directory the command may keep anything in between contributions
+    (optimizer moments, error-feedback residuals); it stays on this machine.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
+    state = state or workdir / "state"
+    state.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="cmd-", dir=workdir))
     base_path, out_path = tmp / "base.safetensors", tmp / "out.safetensors"
     save_atomic(base, base_path)
     values = {"base": str(base_path), "out": str(out_path), "data": data, "steps": str(steps),
-              "seed": str(seed)}
+              "seed": str(seed), "state": str(state)}
     try:
         argv = [arg.format(**values) for arg in shlex.split(command)]
     except (KeyError, IndexError, ValueError) as exc:
