@@ -38,6 +38,13 @@ def test_demo_runs_end_to_end_and_hub_passes_audit(demo_run, tmp_path):
     assert r.versions_merged + r.prs_rejected == 4  # every PR got exactly one verdict
     assert r.final_loss < r.genesis_loss - 1.0  # learning is visible
     assert r.baseline_loss is not None and r.baseline_loss < r.genesis_loss
+    # the reference lines at the same compute: each participant alone, data parallel, centralized
+    assert set(r.alone_losses) == {"p1", "p2"}
+    assert r.alone_loss == min(r.alone_losses.values()) < r.genesis_loss
+    assert min(r.alone_losses.values()) <= r.alone_loss_mean <= max(r.alone_losses.values())
+    assert r.parallel_loss is not None and r.parallel_loss < r.genesis_loss
+    assert {"final_loss", "alone_loss", "alone_loss_mean", "parallel_loss", "baseline_loss"} <= set(r.to_json())
+    assert r.network_seconds > 0 and r.reference_seconds > 0
     git("clone", "-q", str(root / "hub.git"), str(tmp_path / "mine"), cwd=tmp_path)
     mine = Ledger.open(tmp_path / "mine")
     assert mine.head().version == r.versions_merged
@@ -68,6 +75,8 @@ def test_report_renders_in_headless_chromium(demo_run, tmp_path):
     html = dom.stdout
     for table in ("summary", "versions", "prs"):
         assert f'id="{table}"' in html or f"id='{table}'" in html
+    assert "nan" not in html.split('id="versions"')[1]  # genesis shows its recorded loss
+    assert "best participant alone" in html and "synchronous data parallel" in html
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     assert len(images) == 3
     assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)

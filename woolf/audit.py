@@ -100,7 +100,7 @@ def _check_merge(ledger, report, prev, v, prev_weights, prev_state, current) -> 
     if staleness != v.staleness:
         report.problem(v.version, f"recorded staleness {v.staleness}, ancestry says {staleness}")
     # the config in force for this merge is the one on its parent: a later change applies from then on
-    cfg = parse_config((git.show_bytes(f"{prev.commit}:{layout.CONFIG}") or b"").decode())
+    cfg = parse_config((git.show_bytes(f"{v.parents[0]}:{layout.CONFIG}") or b"").decode())
     expected_att = attenuation(cfg.merge.staleness, staleness)
     if v.attenuation is None or abs(v.attenuation - expected_att) > 1e-12:
         report.problem(v.version, f"recorded attenuation {v.attenuation}, the config gives {expected_att}")

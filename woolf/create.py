@@ -66,6 +66,8 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
     else:
         genesis = wl.genesis(seed)
 
+    metrics = wl.evaluate(genesis, bench, "cpu")  # genesis's loss: the first point of every curve
+
     path.mkdir(parents=True, exist_ok=True)
     try:
         ledger = Ledger(path)
@@ -85,7 +87,8 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
         message = format_message(
             f"woolf: version 0 (genesis of {cfg.name})",
             {"Woolf-Version": 0, "Woolf-Weights-Sha256": sha,
-             "Woolf-Source": "weights file" if weights else f"{cfg.workload.name} seed {seed}"},
+             "Woolf-Source": "weights file" if weights else f"{cfg.workload.name} seed {seed}",
+             "Woolf-Metrics": metrics},
         )
         ledger.git.run("commit", "-q", "-F", "-", input=message.encode())
     except BaseException:

@@ -183,10 +183,10 @@ class Ledger:
         ptr = self.pointer(version.commit, layout.STATE_POINTER)
         try:
             path = self.store.fetch_object(ptr)
-        except StorageError as exc:
-            raise StorageError(f"outer state of version {version.version}: {exc.message}",
-                               hint="the version cannot be merged on until its state is back in "
-                                    "storage; run `woolf audit`") from None
+        except (StorageError, IntegrityError) as exc:
+            raise type(exc)(f"outer state of version {version.version}: {exc.message}",
+                            hint="nothing can be merged on this version until its state is back in "
+                                 "storage as recorded; run `woolf audit`") from None
         md5, sha = self.store.hashes(path)
         if md5 != ptr.md5 or not version.state_sha256 or sha != version.state_sha256:
             path.unlink(missing_ok=True)

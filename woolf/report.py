@@ -30,17 +30,39 @@ def _collect(ledger) -> tuple[list, list]:
     return versions, prs
 
 
+REFERENCE_LINES = (  # the demo's reference runs at the same compute
+    ("alone_loss", "best participant alone", "#e76f51", ":"),
+    ("alone_loss_mean", "participants alone (mean)", "#f4a261", ":"),
+    ("parallel_loss", "synchronous data parallel", "#264653", "-."),
+    ("baseline_loss", "centralized, same total steps", "grey", "--"),
+)
+LABELS = {"participants": "participants", "validators": "validators", "rounds": "rounds per participant",
+          "steps": "steps per contribution", "versions_merged": "versions merged",
+          "prs_rejected": "PRs rejected", "genesis_loss": "loss at genesis", "final_loss": "loss of the ledger",
+          "alone_loss": "best participant alone", "alone_loss_mean": "participants alone (mean)",
+          "parallel_loss": "synchronous data parallel", "baseline_loss": "centralized, same total steps",
+          "network_seconds": "network time (s)", "reference_seconds": "reference runs (s)",
+          "wall_seconds": "wall time (s)", "interrupted": "interrupted"}
+
+
+def _loss(v, versions) -> float | None:
+    if v.metrics and "loss" in v.metrics:
+        return v.metrics["loss"]
+    if v.version == 0:  # ledgers made before genesis recorded its metrics: version 1's "before"
+        first = next((x for x in versions if x.version == 1 and x.metrics_before), None)
+        if first and "loss" in first.metrics_before:
+            return first.metrics_before["loss"]
+    return None
+
+
 def _plot_loss(versions, out: Path, demo: dict | None) -> Path:
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    pts = [(v.version, v.metrics["loss"]) for v in versions if v.metrics and "loss" in v.metrics]
-    # version 0 records no metrics; the first merge evaluated it as its "before"
-    first = next((v for v in versions if v.version == 1 and v.metrics_before), None)
-    if first and "loss" in first.metrics_before:
-        pts = [(0, first.metrics_before["loss"])] + pts
+    pts = [(v.version, loss) for v in versions if (loss := _loss(v, versions)) is not None]
     if pts:
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label="ledger (merged versions)")
-    if demo and demo.get("baseline_loss") is not None:
-        ax.axhline(demo["baseline_loss"], color="grey", ls="--", label="centralized baseline, same steps")
+    for key, label, colour, style in REFERENCE_LINES:
+        if demo and demo.get(key) is not None:
+            ax.axhline(demo[key], color=colour, ls=style, label=label)
     ax.set_xlabel("version")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("benchmark loss (nats/byte)")
@@ -107,8 +129,9 @@ def _markdown(name, versions, prs, demo) -> str:
     if demo and demo.get("genesis_loss") is not None:
         lines.append(f"- benchmark loss: genesis {demo['genesis_loss']:.4f} -> now "
                      f"{demo.get('final_loss') or float('nan'):.4f}")
-        if demo.get("baseline_loss") is not None:
-            lines.append(f"- centralized baseline, same {demo['total_steps']} steps: {demo['baseline_loss']:.4f}")
+        for key, label, _, _ in REFERENCE_LINES:
+            if demo.get(key) is not None:
+                lines.append(f"- {label}: {demo[key]:.4f}")
     elif losses:
         lines.append(f"- benchmark loss now: {losses[-1]:.4f}")
     if rejected:
@@ -118,11 +141,16 @@ def _markdown(name, versions, prs, demo) -> str:
     lines += ["", "## Versions", "", "| version | contributor | base | staleness | attenuation | loss |",
               "|---|---|---|---|---|---|"]
     for v in reversed(versions[-20:]):
-        loss = f"{v.metrics['loss']:.4f}" if v.metrics and "loss" in v.metrics else "-"
+        value = _loss(v, versions)
+        loss = "-" if value is None else f"{value:.4f}"
         att = "-" if v.attenuation is None else f"{v.attenuation:.3f}"
         lines.append(f"| {v.version} | {v.contributor or '-'} | {v.base_version if v.base_version is not None else '-'} "
                      f"| {v.staleness if v.staleness is not None else '-'} | {att} | {loss} |")
     return "\n".join(lines) + "\n"
+
+
+def _fmt_loss(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def _html(name, md_tables_versions, prs, plots, demo) -> str:
@@ -135,7 +163,7 @@ def _html(name, md_tables_versions, prs, plots, demo) -> str:
         f"<td>{'-' if v.base_version is None else v.base_version}</td>"
         f"<td>{'-' if v.staleness is None else v.staleness}</td>"
         f"<td>{'-' if v.attenuation is None else f'{v.attenuation:.3f}'}</td>"
-        f"<td>{(v.metrics or {}).get('loss', float('nan')):.4f}</td></tr>"
+        f"<td>{_fmt_loss(_loss(v, md_tables_versions))}</td></tr>"
         for v in reversed(md_tables_versions))
     pr_rows = "".join(
         f"<tr class='{p.state}'><td><code>{html.escape(p.id)}</code></td><td>{html.escape(p.contributor or '?')}</td>"
@@ -144,16 +172,15 @@ def _html(name, md_tables_versions, prs, plots, demo) -> str:
         for p in prs)
     summary = ""
     if demo:
-        items = {k: demo.get(k) for k in ("participants", "validators", "rounds", "steps", "versions_merged",
-                                          "prs_rejected", "genesis_loss", "final_loss", "baseline_loss",
-                                          "wall_seconds", "interrupted")}
+        items = {k: demo.get(k) for k in LABELS if demo.get(k) is not None}
+
         def fmt(k, v):
             if isinstance(v, float):
-                return f"{v:.1f}" if k == "wall_seconds" else f"{v:.4f}"
+                return f"{v:.1f}" if k.endswith("seconds") else f"{v:.4f}"
             return html.escape(str(v))
 
         summary = "<table id='summary'>" + "".join(
-            f"<tr><th>{k}</th><td>{fmt(k, v)}</td></tr>" for k, v in items.items()) + "</table>"
+            f"<tr><th>{LABELS[k]}</th><td>{fmt(k, v)}</td></tr>" for k, v in items.items()) + "</table>"
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>woolf report: {html.escape(name)}</title>

@@ -42,13 +42,40 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, as
     c.print(f"versions merged: {r.versions_merged}   PRs rejected: {r.prs_rejected}")
     for reason, n in r.rejections.items():
         c.print(f"  rejected x{n}: {reason}")
-    c.print(f"benchmark loss: genesis {r.genesis_loss:.4f} -> final {r.final_loss:.4f}")
-    if r.baseline_loss is not None:
-        c.print(f"centralized baseline ({r.total_steps} steps, one worker): {r.baseline_loss:.4f}")
-    c.print(f"wall time: {r.wall_seconds:.1f}s   hub: {r.dir}")
+    c.print(f"benchmark loss (nats/byte, lower is better): genesis {r.genesis_loss:.4f} -> "
+            f"final {r.final_loss:.4f}")
+    for line in comparison_lines(r):
+        c.print(line)
+    c.print(f"wall time: {r.wall_seconds:.1f}s (network {r.network_seconds:.0f}s, reference runs "
+            f"{r.reference_seconds:.0f}s)   hub: {r.dir}")
     if r.report:
         c.print(f"report: {r.report}")
     c.print(f"try: git clone {r.dir}/hub.git mine && cd mine && woolf log")
+
+
+def comparison_lines(r) -> list[str]:
+    """The ledger against the reference runs at the same compute, in words."""
+    if r.alone_loss is None:
+        return []
+    per = r.rounds * r.steps
+    rows = [("the ledger (asynchronous, merged by validators)", r.final_loss),
+            (f"each participant alone, {per} steps (best / mean)", None),
+            (f"synchronous data parallel, {r.participants} workers x {per} steps", r.parallel_loss),
+            (f"centralized, one worker, {r.total_steps} steps", r.baseline_loss)]
+    out = ["same compute, benchmark loss:"]
+    for label, value in rows:
+        if value is None and label.startswith("each"):
+            out.append(f"  {label:<58} {r.alone_loss:.4f} / {r.alone_loss_mean:.4f}")
+        elif value is not None:
+            out.append(f"  {label:<58} {value:.4f}")
+    gain = r.alone_loss - r.final_loss
+    if gain > 0:
+        verdict = f"joining paid: the ledger ends {gain:.4f} below the best participant alone"
+        if r.parallel_loss is not None and r.alone_loss > r.parallel_loss:
+            verdict += f" (closing {gain / (r.alone_loss - r.parallel_loss):.0%} of the gap to data parallel)"
+    else:
+        verdict = f"joining did not pay: the ledger ends {-gain:.4f} above the best participant alone"
+    return out + [verdict]
 
 
 @click.command()

@@ -25,9 +25,9 @@ from rich.live import Live
 from woolf.errors import UsageError
 from woolf.interrupts import interruptible
 from woolf.ledger import Ledger
-from woolf.network.baseline import centralized_baseline
 from woolf.network.hub import create_hub
 from woolf.network.live import render, snapshot
+from woolf.network.references import reference_losses
 
 
 @dataclass
@@ -42,8 +42,14 @@ class DemoResult:
     rejections: dict = field(default_factory=dict)  # reason -> count
     genesis_loss: float | None = None
     final_loss: float | None = None
-    baseline_loss: float | None = None
+    alone_loss: float | None = None  # the best participant training alone, same steps
+    alone_loss_mean: float | None = None
+    alone_losses: dict = field(default_factory=dict)
+    parallel_loss: float | None = None  # synchronous data parallel, same workers and steps
+    baseline_loss: float | None = None  # centralized: one worker, all the steps in sequence
     total_steps: int = 0
+    network_seconds: float = 0.0  # the network alone, without set-up, references and report
+    reference_seconds: float = 0.0
     wall_seconds: float = 0.0
     interrupted: bool = False
     report: str | None = None
@@ -101,6 +107,7 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
     console.print(f"hub at {root}: {participants} participants x {rounds} rounds x {steps} steps, "
                   f"{validators} validators")
     stop_file = root / ".stop"
+    t_net = time.time()
     procs = [_spawn(["validator", str(hub.clone_of(v)), "--name", v, "--stop-file", str(stop_file)],
                     root / "logs" / f"{v}.log") for v in vnames]
     # different speeds: later participants sleep longer between training and submitting
@@ -122,6 +129,7 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
         console.print("[yellow]interrupted: stopping participants and validators[/]")
     finally:
         _stop(parts + procs)
+    result.network_seconds = round(time.time() - t_net, 1)
     snap = snapshot(observer)
     result.versions_merged = len(snap.versions) - 1
     rejected = [p for p in snap.prs if p.state == "rejected"]
@@ -132,8 +140,20 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
     result.final_loss = snap.loss if snap.loss is not None else result.genesis_loss
     console.print()
     if not result.interrupted:
-        console.print(f"centralized baseline: {result.total_steps} steps by one worker ...")
-        result.baseline_loss = centralized_baseline(observer, names, rounds, steps)
+        console.print(f"reference runs at the same compute: each participant alone ({rounds} x {steps} "
+                      f"steps), synchronous data parallel, centralized ({result.total_steps} steps) ...")
+        t_ref = time.time()
+        try:
+            with interruptible():
+                refs = reference_losses(observer, names, rounds, steps, progress=lambda key, i, n: console.print(
+                    f"  {i}/{n} done: {key.rstrip(':')}"))
+            result.alone_losses, result.alone_loss = refs.alone_losses, refs.alone_loss
+            result.alone_loss_mean, result.parallel_loss = refs.alone_loss_mean, refs.parallel_loss
+            result.baseline_loss = refs.baseline_loss
+        except KeyboardInterrupt:
+            result.interrupted = True
+            console.print("[yellow]interrupted: reference runs stopped[/]")
+        result.reference_seconds = round(time.time() - t_ref, 1)
     result.wall_seconds = round(time.time() - t0, 1)
     if report:
         from woolf.report import build_report

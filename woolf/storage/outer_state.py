@@ -6,12 +6,14 @@ Usage:
     state = load_state(path, model_spec, rule, limits)  # checked: names, shapes, dtypes, count, finite
 
 Layout: tensors ``momentum/<name>`` (and ``buffer/<name>`` for buffered rules),
-float32, one per floating tensor of the model; metadata ``woolf_rule`` and
-``woolf_count``. Never pickle.
+float32, one per floating tensor of the model; one metadata key ``woolf``
+holding ``{"count": N, "rule": "..."}`` (one key, so the bytes are deterministic).
+Never pickle.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -31,7 +33,10 @@ def _tensors(state: OuterState) -> dict[str, torch.Tensor]:
 
 
 def state_bytes(state: OuterState) -> bytes:
-    return save(_tensors(state), metadata={"woolf_rule": state.rule, "woolf_count": str(state.count)})
+    # ONE metadata key: safetensors writes its metadata map in hash order, so two keys would
+    # make the bytes (and the recorded sha256) differ from run to run
+    meta = json.dumps({"count": state.count, "rule": state.rule}, sort_keys=True, separators=(",", ":"))
+    return save(_tensors(state), metadata={"woolf": meta})
 
 
 def save_state(state: OuterState, path: Path) -> bytes:
@@ -53,15 +58,20 @@ def load_state(path: Path, model_spec: Spec, limits, label: str = "outer state")
     try:
         spec = read_spec(Path(path), limits, label)
         with safe_open(str(path), framework="pt") as fh:
-            meta = fh.metadata() or {}
-            rule = meta.get("woolf_rule", "")
-            count_text = meta.get("woolf_count", "")
+            raw = (fh.metadata() or {}).get("woolf", "")
+            try:
+                meta = json.loads(raw) if len(raw) < 1000 else None
+            except json.JSONDecodeError:
+                meta = None
+            if not isinstance(meta, dict):
+                raise IntegrityError(f"{label}: no woolf metadata (rule and buffer count)")
+            rule, count = meta.get("rule"), meta.get("count")
             try:
                 Rule(kind=rule)
-            except ValueError:
+            except (ValueError, TypeError):
                 raise IntegrityError(f"{label}: names no known merge rule ({rule!r})") from None
-            if not (count_text.isascii() and count_text.isdigit() and len(count_text) <= 9):
-                raise IntegrityError(f"{label}: buffer count {count_text!r} is not a number")
+            if type(count) is not int or not 0 <= count <= 1024:
+                raise IntegrityError(f"{label}: buffer count {count!r} is not a count")
             want = expected_spec(model_spec, rule)
             if spec != want:
                 missing = sorted(set(want) - set(spec))[:3]
@@ -83,4 +93,4 @@ def load_state(path: Path, model_spec: Spec, limits, label: str = "outer state")
         raise IntegrityError(getattr(exc, "message", str(exc))) from None
     momentum = {k.split("/", 1)[1]: v for k, v in tensors.items() if k.startswith("momentum/")}
     buffer = {k.split("/", 1)[1]: v for k, v in tensors.items() if k.startswith("buffer/")}
-    return OuterState(rule, int(count_text), momentum, buffer if rule != "nesterov" else None)
+    return OuterState(rule, count, momentum, buffer if rule != "nesterov" else None)
