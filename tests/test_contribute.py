@@ -79,14 +79,60 @@ def test_external_command_workload(tmp_path):
     params = "d_model=32,n_layer=1,context=32,batch_size=8"
     net = make_network(tmp_path, **{
         "workload.command": f"'{sys.executable} {script} --base {{base}} --out {{out}} "
-                            f"--data {{data}} --steps {{steps}} --params {params}'"})
+                            f"--data {{data}} --steps {{steps}} --state {{state}} --params {params}'"})
     (tmp_path / "data.txt").write_text("def f(x):\n    return x\n" * 100)
     alice = net.clone("alice")
     result = train(alice, steps=4, data=str(tmp_path / "data.txt"), contributor="alice")
     assert result["training"]["command"] == sys.executable
+    assert (alice.root / ".woolf" / "state" / "command" / "optimizer" / "optimizer.safetensors").exists()
     assert submit(alice, contributor="alice")["base_version"] == 0
     with pytest.raises(UsageError, match="pass --data"):
         train(alice, steps=4, contributor="alice")
+
+
+def test_optimizer_state_persists_across_contributions(network):
+    alice = network.clone("alice")
+    first = train(alice, steps=5, contributor="alice")
+    assert first["training"]["optimizer"] == "fresh"
+    second = train(alice, steps=5, contributor="alice")
+    assert second["training"]["optimizer"] == "resumed at step 5"
+    assert train(alice, steps=5, contributor="alice", fresh=True)["training"]["optimizer"] == "fresh"
+    assert not list((alice.root / ".woolf").glob("**/*.set-aside-*"))
+    # never uploaded: a submission carries only the delta and its metadata
+    sub = submit(alice, contributor="alice")
+    pr_files = git("ls-tree", "-r", "--name-only", sub["commit"], cwd=alice.root).split()
+    assert not [f for f in pr_files if "state" in f or "optimizer" in f]
+
+
+def test_state_of_another_model_is_set_aside_with_a_warning(network, tmp_path):
+    from woolf.workloads.charlm import CharLM
+
+    alice = network.clone("alice")
+    state = alice.root / ".woolf" / "state" / "optimizer"
+    other = CharLM(d_model=16, n_layer=1, context=16, batch_size=2)
+    other.train(other.genesis(), other.default_data("x", 0), 1, state_dir=state)
+    r = run_cli("train", "--steps", "2", "--offline", cwd=alice.root)
+    assert r.returncode == 0, r.stderr
+    assert "warning" in r.stderr and "set aside" in r.stderr
+    assert len(list(state.glob("optimizer.safetensors.set-aside-*"))) == 1
+    (state / "optimizer.safetensors").write_bytes(b"\x00" * 64)  # corrupted
+    result = train(alice, steps=2, contributor="alice", offline=True)
+    assert result["training"]["optimizer"].startswith("set aside (unreadable")
+
+
+def test_steps_auto_sizes_contributions_from_measured_speed(make_net):
+    net = make_net(**{"workload.auto_seconds": "0.5", "workload.max_steps": "400"})
+    alice = net.clone("alice")
+    first = train(alice, steps="auto", contributor="alice")
+    assert first["training"]["steps"] == 20  # not measured yet: workload.steps
+    rate = first["training"]["steps"] / first["training"]["seconds"]
+    second = train(alice, steps="auto", contributor="alice")
+    assert second["training"]["steps"] == max(1, min(400, round(rate * 0.5)))
+    r = run_cli("train", "--steps", "sometimes", cwd=alice.root)
+    assert r.returncode == 2 and "neither a number of steps nor 'auto'" in r.stderr
+    for bad in ("0", "-5"):
+        r = run_cli("train", "--steps", bad, cwd=alice.root)
+        assert r.returncode == 2 and "not a positive number" in r.stderr and "Traceback" not in r.stderr
 
 
 # -- bad input: a clear error, nothing pushed ---------------------------------------------
