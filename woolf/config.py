@@ -63,6 +63,7 @@ class WorkloadConfig:
     steps: int = 60  # default training steps per contribution
     auto_seconds: float = 60.0  # `woolf train --steps auto`: aim for contributions of about this long
     max_steps: int = 10_000  # `--steps auto` never trains more steps than this
+    follow_every: int = 0  # every N steps, move local progress onto main's newest version (0: never)
     params: dict = field(default_factory=dict)  # passed to the workload (model size, ...)
 
 
@@ -175,6 +176,8 @@ def _check(cfg: LedgerConfig, source: str) -> None:
         bad("workload.steps", "use an integer > 0", cfg.workload.steps)
     if cfg.workload.auto_seconds <= 0:
         bad("workload.auto_seconds", "use seconds > 0", cfg.workload.auto_seconds)
+    if cfg.workload.follow_every < 0:
+        bad("workload.follow_every", "use an integer >= 0 (0: do not follow)", cfg.workload.follow_every)
     if cfg.workload.max_steps <= 0:
         bad("workload.max_steps", "use an integer > 0", cfg.workload.max_steps)
     for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio"):

@@ -17,6 +17,7 @@ from pathlib import Path
 from woolf import layout
 from woolf.core.merge import compute_delta
 from woolf.errors import InvalidWeightsError, UsageError
+from woolf.follow import Follower
 from woolf.forges.github import forge_for
 from woolf.identity import contributor_id
 from woolf.storage.dvcstore import REMOTE_NAME
@@ -61,11 +62,12 @@ def _record_speed(ledger, fingerprint: str, summary: dict) -> None:
 
 def train(ledger, steps: int | str | None = None, data: str | None = None, device: str = "auto",
           seed: int = 0, offline: bool = False, contributor: str | None = None,
-          progress=None, fresh: bool = False) -> dict:
+          progress=None, fresh: bool = False, follow: bool = True) -> dict:
     """Train from the newest version; keep the result in the git-ignored work area.
 
     The inner optimizer's state persists in .woolf/state across contributions (``fresh``
-    discards it); ``steps="auto"`` sizes the contribution from this participant's speed.
+    discards it); ``steps="auto"`` sizes the contribution from this participant's speed. With
+    ``workload.follow_every`` set, training follows main's newer versions (woolf/follow.py).
     """
     import torch
 
@@ -103,9 +105,16 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
             extra["state_dir"] = state_dir(ledger) / "optimizer"
         if "global_step" in params:
             extra["global_step"] = global_step
+        follower = None
+        if follow and cfg.workload.follow_every and "follow" in params and not offline:
+            follower = Follower(ledger, head, base)
+            extra.update(follow=follower, follow_every=cfg.workload.follow_every)
         trained, summary = wl.train(base, train_data, steps, device=device, seed=seed, progress=progress,
                                     **extra)
         summary["files"] = len(train_data.files)
+        if follower is not None:  # the delta is relative to the newest version it followed
+            summary["followed"] = follower.rebases
+            head, base = follower.base, follower.base_weights
     _record_speed(ledger, fingerprint, summary)
     bench = ledger.benchmark()
     metrics = {"before": wl.evaluate(base, bench, device), "after": wl.evaluate(trained, bench, device)}

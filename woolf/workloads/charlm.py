@@ -113,9 +113,12 @@ class CharLM:
         return self.lr
 
     def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0,
-              progress: Progress | None = None, state_dir: Path | None = None, global_step: int = 0):
+              progress: Progress | None = None, state_dir: Path | None = None, global_step: int = 0,
+              follow=None, follow_every: int = 0):
         """``steps`` AdamW steps from ``weights``; with ``state_dir``, the optimizer's moments and
-        step count carry over between calls (DiLoCo: new weights, same moments)."""
+        step count carry over between calls (DiLoCo: new weights, same moments). With ``follow``
+        (woolf/follow.py), every ``follow_every`` steps the local weights move by whatever the
+        ledger's main moved since (``follow()`` returns that shift, or None)."""
         gen = torch.Generator().manual_seed(seed)
         batches = self._batches(data, gen)
         model = self._load(weights, device).train()
@@ -132,6 +135,12 @@ class CharLM:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             losses.append(loss.item())
+            if follow is not None and follow_every and step % follow_every == 0 and step < steps:
+                shift = follow()
+                if shift is not None:
+                    with torch.no_grad():
+                        for name, tensor in model.state_dict().items():
+                            tensor.add_(shift[name].to(tensor.dtype).to(tensor.device))
             if progress:
                 progress(step, steps, losses[-1])
         secs = time.perf_counter() - t0
