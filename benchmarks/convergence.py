@@ -1,213 +1,273 @@
-"""Does asynchronous ledger merging train as well as the alternatives, at equal compute? (§3)
+"""Does joining the ledger pay? Merge rules and participant state at equal compute (§3).
 
 Usage:
-    python benchmarks/convergence.py                         # full grid, 3 seeds (about 30 min, 1 core)
-    python benchmarks/convergence.py --smoke                 # seconds: the test suite's run
+    python benchmarks/convergence.py                    # the study grid (about 40 min on 2 cores)
+    python benchmarks/convergence.py --smoke            # seconds: the test suite's run
+    python benchmarks/convergence.py --arms A1,A7 --workers 4 --regimes scratch-iid --seeds 3
 
-An in-process simulation of participants calling the same functions the
-validator uses (compute_delta, attenuation, merge_scale, apply_delta, decide)
-on the built-in charlm workload. Workers have log-normal speeds; each pulls the
-current version, trains K steps, and its delta is validated when it finishes,
-with staleness = versions merged meanwhile. Compared at equal total training
-steps: serial (one worker), synchronous FedAvg of N workers per round, and
-asynchronous merging with several staleness functions and gates.
-Results: benchmarks/results/convergence.json and convergence_*.png.
+An in-process simulation of N participants and an instant validator, built
+from the functions the ledger itself runs: the workload's ``train`` with a
+persistent optimizer state directory, ``merge_step`` under a ``Rule``,
+``attenuation``, ``decide`` and the best-version reference, and the follower's
+rebase arithmetic (``local += new - old``). Workers have log-normal speeds
+(simulated time); each trains K steps (in chunks of R when it follows the
+ledger) from the version it pulled, and its delta is judged when it finishes.
+
+Arms (cumulative, as in the issue): A0 today (fresh AdamW per contribution,
+attenuated 1/(1+s), tolerance gate against the current version); A1 +
+persistent optimizer state; A2 + best-recent-version gate; A3 + FedBuff (B);
+A4 + delayed Nesterov (outer lr, momentum 0.9, with or without attenuation);
+A5 + speed-aware steps; A6 + error feedback (a rejected or attenuated
+remainder is carried into the next delta); A7 + following the ledger while
+training (rebase every R steps); A8 = A7 + A6. Controls at the same total
+steps: serial (one worker, all steps), alone (one worker, its 1/N share),
+synchronous data parallel (N workers, gradients averaged every step) and
+synchronous DiLoCo (outer Nesterov 0.7/0.9 every K steps).
+
+Regimes: ``scratch`` (random genesis) or ``continued`` (genesis pretrained
+centrally first), times ``iid`` (every worker samples the whole pool, the
+default shards) or ``domain`` (each worker's data is a distinct part of the
+corpus; the benchmark spans all). Results: benchmarks/results/convergence.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import heapq
 import random
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, machine, write_json  # noqa: E402
+from common import machine, write_json  # noqa: E402
 
 from woolf.config import PolicyConfig, StalenessConfig  # noqa: E402
-from woolf.core.merge import apply_delta, compute_delta, merge_scale  # noqa: E402
+from woolf.core.outer import Rule, merge_step  # noqa: E402
 from woolf.core.policy import decide  # noqa: E402
 from woolf.core.staleness import attenuation  # noqa: E402
+from woolf.workloads import corpus  # noqa: E402
+from woolf.workloads.base import TrainData  # noqa: E402
 from woolf.workloads.charlm import CharLM  # noqa: E402
 
-GATES = {"none": None, "tolerance": -0.02, "strict": 0.0}
+BASE = {"persistent": False, "rule": "attenuated", "stale": "inverse", "gate": "current", "tol": 0.02,
+        "speed_aware": False, "ef": False, "follow": 0}
+ARMS = {
+    "A0": {},
+    "A1": {"persistent": True},
+    "A2": {"persistent": True, "gate": "best"},
+    "A3": {"persistent": True, "gate": "best", "rule": "fedbuff", "stale": "constant"},
+    "A4": {"persistent": True, "gate": "best", "rule": "delayed_nesterov", "olr": 0.5},
+    "A4-noatt": {"persistent": True, "gate": "best", "rule": "delayed_nesterov", "olr": 0.5,
+                 "stale": "constant"},
+    "A5": {"persistent": True, "gate": "best", "speed_aware": True},
+    "A6": {"persistent": True, "gate": "best", "ef": True},
+    "A7": {"persistent": True, "gate": "best", "follow": 5},
+    "A7-current": {"persistent": True, "follow": 5},
+    "A8": {"persistent": True, "gate": "best", "follow": 5, "ef": True},
+}
+CONTROLS = ("serial", "alone", "sync-dp", "sync-diloco")
 
 
-def run(scheme: str, n: int, seed: int, total: int, k: int, wl: CharLM, bench: bytes,
-        stale: str = "inverse", gate: str = "none", alpha: float = 1.0, max_staleness: int = 64) -> dict:
-    torch.manual_seed(seed)
+def model() -> CharLM:
+    return CharLM(d_model=48, n_layer=2, n_head=4, context=48, batch_size=16, benchmark_bytes=8192,
+                  shard_files=8)
+
+
+def domain_data(wl: CharLM, worker: int, n: int, version: int) -> TrainData:
+    """Worker ``worker``'s own part of the corpus (files hashed into its domain), a shard per version."""
+    files = [f for f in corpus.pool_files() if hashlib.sha256(f.encode()).digest()[1] % n == worker]
+    rng = random.Random(f"domain:{worker}:{version}")
+    pick = sorted(rng.sample(files, min(wl.shard_files, len(files))))
+    return TrainData([corpus.read(f) for f in pick], f"domain{worker}@v{version}", pick)
+
+
+class World:
+    def __init__(self, wl: CharLM, bench: bytes, genesis, data_regime: str, n: int):
+        self.wl, self.bench, self.genesis, self.data_regime, self.n = wl, bench, genesis, data_regime, n
+
+    def data(self, w: int, version: int) -> TrainData:
+        if self.data_regime == "domain":
+            return domain_data(self.wl, w, self.n, version)
+        return self.wl.default_data(f"w{w}", version)
+
+    def pooled(self, w: int, rounds: int) -> TrainData:
+        texts, files = [], []
+        for r in range(rounds):
+            d = self.data(w, r)
+            texts += d.texts
+            files += d.files
+        return TrainData(texts, f"w{w} pooled", files)
+
+    def loss(self, weights) -> float:
+        return self.wl.evaluate(weights, self.bench)["loss"]
+
+
+def sub(a, b):
+    return {k: a[k] - b[k] for k in a}
+
+
+def add(a, b, s=1.0):
+    return {k: a[k] + s * b[k] for k in a}
+
+
+def run_async(world: World, arm: dict, n: int, total: int, k: int, seed: int) -> dict:
+    a = {**BASE, **arm}
     rng = random.Random(seed)
-    current = wl.genesis(0)
-    evaluate = lambda w: wl.evaluate(w, bench)["loss"]  # noqa: E731
-    curve = [(0, 0, 0.0, evaluate(current))]  # (steps, merges, sim time, loss)
-    staleness_seen, accepted, judged = [], 0, 0
-    if scheme == "fedavg":
-        speeds = [rng.lognormvariate(0, 0.5) for _ in range(n)]
-        steps = t = version = 0
-        while steps + n * k <= total:
-            deltas = []
-            for w in range(n):
-                trained, _ = wl.train(current, wl.default_data(f"w{w}", version), k, seed=seed * 7919 + steps + w)
-                deltas.append(compute_delta(trained, current))
-            mean = {name: sum(d[name] for d in deltas) / n for name in current}
-            current = apply_delta(current, mean, merge_scale(alpha, 1.0))
-            steps += n * k
-            t += k / min(speeds)  # a synchronous round waits for the slowest worker
-            version += 1
-            accepted += n  # every worker's delta is used
-            judged += n
-            curve.append((steps, version, t, evaluate(current)))
+    speeds = [rng.lognormvariate(0, 0.5) for _ in range(n)]
+    if a["speed_aware"]:  # steps proportional to speed: everyone submits at about the same interval
+        mean = statistics.mean(speeds)
+        ks = [max(2, round(k * s / mean)) for s in speeds]
     else:
-        speeds = [rng.lognormvariate(0, 0.5) for _ in range(n)]
-        policy = None if GATES[gate] is None else PolicyConfig(min_improvement=GATES[gate])
-        scfg = {"inverse": StalenessConfig("inverse"), "polynomial": StalenessConfig("polynomial", a=0.5),
-                "constant": StalenessConfig("constant"), "hinge": StalenessConfig("hinge", a=10, b=4)}[stale]
-        version, steps = 0, 0
-        bases = {w: (current, 0) for w in range(n)}
-        queue = [(k / speeds[w], w) for w in range(n)]
-        heapq.heapify(queue)
-        cur_loss = curve[0][3]
-        while steps + k <= total:
-            t, w = heapq.heappop(queue)
-            base, base_version = bases[w]
-            trained, _ = wl.train(base, wl.default_data(f"w{w}", base_version), k, seed=seed * 7919 + steps)
-            steps += k
-            judged += 1
-            s = version - base_version
-            staleness_seen.append(s)
-            if s <= max_staleness:
-                cand = apply_delta(current, compute_delta(trained, base),
-                                   merge_scale(alpha, attenuation(scfg, s)))
-                cand_loss = evaluate(cand)
-                ok = policy is None or decide(policy, {"loss": cur_loss}, {"loss": cand_loss}).accepted
-                if ok:
-                    current, cur_loss, version = cand, cand_loss, version + 1
-                    accepted += 1
-                    curve.append((steps, version, t, cur_loss))
-            bases[w] = (current, version)
-            heapq.heappush(queue, (t + k / speeds[w], w))
-    final = evaluate(current)
-    return {"final_loss": final, "curve": curve, "acceptance": accepted / max(judged, 1),
-            "staleness": staleness_seen, "merges": accepted}
+        ks = [k] * n
+    rule = Rule(a["rule"], 1.0, a.get("olr", 1.0 if a["rule"] == "fedbuff" else 0.7),
+                0.0 if a["rule"] == "fedbuff" else 0.9, a.get("buffer", n))
+    scfg = StalenessConfig(a["stale"])
+    policy = PolicyConfig(min_improvement=-a["tol"])
+    cur, state = world.genesis, None
+    cur_loss = world.loss(cur)
+    history = [cur_loss]
+    version, steps, merged, judged = 0, 0, 0, 0
+    curve = [(0, 0, 0.0, cur_loss)]
+    tmp = tempfile.TemporaryDirectory()
+    local = {}
+    resid = {}
+    chunk = lambda w: a["follow"] or ks[w]  # noqa: E731
+    queue = []
+    for w in range(n):
+        local[w] = {"weights": cur, "base": cur, "bv": 0, "done": 0, "start_v": 0}
+        heapq.heappush(queue, (chunk(w) / speeds[w], w))
+    calls = 0
+    while queue:
+        t, w = heapq.heappop(queue)
+        if steps >= total:
+            break
+        L = local[w]
+        if a["follow"] and L["bv"] != version:  # rebase local progress onto the newest version
+            L["weights"] = add(cur, sub(L["weights"], L["base"]))
+            L["base"], L["bv"] = cur, version
+        todo = min(chunk(w), ks[w] - L["done"])
+        sdir = Path(tmp.name) / f"w{w}" if a["persistent"] else None
+        calls += 1
+        L["weights"], _ = world.wl.train(L["weights"], world.data(w, L["start_v"]), todo,
+                                         seed=seed * 100003 + calls, state_dir=sdir)
+        L["done"] += todo
+        steps += todo
+        if L["done"] < ks[w]:
+            heapq.heappush(queue, (t + chunk(w) / speeds[w], w))
+            continue
+        delta = sub(L["weights"], L["base"])
+        if a["ef"] and w in resid:
+            delta = add(delta, resid.pop(w))
+        s = version - L["bv"]
+        att = attenuation(scfg, s)
+        step = merge_step(rule, cur, state, delta, att)
+        probe_loss = world.loss(step.probe)
+        ref = min(history[-8:]) if a["gate"] == "best" else cur_loss
+        ok = decide(policy, {"loss": ref}, {"loss": probe_loss}).accepted
+        judged += 1
+        if ok:
+            cur, state, version = step.candidate, step.state, version + 1
+            cur_loss = probe_loss if step.applied else cur_loss
+            history.append(cur_loss)
+            merged += 1
+            curve.append((steps, version, t, cur_loss))
+            if a["ef"] and rule.kind == "attenuated" and step.scale < 1.0:
+                resid[w] = {kk: v * (1.0 - step.scale) for kk, v in delta.items()}
+        elif a["ef"]:
+            resid[w] = delta
+        L.update(weights=cur, base=cur, bv=version, done=0, start_v=version)
+        heapq.heappush(queue, (t + chunk(w) / speeds[w], w))
+    tmp.cleanup()
+    final = world.loss(cur)
+    return {"final_loss": final, "merged": merged, "judged": judged, "curve": curve}
 
 
-def grid(ns: list[int]) -> list[dict]:
-    cells = [{"scheme": "serial", "n": 1, "stale": "inverse", "gate": "none"}]
-    for n in ns:
-        cells.append({"scheme": "fedavg", "n": n, "stale": "-", "gate": "-"})
-        for stale in ("constant", "inverse", "polynomial"):
-            cells.append({"scheme": "async", "n": n, "stale": stale, "gate": "tolerance"})
-        for gate in ("none", "strict"):
-            cells.append({"scheme": "async", "n": n, "stale": "inverse", "gate": gate})
-    return cells
+def run_control(world: World, kind: str, n: int, total: int, k: int, seed: int) -> dict:
+    wl = world.wl
+    per = total // n
+    if kind == "serial":
+        data = TrainData([], "all", [])
+        for w in range(n):
+            d = world.pooled(w, max(1, per // k))
+            data.texts += d.texts
+        out, _ = wl.train(world.genesis, data, total, seed=seed)
+    elif kind == "alone":
+        out, _ = wl.train(world.genesis, world.pooled(0, max(1, per // k)), per, seed=seed)
+    elif kind == "sync-dp":
+        out = wl.train_data_parallel(world.genesis, [world.pooled(w, max(1, per // k)) for w in range(n)],
+                                     per, seed=seed)
+    else:  # synchronous DiLoCo: K local steps per worker, outer Nesterov on the mean delta
+        rule = Rule("nesterov", 1.0, 0.7, 0.9)
+        cur, state = world.genesis, None
+        with tempfile.TemporaryDirectory() as tmp:
+            for r in range(per // k):
+                deltas = []
+                for w in range(n):
+                    trained, _ = wl.train(cur, world.data(w, r), k, seed=seed * 1000 + r * n + w,
+                                          state_dir=Path(tmp) / f"w{w}")
+                    deltas.append(sub(trained, cur))
+                mean = {kk: sum(d[kk] for d in deltas) / n for kk in cur}
+                step = merge_step(rule, cur, state, mean, 1.0)
+                cur, state = step.candidate, step.state
+        out = cur
+    return {"final_loss": world.loss(out)}
 
 
-def alpha_grid(ns: list[int]) -> list[dict]:
-    return [{"scheme": "async", "n": n, "stale": "inverse", "gate": "tolerance", "alpha": a}
-            for n in ns for a in (0.5, 0.75, 1.0)]
-
-
-def label(c: dict) -> str:
-    if c["scheme"] == "serial":
-        return "serial (1 worker)"
-    if c["scheme"] == "fedavg":
-        return f"FedAvg sync N={c['n']}"
-    alpha = f" alpha={c['alpha']}" if "alpha" in c else ""
-    return f"async N={c['n']} {c['stale']} gate={c['gate']}{alpha}"
-
-
-def target_time(curve, target):
-    for steps, _, t, loss in curve:
-        if loss <= target:
-            return steps, t
-    return None, None
-
-
-def plots(results: list[dict], n_plot: int) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = []
-    chosen = [r for r in results if r["cell"]["n"] in (1, n_plot)]
-    for xkey, xlabel, fname in ((1, "merges (versions)", "convergence_vs_merges.png"),
-                                (0, "total training steps", "convergence_vs_steps.png")):
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        for r in chosen:
-            c = r["runs"][0]["curve"]
-            ax.plot([p[xkey] for p in c], [p[3] for p in c], label=label(r["cell"]), lw=1.2)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("benchmark loss (nats/byte)")
-        ax.set_title(f"Loss against {xlabel} (seed 0, N={n_plot})")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(RESULTS / fname, dpi=100)
-        plt.close(fig)
-        out.append(fname)
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for r in results:
-        if r["cell"]["scheme"] == "async" and r["cell"]["stale"] == "inverse" and r["cell"]["gate"] == "tolerance":
-            seen = [s for run in r["runs"] for s in run["staleness"]]
-            ax.hist(seen, bins=range(0, max(seen) + 2), alpha=0.5, label=f"N={r['cell']['n']}")
-    ax.set_xlabel("staleness at validation")
-    ax.set_ylabel("PRs")
-    ax.set_title("Staleness histogram (async, inverse, tolerance gate; all seeds)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(RESULTS / "convergence_staleness.png", dpi=100)
-    plt.close(fig)
-    out.append("convergence_staleness.png")
-    return out
+def make_world(wl: CharLM, bench: bytes, regime: str, n: int, pretrain: int) -> World:
+    start, data_regime = regime.split("-")
+    genesis = wl.genesis(0)
+    if start == "continued":
+        pool = TrainData([corpus.read(f) for f in corpus.pool_files()[::7]], "pretraining")
+        genesis, _ = wl.train(genesis, pool, pretrain, seed=12345)
+    return World(wl, bench, genesis, data_regime, n)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workers", default="4,8,16")
+    ap.add_argument("--arms", default=",".join([*CONTROLS, "A0", "A1", "A2", "A3", "A4", "A6", "A7", "A8"]))
+    ap.add_argument("--workers", default="4")
+    ap.add_argument("--regimes", default="scratch-iid,continued-iid,scratch-domain,continued-domain")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--total-steps", type=int, default=800)
-    ap.add_argument("--k", type=int, default=20, help="training steps per contribution")
+    ap.add_argument("--k", type=int, default=20, help="steps per contribution")
+    ap.add_argument("--pretrain", type=int, default=800, help="continued regime: central steps before genesis")
     ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--alpha-sweep", action="store_true", help="only async inverse+tolerance at alpha 0.5/0.75/1")
     ap.add_argument("--out", default="convergence.json")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.smoke:
-        args.workers, args.seeds, args.total_steps, args.k = "2", 1, 8, 2
-    wl = CharLM(d_model=48, n_layer=2, context=48, batch_size=16, benchmark_bytes=4096)
+        args.arms, args.workers, args.regimes = "serial,alone,sync-dp,sync-diloco,A0,A7,A3", "2", "scratch-iid"
+        args.seeds, args.total_steps, args.k, args.pretrain = 1, 16, 4, 4
+    wl = model()
     bench = wl.benchmark_bytes()
-    ns = [int(x) for x in args.workers.split(",")]
-    results, t0 = [], time.time()
-    for cell in (alpha_grid(ns) if args.alpha_sweep else grid(ns)):
-        runs = [run(cell["scheme"], cell["n"], seed, args.total_steps, args.k, wl, bench,
-                    stale=cell["stale"] if cell["stale"] != "-" else "inverse",
-                    gate=cell["gate"] if cell["gate"] != "-" else "none", alpha=cell.get("alpha", 1.0))
-                for seed in range(args.seeds)]
-        finals = [r["final_loss"] for r in runs]
-        row = {"cell": cell, "label": label(cell), "final_mean": statistics.mean(finals),
-               "final_std": statistics.stdev(finals) if len(finals) > 1 else 0.0,
-               "acceptance_mean": statistics.mean(r["acceptance"] for r in runs),
-               "merges_mean": statistics.mean(r["merges"] for r in runs), "runs": runs}
-        results.append(row)
-        print(f"{row['label']:<40} final {row['final_mean']:.4f} ± {row['final_std']:.4f}  "
-              f"accepted {row['acceptance_mean']:.0%}  ({time.time() - t0:.0f}s)", flush=True)
-    serial = results[0]["final_mean"]
-    target = serial + 0.10
-    for row in results:
-        hits = [target_time(r["curve"], target) for r in row["runs"]]
-        row["target_loss"] = target
-        row["steps_to_target"] = [h[0] for h in hits]
-        row["sim_time_to_target"] = [h[1] for h in hits]
-    data = {"machine": machine(), "settings": vars(args), "results": results}
-    if not args.smoke and not args.alpha_sweep:
-        data["plots"] = plots(results, n_plot=ns[len(ns) // 2])
-    print(write_json(args.out, data))
+    rows, t0 = [], time.time()
+    for regime in args.regimes.split(","):
+        for n in (int(x) for x in args.workers.split(",")):
+            world = make_world(wl, bench, regime, n, args.pretrain)
+            for arm in args.arms.split(","):
+                runs = []
+                for seed in range(args.seeds):
+                    if arm in CONTROLS:
+                        runs.append(run_control(world, arm, n, args.total_steps, args.k, seed))
+                    else:
+                        runs.append(run_async(world, ARMS[arm], n, args.total_steps, args.k, seed))
+                finals = [r["final_loss"] for r in runs]
+                row = {"regime": regime, "n": n, "arm": arm, "total_steps": args.total_steps, "k": args.k,
+                       "final_mean": statistics.mean(finals),
+                       "final_std": statistics.stdev(finals) if len(finals) > 1 else 0.0,
+                       "finals": finals, "genesis_loss": world.loss(world.genesis),
+                       "merged": [r.get("merged") for r in runs], "judged": [r.get("judged") for r in runs],
+                       "curves": [r.get("curve") for r in runs]}
+                rows.append(row)
+                print(f"{regime:<17} N={n:<3} {arm:<12} {row['final_mean']:.4f} ± {row['final_std']:.4f}  "
+                      f"merged {row['merged']}  ({time.time() - t0:.0f}s)", flush=True)
+    print(write_json(args.out, {"machine": machine(), "settings": vars(args), "arms": ARMS, "rows": rows}))
 
 
 if __name__ == "__main__":
