@@ -110,3 +110,29 @@ def test_ctrl_c_stops_children_and_leaves_a_usable_hub(tmp_path):
     assert workers.stdout.strip() == "", "children still running"
     git("clone", "-q", str(hub / "hub.git"), str(tmp_path / "mine"), cwd=tmp_path)
     assert audit(Ledger.open(tmp_path / "mine")).ok
+
+
+def test_summary_says_whether_joining_paid():
+    from woolf.cli.network_cmds import comparison_lines
+    from woolf.network.demo import DemoResult
+
+    r = DemoResult("x", participants=3, validators=2, rounds=8, steps=30, total_steps=720, final_loss=2.48,
+                   alone_loss=2.54, alone_loss_mean=2.57, parallel_loss=2.44, baseline_loss=2.16)
+    text = "\n".join(comparison_lines(r))
+    assert "2.5400 / 2.5700" in text and "2.4400" in text and "2.1600" in text
+    assert "joining paid" in text and "60%" in text
+    r.final_loss = 2.60
+    assert "joining did not pay" in comparison_lines(r)[-1]
+    r.alone_loss = None
+    assert comparison_lines(r) == []
+
+
+def test_demo_set_refuses_bad_settings(tmp_path):
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "woolf", "demo", "--dir", str(tmp_path / "d"), "--set", "nokey"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "KEY=VALUE" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "woolf", "demo", "--dir", str(tmp_path / "d"),
+                           "--set", "merge.rule=adam"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "merge.rule" in proc.stderr and "Traceback" not in proc.stderr

@@ -112,12 +112,17 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
         trained, summary = wl.train(base, train_data, steps, device=device, seed=seed, progress=progress,
                                     **extra)
         summary["files"] = len(train_data.files)
-        if follower is not None:  # the delta is relative to the newest version it followed
+        if follower is not None:  # one last look, then the delta is relative to the newest version
+            shift = follower()
+            if shift is not None:
+                trained = {k: (v.to(torch.float32) + shift[k]).to(v.dtype) for k, v in trained.items()}
             summary["followed"] = follower.rebases
             head, base = follower.base, follower.base_weights
     _record_speed(ledger, fingerprint, summary)
     bench = ledger.benchmark()
-    metrics = {"before": wl.evaluate(base, bench, device), "after": wl.evaluate(trained, bench, device)}
+    # the version's own recorded metrics, when it has them (validators evaluated it already)
+    before = head.metrics if head.metrics and cfg.policy.metric in head.metrics else None
+    metrics = {"before": before or wl.evaluate(base, bench, device), "after": wl.evaluate(trained, bench, device)}
     save_atomic(trained, out / "trained.safetensors")
     record = {"base_version": head.version, "base_commit": head.commit, "contributor": who,
               "training": summary, "metrics": metrics, "seed": seed}

@@ -21,9 +21,11 @@ from woolf.cli.app import App, json_option, pass_app
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default="woolf-demo",
               show_default=True, help="Where the hub is built (an earlier demo hub there is replaced).")
 @click.option("--quick", is_flag=True, help="Smaller run: 2 participants x 4 rounds x 15 steps, 1 validator.")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="Set a key of the demo ledger's config, as `woolf init --set` (e.g. merge.rule=fedbuff).")
 @json_option
 @pass_app
-def demo(app: App, participants, rounds, validators, steps, directory, quick, as_json):
+def demo(app: App, participants, rounds, validators, steps, directory, quick, settings, as_json):
     """Run a whole decentralized training network on this machine."""
     from woolf.network.demo import run_demo
 
@@ -32,8 +34,14 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, as
 
     # small contributions merge far more often than large ones (benchmarks/RESULTS.md §4)
     participants, rounds, validators = pick(participants, 3, 2), pick(rounds, 8, 4), pick(validators, 2, 1)
+    overrides = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
+        overrides[key.strip()] = value.strip()
     r = run_demo(app.cwd / directory, participants=participants, rounds=rounds, validators=validators,
-                 steps=steps, quick=quick, console=app.err if as_json else app.console)
+                 steps=steps, quick=quick, console=app.err if as_json else app.console, settings=overrides)
     if as_json:
         app.emit_json(r.to_json())
         return

@@ -86,7 +86,7 @@ def _reason_key(reason: str) -> str:
 
 def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int = 2,
              steps: int | None = None, quick: bool = False, console: Console | None = None,
-             report: bool = True) -> DemoResult:
+             report: bool = True, settings: dict[str, str] | None = None) -> DemoResult:
     if participants < 1 or validators < 1 or rounds < 1:
         raise UsageError("a demo needs at least one participant, one validator and one round")
     console = console or Console()
@@ -95,7 +95,7 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
     vnames = [f"v{i + 1}" for i in range(validators)]
     t0 = time.time()
     root = Path(root).resolve()
-    hub = create_hub(root, names, vnames, overrides={"workload.steps": str(steps)})
+    hub = create_hub(root, names, vnames, overrides={"workload.steps": str(steps), **(settings or {})})
     result = DemoResult(str(root), participants, validators, rounds, steps,
                         total_steps=participants * rounds * steps)
     observer = Ledger.open(hub.clone_of("observer"))

@@ -2,6 +2,9 @@
 
 Usage:
     python -m woolf.network.worker participant CLONE --name p1 --rounds 4 --steps 60 --delay 1.5
+
+A participant's ``--delay`` makes it slower hardware: the seconds are spread over its
+training steps (so a participant that follows the ledger sees merges while it trains).
     python -m woolf.network.worker validator CLONE --name v1 --stop-file DIR/.stop
 
 Each prints one JSON line per event to stdout (the demo collects them in logs/).
@@ -28,10 +31,14 @@ def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, s
     from woolf.ledger import Ledger
 
     ledger = Ledger.open(clone)
+
+    def slower(step, total, loss):  # slower hardware trains slower: `delay` seconds more per contribution
+        time.sleep(delay / total)
+
     for r in range(rounds):
         try:
-            result = train(ledger, steps=steps, contributor=name, seed=seed * 1000 + r, device="cpu")
-            time.sleep(delay)  # slower hardware: its PRs arrive later, and staler
+            result = train(ledger, steps=steps, contributor=name, seed=seed * 1000 + r, device="cpu",
+                           progress=slower if delay else None)
             sub = submit(ledger, contributor=name, message=f"{name} round {r}")
             _event(kind="submitted", who=name, round=r, id=sub["id"], base=result["base_version"],
                    local_loss=result["metrics"]["after"]["loss"])
