@@ -64,6 +64,7 @@ class WorkloadConfig:
     auto_seconds: float = 60.0  # `woolf train --steps auto`: aim for contributions of about this long
     max_steps: int = 10_000  # `--steps auto` never trains more steps than this
     follow_every: int = 0  # every N steps, move local progress onto main's newest version (0: never)
+    error_feedback: bool = False  # carry what the ledger did not merge of a PR into the next delta
     params: dict = field(default_factory=dict)  # passed to the workload (model size, ...)
 
 

@@ -14,9 +14,12 @@ import secrets
 import shutil
 from pathlib import Path
 
+import torch
+
 from woolf import layout
 from woolf.core.merge import compute_delta
 from woolf.errors import InvalidWeightsError, UsageError
+from woolf.feedback import clear_residual, remember, settle
 from woolf.follow import Follower
 from woolf.forges.github import forge_for
 from woolf.identity import contributor_id
@@ -69,8 +72,6 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
     discards it); ``steps="auto"`` sizes the contribution from this participant's speed. With
     ``workload.follow_every`` set, training follows main's newer versions (woolf/follow.py).
     """
-    import torch
-
     who = contributor_id(contributor, ledger.git)
     if isinstance(steps, int) and steps <= 0:
         raise UsageError(f"--steps must be a positive number of steps or 'auto', got {steps}")
@@ -137,7 +138,8 @@ def _new_id(who: str) -> str:
 
 def submit(ledger, weights: Path | None = None, message: str = "", contributor: str | None = None,
            base_version: int | None = None, forge: str | None = None,
-           delta_url_base: str | None = None, delta_remote: str | None = None) -> dict:
+           delta_url_base: str | None = None, delta_remote: str | None = None,
+           error_feedback: bool | None = None) -> dict:
     """Delta = trained - base, checked, uploaded and verified, then the PR ref is pushed."""
     record: dict = {}
     if weights is None:
@@ -168,8 +170,14 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
     with timer("load"):
         base_w = ledger.load_weights(base)
         trained = load_checked(Path(weights), cfg.limits, expect=spec_of(base_w), label="trained weights")
+    the_forge = forge_for(ledger, forge)
+    feedback_note = ""
     with timer("delta"):
         delta = compute_delta(trained, base_w)
+        if cfg.workload.error_feedback if error_feedback is None else error_feedback:
+            residual, feedback_note = settle(ledger, the_forge, spec_of(base_w))
+            if residual is not None:  # what earlier PRs did not get merged rides along
+                delta = {k: (v.to(torch.float32) + residual[k]).to(v.dtype) for k, v in delta.items()}
         del trained, base_w
         check_finite(delta, "delta")
         if all(not bool(t.any()) for t in delta.values()):
@@ -212,6 +220,10 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
             {ptr_rel: pointer.render(), meta_rel: json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n"},
             commit_msg, parents=[base.commit],
         )
-        pr = forge_for(ledger, forge).open(sub_id, commit)
+        pr = the_forge.open(sub_id, commit)
+    remember(ledger, sub_id, pointer)
+    if feedback_note:
+        clear_residual(ledger)  # it is part of this PR's delta now
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
-            "delta_sha256": sha, "delta_size": size, "number": pr.number, "timings": dict(timer)}
+            "delta_sha256": sha, "delta_size": size, "number": pr.number, "timings": dict(timer),
+            "error_feedback": feedback_note}

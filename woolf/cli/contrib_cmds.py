@@ -91,17 +91,21 @@ def train(app: App, steps, fresh, data, device, seed, offline, contributor, as_j
               help="Public https URL of your own DVC storage, for fork PRs [env: WOOLF_DELTA_URL_BASE].")
 @click.option("--delta-remote", envvar="WOOLF_DELTA_REMOTE",
               help="Upload the delta to this DVC remote of yours, not the ledger's [env: WOOLF_DELTA_REMOTE].")
+@click.option("--error-feedback/--no-error-feedback", default=None,
+              help="Add what the ledger did not merge of your earlier PRs (rejected, or attenuated) to "
+                   "this delta [default: the ledger's workload.error_feedback].")
 @contributor_option
 @forge_option
 @json_option
 @pass_app
-def submit(app: App, weights, base_version, message, delta_url_base, delta_remote, contributor, forge, as_json):
+def submit(app: App, weights, base_version, message, delta_url_base, delta_remote, error_feedback,
+           contributor, forge, as_json):
     """Open a pull request carrying trained - base."""
     from woolf.contribute import submit as do_submit
 
     result = do_submit(app.ledger(), weights=weights, message=message, contributor=contributor,
                        base_version=base_version, forge=forge, delta_url_base=delta_url_base,
-                       delta_remote=delta_remote)
+                       delta_remote=delta_remote, error_feedback=error_feedback)
     if as_json:
         app.emit_json(result)
         return
