@@ -38,11 +38,14 @@ def test_scale_smoke(tmp_path):
 def test_convergence_smoke(tmp_path):
     _run(tmp_path, "convergence.py", "--smoke", "--out", "conv.json")
     data = json.loads((tmp_path / "conv.json").read_text())
-    assert {r["label"] for r in data["results"]} >= {"serial (1 worker)", "FedAvg sync N=2"}
+    assert {r["arm"] for r in data["rows"]} >= {"serial", "alone", "sync-dp", "sync-diloco", "A0", "A7"}
+    assert all(r["final_mean"] > 0 for r in data["rows"])
 
 
 def test_network_run_smoke(tmp_path):
     _run(tmp_path, "network_run.py", "--participants", "2", "--rounds", "1", "--steps", "5",
-         "--validators", "1", "--out", "net.json")
+         "--validators", "1", "--runs", "1", "--out", "net.json")
     data = json.loads((tmp_path / "net.json").read_text())
-    assert data["prs"] == 2 and (tmp_path / "net.png").exists()
+    [run] = data["runs"]
+    assert run["versions_merged"] + run["prs_rejected"] == 2 and (tmp_path / "net.png").exists()
+    assert run["alone_loss"] is not None and run["parallel_loss"] is not None
