@@ -55,48 +55,55 @@ def scale() -> None:
           f"submit {q['submit_seconds_mean']:.3f} s each; staleness up to {q['max_staleness_seen']}.\n")
 
 
-TARGET = 2.90  # nats/byte: reached by most configurations within the budget
+LABELS = {"serial": "serial: one worker, all steps", "alone": "alone: one worker, its 1/N of the steps",
+          "sync-dp": "synchronous data parallel", "sync-diloco": "synchronous DiLoCo (Nesterov 0.7/0.9)",
+          "A0": "A0 today: fresh AdamW, 1/(1+s), gate vs current",
+          "A1": "A1 + persistent optimizer state", "A2": "A2 + best-recent-version gate",
+          "A3": "A3 + FedBuff (B = N, mean)", "A4": "A4 + delayed Nesterov (lr 0.5, mu 0.9)",
+          "A4-noatt": "A4 without attenuation", "A5": "A5 + speed-aware steps",
+          "A6": "A6 + error feedback", "A7": "A7 + follow the ledger (every 5 steps)",
+          "A7-current": "A7 with the gate vs current", "A8": "A8 = A7 + error feedback"}
 
 
-def _first(curve, target):
-    for steps, _, t, loss in curve:
-        if loss <= target:
-            return steps, t
-    return None, None
-
-
-def convergence(name="convergence.json") -> None:
-    data = load(name)
-    if not data:
+def convergence(*names) -> None:
+    rows = []
+    for name in names or ("convergence.json",):
+        data = load(name)
+        if data:
+            rows += data["rows"]
+    if not rows:
         return
-    print(f"| configuration | final loss (mean ± std, {data['settings']['seeds']} seeds) | accepted | deltas merged "
-          f"| staleness median / max | steps to {TARGET} | sim time to {TARGET} |")
-    print("|---|---|---|---|---|---|---|")
-    for r in data["results"]:
-        stale = [s for run in r["runs"] for s in run["staleness"]]
-        st = f"{statistics.median(stale):.0f} / {max(stale)}" if stale else "-"
-        hits = [_first(run["curve"], TARGET) for run in r["runs"]]
-        hit = [h[0] for h in hits if h[0] is not None]
-        tt = [h[1] for h in hits if h[1] is not None]
-        steps = f"{statistics.mean(hit):.0f} ({len(hit)}/{len(hits)})" if hit else "not reached"
-        simt = f"{statistics.mean(tt):.1f}" if tt else "-"
-        print(f"| {r['label']} | {r['final_mean']:.4f} ± {r['final_std']:.4f} | {r['acceptance_mean']:.0%} | "
-              f"{r['merges_mean']:.1f} | {st} | {steps} | {simt} |")
+    regimes = sorted({r["regime"] for r in rows}, key=lambda x: (x.split("-")[1], x))
+    for regime in regimes:
+        sel = [r for r in rows if r["regime"] == regime]
+        print(f"**{regime}** (genesis {sel[0]['genesis_loss']:.3f})\n")
+        print("| N | arm | final loss (mean ± std) | vs alone | merged / judged |")
+        print("|---|---|---|---|---|")
+        alone = {r["n"]: r["final_mean"] for r in sel if r["arm"] == "alone"}
+        for r in sel:
+            merged = (f"{statistics.mean(r['merged']):.1f} / {statistics.mean(r['judged']):.1f}"
+                      if r["merged"] and r["merged"][0] is not None else "-")
+            gain = f"{alone[r['n']] - r['final_mean']:+.3f}" if r["n"] in alone else "-"
+            print(f"| {r['n']} | {LABELS.get(r['arm'], r['arm'])} | {r['final_mean']:.4f} ± {r['final_std']:.4f} "
+                  f"| {gain} | {merged} |")
+        print()
+
+
+def network(name="network_run.json") -> None:
+    d = load(name)
+    if not d:
+        return
+    print("| run | ledger | alone best / mean | data parallel | centralized | target | met | merged | "
+          "median staleness | network s | references s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(d["runs"], 1):
+        print(f"| {i} | {r['final_loss']:.4f} | {r['alone_loss']:.4f} / {r['alone_loss_mean']:.4f} | "
+              f"{r['parallel_loss']:.4f} | {r['baseline_loss']:.4f} | {r['target']:.4f} | "
+              f"{'yes' if r['target_met'] else 'no'} | {r['versions_merged']}/{r['versions_merged'] + r['prs_rejected']} "
+              f"| {r['median_staleness']} | {r['network_seconds']:.0f} | {r['reference_seconds']:.0f} |")
     print()
 
 
-def network() -> None:
-    d = load("network_run.json")
-    if not d:
-        return
-    for k in ("wall_seconds", "versions_merged", "prs", "prs_rejected", "merged_per_minute", "validator_utilisation",
-              "median_staleness", "genesis_loss", "final_loss", "baseline_loss"):
-        v = d[k]
-        print(f"- {k}: {v:.3f}" if isinstance(v, float) else f"- {k}: {v}")
-    print(f"- simulation (same settings): final {d['simulation']['final_loss']:.3f}, accepted "
-          f"{d['simulation']['acceptance']:.0%}, median staleness {d['simulation']['median_staleness']}")
-
-
 if __name__ == "__main__":
-    for fn in (ledger_ops, scale, convergence, lambda: convergence("convergence_alpha.json"), network):
+    for fn in (ledger_ops, scale, convergence, network):
         fn()
