@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, write_json  # noqa: E402
+from common import RESULTS, machine, write_json  # noqa: E402
 
 from woolf.config import PolicyConfig, StalenessConfig  # noqa: E402
 from woolf.core.outer import Rule, merge_step  # noqa: E402
@@ -228,8 +228,44 @@ def make_world(wl: CharLM, bench: bytes, regime: str, n: int, pretrain: int) -> 
     return World(wl, bench, genesis, data_regime, n)
 
 
+def plot(names: list[str]) -> Path:
+    """One bar chart of final loss per arm and regime from result files (benchmarks/results/)."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for n in names for r in json.loads((RESULTS / n).read_text())["rows"]]
+    regimes = sorted({r["regime"] for r in rows})
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes), 4.2), squeeze=False)
+    for ax, regime in zip(axes[0], regimes, strict=True):
+        sel = {r["arm"]: r for r in rows if r["regime"] == regime}
+        names_ = [a for a in arms if a in sel]
+        ax.barh(names_, [sel[a]["final_mean"] for a in names_], xerr=[sel[a]["final_std"] for a in names_],
+                color=["#999999" if a in CONTROLS else "#2a9d8f" for a in names_])
+        if "alone" in sel:
+            ax.axvline(sel["alone"]["final_mean"], color="#e76f51", ls=":", label="alone")
+        if "sync-dp" in sel:
+            ax.axvline(sel["sync-dp"]["final_mean"], color="#264653", ls="-.", label="data parallel")
+        lo = min(sel[a]["final_mean"] for a in names_)
+        ax.set_xlim(lo - 0.05, min(max(sel[a]["final_mean"] for a in names_), lo + 0.6) + 0.05)
+        ax.invert_yaxis()
+        ax.set_title(f"{regime}, N={sel[names_[0]]['n']}", fontsize=9)
+        ax.set_xlabel("final benchmark loss (3 seeds)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    out = RESULTS / "convergence_arms.png"
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--plot", nargs="+", metavar="RESULT_JSON", help="only draw convergence_arms.png from these")
     ap.add_argument("--arms", default=",".join([*CONTROLS, "A0", "A1", "A2", "A3", "A4", "A6", "A7", "A8"]))
     ap.add_argument("--workers", default="4")
     ap.add_argument("--regimes", default="scratch-iid,continued-iid,scratch-domain,continued-domain")
@@ -240,6 +276,9 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--out", default="convergence.json")
     args = ap.parse_args()
+    if args.plot:
+        print(plot(args.plot))
+        return
     torch.set_num_threads(1)
     if args.smoke:
         args.arms, args.workers, args.regimes = "serial,alone,sync-dp,sync-diloco,A0,A7,A3", "2", "scratch-iid"
