@@ -161,9 +161,8 @@ def run_async(world: World, arm: dict, n: int, total: int, k: int, seed: int) ->
         if L["done"] < ks[w]:
             heapq.heappush(queue, (t + chunk(w) / speeds[w], w))
             continue
-        delta = sub(L["weights"], L["base"])
-        if a["ef"] and w in resid:
-            delta = add(delta, resid.pop(w))
+        own = sub(L["weights"], L["base"])
+        delta = add(own, resid.pop(w)) if a["ef"] and w in resid else own
         s = version - L["bv"]
         att = attenuation(scfg, s)
         step = merge_step(rule, cur, state, delta, att)
@@ -177,10 +176,10 @@ def run_async(world: World, arm: dict, n: int, total: int, k: int, seed: int) ->
             history.append(cur_loss)
             merged += 1
             curve.append((steps, version, t, cur_loss))
-            if a["ef"] and rule.kind == "attenuated" and step.scale < 1.0:
-                resid[w] = {kk: v * (1.0 - step.scale) for kk, v in delta.items()}
+            if a["ef"] and rule.kind == "attenuated" and step.scale < 1.0:  # work carried at most once
+                resid[w] = {kk: v * (1.0 - step.scale) for kk, v in own.items()}
         elif a["ef"]:
-            resid[w] = delta
+            resid[w] = own
         L.update(weights=cur, base=cur, bv=version, done=0, start_v=version)
         heapq.heappush(queue, (t + chunk(w) / speeds[w], w))
     tmp.cleanup()

@@ -33,10 +33,20 @@ def test_rejected_delta_is_carried_into_the_next_one(make_net):
     own = compute_delta(trained, base)
     for k in d2:
         assert torch.allclose(d2[k], own[k] + d1[k], atol=1e-6)
-    # carried once: a third PR (the second still open) carries nothing more
+    # the second (still open) is not looked at yet: a third PR carries nothing
     train(alice, steps=5, contributor="alice", seed=4)
     third = submit(alice, contributor="alice", error_feedback=True)
     assert third["error_feedback"] == ""
+    # once the second is rejected, a fourth carries only its own part, not the first's again
+    Validator(val, device="cpu").run()
+    train(alice, steps=5, contributor="alice", seed=5)
+    trained4 = load_file(alice.root / ".woolf" / "work" / "trained.safetensors")
+    fourth = submit(alice, contributor="alice", error_feedback=True)
+    assert second["id"] in fourth["error_feedback"] and third["id"] in fourth["error_feedback"]
+    d3, d4 = _delta_of(val, third["id"]), _delta_of(val, fourth["id"])
+    own4 = compute_delta(trained4, base)
+    for k in d4:
+        assert torch.allclose(d4[k], own4[k] + own[k] + d3[k], atol=1e-5)
 
 
 def test_attenuated_remainder_is_carried_and_off_by_default(network):

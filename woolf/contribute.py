@@ -223,7 +223,7 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
         pr = the_forge.open(sub_id, commit)
     remember(ledger, sub_id, pointer)
     if feedback_note:
-        clear_residual(ledger)  # it is part of this PR's delta now
+        clear_residual(ledger, sub_id)  # it is part of this PR's delta now
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
             "delta_sha256": sha, "delta_size": size, "number": pr.number, "timings": dict(timer),
             "error_feedback": feedback_note}

@@ -3,11 +3,14 @@
 Usage:
     remember(ledger, sub_id, pointer)        # after a submission: its fate is looked up later
     residual = settle(ledger, spec)          # {name: tensor} or None: the unmerged parts so far
-    clear_residual(ledger)                   # once a new delta carries it
+    clear_residual(ledger, sub_id)           # once a new delta (sub_id) carries it
 
 A rejected PR's whole delta, and the part an `attenuated` merge scaled away
 (``1 - float32(alpha * attenuation)``), are carried into the participant's next
-delta (SparseLoCo's error feedback, here for rejected and stale work). Merges
+delta (SparseLoCo's error feedback, here for rejected and stale work). Work is
+carried at most once: a PR that carried a residual and is rejected in turn
+passes on only its own part (carried residuals that compound make every later
+delta larger and likelier to be refused: benchmarks/RESULTS.md §3). Merges
 under a stateful rule count as fully applied. PRs still open are looked at
 again next time. Everything lives in ``.woolf/state/feedback`` and is never
 uploaded except as part of a later delta. A residual that does not fit the
@@ -98,6 +101,11 @@ def settle(ledger, forge, spec: dict) -> tuple[dict[str, torch.Tensor] | None, s
         except WoolfError:
             still_open.append(item)  # unreachable for now: look again next time
             continue
+        carried = _dir(ledger) / f"carried-{item['id']}.safetensors"
+        if carried.exists():  # work is carried at most once: take out what this PR itself carried
+            earlier = load_file(str(carried))
+            delta = {k: v.to(torch.float32) - earlier[k] for k, v in delta.items()}
+            carried.unlink()
         part = {k: v.to(torch.float32) * fraction for k, v in delta.items()}
         residual = part if residual is None else {k: residual[k] + part[k] for k in residual}
         notes.append(f"{fraction:.0%} of {item['id']} ({pr.state})")
@@ -108,5 +116,8 @@ def settle(ledger, forge, spec: dict) -> tuple[dict[str, torch.Tensor] | None, s
     return residual, ("carried " + ", ".join(notes)) if notes else ""
 
 
-def clear_residual(ledger) -> None:
-    (_dir(ledger) / "residual.safetensors").unlink(missing_ok=True)
+def clear_residual(ledger, sub_id: str) -> None:
+    """The residual now rides in ``sub_id``'s delta: kept aside so that it is never carried twice."""
+    path = _dir(ledger) / "residual.safetensors"
+    if path.exists():
+        path.replace(_dir(ledger) / f"carried-{sub_id}.safetensors")
