@@ -69,6 +69,7 @@ ARMS = {
     "A6": {"persistent": True, "gate": "best", "ef": True},
     "A7": {"persistent": True, "gate": "best", "follow": 5},
     "A7-current": {"persistent": True, "follow": 5},
+    "A7-half": {"persistent": True, "follow": 5, "alpha": 0.5},
     "A8": {"persistent": True, "gate": "best", "follow": 5, "ef": True},
 }
 CONTROLS = ("serial", "alone", "sync-dp", "sync-diloco")
@@ -125,7 +126,7 @@ def run_async(world: World, arm: dict, n: int, total: int, k: int, seed: int) ->
         ks = [max(2, round(k * s / mean)) for s in speeds]
     else:
         ks = [k] * n
-    rule = Rule(a["rule"], 1.0, a.get("olr", 1.0 if a["rule"] == "fedbuff" else 0.7),
+    rule = Rule(a["rule"], a.get("alpha", 1.0), a.get("olr", 1.0 if a["rule"] == "fedbuff" else 0.7),
                 0.0 if a["rule"] == "fedbuff" else 0.9, a.get("buffer", n))
     scfg = StalenessConfig(a["stale"])
     policy = PolicyConfig(min_improvement=-a["tol"])

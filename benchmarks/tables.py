@@ -62,7 +62,8 @@ LABELS = {"serial": "serial: one worker, all steps", "alone": "alone: one worker
           "A3": "A3 + FedBuff (B = N, mean)", "A4": "A4 + delayed Nesterov (lr 0.5, mu 0.9)",
           "A4-noatt": "A4 without attenuation", "A5": "A5 + speed-aware steps",
           "A6": "A6 + error feedback", "A7": "A7 + follow the ledger (every 5 steps)",
-          "A7-current": "A7 with the gate vs current", "A8": "A8 = A7 + error feedback"}
+          "A7-current": "A7 with the gate vs current", "A7-half": "A7 with alpha 0.5, gate vs current",
+          "A8": "A8 = A7 + error feedback"}
 
 
 def convergence(*names) -> None:
