@@ -75,7 +75,9 @@ ARMS = {
 CONTROLS = ("serial", "alone", "sync-dp", "sync-diloco")
 
 
-def model() -> CharLM:
+def model(kind: str = "small") -> CharLM:
+    if kind == "demo":  # the size `woolf demo` trains (charlm's defaults)
+        return CharLM()
     return CharLM(d_model=48, n_layer=2, n_head=4, context=48, batch_size=16, benchmark_bytes=8192,
                   shard_files=8)
 
@@ -273,6 +275,8 @@ def main() -> None:
     ap.add_argument("--total-steps", type=int, default=800)
     ap.add_argument("--k", type=int, default=20, help="steps per contribution")
     ap.add_argument("--pretrain", type=int, default=800, help="continued regime: central steps before genesis")
+    ap.add_argument("--model", choices=["small", "demo"], default="small",
+                    help="small: d48 (the grid); demo: charlm's defaults, the size `woolf demo` trains")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--out", default="convergence.json")
     args = ap.parse_args()
@@ -283,7 +287,7 @@ def main() -> None:
     if args.smoke:
         args.arms, args.workers, args.regimes = "serial,alone,sync-dp,sync-diloco,A0,A7,A3", "2", "scratch-iid"
         args.seeds, args.total_steps, args.k, args.pretrain = 1, 16, 4, 4
-    wl = model()
+    wl = model(args.model)
     bench = wl.benchmark_bytes()
     rows, t0 = [], time.time()
     for regime in args.regimes.split(","):
