@@ -42,7 +42,8 @@ def test_init_hub_clone_pull_checkout_identical(network, tmp_path):
 
 def test_version_zero_commit(network):
     v = network.work.head()
-    assert v.version == 0 and v.metrics is None and v.base_version is None
+    assert v.version == 0 and v.base_version is None
+    assert set(v.metrics) == {"loss", "bpb"} and v.metrics["loss"] > 0  # genesis records its loss
     files = network.work.git.ls_tree(v.commit)
     assert {layout.CONFIG, layout.POINTER, ".dvc/config", ".gitignore"} <= set(files)
     assert layout.WEIGHTS not in files  # weights live in DVC storage, not git
@@ -56,7 +57,7 @@ def test_log_show_status_json(network, capsys):
     for key in ("version", "commit", "base_version", "staleness", "attenuation", "contributor",
                 "submission", "metrics"):
         assert key in entry
-    assert entry["metrics"] is None and entry["version"] == 0
+    assert entry["metrics"]["loss"] > 0 and entry["version"] == 0  # genesis records its loss
     code, out, _ = cli(capsys, "-C", d, "show", "0", "--json")
     assert code == 0 and json.loads(out)["weights_size"] > 0
     code, out, _ = cli(capsys, "-C", d, "status", "--json")
