@@ -9,17 +9,21 @@ out, imported or executed.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
 from woolf import layout
 from woolf.errors import IntegrityError, WoolfError
+from woolf.storage.git import BlobTooLargeError
+from woolf.storage.pointer import MAX_BYTES as POINTER_MAX_BYTES
 from woolf.storage.pointer import Pointer
+from woolf.storage.safejson import loads_untrusted
 from woolf.versions import Version
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
+META_MAX_BYTES = 64 * 1024  # submission.json: a few hundred bytes in practice
+META_MAX_DEPTH = 8  # schema 1 nests 3 levels (metrics.before.loss)
 _META_KEYS = {"schema", "id", "contributor", "base_version", "base_commit", "message", "delta",
               "training", "metrics"}
 
@@ -36,13 +40,22 @@ class Admitted:
     meta: dict
 
 
-def _meta(raw: bytes | None, pr_id: str, max_bytes: int, schemes: list[str]) -> dict:
-    if raw is None or len(raw) > 64 * 1024:
-        raise Rejected("submission.json is missing or larger than 64 KiB")
+def _blob(git, spec: str, limit: int, what: str) -> bytes:
+    """A PR file's bytes, its size checked (`git cat-file -s`) before it is read."""
     try:
-        meta = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise Rejected("submission.json is not valid JSON") from None
+        raw = git.show_bytes(spec, max_bytes=limit)
+    except BlobTooLargeError as exc:
+        raise Rejected(f"{what} is {exc.size} bytes, over the limit of {limit}") from None
+    if raw is None:
+        raise Rejected(f"{what} is missing or not a file")
+    return raw
+
+
+def _meta(raw: bytes, pr_id: str, max_bytes: int, schemes: list[str]) -> dict:
+    try:
+        meta = loads_untrusted(raw, META_MAX_BYTES, META_MAX_DEPTH)
+    except ValueError as exc:
+        raise Rejected(f"submission.json is not valid: {exc}") from None
     if not isinstance(meta, dict) or set(meta) - _META_KEYS or not {"schema", "id", "contributor",
                                                                     "base_version", "base_commit", "delta"} <= set(meta):
         raise Rejected("submission.json does not follow schema 1 (unknown or missing keys)")
@@ -89,12 +102,12 @@ def admit(ledger, pr, main: Version, merged_deltas: set[str]) -> Admitted:
     tree = git.ls_tree(pr.head)
     if ptr_rel not in tree or meta_rel not in tree:
         raise Rejected("the PR lacks its delta pointer or submission.json")
-    meta = _meta(git.show_bytes(f"{pr.head}:{meta_rel}"), pr.id, cfg.limits.max_delta_bytes,
-                 cfg.forge.delta_schemes)
+    meta = _meta(_blob(git, f"{pr.head}:{meta_rel}", META_MAX_BYTES, "submission.json"), pr.id,
+                 cfg.limits.max_delta_bytes, cfg.forge.delta_schemes)
     if meta["base_version"] != base.version or meta["base_commit"] != base.commit:
         raise Rejected("submission.json names another base than the PR's parent commit")
     try:
-        pointer = Pointer.parse(git.show_bytes(f"{pr.head}:{ptr_rel}") or b"", ptr_rel)
+        pointer = Pointer.parse(_blob(git, f"{pr.head}:{ptr_rel}", POINTER_MAX_BYTES, "the delta pointer"), ptr_rel)
     except IntegrityError as exc:
         raise Rejected(str(exc)) from None
     d = meta["delta"]

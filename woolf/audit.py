@@ -22,7 +22,7 @@ from woolf import layout
 from woolf.config import parse_config
 from woolf.core.outer import Rule, merge_step
 from woolf.core.staleness import attenuation
-from woolf.errors import WoolfError
+from woolf.errors import StorageError, WoolfError
 from woolf.storage.outer_state import load_state, state_bytes
 from woolf.storage.pointer import Pointer
 from woolf.storage.weights import load_trusted, spec_of
@@ -34,9 +34,10 @@ class AuditReport:
     versions_checked: int = 0
     problems: list[dict] = field(default_factory=list)
 
-    def problem(self, version: int, what: str) -> None:
+    def problem(self, version: int, what: str, kind: str = "wrong") -> None:
+        """kind: "missing" (an object is not in storage: re-upload it), "unreachable", or "wrong"."""
         self.ok = False
-        self.problems.append({"version": version, "problem": what})
+        self.problems.append({"version": version, "problem": what, "kind": kind})
 
     def to_json(self) -> dict:
         return {"ok": self.ok, "versions_checked": self.versions_checked, "problems": self.problems}
@@ -59,7 +60,7 @@ def audit(ledger, progress=None) -> AuditReport:
             ledger.store.verify_remote(ledger.pointer(v.commit))
             current = load_trusted(ledger.weights_path(v))
         except WoolfError as exc:
-            report.problem(v.version, f"weights: {exc.message}")
+            report.problem(v.version, f"weights: {exc.message}", _kind(exc))
             prev, prev_weights = v, None
             continue
         state, state_ok = _state_of(ledger, report, v, current)
@@ -67,6 +68,13 @@ def audit(ledger, progress=None) -> AuditReport:
             _check_merge(ledger, report, prev, v, prev_weights, prev_state, current)
         prev, prev_weights, prev_state = v, current, (state if state_ok else _UNKNOWN)
     return report
+
+
+def _kind(exc: WoolfError) -> str:
+    """Missing from storage (bytes lost, nothing forged) or wrong (bytes or records do not agree)."""
+    if isinstance(exc, StorageError):
+        return "missing" if "missing from storage" in exc.message else "unreachable"
+    return "wrong"
 
 
 _UNKNOWN = object()  # a parent state that could not be read: the child cannot be recomputed
@@ -81,7 +89,7 @@ def _state_of(ledger, report, v, current):
         ledger.store.verify_remote(ledger.pointer(v.commit, layout.STATE_POINTER))
         return load_state(path, spec_of(current), ledger.config.limits), True
     except WoolfError as exc:
-        report.problem(v.version, f"outer state: {exc.message}")
+        report.problem(v.version, f"outer state: {exc.message}", _kind(exc))
         return None, False
 
 
@@ -123,7 +131,7 @@ def _check_merge(ledger, report, prev, v, prev_weights, prev_state, current) -> 
     try:
         delta = load_trusted(ledger.store.fetch_object(Pointer.parse(raw or b"", ptr_rel)))
     except WoolfError as exc:
-        report.problem(v.version, f"delta: {exc.message}")
+        report.problem(v.version, f"delta: {exc.message}", _kind(exc))
         return
     if prev_weights is None or prev_state is _UNKNOWN:
         return

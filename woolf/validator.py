@@ -14,6 +14,7 @@ re-fetches and re-evaluates.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -29,7 +30,15 @@ from woolf.core.outer import Rule, Step, merge_step
 from woolf.core.policy import decide
 from woolf.core.staleness import attenuation
 from woolf.core.trailers import format_message
-from woolf.errors import IntegrityError, InvalidWeightsError, RaceLostError, StorageError
+from woolf.errors import (
+    ForgeError,
+    IntegrityError,
+    InvalidWeightsError,
+    RaceLostError,
+    StorageError,
+    WoolfError,
+)
+from woolf.forges.base import PullRequest
 from woolf.forges.github import forge_for
 from woolf.storage.files import hashes_of_file
 from woolf.storage.outer_state import load_state, save_state
@@ -40,6 +49,8 @@ from woolf.workloads.base import load_workload, resolve_device
 
 ORIGIN_MAIN = "refs/remotes/origin/main"
 MAX_RACES = 8
+RETRY_AFTER = 60.0  # seconds before a PR that failed without a verdict is tried again by the same validator
+log = logging.getLogger("woolf.validator")
 
 
 def _failpoint(name: str) -> None:
@@ -76,17 +87,23 @@ class Validator:
         self.forge = forge or forge_for(ledger, forge_kind)
         self._eval_cache: dict[str, dict] = {}
         self._merged_cache: tuple[str, set[str]] | None = None
+        self._retry_at: dict[str, float] = {}  # PR id -> monotonic time before which it is not retried
 
     # -- queue -----------------------------------------------------------------
     def run(self, ids: list[str] | None = None, on_verdict=None) -> list[Verdict]:
-        queue = [pr.id for pr in self.forge.list(state="open")]  # list() syncs the forge
+        """One pass over the open PRs in queue order; one PR's failure never ends the pass."""
+        prs = sorted(self.forge.list(state="open"), key=PullRequest.queue_key)  # list() syncs the forge
+        queue = [pr.id for pr in prs]
         if ids:
             unknown = set(ids) - set(queue)
             for sub_id in sorted(unknown):
                 self.forge.get(sub_id, fetch=False)  # raises for an unknown id
             queue = [i for i in queue if i in ids]
         verdicts = []
-        for sub_id in sorted(queue):  # ids start with a UTC timestamp: submission order
+        now = time.monotonic()
+        for sub_id in queue:  # when the forge received each PR, never the id's self-chosen timestamp
+            if not ids and self._retry_at.get(sub_id, 0.0) > now:
+                continue  # failed without a verdict moments ago (storage or forge down): later
             verdict = self.validate_one(sub_id)
             if verdict is not None:
                 verdicts.append(verdict)
@@ -97,7 +114,11 @@ class Validator:
     def watch(self, interval: float = 2.0, stop=lambda: False, on_verdict=None) -> list[Verdict]:
         verdicts: list[Verdict] = []
         while not stop():
-            done = self.run(on_verdict=on_verdict)
+            try:
+                done = self.run(on_verdict=on_verdict)
+            except WoolfError as exc:  # the forge or storage is unreachable for now: poll again
+                log.warning("validator pass failed, retrying in %gs: %s", interval, exc)
+                done = []
             verdicts += done
             if not done:
                 time.sleep(interval)
@@ -105,28 +126,57 @@ class Validator:
 
     # -- one PR ----------------------------------------------------------------
     def validate_one(self, sub_id: str) -> Verdict | None:
-        """The verdict this validator recorded, or None if another validator got there first."""
-        for _ in range(MAX_RACES):
-            timer = Timer()
-            with timer("fetch"):
-                pr, main = self.fresh(sub_id)
-                if pr.state != "open":
-                    return None
-            verdict, candidate = self.evaluate(pr, main, timer)
-            if not verdict.accepted:
-                with timer("push"):
-                    try:
-                        self.forge.reject(pr, verdict.reason, self._fields(verdict, timer))
-                    except RaceLostError:
+        """The verdict this validator recorded, or None: another validator got there first, or the
+        PR could not be decided now (lost races, storage or forge down) and stays in the queue.
+
+        Any other failure while handling the PR (a parser's TypeError, a RecursionError, a git
+        error on hostile objects) becomes a rejection naming the failure, never the end of the run.
+        """
+        pr, timer = None, Timer()
+        try:
+            for _ in range(MAX_RACES):
+                timer = Timer()
+                with timer("fetch"):
+                    pr, main = self.fresh(sub_id)
+                    if pr.state != "open":
                         return None
-                verdict.timings = dict(timer)
-                return verdict
+                verdict, candidate = self.evaluate(pr, main, timer)
+                if not verdict.accepted:
+                    with timer("push"):
+                        try:
+                            self.forge.reject(pr, verdict.reason, self._fields(verdict, timer))
+                        except RaceLostError:
+                            return None
+                    verdict.timings = dict(timer)
+                    return verdict
+                try:
+                    self.merge(pr, main, verdict, candidate, timer)
+                    return verdict
+                except RaceLostError:
+                    continue  # main moved or another validator decided: re-fetch, re-check, re-evaluate
+            log.warning("%s: lost %d races in a row; it stays in the queue for the next pass", sub_id, MAX_RACES)
+            return None
+        except (StorageError, ForgeError, IntegrityError) as exc:
+            # the ledger's own storage or forge failed, not the PR: no verdict, try again later
+            log.warning("%s: no verdict for now (%s); retried in %gs", sub_id, exc.message, RETRY_AFTER)
+            self._retry_at[sub_id] = time.monotonic() + RETRY_AFTER
+            return None
+        except Exception as exc:  # noqa: BLE001 - one hostile PR must never stop the queue
+            log.warning("%s: validation failed with %s: %s", sub_id, type(exc).__name__, str(exc)[:400])
+            if pr is None or pr.state != "open":
+                self._retry_at[sub_id] = time.monotonic() + RETRY_AFTER
+                return None
+            verdict = Verdict(pr.id, False, "rejected",
+                              f"the validator could not process this PR ({type(exc).__name__}); "
+                              "it is rejected so that the queue goes on", pr.contributor, pr.base_version)
             try:
-                self.merge(pr, main, verdict, candidate, timer)
-                return verdict
-            except RaceLostError:
-                continue  # main moved or another validator decided: re-fetch, re-check, re-evaluate
-        raise RaceLostError(f"gave up on {sub_id} after {MAX_RACES} lost races")
+                self.forge.reject(pr, verdict.reason, self._fields(verdict, timer))
+            except Exception as again:  # noqa: BLE001 - the verdict could not be written either
+                log.warning("%s: rejection not recorded (%s); retried in %gs", sub_id, again, RETRY_AFTER)
+                self._retry_at[sub_id] = time.monotonic() + RETRY_AFTER
+                return None
+            verdict.timings = dict(timer)
+            return verdict
 
     def _merged_deltas(self, main) -> set[str]:
         if self._merged_cache and self._merged_cache[0] == main.commit:
@@ -223,7 +273,8 @@ class Validator:
                 path = self.ledger.store.fetch_url(adm.pointer, adm.meta["delta"]["url"], cfg.forge,
                                                    cfg.limits.max_delta_bytes)
             else:
-                path = self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes)
+                path = self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
+                                                      deadline=cfg.forge.delta_timeout)
         except IntegrityError as exc:
             raise Rejected(f"delta object: {exc.message}") from None
         except StorageError as exc:
@@ -237,6 +288,17 @@ class Validator:
             return load_checked(path, cfg.limits, expect=expect_spec, label="delta")
         except InvalidWeightsError as exc:
             raise Rejected(exc.message) from None
+
+    def _verify_stored(self, pr, main) -> None:
+        """The delta and main's weights are whole in the ledger's storage before a push names them.
+
+        An object deleted meanwhile (storage is not append-only, or someone erred)
+        is uploaded again from this validator's verified cache; without a copy the
+        merge stops with a StorageError and the PR stays in the queue.
+        """
+        d = pr.submission["delta"]
+        self.ledger.store.ensure_remote(Pointer(d["md5"], d["size"], "delta.safetensors"))
+        self.ledger.store.ensure_remote(self.ledger.pointer(main.commit))
 
     def _check_norm(self, current, delta) -> None:
         limit = self.ledger.config.limits.max_delta_norm_ratio
@@ -281,6 +343,7 @@ class Validator:
             if "url" in pr.submission["delta"]:  # a fork's delta joins the ledger's own storage
                 self.ledger.store.upload_cached(Pointer(pr.submission["delta"]["md5"],
                                                         pr.submission["delta"]["size"], "delta.safetensors"))
+            self._verify_stored(pr, main)
         _failpoint("after-upload")
         verdict.version = main.version + 1
         fields = {"Woolf-Version": verdict.version, "Woolf-Submission": pr.id,

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
 
@@ -125,24 +126,28 @@ def _short_reason(reason: str | None) -> str:
 
 
 @pr.command("list")
-@click.option("--state", type=click.Choice(["open", "merged", "rejected", "withdrawn"]))
+@click.option("--state", type=click.Choice(["open", "merged", "rejected", "withdrawn", "quarantined"]))
 @forge_option
 @json_option
 @pass_app
 def pr_list(app: App, state, forge, as_json):
-    """Pull requests, oldest first."""
+    """Pull requests, in queue order (when the forge received them)."""
     from woolf.forges.github import forge_for
 
-    prs = forge_for(app.ledger(), forge).list(state=state)
+    f = forge_for(app.ledger(), forge)
+    prs = f.list(state=state)
+    for ref, why in getattr(f, "skipped", []):
+        app.err.print(f"skipped malformed ref {ref!r}: {why}", markup=False, highlight=False)
     if as_json:
         app.emit_json([p.to_json() for p in prs])
         return
     table = Table("id", "state", "who", "base", "stale", "version", "reason")
     table.columns[0].no_wrap = True
     for p in prs:
-        table.add_row(p.id, p.state, p.contributor or "-", str(p.base_version),
-                      "-" if p.staleness is None else str(p.staleness),
-                      "-" if p.version is None else str(p.version), _short_reason(p.reason))
+        cells = (p.id, p.state, p.contributor or "-", str(p.base_version),
+                 "-" if p.staleness is None else str(p.staleness),
+                 "-" if p.version is None else str(p.version), _short_reason(p.reason))
+        table.add_row(*(Text(c) for c in cells))  # text, never markup: reasons come from refs anyone can push
     app.console.print(table)
 
 

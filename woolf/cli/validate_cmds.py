@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
 
@@ -17,7 +18,8 @@ def _print_verdict(app: App, v) -> None:
     colour = "green" if v.accepted else "red"
     where = f"-> version {v.version}" if v.accepted else "rejected"
     att = "-" if v.attenuation is None else f"{v.attenuation:.3f}"
-    app.console.print(f"[{colour}]{v.id}[/] {where}  staleness {v.staleness}  attenuation {att}  {v.reason}")
+    reason = escape(v.reason)  # a reason can quote PR paths: text, never markup
+    app.console.print(f"[{colour}]{v.id}[/] {where}  staleness {v.staleness}  attenuation {att}  {reason}")
 
 
 @click.command()
@@ -102,7 +104,7 @@ def audit(app: App, as_json):
         app.emit_json(report.to_json())
     else:
         for p in report.problems:
-            app.console.print(f"[red]version {p['version']}[/]: {p['problem']}")
+            app.console.print(f"[red]version {p['version']}[/]: {escape(p['problem'])}")
         app.console.print(f"{report.versions_checked} versions checked: "
                           + ("[green]ok[/]" if report.ok else f"[red]{len(report.problems)} problem(s)[/]"))
     if not report.ok:

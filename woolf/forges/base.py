@@ -11,7 +11,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 
-STATES = ("open", "merged", "rejected", "withdrawn")
+# quarantined: a PR whose refs cannot be a submission (a head or verdict that is no commit, a
+# verdict without trailers); it never enters the queue and `woolf pr list` shows why.
+STATES = ("open", "merged", "rejected", "withdrawn", "quarantined")
 
 
 @dataclass
@@ -35,7 +37,13 @@ class PullRequest:
     number: int | None = None  # the forge's PR number, where it has one
     author: str | None = None  # the forge account that opened it, where there is one
     base_sha: str | None = None  # the target branch's commit the forge reports
+    received: int | None = None  # unix time this clone first saw the PR (local forge; the queue order)
     submission: dict | None = field(default=None, repr=False)  # submission.json as read
+
+    def queue_key(self) -> tuple:
+        """Queue order: when the forge received the PR (its number, or first sight), never the id's text."""
+        first = self.received if self.received is not None else float("inf")
+        return (first, self.number if self.number is not None else 0, self.id)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -76,18 +84,35 @@ class Forge(ABC):
         return self.get(sub_id, fetch=True)
 
 
+_META_CACHE: dict[str, dict | None] = {}  # submission.json blob id -> parsed metadata (None: unusable)
+
+
 def fill_from_submission(git, pr: PullRequest) -> PullRequest:
-    """Contributor, base and message from the head's submission.json, read as data."""
-    import json
+    """Contributor, base and message from the head's submission.json, read as data.
 
+    The blob's size is checked before it is read, and what it parses to is kept
+    per blob id, so a 300 MB submission.json costs one `cat-file -s` per listing.
+    """
     from woolf import layout
+    from woolf.admission import META_MAX_BYTES, META_MAX_DEPTH
+    from woolf.storage.safejson import loads_untrusted
 
-    raw = git.show_bytes(f"{pr.head}:{layout.submission_paths(pr.id)[2]}")
-    try:
-        meta = json.loads(raw) if raw else None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    info = git.object_info(f"{pr.head}:{layout.submission_paths(pr.id)[2]}")
+    if info is None or info[1] != "blob":
+        return pr
+    oid, _, size = info
+    if oid not in _META_CACHE:
         meta = None
-    if isinstance(meta, dict):
+        if size <= META_MAX_BYTES:
+            try:
+                meta = loads_untrusted(git.show_bytes(oid) or b"", META_MAX_BYTES, META_MAX_DEPTH)
+            except ValueError:
+                meta = None
+        if len(_META_CACHE) > 4096:
+            _META_CACHE.clear()
+        _META_CACHE[oid] = meta if isinstance(meta, dict) else None
+    meta = _META_CACHE[oid]
+    if meta is not None:
         pr.submission = meta
         pr.contributor = meta.get("contributor") if isinstance(meta.get("contributor"), str) else None
         bv = meta.get("base_version")

@@ -10,9 +10,19 @@ A PR is `refs/woolf/pr/<id>/head` (the submission commit). Its verdict is
 exist"): for a merge it is the version commit itself, pushed atomically with
 main; for a rejection or withdrawal it is a commit on top of the head whose
 trailers carry the state, reason and metrics. State is derived from git alone.
+
+Every ref is read as attacker-written: refs that are not
+`refs/woolf/pr/<id>/{head,verdict,comments}` are skipped and reported
+(`forge.skipped`); a head or verdict that is not a commit, or a verdict
+without trailers, makes the PR "quarantined" (shown, never queued). The
+queue is ordered by when this clone first received the head ref (the first
+entry of its reflog, written by our own fetch), not by the id's text, whose
+timestamp the submitter chooses; PRs first seen in the same fetch keep id order.
 """
 
 from __future__ import annotations
+
+import logging
 
 from woolf import layout
 from woolf.core.trailers import float_field, format_message, int_field, json_field, parse_message
@@ -20,11 +30,15 @@ from woolf.errors import ForgeError, RaceLostError, UsageError
 from woolf.forges.base import Forge, PullRequest, fill_from_submission
 from woolf.storage.git import Git
 
+log = logging.getLogger("woolf.forge")
+_KINDS = ("head", "verdict", "comments")
+
 
 class LocalForge(Forge):
     def __init__(self, git: Git, remote: str = "origin"):
         self.git = git
         self.remote = remote
+        self.skipped: list[tuple[str, str]] = []  # (ref, why) of malformed PR refs in the last listing
 
     @classmethod
     def for_ledger(cls, ledger) -> LocalForge:
@@ -91,39 +105,71 @@ class LocalForge(Forge):
         self.git.run("update-ref", ref, commit)
 
     # -- reading ---------------------------------------------------------------
+    def _scan(self, refs: dict[str, tuple[str, str]]) -> dict[str, dict[str, tuple[str, str]]]:
+        """{id: {kind: (sha, type)}} of well-formed PR refs; every other ref is skipped and reported."""
+        prs: dict[str, dict[str, tuple[str, str]]] = {}
+        self.skipped = []
+        for ref, target in sorted(refs.items()):
+            parts = ref[len(layout.PR_PREFIX) + 1:].split("/")
+            if len(parts) != 2 or not layout.SUBMISSION_ID.match(parts[0]) or parts[1] not in _KINDS:
+                self.skipped.append((ref, "not refs/woolf/pr/<submission id>/{head,verdict,comments}"))
+                continue
+            prs.setdefault(parts[0], {})[parts[1]] = target
+        for sub_id in [i for i, kinds in prs.items() if "head" not in kinds]:
+            self.skipped.append((f"{layout.PR_PREFIX}/{sub_id}/", "a verdict or comments without a head"))
+            del prs[sub_id]
+        for ref, why in self.skipped:
+            log.warning("skipped malformed PR ref %r: %s", ref, why)
+        return prs
+
     def list(self, state: str | None = None, local_only: bool = False) -> list[PullRequest]:
         if not local_only:
             self.sync()
-        refs = self.git.refs(f"{layout.PR_PREFIX}/")
-        ids = sorted({r.split("/")[3] for r in refs if r.endswith("/head")})
-        prs = [self._read(i, refs) for i in ids if layout.SUBMISSION_ID.match(i)]
+        found = self._scan(self.git.refs_typed(f"{layout.PR_PREFIX}/"))
+        prs = [self._read(i, kinds) for i, kinds in found.items()]
+        prs.sort(key=PullRequest.queue_key)
         return [p for p in prs if state is None or p.state == state]
 
     def refresh(self, sub_id: str) -> PullRequest:
         return self.get(sub_id, fetch=False)  # the validator's ledger.fetch() just brought the refs
 
     def get(self, sub_id: str, fetch: bool = True) -> PullRequest:
+        self._ref(sub_id, "head")  # a usage error for a malformed id
         if fetch:
             self.sync()
-        refs = self.git.refs(f"{layout.PR_PREFIX}/{sub_id}/")
-        if self._ref(sub_id, "head") not in refs:
+        found = self._scan(self.git.refs_typed(f"{layout.PR_PREFIX}/{sub_id}/"))
+        if sub_id not in found:
             raise UsageError(f"no pull request {sub_id}", hint="see `woolf pr list`")
-        return self._read(sub_id, refs)
+        return self._read(sub_id, found[sub_id])
 
-    def _read(self, sub_id: str, refs: dict[str, str]) -> PullRequest:
-        head = refs[f"{layout.PR_PREFIX}/{sub_id}/head"]
-        pr = fill_from_submission(self.git, PullRequest(id=sub_id, state="open", head=head))
-        verdict = refs.get(f"{layout.PR_PREFIX}/{sub_id}/verdict")
-        if verdict:
-            _, f = parse_message(self.git.message(verdict))
-            pr.verdict_commit = verdict
-            pr.state = f.get("Woolf-Verdict") or ("merged" if "Woolf-Version" in f else "open")
-            pr.reason = f.get("Woolf-Reason")
-            pr.version = int_field(f, "Woolf-Version") if pr.state == "merged" else None
-            pr.staleness = int_field(f, "Woolf-Staleness")
-            pr.attenuation = float_field(f, "Woolf-Attenuation")
-            pr.metrics_before = json_field(f, "Woolf-Metrics-Before")
-            pr.metrics_after = json_field(f, "Woolf-Metrics-After")
-            pr.timings = json_field(f, "Woolf-Timings")
-            pr.validator = f.get("Woolf-Validator")
+    def _read(self, sub_id: str, kinds: dict[str, tuple[str, str]]) -> PullRequest:
+        head, head_type = kinds["head"]
+        pr = PullRequest(id=sub_id, state="open", head=head,
+                         received=self.git.first_logged(self._ref(sub_id, "head")))
+        if head_type != "commit":
+            pr.state, pr.reason = "quarantined", f"the PR head is a {head_type[:10]}, not a commit"
+            return pr
+        fill_from_submission(self.git, pr)
+        if "verdict" not in kinds:
+            return pr
+        verdict, verdict_type = kinds["verdict"]
+        pr.verdict_commit = verdict
+        if verdict_type != "commit":
+            pr.state, pr.reason = "quarantined", f"the verdict ref is a {verdict_type[:10]}, not a commit"
+            return pr
+        _, f = parse_message(self.git.message(verdict))
+        state = f.get("Woolf-Verdict") or ("merged" if "Woolf-Version" in f else None)
+        if state not in ("merged", "rejected", "withdrawn"):
+            # a verdict ref exists, so no validator can record another: show it, never queue it
+            pr.state, pr.reason = "quarantined", "the verdict ref carries no Woolf-Verdict or Woolf-Version trailer"
+            return pr
+        pr.state = state
+        pr.reason = f.get("Woolf-Reason")
+        pr.version = int_field(f, "Woolf-Version") if pr.state == "merged" else None
+        pr.staleness = int_field(f, "Woolf-Staleness")
+        pr.attenuation = float_field(f, "Woolf-Attenuation")
+        pr.metrics_before = json_field(f, "Woolf-Metrics-Before")
+        pr.metrics_after = json_field(f, "Woolf-Metrics-After")
+        pr.timings = json_field(f, "Woolf-Timings")
+        pr.validator = f.get("Woolf-Validator")
         return pr

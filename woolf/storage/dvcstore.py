@@ -22,12 +22,14 @@ import tempfile
 from pathlib import Path
 
 from woolf.errors import IntegrityError, StorageError
+from woolf.storage.bounded import copy_bounded
 from woolf.storage.files import copy_atomic, hashes_of_file, md5_file
 from woolf.storage.pointer import Pointer
 from woolf.storage.verified import VerifiedHashes
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 REMOTE_NAME = "storage"
+log = logging.getLogger("woolf.storage")
 
 
 @contextlib.contextmanager
@@ -154,7 +156,8 @@ class DvcStore:
         try:
             info = odb.fs.info(path)
         except FileNotFoundError:
-            raise StorageError(f"object {pointer.md5} is missing from {self.remote_url(remote)}") from None
+            raise StorageError(f"object {pointer.md5} is missing from storage",
+                               hint=f"storage {self.remote_url(remote)}") from None
         except Exception as exc:
             raise StorageError(f"cannot reach storage {self.remote_url(remote)}: {exc}") from None
         if int(info.get("size", -1)) != pointer.size:
@@ -172,8 +175,12 @@ class DvcStore:
         except Exception as exc:  # any transport or credential error means "unreachable"
             return False, str(exc)
 
-    def fetch_object(self, pointer: Pointer, max_bytes: int | None = None) -> Path:
-        """The cache path of ``pointer``'s object, downloaded if needed, md5-verified."""
+    def fetch_object(self, pointer: Pointer, max_bytes: int | None = None, deadline: float | None = None) -> Path:
+        """The cache path of ``pointer``'s object, downloaded if needed, md5-verified.
+
+        Storage is as untrusted as a PR: only a regular file whose size is the
+        pointer's is read, never more than that many bytes, within ``deadline`` seconds.
+        """
         if max_bytes is not None and pointer.size > max_bytes:
             raise IntegrityError(f"object {pointer.md5} is {pointer.size} bytes, over {max_bytes}")
         dest = self.cache_path(pointer.md5)
@@ -185,22 +192,29 @@ class DvcStore:
         fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".fetch.")
         os.close(fd)
         try:
-            try:
-                odb.fs.get_file(src, tmp)
-            except FileNotFoundError:
-                raise StorageError(
-                    f"object {pointer.md5} is missing from storage {self.remote_url()}",
-                    hint="the uploader did not finish, or storage lost it",
-                ) from None
-            except Exception as exc:
-                raise StorageError(f"cannot read from storage {self.remote_url()}: {exc}") from None
-            size = os.path.getsize(tmp)
-            if max_bytes is not None and size > max_bytes:
-                raise IntegrityError(f"object {pointer.md5} is {size} bytes, over {max_bytes}")
+            copy_bounded(odb.fs, src, Path(tmp), pointer, deadline, where=self.remote_url())
             self._admit(Path(tmp), pointer, "in storage does not match its hash (corrupted or tampered)")
         finally:
             Path(tmp).unlink(missing_ok=True)
         return dest
+
+    def ensure_remote(self, pointer: Pointer, remote: str = REMOTE_NAME) -> None:
+        """``pointer``'s object is in storage, whole; if not, uploaded again from this clone's verified cache."""
+        try:
+            self.verify_remote(pointer, remote)
+            return
+        except StorageError as exc:
+            if "missing" not in exc.message:
+                raise
+        except IntegrityError:
+            pass
+        cached = self.cache_path(pointer.md5)
+        if not (cached.is_file() and cached.stat().st_size == pointer.size and self.hashes(cached)[0] == pointer.md5):
+            raise StorageError(f"object {pointer.md5} is missing from storage and this clone has no copy",
+                               hint="whoever holds the original must upload it again")
+        log.warning("object %s was missing from %s; uploaded again from the cache", pointer.md5,
+                    self.remote_url(remote))
+        self.upload_cached(pointer, remote, replace=True)
 
     def _admit(self, tmp: Path, pointer: Pointer, problem: str) -> None:
         """Hash a downloaded file; if it is the object, make it the read-only cache entry."""
@@ -231,14 +245,15 @@ class DvcStore:
             Path(tmp).unlink(missing_ok=True)
         return dest
 
-    def upload_cached(self, pointer: Pointer, remote: str = REMOTE_NAME) -> None:
+    def upload_cached(self, pointer: Pointer, remote: str = REMOTE_NAME, replace: bool = False) -> None:
         """Upload an object already in the cache to a DVC remote through DVC's ODB, and verify it."""
         from dvc_objects.fs.local import LocalFileSystem
 
         odb = self._remote_odb(remote)
         try:
             with quiet():
-                odb.add(str(self.cache_path(pointer.md5)), LocalFileSystem(), pointer.md5)
+                odb.add(str(self.cache_path(pointer.md5)), LocalFileSystem(), pointer.md5,
+                        check_exists=not replace)
         except Exception as exc:  # any DVC or transport failure is a storage error
             raise StorageError(f"upload to {self.remote_url(remote)} failed: {exc}",
                                hint="is the storage reachable and writable?") from None

@@ -5,32 +5,76 @@ Usage:
 
 Used for deltas that live in a contributor's own storage (a fork cannot write
 to the ledger's). The caller verifies the hashes before reading the bytes.
+
+The deadline is wall-clock for the whole download, redirects and headers
+included: the transfer runs in a worker thread that the caller stops waiting
+for at the deadline (a server that sends one byte every few seconds never
+trips a per-read timeout). Errors name what went wrong in words that can be
+posted publicly; the raw transport error goes to the log only.
 """
 
 from __future__ import annotations
 
-import time
+import logging
+import threading
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import requests
 
-from woolf.errors import IntegrityError, StorageError
+from woolf.errors import IntegrityError, StorageError, WoolfError
 
 MAX_REDIRECTS = 5
+log = logging.getLogger("woolf.storage")
 
 
 def download(url: str, dest: Path, schemes: set[str], max_bytes: int, deadline: float) -> int:
     """Write the body of ``url`` to ``dest``; returns its size. Raises IntegrityError on abuse."""
-    start = time.monotonic()
+    box: dict = {}
+    cancel = threading.Event()
+    fh = open(dest, "wb")  # opened here: after a timeout the worker can only write to this (unlinked) file
+    worker = threading.Thread(target=_transfer, args=(url, fh, schemes, max_bytes, deadline, cancel, box),
+                              name="woolf-download", daemon=True)
+    worker.start()
+    worker.join(deadline)
+    if worker.is_alive():
+        cancel.set()
+        resp = box.get("resp")
+        if resp is not None:
+            try:
+                resp.close()
+            except Exception:  # noqa: BLE001 - best effort; the worker stops at its next chunk
+                pass
+        raise IntegrityError(f"delta download took longer than {deadline:g}s (forge.delta_timeout)")
+    fh.close()
+    if "error" in box:
+        raise box["error"]
+    return box["size"]
+
+
+def _transfer(url, fh, schemes, max_bytes, deadline, cancel, box) -> None:
+    try:
+        with fh:
+            box["size"] = _get(url, fh, schemes, max_bytes, deadline, cancel, box)
+    except WoolfError as exc:
+        box["error"] = exc
+    except Exception as exc:  # noqa: BLE001 - reported to the caller in words, details to the log
+        log.warning("delta download from %s failed: %r", url, exc)
+        box["error"] = StorageError(f"cannot download the delta from its URL ({type(exc).__name__})")
+
+
+def _get(url, fh, schemes, max_bytes, deadline, cancel, box) -> int:
+    timeout = (min(10.0, deadline), min(30.0, deadline))
     for _ in range(MAX_REDIRECTS + 1):
         scheme = urlsplit(url).scheme.lower()
         if scheme not in schemes:
             raise IntegrityError(f"delta URL scheme {scheme!r} is not allowed (allowed: {sorted(schemes)})")
         try:
-            resp = requests.get(url, stream=True, allow_redirects=False, timeout=(10, 30))
+            resp = requests.get(url, stream=True, allow_redirects=False, timeout=timeout)
         except requests.RequestException as exc:
-            raise StorageError(f"cannot download the delta from {url}: {exc}") from None
+            log.warning("delta download from %s failed: %r", url, exc)
+            raise StorageError(f"cannot download the delta from its URL ({type(exc).__name__})") from None
+        box["resp"] = resp
         with resp:
             if resp.is_redirect:
                 url = urljoin(url, resp.headers.get("Location", ""))
@@ -41,13 +85,12 @@ def download(url: str, dest: Path, schemes: set[str], max_bytes: int, deadline: 
             if declared and declared.isdigit() and int(declared) > max_bytes:
                 raise IntegrityError(f"delta URL declares {declared} bytes, over the limit of {max_bytes}")
             size = 0
-            with open(dest, "wb") as fh:
-                for chunk in resp.iter_content(1 << 20):
-                    size += len(chunk)
-                    if size > max_bytes:
-                        raise IntegrityError(f"delta download passed the limit of {max_bytes} bytes")
-                    if time.monotonic() - start > deadline:
-                        raise IntegrityError(f"delta download took longer than {deadline:g}s")
-                    fh.write(chunk)
+            for chunk in resp.iter_content(64 * 1024):
+                if cancel.is_set():
+                    return size
+                size += len(chunk)
+                if size > max_bytes:
+                    raise IntegrityError(f"delta download passed the limit of {max_bytes} bytes")
+                fh.write(chunk)
             return size
     raise IntegrityError(f"delta URL redirected more than {MAX_REDIRECTS} times")

@@ -43,10 +43,24 @@ class GitError(WoolfError):
         self.stderr = stderr
 
 
+class BlobTooLargeError(WoolfError):
+    """A blob is larger than the caller allows; it was not read."""
+
+    def __init__(self, spec: str, size: int, limit: int):
+        super().__init__(f"{spec.split(':', 1)[-1]} is {size} bytes, over the limit of {limit}")
+        self.size = size
+
+
+def _text(raw: bytes) -> str:
+    """Git output as text: bytes that are not UTF-8 (hostile paths, messages) become U+FFFD."""
+    return raw.decode("utf-8", errors="replace")
+
+
 class Git:
     def __init__(self, cwd: Path, identity: dict | None = None):
         self.cwd = Path(cwd)
         self.identity = identity or {}
+        self._git_dir: Path | None = None
 
     def run(self, *args: str, input: bytes | None = None, env: dict | None = None,
             check: bool = True) -> subprocess.CompletedProcess:
@@ -68,19 +82,37 @@ class Git:
         return env
 
     def out(self, *args: str, **kw) -> str:
-        return self.run(*args, **kw).stdout.decode().strip()
+        return _text(self.run(*args, **kw).stdout).strip()
 
     # -- reading ---------------------------------------------------------
     def rev_parse(self, rev: str) -> str | None:
         proc = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
         return proc.stdout.decode().strip() or None
 
-    def show_bytes(self, spec: str) -> bytes | None:
+    def object_info(self, spec: str) -> tuple[str, str, int] | None:
+        """(oid, type, size) of ``spec`` without reading it, or None when it does not exist."""
+        if "\n" in spec:
+            return None
+        proc = self.run("cat-file", "--batch-check", input=spec.encode() + b"\n", check=False)
+        parts = _text(proc.stdout).split()
+        if proc.returncode != 0 or len(parts) != 3 or not parts[2].isdigit():
+            return None
+        return parts[0], parts[1], int(parts[2])
+
+    def show_bytes(self, spec: str, max_bytes: int | None = None) -> bytes | None:
+        """A blob's bytes, or None if there is none; over ``max_bytes`` raises before reading."""
+        if max_bytes is not None:
+            info = self.object_info(spec)
+            if info is None or info[1] != "blob":
+                return None
+            if info[2] > max_bytes:
+                raise BlobTooLargeError(spec, info[2], max_bytes)
         proc = self.run("cat-file", "blob", spec, check=False)
         return proc.stdout if proc.returncode == 0 else None
 
     def message(self, commit: str) -> str:
-        return self.run("cat-file", "commit", commit).stdout.decode().split("\n\n", 1)[1]
+        raw = _text(self.run("cat-file", "commit", commit).stdout)
+        return raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
 
     def parents(self, commit: str) -> list[str]:
         return self.out("rev-list", "--parents", "-n", "1", commit).split()[1:]
@@ -90,7 +122,7 @@ class Git:
 
     def ls_tree(self, commit: str) -> dict[str, tuple[str, str, str]]:
         """{path: (mode, type, object)} for every entry, recursively."""
-        raw = self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout.decode()
+        raw = _text(self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout)
         entries = {}
         for item in filter(None, raw.split("\0")):
             meta, path = item.split("\t", 1)
@@ -100,11 +132,11 @@ class Git:
 
     def changed_paths(self, a: str, b: str) -> list[str]:
         raw = self.run("diff-tree", "-r", "-z", "--no-renames", "--name-only", a, b).stdout
-        return [p for p in raw.decode().split("\0") if p]
+        return [p for p in _text(raw).split("\0") if p]
 
     def diff_raw(self, a: str, b: str) -> list[tuple[str, str, str, str]]:
         """(old mode, new mode, status letter, path) for each change from a to b."""
-        raw = self.run("diff-tree", "-r", "-z", "--no-renames", "--raw", a, b).stdout.decode()
+        raw = _text(self.run("diff-tree", "-r", "-z", "--no-renames", "--raw", a, b).stdout)
         parts = raw.split("\0")
         out = []
         for meta, path in zip(parts[0::2], parts[1::2], strict=False):
@@ -118,6 +150,28 @@ class Git:
         raw = self.out("for-each-ref", "--format=%(refname) %(objectname)", pattern)
         pairs = (line.split(" ", 1) for line in raw.splitlines() if line)
         return {ref: sha for ref, sha in pairs}
+
+    def refs_typed(self, pattern: str) -> dict[str, tuple[str, str]]:
+        """{ref: (object id, object type)}: a ref may point at a blob or a tree, not only a commit."""
+        raw = self.out("for-each-ref", "--format=%(objectname) %(objecttype) %(refname)", pattern)
+        found = {}
+        for line in raw.splitlines():
+            sha, typ, ref = (line.split(" ", 2) + ["", ""])[:3]
+            if ref:
+                found[ref] = (sha, typ)
+        return found
+
+    def first_logged(self, ref: str) -> int | None:
+        """Unix time of the oldest reflog entry of ``ref`` in this repository (when it first arrived here)."""
+        if self._git_dir is None:
+            self._git_dir = self.cwd / self.out("rev-parse", "--git-common-dir")
+        try:
+            with open(self._git_dir / "logs" / ref, "rb") as fh:
+                line = _text(fh.readline(4096))
+        except OSError:
+            return None
+        stamp = line.split("\t", 1)[0].rsplit(" ", 2)
+        return int(stamp[1]) if len(stamp) == 3 and stamp[1].isdigit() else None
 
     # -- writing ---------------------------------------------------------
     def commit_tree_with(self, base: str, files: dict[str, bytes | tuple[str, bytes] | None],
@@ -165,7 +219,9 @@ class Git:
                          hint="is the origin reachable and writable?")
 
     def fetch(self, remote: str, *refspecs: str) -> None:
-        proc = self.run("fetch", "--quiet", "--no-tags", "--prune", remote, *refspecs, check=False)
+        # every fetched ref gets a reflog: its first entry is when this clone received it (queue order)
+        proc = self.run("-c", "core.logAllRefUpdates=always", "fetch", "--quiet", "--no-tags", "--prune",
+                        remote, *refspecs, check=False)
         if proc.returncode != 0:
             raise ForgeError(
                 f"cannot fetch from {remote}: {proc.stderr.decode(errors='replace').strip()[-400:]}",

@@ -3,6 +3,9 @@
 Usage:
     ptr = Pointer.parse(blob, label="ledger/weights/model.safetensors.dvc")
     ptr.md5, ptr.size; ptr.render()
+
+A pointer DVC writes is about 100 bytes; anything over MAX_BYTES is refused
+before the YAML parser sees it (a 4 MB hostile pointer must cost nothing).
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ from dataclasses import dataclass
 import yaml
 
 from woolf.errors import IntegrityError
+
+MAX_BYTES = 4096
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -23,8 +29,10 @@ class Pointer:
     @classmethod
     def parse(cls, data: bytes, label: str = "pointer") -> Pointer:
         """Strict schema: one output with md5, size, hash: md5 and a plain file name."""
+        if len(data) > MAX_BYTES:
+            raise IntegrityError(f"{label}: not a valid DVC pointer: {len(data)} bytes, over {MAX_BYTES}")
         try:
-            doc = yaml.safe_load(data.decode("utf-8"))
+            doc = yaml.load(data.decode("utf-8"), Loader=_Loader)  # noqa: S506 - a safe loader
             outs = doc["outs"]
             if set(doc) != {"outs"} or len(outs) != 1:
                 raise ValueError("expected exactly one output")
@@ -38,7 +46,7 @@ class Pointer:
                 raise ValueError("size is not a non-negative integer")
             if not isinstance(path, str) or "/" in path or path in ("", ".", ".."):
                 raise ValueError("path must be a plain file name")
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError, yaml.YAMLError) as exc:
             raise IntegrityError(f"{label}: not a valid DVC pointer: {exc}") from None
         return cls(md5, size, path)
 

@@ -5,13 +5,15 @@ Usage:
     tensors = load_checked(path, limits, expect=base_spec)
     save_atomic(tensors, out_path)                 # temp file + fsync + rename
 
-Weights are never read with pickle or torch.load.
+Weights are never read with pickle or torch.load. Every header value is
+type-checked before it is used (a dtype that is a list, offsets that are
+strings, a shape of `[Infinity]`, a header nested 200k deep are refusals).
 """
 
 from __future__ import annotations
 
-import json
 import os
+import stat
 import struct
 import tempfile
 from pathlib import Path
@@ -22,6 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from woolf.config import LimitsConfig
 from woolf.errors import InvalidWeightsError
+from woolf.storage.safejson import loads_untrusted
 
 _DTYPE_SIZES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
@@ -30,21 +33,57 @@ _DTYPE_SIZES = {
 Spec = dict[str, tuple[str, tuple[int, ...]]]
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _entry(name: str, info, data_len: int, label: str) -> tuple[str, tuple[int, ...]]:
+    """One header entry checked by type before any arithmetic: (dtype, shape)."""
+    if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+        raise InvalidWeightsError(f"{label}: malformed header entry {name[:80]!r}")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in _DTYPE_SIZES:
+        raise InvalidWeightsError(f"{label}: tensor {name[:80]!r} has unsupported dtype {str(dtype)[:40]}")
+    if not isinstance(shape, list) or len(shape) > 16 or not all(_is_int(d) for d in shape):
+        raise InvalidWeightsError(f"{label}: tensor {name[:80]!r} has a shape that is not a list of integers")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)):
+        raise InvalidWeightsError(f"{label}: tensor {name[:80]!r} has data_offsets that are not two integers")
+    numel = 1
+    for d in shape:
+        if d < 0:
+            raise InvalidWeightsError(f"{label}: tensor {name[:80]!r} has a negative dimension")
+        numel *= d
+    begin, end = offsets
+    if not (0 <= begin <= end <= data_len) or end - begin != numel * _DTYPE_SIZES[dtype]:
+        raise InvalidWeightsError(f"{label}: tensor {name[:80]!r} has offsets outside the file")
+    return dtype, tuple(shape)
+
+
 def read_spec(path: Path, limits: LimitsConfig, label: str = "weights") -> Spec:
-    """Validate the safetensors header of ``path`` and return names, dtypes, shapes."""
+    """Validate the safetensors header of ``path`` and return names, dtypes, shapes.
+
+    Only a regular file is opened (never a FIFO or a device), and at most 8 bytes
+    plus ``limits.max_header_bytes`` are read.
+    """
     path = Path(path)
     try:
-        size = path.stat().st_size
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
         raise InvalidWeightsError(f"{label}: {path} does not exist") from None
-    if size > limits.max_delta_bytes:
-        raise InvalidWeightsError(
-            f"{label}: file is {size} bytes, over the ledger's limit of {limits.max_delta_bytes}",
-            hint="limits.max_delta_bytes in ledger/woolf.toml",
-        )
-    if size < 8:
-        raise InvalidWeightsError(f"{label}: truncated file ({size} bytes), not safetensors")
-    with open(path, "rb") as fh:
+    except OSError as exc:
+        raise InvalidWeightsError(f"{label}: {path.name} cannot be opened as a plain file ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidWeightsError(f"{label}: {path.name} is not a regular file")
+        size = st.st_size
+        if size > limits.max_delta_bytes:
+            raise InvalidWeightsError(
+                f"{label}: file is {size} bytes, over the ledger's limit of {limits.max_delta_bytes}",
+                hint="limits.max_delta_bytes in ledger/woolf.toml",
+            )
+        if size < 8:
+            raise InvalidWeightsError(f"{label}: truncated file ({size} bytes), not safetensors")
         (n,) = struct.unpack("<Q", fh.read(8))
         if n > limits.max_header_bytes or 8 + n > size:
             raise InvalidWeightsError(
@@ -53,35 +92,20 @@ def read_spec(path: Path, limits: LimitsConfig, label: str = "weights") -> Spec:
             )
         raw = fh.read(n)
     try:
-        header = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise InvalidWeightsError(f"{label}: header is not valid JSON; not safetensors") from None
+        header = loads_untrusted(raw, limits.max_header_bytes, max_depth=4)
+    except ValueError as exc:
+        raise InvalidWeightsError(f"{label}: header is not a safetensors header: {exc}") from None
     if not isinstance(header, dict):
         raise InvalidWeightsError(f"{label}: header is not a JSON object")
-    header.pop("__metadata__", None)
+    meta = header.pop("__metadata__", None)
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        raise InvalidWeightsError(f"{label}: __metadata__ is not a map of strings")
     if len(header) > limits.max_tensors:
         raise InvalidWeightsError(
             f"{label}: {len(header)} tensors, over the limit of {limits.max_tensors}"
         )
-    spec: Spec = {}
     data_len = size - 8 - n
-    for name, info in header.items():
-        try:
-            dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
-            shape = tuple(int(d) for d in shape)
-        except (KeyError, TypeError, ValueError):
-            raise InvalidWeightsError(f"{label}: malformed header entry {name!r}") from None
-        if dtype not in _DTYPE_SIZES:
-            raise InvalidWeightsError(f"{label}: tensor {name!r} has unsupported dtype {dtype}")
-        numel = 1
-        for d in shape:
-            if d < 0:
-                raise InvalidWeightsError(f"{label}: tensor {name!r} has a negative dimension")
-            numel *= d
-        if not (0 <= begin <= end <= data_len) or end - begin != numel * _DTYPE_SIZES[dtype]:
-            raise InvalidWeightsError(f"{label}: tensor {name!r} has offsets outside the file")
-        spec[name] = (dtype, shape)
-    return spec
+    return {name: _entry(name, info, data_len, label) for name, info in header.items()}
 
 
 def compare_spec(got: Spec, expect: Spec, label: str) -> None:
