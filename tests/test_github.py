@@ -253,7 +253,6 @@ def test_pagination_follows_link_headers(world):
 
 def test_ci_split_evaluate_then_apply(world, tmp_path, capsys):
     from woolf.cli.main import main
-    from woolf.errors import UsageError
 
     alice, val = world["alice"], world["val"]
     train(alice, steps=3, contributor="alice")
@@ -277,8 +276,8 @@ def test_ci_split_evaluate_then_apply(world, tmp_path, capsys):
     assert git("rev-parse", "main^2", cwd=world["hub"]) == first["commit"]
     from woolf.ci_steps import apply_record
 
-    with pytest.raises(UsageError, match="main moved since evaluation"):
-        apply_record(Validator(Ledger.open(val.root), device="cpu", forge_kind="github"),
-                     __import__("json").loads(stale.read_text()))
+    requeued = apply_record(Validator(Ledger.open(val.root), device="cpu", forge_kind="github"),
+                            __import__("json").loads(stale.read_text()))
+    assert requeued.state == "requeued" and "main moved since evaluation" in requeued.reason
     assert world["gh"].pulls["owner/ledger"][2]["closed"] is False
     del second

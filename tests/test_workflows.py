@@ -52,9 +52,9 @@ def test_zizmor_reports_nothing(new_ledger):
 
 
 def test_project_workflow_matches_the_template_init_writes(new_ledger):
-    rel = ".github/workflows/woolf-validate.yml"
-    assert (ROOT / rel).read_text() == (new_ledger / rel).read_text()
-    for script in ("evaluate.sh", "merge.sh", "install.sh"):
+    for rel in (".github/workflows/woolf-validate.yml", ".github/workflows/woolf-sweep.yml"):
+        assert (ROOT / rel).read_text() == (new_ledger / rel).read_text()
+    for script in ("evaluate.sh", "merge.sh", "install.sh", "sweep.sh"):
         assert (ROOT / "ci" / script).read_text() == (new_ledger / "ci" / script).read_text()
 
 
@@ -75,4 +75,11 @@ def test_workflow_hardening_by_hand(new_ledger):
                     assert "${{" not in step.get("run", ""), "expressions go through env:, never into run:"
     wf = yaml.safe_load((new_ledger / ".github/workflows/woolf-validate.yml").read_text())
     assert wf["jobs"]["evaluate"]["permissions"] == {"contents": "read", "pull-requests": "read"}
-    assert "contents" in wf["jobs"]["merge"]["permissions"] and wf["jobs"]["merge"]["concurrency"]
+    assert "contents" in wf["jobs"]["merge"]["permissions"]
+    # one merge group per PR: a burst of PRs never cancels another PR's pending merge
+    assert "pull_request.number" in wf["jobs"]["merge"]["concurrency"]["group"]
+    sweep = yaml.safe_load((new_ledger / ".github/workflows/woolf-sweep.yml").read_text())
+    assert sweep[True]["schedule"] and "workflow_dispatch" in sweep[True]  # YAML 1.1 reads `on:` as True
+    assert "pull_request_target" not in sweep[True] and "pull_request" not in sweep[True]
+    [step] = [s for s in sweep["jobs"]["sweep"]["steps"] if "run" in s]
+    assert step["run"] == "bash ci/sweep.sh" and (new_ledger / "ci/sweep.sh").stat().st_mode & 0o111

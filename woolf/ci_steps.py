@@ -4,21 +4,37 @@ Usage:
     record = evaluate_pr(Validator(ledger, forge_kind="github"), sub_or_number)   # unprivileged job
     verdict = apply_record(Validator(ledger, forge_kind="github"), record)         # privileged job
 
-The apply step re-checks the head SHA, main and the cheap checks, recomputes the
-deterministic merge (never re-evaluates), uploads the weights and fast-forwards
-main. If the PR's head or main moved since evaluation it refuses: nothing is
-merged that was not evaluated, and the next run evaluates again.
+The record travels as a workflow artifact, so the apply step trusts nothing in
+it that it can compute itself: it type-checks every field, re-checks the head
+SHA, main and the cheap checks, recomputes staleness and attenuation from
+ancestry and the config, recomputes the deterministic merge and compares the
+candidate's sha256 with the evaluated one, and re-derives the decision from the
+metrics under the policy on main. Only the benchmark metrics themselves are
+taken from the evaluation (apply never evaluates). If the PR's head or main
+moved since evaluation, or the push loses a race, nothing is merged and the
+PR stays open: the verdict is "requeued" and the scheduled sweeper
+(`woolf-sweep.yml`) validates it again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
+import re
+
+from woolf import layout
 from woolf.admission import Rejected, admit
-from woolf.errors import UsageError
+from woolf.core.policy import decide
+from woolf.core.staleness import attenuation
+from woolf.errors import RaceLostError, UsageError
 from woolf.timing import Timer
 from woolf.validator import Verdict
 
+SCHEMA = 2
 RECORD_KEYS = {"schema", "id", "head", "main", "accepted", "reason", "staleness", "attenuation",
-               "metrics", "base_version", "contributor", "timings"}
+               "metrics", "base_version", "contributor", "timings", "candidate_sha256"}
+_SHA1 = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _resolve(v, ref: str) -> str:
@@ -31,29 +47,92 @@ def _resolve(v, ref: str) -> str:
     return ref
 
 
+def candidate_sha256(step) -> str:
+    """sha256 over the candidate's file as `merge()` writes it and, under a rule with state, the state's.
+
+    The state counts: a FedBuff merge that only buffers leaves the weights as they were.
+    """
+    from safetensors.torch import save
+
+    from woolf.storage.outer_state import state_bytes
+
+    h = hashlib.sha256(save({k: t.contiguous() for k, t in step.candidate.items()}))
+    if step.state is not None:
+        h.update(state_bytes(step.state))
+    return h.hexdigest()
+
+
 def evaluate_pr(v, ref: str) -> dict:
     pr, main = v.fresh(_resolve(v, ref))
     if pr.state != "open":
         raise UsageError(f"{pr.id} is {pr.state}; nothing to evaluate")
     timer = Timer()
-    verdict, _ = v.evaluate(pr, main, timer)
-    return {"schema": 1, "id": pr.id, "head": pr.head, "main": main.commit, "accepted": verdict.accepted,
+    verdict, step = v.evaluate(pr, main, timer)
+    return {"schema": SCHEMA, "id": pr.id, "head": pr.head, "main": main.commit, "accepted": verdict.accepted,
             "reason": verdict.reason, "staleness": verdict.staleness, "attenuation": verdict.attenuation,
             "metrics": verdict.metrics, "base_version": verdict.base_version,
-            "contributor": verdict.contributor, "timings": dict(timer)}
+            "contributor": verdict.contributor, "timings": dict(timer),
+            "candidate_sha256": candidate_sha256(step) if step is not None else None}
+
+
+def _num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _flat(d, limit: int = 32) -> bool:
+    return isinstance(d, dict) and len(d) <= limit and all(
+        isinstance(k, str) and len(k) <= 64 and _num(x) for k, x in d.items())
+
+
+def check_record(record) -> dict:
+    """The record, if every field has the type and form `evaluate_pr` writes; else a UsageError naming it."""
+    if not isinstance(record, dict) or set(record) != RECORD_KEYS or record.get("schema") != SCHEMA:
+        raise UsageError("not a verdict record written by this version's `woolf validate --evaluate-only`")
+    r = record
+    m = r["metrics"]
+    checks = {
+        "id": isinstance(r["id"], str) and layout.SUBMISSION_ID.match(r["id"]),
+        "head": isinstance(r["head"], str) and _SHA1.match(r["head"]),
+        "main": isinstance(r["main"], str) and _SHA1.match(r["main"]),
+        "accepted": isinstance(r["accepted"], bool),
+        "reason": isinstance(r["reason"], str) and len(r["reason"]) <= 2000,
+        "staleness": r["staleness"] is None or (_int(r["staleness"]) and r["staleness"] >= 0),
+        "attenuation": r["attenuation"] is None or _num(r["attenuation"]),
+        "metrics": isinstance(m, dict) and {"before", "after"} <= set(m) <= {"before", "after", "probe"}
+                   and all(x is None or _flat(x) for x in m.values()),
+        "base_version": r["base_version"] is None or (_int(r["base_version"]) and r["base_version"] >= 0),
+        "contributor": r["contributor"] is None or (isinstance(r["contributor"], str)
+                                                    and layout.CONTRIBUTOR.match(r["contributor"])),
+        "timings": _flat(r["timings"]),
+        "candidate_sha256": (r["candidate_sha256"] is None and not r["accepted"])
+                            or (isinstance(r["candidate_sha256"], str) and _SHA256.match(r["candidate_sha256"])),
+    }
+    bad = [k for k, ok in checks.items() if not ok]
+    if bad:
+        raise UsageError(f"verdict record: bad {', '.join(bad)}; the artifact was not written by "
+                         "`woolf validate --evaluate-only`, or was altered")
+    return record
+
+
+def _requeued(pr, why: str) -> Verdict:
+    return Verdict(pr.id, False, "requeued", f"{why}; it stays open and is validated again "
+                   "(next push to the PR, or the scheduled sweeper)", pr.contributor, pr.base_version)
 
 
 def apply_record(v, record: dict) -> Verdict | None:
-    if not isinstance(record, dict) or set(record) != RECORD_KEYS or record["schema"] != 1:
-        raise UsageError("not a verdict record written by `woolf validate --evaluate-only`")
+    record = check_record(record)
     pr, main = v.fresh(record["id"])
     if pr.state != "open":
         return None
     if pr.head != record["head"]:
-        raise UsageError(f"{pr.id}'s head moved since evaluation; it must be evaluated again")
+        return _requeued(pr, "the PR's head moved since evaluation")
     if main.commit != record["main"]:
-        raise UsageError("main moved since evaluation; the PR must be evaluated again at the new main")
-    timer = Timer()
+        return _requeued(pr, "main moved since evaluation")
+    cfg, timer = v.ledger.config, Timer()
     verdict = Verdict(pr.id, record["accepted"], "merged" if record["accepted"] else "rejected",
                       record["reason"], record["contributor"], record["base_version"],
                       staleness=record["staleness"], attenuation=record["attenuation"],
@@ -64,10 +143,34 @@ def apply_record(v, record: dict) -> Verdict | None:
         except Rejected as exc:
             verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
     if not verdict.accepted:
+        try:
+            v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
+        except RaceLostError:
+            return None
+        return verdict
+    # everything computable is recomputed: nothing but the metrics is taken from the artifact
+    att = attenuation(cfg.merge.staleness, adm.staleness)
+    if adm.staleness != verdict.staleness or verdict.attenuation is None or abs(att - verdict.attenuation) > 1e-12:
+        raise UsageError("the record's staleness or attenuation is not what ancestry and the config give")
+    before, m = verdict.metrics["before"] or {}, verdict.metrics
+    reference = v._reference(before)  # the gate's reference, from main's history as the evaluation had it
+    decision = decide(cfg.policy, reference, m.get("probe") or m["after"] or {})
+    if not decision.accepted:
+        raise UsageError("the record says accepted, but its own metrics fail the ledger's policy: "
+                         f"{decision.reason}")
+    reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
+    verdict.reason, verdict.contributor = reason, adm.meta["contributor"]
+    verdict.base_version, verdict.attenuation = adm.base.version, att
+    try:
+        _, step = v.candidate(adm, main, att, timer)  # recomputed, never re-evaluated
+    except Rejected as exc:  # e.g. the delta became unreadable since evaluation
+        verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
         v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
         return verdict
-    if adm.staleness != verdict.staleness:
-        raise UsageError("staleness differs from the evaluation's; evaluate again")
-    _, step = v.candidate(adm, main, verdict.attenuation, timer)  # recomputed, never re-evaluated
-    v.merge(pr, main, verdict, step, timer)
+    if candidate_sha256(step) != record["candidate_sha256"]:
+        raise UsageError("the recomputed candidate differs from the evaluated one (sha256)")
+    try:
+        v.merge(pr, main, verdict, step, timer)
+    except RaceLostError:
+        return _requeued(pr, "main moved or the PR got a verdict while merging")
     return verdict

@@ -25,7 +25,8 @@ def write_ci_files(root: Path) -> None:
 
     templates = files("woolf") / "templates"
     targets = {"woolf-validate.yml": ".github/workflows/woolf-validate.yml", "evaluate.sh": "ci/evaluate.sh",
-               "merge.sh": "ci/merge.sh", "install.sh": "ci/install.sh"}
+               "merge.sh": "ci/merge.sh", "install.sh": "ci/install.sh",
+               "woolf-sweep.yml": ".github/workflows/woolf-sweep.yml", "sweep.sh": "ci/sweep.sh"}
     for name, rel in targets.items():
         out = root / rel
         out.parent.mkdir(parents=True, exist_ok=True)

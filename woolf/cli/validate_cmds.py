@@ -16,7 +16,7 @@ from woolf.cli.app import App, device_option, forge_option, json_option, pass_ap
 
 def _print_verdict(app: App, v) -> None:
     colour = "green" if v.accepted else "red"
-    where = f"-> version {v.version}" if v.accepted else "rejected"
+    where = f"-> version {v.version}" if v.accepted else v.state
     att = "-" if v.attenuation is None else f"{v.attenuation:.3f}"
     reason = escape(v.reason)  # a reason can quote PR paths: text, never markup
     app.console.print(f"[{colour}]{v.id}[/] {where}  staleness {v.staleness}  attenuation {att}  {reason}")

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Scheduled CI step: validate every PR still open, in the order the forge received them.
+# One PR's failure is that PR's verdict (or it stays open for the next sweep), never the end of the sweep.
+set -euo pipefail
+: "${GITHUB_TOKEN:?GITHUB_TOKEN must be set}"
+bash ci/install.sh
+auth=$(printf 'x-access-token:%s' "$GITHUB_TOKEN" | base64 -w0)
+git config --local "http.https://github.com/.extraheader" "AUTHORIZATION: basic $auth"
+git config --local user.name "woolf-validator"
+git config --local user.email "woolf-validator@users.noreply.github.com"
+woolf validate --forge github --all --name "sweeper"
