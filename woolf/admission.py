@@ -60,7 +60,7 @@ def _meta(raw: bytes, pr_id: str, max_bytes: int, schemes: list[str]) -> dict:
                                                                     "base_version", "base_commit", "delta"} <= set(meta):
         raise Rejected("submission.json does not follow schema 1 (unknown or missing keys)")
     d = meta["delta"]
-    ok = (meta["schema"] == 1 and meta["id"] == pr_id and isinstance(meta["contributor"], str)
+    ok = (type(meta["schema"]) is int and meta["schema"] == 1 and meta["id"] == pr_id and isinstance(meta["contributor"], str)
           and layout.CONTRIBUTOR.match(meta["contributor"])
           and isinstance(meta["base_version"], int) and not isinstance(meta["base_version"], bool)
           and isinstance(meta["base_commit"], str)

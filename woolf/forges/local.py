@@ -59,7 +59,7 @@ class LocalForge(Forge):
                           leases={self._ref(sub_id, "head"): None})
         except RaceLostError:
             raise ForgeError(f"a pull request named {sub_id} already exists") from None
-        self.git.run("update-ref", self._ref(sub_id, "head"), head)
+        self.git.run("update-ref", "--create-reflog", self._ref(sub_id, "head"), head)
         return self.get(sub_id, fetch=False)
 
     def _close(self, pr: PullRequest, state: str, reason: str, fields: dict) -> str:
@@ -116,8 +116,7 @@ class LocalForge(Forge):
                 continue
             prs.setdefault(parts[0], {})[parts[1]] = target
         for sub_id in [i for i, kinds in prs.items() if "head" not in kinds]:
-            self.skipped.append((f"{layout.PR_PREFIX}/{sub_id}/", "a verdict or comments without a head"))
-            del prs[sub_id]
+            self.skipped += [(f"{layout.PR_PREFIX}/{sub_id}/{k}", "a PR ref without a head") for k in prs.pop(sub_id)]
         for ref, why in self.skipped:
             log.warning("skipped malformed PR ref %r: %s", ref, why)
         return prs
