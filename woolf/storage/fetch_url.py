@@ -16,6 +16,7 @@ posted publicly; the raw transport error goes to the log only.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -39,17 +40,25 @@ def download(url: str, dest: Path, schemes: set[str], max_bytes: int, deadline: 
     worker.join(deadline)
     if worker.is_alive():
         cancel.set()
-        resp = box.get("resp")
-        if resp is not None:
-            try:
-                resp.close()
-            except Exception:  # noqa: BLE001 - best effort; the worker stops at its next chunk
-                pass
+        _unblock(box.get("resp"))
         raise IntegrityError(f"delta download took longer than {deadline:g}s (forge.delta_timeout)")
     fh.close()
     if "error" in box:
         raise box["error"]
     return box["size"]
+
+
+def _unblock(resp) -> None:
+    """Shut the response's socket so that the worker's blocked read returns now.
+
+    Not resp.close(): that waits for the reader's buffer lock, i.e. for the slow read itself.
+    """
+    sock = getattr(getattr(getattr(resp, "raw", None), "_connection", None), "sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _transfer(url, fh, schemes, max_bytes, deadline, cancel, box) -> None:
