@@ -66,3 +66,46 @@ def test_s3_round_trip(s3_server, tmp_path):
     assert sha256_file(out) == clone.head().weights_sha256
     os.environ["AWS_ENDPOINT_URL"] = "http://127.0.0.1:9"  # nothing listens there
     assert Ledger.open(tmp_path / "clone").status().storage_reachable is False
+
+
+def test_participant_cannot_delete_and_overwrites_keep_the_original(s3_server):
+    """Append-only storage as docs/protocol.md describes it: a participant key without s3:DeleteObject,
+    and a bucket with versioning and Object Lock, so an overwrite never loses the original bytes."""
+    import json
+
+    import requests
+    from botocore.exceptions import ClientError
+
+    iam = boto3.client("iam", endpoint_url=s3_server)
+    admin = boto3.client("s3", endpoint_url=s3_server)
+    admin.create_bucket(Bucket="ledger", ObjectLockEnabledForBucket=True)
+    admin.put_object_lock_configuration(Bucket="ledger", ObjectLockConfiguration={
+        "ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "COMPLIANCE", "Days": 1}}})
+
+    def client(name: str, actions: list[str]):
+        iam.create_user(UserName=name)
+        iam.put_user_policy(UserName=name, PolicyName="storage", PolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions,
+                                                   "Resource": ["arn:aws:s3:::ledger", "arn:aws:s3:::ledger/*"]}]}))
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        return boto3.client("s3", endpoint_url=s3_server, aws_access_key_id=key["AccessKeyId"],
+                            aws_secret_access_key=key["SecretAccessKey"])
+
+    validator = client("validator", ["s3:*"])
+    participant = client("participant", ["s3:GetObject", "s3:PutObject", "s3:ListBucket"])
+    assert requests.post(f"{s3_server}/moto-api/reset-auth", data=b"0").ok  # policies are enforced from here
+    key = "files/md5/ab/cdef"
+    participant.put_object(Bucket="ledger", Key=key, Body=b"the delta")  # uploading is what a participant does
+    with pytest.raises(ClientError, match="AccessDenied"):
+        participant.delete_object(Bucket="ledger", Key=key)
+    participant.put_object(Bucket="ledger", Key=key, Body=b"a forgery")  # an overwrite is a new version...
+    versions = validator.list_object_versions(Bucket="ledger", Prefix=key)["Versions"]
+    [original] = [v for v in versions if not v["IsLatest"]]
+    assert len(versions) == 2  # ...and the original stays, readable by version, and locked even for the validator
+    got = validator.get_object(Bucket="ledger", Key=key, VersionId=original["VersionId"])["Body"].read()
+    assert got == b"the delta"
+    with pytest.raises(ClientError):
+        validator.delete_object(Bucket="ledger", Key=key, VersionId=original["VersionId"])
+    # a write-once upload (conditional write) is refused outright where the key exists
+    with pytest.raises(ClientError, match="PreconditionFailed"):
+        participant.put_object(Bucket="ledger", Key=key, Body=b"again", IfNoneMatch="*")
