@@ -88,11 +88,16 @@ class Validator:
         self._eval_cache: dict[str, dict] = {}
         self._merged_cache: tuple[str, set[str]] | None = None
         self._retry_at: dict[str, float] = {}  # PR id -> monotonic time before which it is not retried
+        self._reported: set[str] = set()  # malformed refs already reported
 
     # -- queue -----------------------------------------------------------------
     def run(self, ids: list[str] | None = None, on_verdict=None) -> list[Verdict]:
         """One pass over the open PRs in queue order; one PR's failure never ends the pass."""
         prs = sorted(self.forge.list(state="open"), key=PullRequest.queue_key)  # list() syncs the forge
+        for ref, why in getattr(self.forge, "skipped", []):  # malformed refs: reported once, never queued
+            if ref not in self._reported:
+                self._reported.add(ref)
+                log.warning("skipped malformed PR ref %r: %s", ref, why)
         queue = [pr.id for pr in prs]
         if ids:
             unknown = set(ids) - set(queue)

@@ -112,7 +112,9 @@ class GitHubForge(Forge):
             if m:
                 try:
                     rec = json.loads(m.group(1))
-                except json.JSONDecodeError:
+                except (ValueError, RecursionError):  # anyone can comment: a marker may be hostile
+                    continue
+                if not isinstance(rec, dict):
                     continue
                 pr.reason = rec.get("reason")
                 pr.staleness, pr.attenuation = rec.get("Woolf-Staleness"), rec.get("Woolf-Attenuation")

@@ -118,7 +118,7 @@ class LocalForge(Forge):
         for sub_id in [i for i, kinds in prs.items() if "head" not in kinds]:
             self.skipped += [(f"{layout.PR_PREFIX}/{sub_id}/{k}", "a PR ref without a head") for k in prs.pop(sub_id)]
         for ref, why in self.skipped:
-            log.warning("skipped malformed PR ref %r: %s", ref, why)
+            log.info("skipped malformed PR ref %r: %s", ref, why)  # `pr list` prints them; validators warn once
         return prs
 
     def list(self, state: str | None = None, local_only: bool = False) -> list[PullRequest]:
