@@ -108,7 +108,7 @@ class Validator:
         now = time.monotonic()
         for sub_id in queue:  # when the forge received each PR, never the id's self-chosen timestamp
             if not ids and self._retry_at.get(sub_id, 0.0) > now:
-                continue  # failed without a verdict moments ago (storage or forge down): later
+                continue  # failed without a verdict moments ago (its rejection could not be written): later
             verdict = self.validate_one(sub_id)
             if verdict is not None:
                 verdicts.append(verdict)
@@ -132,10 +132,12 @@ class Validator:
     # -- one PR ----------------------------------------------------------------
     def validate_one(self, sub_id: str) -> Verdict | None:
         """The verdict this validator recorded, or None: another validator got there first, or the
-        PR could not be decided now (lost races, storage or forge down) and stays in the queue.
+        PR lost MAX_RACES races in a row and stays in the queue for the next pass.
 
-        Any other failure while handling the PR (a parser's TypeError, a RecursionError, a git
-        error on hostile objects) becomes a rejection naming the failure, never the end of the run.
+        Any failure while handling the PR (a parser's TypeError, a RecursionError, a git error on
+        hostile objects) becomes a rejection naming the failure, never the end of the run. Only a
+        failure of the ledger itself (its storage, forge or outer state: StorageError, ForgeError,
+        IntegrityError) ends the pass, since every PR would fail alike; `watch` retries it.
         """
         pr, timer = None, Timer()
         try:
@@ -161,11 +163,8 @@ class Validator:
                     continue  # main moved or another validator decided: re-fetch, re-check, re-evaluate
             log.warning("%s: lost %d races in a row; it stays in the queue for the next pass", sub_id, MAX_RACES)
             return None
-        except (StorageError, ForgeError, IntegrityError) as exc:
-            # the ledger's own storage or forge failed, not the PR: no verdict, try again later
-            log.warning("%s: no verdict for now (%s); retried in %gs", sub_id, exc.message, RETRY_AFTER)
-            self._retry_at[sub_id] = time.monotonic() + RETRY_AFTER
-            return None
+        except (StorageError, ForgeError, IntegrityError):
+            raise  # the ledger's own storage, forge or state failed, not the PR: this pass stops (watch retries)
         except Exception as exc:  # noqa: BLE001 - one hostile PR must never stop the queue
             log.warning("%s: validation failed with %s: %s", sub_id, type(exc).__name__, str(exc)[:400])
             if pr is None or pr.state != "open":
