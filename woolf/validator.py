@@ -147,7 +147,7 @@ class Validator:
                     pr, main = self.fresh(sub_id)
                     if pr.state != "open":
                         return None
-                verdict, candidate = self.evaluate(pr, main, timer)
+                verdict, step = self.evaluate(pr, main, timer)
                 if not verdict.accepted:
                     with timer("push"):
                         try:
@@ -157,7 +157,7 @@ class Validator:
                     verdict.timings = dict(timer)
                     return verdict
                 try:
-                    self.merge(pr, main, verdict, candidate, timer)
+                    self.merge(pr, main, verdict, step, timer)
                     return verdict
                 except RaceLostError:
                     continue  # main moved or another validator decided: re-fetch, re-check, re-evaluate
@@ -294,7 +294,7 @@ class Validator:
             raise Rejected(exc.message) from None
 
     def _verify_stored(self, pr, main) -> None:
-        """The delta and main's weights are whole in the ledger's storage before a push names them.
+        """The delta and main's weights (and outer state) are whole in the ledger's storage before a push names them.
 
         An object deleted meanwhile (storage is not append-only, or someone erred)
         is uploaded again from this validator's verified cache; without a copy the
@@ -303,6 +303,8 @@ class Validator:
         d = pr.submission["delta"]
         self.ledger.store.ensure_remote(Pointer(d["md5"], d["size"], "delta.safetensors"))
         self.ledger.store.ensure_remote(self.ledger.pointer(main.commit))
+        if self.ledger.git.show_bytes(f"{main.commit}:{layout.STATE_POINTER}") is not None:
+            self.ledger.store.ensure_remote(self.ledger.pointer(main.commit, layout.STATE_POINTER))
 
     def _check_norm(self, current, delta) -> None:
         limit = self.ledger.config.limits.max_delta_norm_ratio
