@@ -27,7 +27,7 @@ from woolf.storage.dvcstore import REMOTE_NAME
 from woolf.storage.files import hashes_of_file, write_bytes_atomic
 from woolf.storage.weights import check_finite, load_checked, save_atomic, spec_of
 from woolf.timing import Timer
-from woolf.workloads.base import load_workload, resolve_device
+from woolf.workloads.base import resolve_device
 
 
 def work_dir(ledger) -> Path:
@@ -77,7 +77,7 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
         raise UsageError(f"--steps must be a positive number of steps or 'auto', got {steps}")
     head = ledger.head() if offline else ledger.pull()
     cfg = ledger.config
-    wl = load_workload(cfg.workload)
+    wl = ledger.workload()
     fingerprint = getattr(wl, "fingerprint", lambda: cfg.workload.name)()
     if fresh:
         shutil.rmtree(state_dir(ledger), ignore_errors=True)

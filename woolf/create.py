@@ -2,6 +2,7 @@
 
 Usage:
     create_ledger(Path("my-ledger"), storage="s3://bucket/prefix", overrides={"policy.min_improvement": "-0.05"})
+    create_ledger(Path("my-ledger"), workload="transformers", weights=Path("my-model"))  # a HF model directory
 """
 
 from __future__ import annotations
@@ -57,10 +58,24 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
     if alpha is not None:
         cfg.merge.alpha_base = alpha
     cfg = apply_overrides(cfg, overrides or {})  # validates everything before touching disk
+    model_files: dict[str, bytes] = {}  # files the workload keeps in git (transformers: ledger/model/)
+    if cfg.workload.name == "transformers":
+        from woolf.workloads.hf import import_model_dir
+
+        imported = import_model_dir(weights, cfg.limits)  # refuses anything but a checked model directory
+        cfg.workload.params = {**imported.params, **cfg.workload.params}
+        model_files = imported.files
+    elif weights is not None and Path(weights).is_dir():
+        raise UsageError(f"--weights {weights} is a directory", hint="a Hugging Face model directory needs "
+                         "--workload transformers; other workloads take one .safetensors file")
     wl = load_workload(cfg.workload)
+    if model_files:
+        wl.bind(model_files.get)
     bench = wl.benchmark_bytes()
     cfg.benchmark.sha256 = hashlib.sha256(bench).hexdigest()
-    if weights is not None:
+    if model_files:
+        genesis = imported.weights
+    elif weights is not None:
         spec = read_spec(Path(weights), cfg.limits, "--weights")
         compare_spec(spec, spec_of(wl.genesis(seed)), f"--weights {weights}")
         genesis = load_checked(Path(weights), cfg.limits, label="--weights")
@@ -79,6 +94,9 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
         (path / layout.CONFIG).write_text(render_config(cfg))
         (path / cfg.benchmark.path).parent.mkdir(parents=True, exist_ok=True)
         (path / cfg.benchmark.path).write_bytes(bench)
+        for rel, data in model_files.items():
+            (path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (path / rel).write_bytes(data)
         init_dvc(path, storage)
         save_atomic(genesis, path / layout.WEIGHTS)
         ptr = ledger.store.add(path / layout.WEIGHTS)
@@ -88,7 +106,8 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
         message = format_message(
             f"woolf: version 0 (genesis of {cfg.name})",
             {"Woolf-Version": 0, "Woolf-Weights-Sha256": sha,
-             "Woolf-Source": "weights file" if weights else f"{cfg.workload.name} seed {seed}",
+             "Woolf-Source": (f"model directory {Path(weights).name}" if model_files else "weights file")
+             if weights else f"{cfg.workload.name} seed {seed}",
              "Woolf-Metrics": metrics},
         )
         ledger.git.run("commit", "-q", "-F", "-", input=message.encode())

@@ -61,6 +61,7 @@ class Ledger:
         self.git = Git(self.root)
         self.store = DvcStore(self.root)
         self._config: LedgerConfig | None = None
+        self._workload: tuple | None = None
         # Which ref is "main" for reading: a validator reads origin's, never its own checkout's.
         self.main_ref = layout.MAIN
 
@@ -100,6 +101,18 @@ class Ledger:
             else:
                 self._config = parse_config(text.decode(), layout.CONFIG)
         return self._config
+
+    def workload(self):
+        """The config's workload, given main's model files when it keeps some there (transformers)."""
+        from woolf.workloads.base import load_workload
+
+        cfg = self.config
+        if self._workload is None or self._workload[0] is not cfg:  # one per config: a model is built once
+            wl = load_workload(cfg.workload)
+            if hasattr(wl, "bind"):
+                wl.bind(lambda rel: self.git.show_bytes(f"{self.main_ref}:{rel}"))
+            self._workload = (cfg, wl)
+        return self._workload[1]
 
     def benchmark(self, rev: str | None = None) -> bytes:
         cfg = self.config

@@ -45,7 +45,7 @@ from woolf.storage.outer_state import load_state, save_state
 from woolf.storage.pointer import Pointer
 from woolf.storage.weights import compare_spec, load_checked, load_trusted, read_spec, save_atomic
 from woolf.timing import Timer
-from woolf.workloads.base import load_workload, resolve_device
+from woolf.workloads.base import resolve_device
 
 ORIGIN_MAIN = "refs/remotes/origin/main"
 MAX_RACES = 8
@@ -250,7 +250,7 @@ class Validator:
         verdict.contributor = adm.meta["contributor"]
         verdict.attenuation = attenuation(cfg.merge.staleness, adm.staleness)
         current, step = self.candidate(adm, main, verdict.attenuation, timer)
-        wl = load_workload(cfg.workload)
+        wl = self.ledger.workload()
         bench = self.ledger.benchmark()
         with timer("evaluation"):
             before = self._eval_cache.get(main.commit)

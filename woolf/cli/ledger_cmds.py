@@ -2,6 +2,7 @@
 
 Usage:
     woolf init hub-work --storage /srv/storage
+    woolf init my-ledger --workload transformers --weights ./my-model
     woolf log -n 5 --json; woolf show 3; woolf checkout 3 -o v3.safetensors
 """
 
@@ -25,10 +26,13 @@ def _fmt_metrics(m: dict | None) -> str:
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--storage", help="DVC remote URL (directory, s3://...). Default: PATH.storage beside PATH.")
-@click.option("--workload", default="charlm", show_default=True, help="Built-in name or package.module:object.")
+@click.option("--workload", default="charlm", show_default=True,
+              help="Built-in name (charlm, transformers, synthetic) or package.module:object.")
 @click.option("--alpha", type=float, help="alpha_base, the scale of every merged delta.")
-@click.option("--weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Start from this safetensors checkpoint instead of seeded genesis weights.")
+@click.option("--weights", type=click.Path(exists=True, path_type=Path),
+              help="Start from this safetensors checkpoint instead of seeded genesis weights; with "
+                   "--workload transformers, a local model directory (config.json, model.safetensors, "
+                   "tokenizer.json; docs/workloads.md).")
 @click.option("--name", help="Ledger name (default: the directory name).")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="Any config value, e.g. --set policy.min_improvement=-0.05 (repeatable).")

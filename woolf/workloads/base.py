@@ -54,7 +54,8 @@ class Workload(Protocol):
                  device: str = "cpu") -> dict[str, float]: ...
 
 
-BUILTIN = {"charlm": "woolf.workloads.charlm:CharLM", "synthetic": "woolf.workloads.synthetic:Synthetic"}
+BUILTIN = {"charlm": "woolf.workloads.charlm:CharLM", "synthetic": "woolf.workloads.synthetic:Synthetic",
+           "transformers": "woolf.workloads.hf:Transformers"}
 
 
 def load_workload(cfg: WorkloadConfig) -> Workload:

@@ -1,0 +1,191 @@
+"""A local Hugging Face model directory: checked, then turned into a ledger's model files and genesis.
+
+Usage:
+    imported = import_model_dir(Path("my-model"), cfg.limits)   # refuses anything it cannot trust
+    imported.params    # workload.params: {"model": "ledger/model", "files": {name: sha256}, ...}
+    imported.files     # {"ledger/model/config.json": bytes, ...}: committed in the ledger
+    imported.weights   # genesis: the checkpoint's tensors under the model's own names
+
+    config = build_config(config_bytes)           # a transformers config; never remote code
+    tok = load_tokenizer(tokenizer_bytes, config)  # a `tokenizers` tokenizer that fits the model
+
+The architecture's code always comes from the installed `transformers`; a
+config that names its own code (`auto_map`, or a directory with .py files) is
+refused, and so is a model type that is not a causal language model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from woolf.errors import UsageError
+
+MODEL_DIR = "ledger/model"
+REQUIRED = ("config.json", "tokenizer.json")  # committed and pinned; the weights go to DVC
+OPTIONAL = ("tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+CONVERT = ("from transformers import AutoModelForCausalLM, AutoTokenizer; "
+           "AutoModelForCausalLM.from_pretrained(SRC).save_pretrained(DIR); "
+           "AutoTokenizer.from_pretrained(SRC).save_pretrained(DIR)")
+
+
+@dataclass
+class Imported:
+    params: dict
+    files: dict[str, bytes]
+    weights: dict[str, torch.Tensor]
+
+
+def transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def _need_transformers() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded: the model is local
+    try:
+        import tokenizers  # noqa: F401
+        import transformers
+    except ImportError:
+        raise UsageError("the transformers workload needs the `transformers` and `tokenizers` packages",
+                         hint='pip install "goodwoolf[hf]"') from None
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+
+
+def build_config(data: bytes, where: str = "config.json"):
+    """A transformers config for a causal LM known to the installed transformers; never remote code."""
+    _need_transformers()
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    try:
+        raw = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where}: not a JSON object")
+    if "auto_map" in raw:
+        raise UsageError(
+            f"{where}: the model needs its own Python code (auto_map: {sorted(raw['auto_map'])}); "
+            f"woolf builds models only with the installed transformers {transformers_version()}, "
+            "never with code from a checkpoint (no trust_remote_code)",
+            hint="use a model type that transformers ships, or the external-command route "
+                 "(docs/workloads.md)")
+    model_type = raw.get("model_type")
+    if model_type not in CONFIG_MAPPING:
+        raise UsageError(f"{where}: model_type {model_type!r} is not known to transformers "
+                         f"{transformers_version()}", hint="upgrade transformers, or check config.json")
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise UsageError(f"{where}: model_type {model_type!r} is not a causal language model in transformers",
+                         hint="the transformers workload trains AutoModelForCausalLM models")
+    try:
+        return CONFIG_MAPPING[model_type].from_dict(raw)
+    except Exception as exc:  # any malformed field: say where
+        raise UsageError(f"{where}: transformers cannot read it: {exc}") from None
+
+
+def load_tokenizer(data: bytes, config, where: str = "tokenizer.json"):
+    """The `tokenizers` tokenizer in ``data``, checked against the model's vocabulary."""
+    _need_transformers()
+    from tokenizers import Tokenizer
+
+    try:
+        tok = Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as exc:
+        raise UsageError(f"{where}: not a `tokenizers` tokenizer ({str(exc)[:200]})",
+                         hint=f"write one with AutoTokenizer.save_pretrained: {CONVERT}") from None
+    tok.no_padding()
+    tok.no_truncation()
+    size, vocab = tok.get_vocab_size(with_added_tokens=True), getattr(config, "vocab_size", None)
+    if vocab is None or size > vocab:
+        raise UsageError(f"{where}: the tokenizer does not match the model: it has {size} tokens, "
+                         f"the model's embeddings {vocab}",
+                         hint="use the tokenizer the checkpoint was trained with")
+    return tok
+
+
+def max_positions(config) -> int | None:
+    """The longest sequence the model takes, when its config says (GPT-2 and Llama name it differently)."""
+    for key in ("n_positions", "max_position_embeddings", "n_ctx", "max_sequence_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def canonical(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state with tied copies dropped (first name wins, as save_pretrained writes)."""
+    seen, out = set(), {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        out[name] = t.detach()
+    return out
+
+
+def _dtype_of(path: Path, limits) -> str:
+    from woolf.storage.weights import read_spec
+
+    spec = read_spec(path, limits, "model.safetensors")
+    floats = {d for d, _ in spec.values() if d in ("F32", "F16", "BF16", "F64")}
+    names = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
+    if len(floats) != 1:
+        raise UsageError(f"model.safetensors mixes floating dtypes {sorted(floats)}",
+                         hint="save it in one dtype: model.to(torch.float32).save_pretrained(DIR)")
+    return names[floats.pop()]
+
+
+def import_model_dir(path: Path | None, limits) -> Imported:
+    """Everything ``woolf init --workload transformers --weights DIR`` commits, or a clear refusal."""
+    if path is None or not Path(path).is_dir():
+        raise UsageError("the transformers workload starts from a local model directory: "
+                         f"--weights DIR (got {path or 'none'})",
+                         hint="a directory with config.json, model.safetensors and tokenizer.json")
+    path = Path(path)
+    _need_transformers()
+    code = sorted(p.name for p in path.glob("*.py"))
+    if code:
+        raise UsageError(f"{path} holds Python code ({', '.join(code)}); woolf never runs a checkpoint's code",
+                         hint="use a model whose architecture transformers ships")
+    if not (path / "model.safetensors").is_file():
+        other = [p.name for p in path.iterdir() if p.name.endswith((".bin", ".index.json", ".pt"))]
+        raise UsageError(f"{path}: no model.safetensors" + (f" (found {', '.join(sorted(other))})" if other else ""),
+                         hint=f"one safetensors file is needed; convert with: {CONVERT}")
+    for name in REQUIRED:
+        if not (path / name).is_file():
+            raise UsageError(f"{path}: no {name}", hint=f"save the model and its tokenizer with: {CONVERT}")
+    raw = {n: (path / n).read_bytes() for n in REQUIRED + OPTIONAL if (path / n).is_file()}
+    config = build_config(raw["config.json"], f"{path / 'config.json'}")
+    load_tokenizer(raw["tokenizer.json"], config, f"{path / 'tokenizer.json'}")
+    dtype = _dtype_of(path / "model.safetensors", limits)
+
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            str(path), config=config, dtype=getattr(torch, dtype), local_files_only=True,
+            trust_remote_code=False, use_safetensors=True, output_loading_info=True)
+    except Exception as exc:
+        raise UsageError(f"{path}: transformers cannot load the checkpoint: {str(exc)[:300]}") from None
+    weights = {k: v.clone().contiguous() for k, v in canonical(model).items()}
+    problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    missing = set(problems.get("missing_keys", ())) & set(weights)
+    if missing or problems.get("unexpected_keys") or problems.get("mismatched_keys"):
+        raise UsageError(f"{path}/model.safetensors does not fit config.json: "
+                         + "; ".join(f"{k} {sorted(map(str, v))[:4]}" for k, v in problems.items() if v),
+                         hint="the weights and config.json must come from the same save_pretrained")
+    files = {f"{MODEL_DIR}/{n}": b for n, b in raw.items()}
+    params = {"model": MODEL_DIR, "files": {n: hashlib.sha256(b).hexdigest() for n, b in raw.items()},
+              "dtype": dtype, "transformers": transformers_version()}
+    limit = max_positions(config)
+    if limit:
+        params["context"] = min(128, limit)  # the workload's default window, within the model's reach
+    return Imported(params, files, weights)

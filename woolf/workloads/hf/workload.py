@@ -1,0 +1,272 @@
+"""Built-in workload `transformers`: any causal LM the installed transformers builds from a config.
+
+Usage:
+    wl = Transformers(model="ledger/model", files={"config.json": sha, "tokenizer.json": sha})
+    wl.bind(lambda rel: ledger.git.show_bytes(f"origin/main:{rel}"))   # Ledger.workload() does this
+    w1, summary = wl.train(w0, wl.default_data("alice", 0), steps=20, device="cuda")
+    wl.evaluate(w1, wl_benchmark)     # {"loss": nats per token, "ppl": perplexity}
+
+The model's config and tokenizer are committed in the ledger (``model``) and
+pinned by sha256 in ``files``; ``bind`` reads them and refuses other bytes.
+Weights are the checkpoint's tensors (tied copies once) in ``dtype``; training
+runs in float32 (with ``autocast`` = "bf16"/"fp16" on the device) and
+``grad_accum`` micro-batches per step; evaluation always runs in float32, in
+eval mode, over fixed non-overlapping windows, so it is deterministic on CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from woolf.errors import ConfigError, IntegrityError, InvalidWeightsError, UsageError
+from woolf.workloads import corpus
+from woolf.workloads.base import Progress, TrainData
+from woolf.workloads.hf.modeldir import (
+    MODEL_DIR,
+    REQUIRED,
+    build_config,
+    canonical,
+    load_tokenizer,
+    max_positions,
+)
+from woolf.workloads.optstate import load_optimizer, save_optimizer
+
+AUTOCAST = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+class Transformers:
+    name = "transformers"
+
+    def __init__(self, model: str = MODEL_DIR, files: dict | None = None, dtype: str = "float32",
+                 transformers: str = "", context: int = 128, batch_size: int = 8, grad_accum: int = 1,
+                 lr: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, autocast: str = "",
+                 eval_batch: int = 8, benchmark_bytes: int = 32768, shard_files: int = 8):
+        files = dict(files or {})
+        where = "ledger/woolf.toml: workload.params"
+        missing = [n for n in REQUIRED if n not in files]
+        if missing:
+            raise ConfigError(f"{where}.files lacks {missing}",
+                              hint="create the ledger with `woolf init --workload transformers --weights DIR`")
+        if autocast not in AUTOCAST:
+            raise ConfigError(f"{where}.autocast = {autocast!r}", hint="use \"\", \"bf16\" or \"fp16\"")
+        if dtype not in DTYPES:
+            raise ConfigError(f"{where}.dtype = {dtype!r}", hint=f"use one of {', '.join(DTYPES)}")
+        for key, value in (("context", context), ("batch_size", batch_size), ("grad_accum", grad_accum),
+                           ("eval_batch", eval_batch), ("benchmark_bytes", benchmark_bytes)):
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{where}.{key} = {value!r}", hint="use an integer > 0")
+        self.model_dir, self.files, self.dtype, self.pinned = model, files, dtype, transformers
+        self.context, self.batch_size, self.grad_accum = context, batch_size, grad_accum
+        self.lr, self.weight_decay, self.warmup_steps, self.autocast = lr, weight_decay, warmup_steps, autocast
+        self.eval_batch, self.benchmark_size, self.shard_files = eval_batch, benchmark_bytes, shard_files
+        self._blobs: dict[str, bytes] | None = None
+        self._model = self._config = self._tok = None
+        self._bench: tuple[str, torch.Tensor] | None = None
+
+    # -- the model's files -------------------------------------------------------
+    def bind(self, read: Callable[[str], bytes | None]) -> None:
+        """Read the pinned files through ``read(ledger path) -> bytes | None`` and check their sha256."""
+        blobs = {}
+        for name, sha in self.files.items():
+            rel = f"{self.model_dir}/{name}"
+            data = read(rel)
+            if data is None:
+                raise IntegrityError(f"{rel} is missing from the ledger (pinned in workload.params.files)")
+            if hashlib.sha256(data).hexdigest() != sha:
+                raise IntegrityError(f"{rel} does not match its sha256 in workload.params.files",
+                                     hint="the model's files never change after `woolf init`; restore them")
+            blobs[name] = data
+        self._blobs = blobs
+        self._check_version()
+        _ = self.config  # a config that transformers cannot build, or a bad context, fails here
+
+    def _check_version(self) -> None:
+        from woolf.workloads.hf.modeldir import transformers_version
+
+        have = transformers_version()
+        if self.pinned and self.pinned.split(".")[:2] != have.split(".")[:2]:
+            raise ConfigError(f"this ledger's model was imported with transformers {self.pinned}; "
+                              f"this machine has {have}, whose model code may differ",
+                              hint=f'pip install "transformers=={self.pinned}"')
+
+    def _require(self) -> dict[str, bytes]:
+        if self._blobs is None:
+            raise UsageError("the transformers workload has no model files",
+                             hint="open it through its ledger: Ledger.open(path).workload()")
+        return self._blobs
+
+    @property
+    def config(self):
+        if self._config is None:
+            self._config = build_config(self._require()["config.json"], f"{self.model_dir}/config.json")
+            self._config.use_cache = False
+            limit = max_positions(self._config)
+            if limit and self.context > limit:
+                raise ConfigError(f"ledger/woolf.toml: workload.params.context = {self.context}, but the model "
+                                  f"takes at most {limit} positions", hint=f"set workload.params.context <= {limit}")
+        return self._config
+
+    @property
+    def tokenizer(self):
+        if self._tok is None:
+            self._tok = load_tokenizer(self._require()["tokenizer.json"], self.config,
+                                       f"{self.model_dir}/tokenizer.json")
+        return self._tok
+
+    def model(self, seed: int | None = None) -> torch.nn.Module:
+        """A float32 instance of the architecture (one per workload object, reused)."""
+        from transformers import AutoModelForCausalLM
+
+        if seed is not None or self._model is None:
+            if seed is not None:
+                torch.manual_seed(seed)
+            m = AutoModelForCausalLM.from_config(self.config, dtype=torch.float32)
+            if seed is not None:
+                return m
+            self._model = m
+        return self._model
+
+    def fingerprint(self) -> str:
+        return f"transformers:{self.config.model_type}:{self.files['config.json'][:12]}:c{self.context}"
+
+    def genesis(self, seed: int = 0) -> dict[str, torch.Tensor]:
+        """Seeded random weights of the architecture (a ledger's genesis is its imported checkpoint)."""
+        return {k: v.to(getattr(torch, self.dtype)).clone().contiguous()
+                for k, v in canonical(self.model(seed)).items()}
+
+    def _load(self, weights: dict[str, torch.Tensor], device: str) -> torch.nn.Module:
+        model = self.model()  # reused: copy_ below crosses devices, then it moves as a whole
+        names = set(canonical(model))
+        if set(weights) != names:
+            raise InvalidWeightsError("weights are not this model's: "
+                                      f"missing {sorted(names - set(weights))[:4]}, "
+                                      f"unexpected {sorted(set(weights) - names)[:4]}")
+        with torch.no_grad():
+            state = model.state_dict()
+            for name, tensor in weights.items():
+                state[name].copy_(tensor)  # tied copies share the tensor, so they follow
+        return model.to(device)
+
+    # -- data --------------------------------------------------------------------
+    def benchmark_bytes(self) -> bytes:
+        return corpus.benchmark_text(self.benchmark_size)
+
+    def default_data(self, contributor: str, base_version: int) -> TrainData:
+        files = corpus.assign_shard(contributor, base_version, self.shard_files)
+        return TrainData([corpus.read(f) for f in files], f"shard:{contributor}@v{base_version}", files)
+
+    def data_from_path(self, path: str) -> TrainData:
+        p = Path(path)
+        if not p.exists():
+            raise UsageError(f"--data {path}: no such file or directory")
+        files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
+        texts = [f.read_bytes() for f in files]
+        if not any(texts):
+            raise UsageError(f"--data {path}: no text to train on")
+        return TrainData(texts, str(p), [str(f) for f in files])
+
+    def tokens(self, texts: list[bytes]) -> torch.Tensor:
+        """Token ids of ``texts`` in order, separated by the end-of-text token when the model has one."""
+        eos = self.config.eos_token_id
+        eos = eos[0] if isinstance(eos, list) else eos
+        ids: list[int] = []
+        for text in texts:
+            ids.extend(self.tokenizer.encode(text.decode("utf-8", "replace"), add_special_tokens=False).ids)
+            if eos is not None and 0 <= eos < self.config.vocab_size:
+                ids.append(eos)
+        return torch.tensor(ids, dtype=torch.long)
+
+    # -- training ----------------------------------------------------------------
+    def lr_at(self, global_step: int) -> float:
+        if self.warmup_steps and global_step < self.warmup_steps:
+            return self.lr * (global_step + 1) / self.warmup_steps
+        return self.lr
+
+    def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0,
+              progress: Progress | None = None, state_dir: Path | None = None, global_step: int = 0,
+              follow=None, follow_every: int = 0):
+        """``steps`` AdamW steps of ``grad_accum`` micro-batches each; the same contract as charlm's."""
+        ids = self.tokens(data.texts)
+        if len(ids) < self.context + 2:
+            raise UsageError(f"training data has {len(ids)} tokens; one window needs {self.context + 2}")
+        gen = torch.Generator().manual_seed(seed)
+        model = self._load(weights, device).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        resumed = load_optimizer(opt, model, state_dir, self.fingerprint()) if state_dir else "fresh"
+        kind = torch.device(device).type
+        amp = AUTOCAST[self.autocast]
+        if amp is torch.float16 and kind != "cuda":
+            amp = None  # fp16 autocast is for GPUs; a CPU participant trains in float32
+        scaler = torch.amp.GradScaler("cuda") if amp is torch.float16 else None
+        t0, losses = time.perf_counter(), []
+        for step in range(1, steps + 1):
+            for group in opt.param_groups:
+                group["lr"] = self.lr_at(global_step + step - 1)
+            opt.zero_grad(set_to_none=True)
+            total = 0.0
+            for _ in range(self.grad_accum):
+                ix = torch.randint(len(ids) - self.context - 1, (self.batch_size,), generator=gen)
+                x = torch.stack([ids[i : i + self.context] for i in ix]).to(device)
+                y = torch.stack([ids[i + 1 : i + 1 + self.context] for i in ix]).to(device)
+                with torch.autocast(kind, dtype=amp or torch.float32, enabled=amp is not None):
+                    logits = model(input_ids=x).logits
+                loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1)) / self.grad_accum
+                (scaler.scale(loss) if scaler else loss).backward()
+                total += loss.item()
+            if scaler:
+                scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if scaler:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
+            losses.append(total)
+            if follow is not None and follow_every and step % follow_every == 0 and step < steps:
+                shift = follow()
+                if shift is not None:
+                    with torch.no_grad():
+                        state = model.state_dict()
+                        for name, delta in shift.items():
+                            state[name].add_(delta.to(state[name].dtype).to(state[name].device))
+            if progress:
+                progress(step, steps, losses[-1])
+        secs = time.perf_counter() - t0
+        if state_dir:
+            save_optimizer(opt, model, state_dir, self.fingerprint())
+        out = {k: v.to("cpu", getattr(torch, self.dtype)).clone().contiguous() for k, v in canonical(model).items()}
+        tail = losses[-max(1, steps // 5):]
+        return out, {"steps": steps, "seconds": round(secs, 3), "train_loss": sum(tail) / len(tail),
+                     "tokens": steps * self.grad_accum * self.batch_size * self.context, "data": data.source,
+                     "optimizer": resumed, "device": device, "autocast": str(amp).replace("torch.", "") if amp else "off"}
+
+    # -- evaluation --------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
+        """Per-token loss (nats) and perplexity over fixed windows of ``context`` tokens, in float32."""
+        key = hashlib.sha256(benchmark).hexdigest()
+        if self._bench is None or self._bench[0] != key:
+            self._bench = (key, self.tokens([benchmark]))
+        ids = self._bench[1]
+        n = (len(ids) - 1) // self.context
+        if n == 0:
+            raise UsageError(f"the benchmark has {len(ids)} tokens, less than one window of {self.context + 1}")
+        x = ids[: n * self.context].view(n, self.context)
+        y = ids[1 : n * self.context + 1].view(n, self.context)
+        model = self._load(weights, device).eval()
+        total, count = 0.0, 0
+        for i in range(0, n, self.eval_batch):
+            logits = model(input_ids=x[i : i + self.eval_batch].to(device)).logits.float()
+            yb = y[i : i + self.eval_batch].to(device)
+            total += F.cross_entropy(logits.view(-1, logits.shape[-1]), yb.reshape(-1), reduction="sum").item()
+            count += yb.numel()
+        loss = total / count
+        return {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
