@@ -49,3 +49,11 @@ def test_network_run_smoke(tmp_path):
     [run] = data["runs"]
     assert run["versions_merged"] + run["prs_rejected"] == 2 and (tmp_path / "net.png").exists()
     assert run["alone_loss"] is not None and run["parallel_loss"] is not None
+
+
+def test_hf_throughput_smoke(tmp_path):
+    pytest.importorskip("transformers")
+    _run(tmp_path, "hf_throughput.py", "--merge-layers", "1", "--merge-width", "64", "--merge-vocab", "1024",
+         "--eval-sizes", "tiny:1:32")
+    data = json.loads((tmp_path / "hf_throughput.json").read_text())
+    assert data["evaluation"][0]["tokens_per_second"] > 0 and data["merge"]["ratio_to_floor"] > 0
