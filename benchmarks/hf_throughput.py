@@ -123,12 +123,16 @@ def merge(root: Path, layers: int, width: int, vocab: int) -> dict:
             while b := fh.read(16 << 20):
                 h.update(b)
 
+    wl = led.workload()
+    window = wl.context
+    eval_tokens = 2 * ((len(wl.tokens([led.benchmark()])) - 1) // window * window)  # before and after
     floor_s = min(timed(floor)[0] for _ in range(2))
     md5_s = 3 * timed(md5, cur)[0]
     beyond = t_validate - t.get("evaluation", 0.0)
     return {"params": params, "bytes": cur.stat().st_size, "init_seconds": t_init, "submit_seconds": t_submit,
             "validate_seconds": t_validate, "evaluation_seconds": t.get("evaluation", 0.0),
-            "beyond_eval_seconds": beyond, "breakdown": t, "floor_seconds": floor_s, "md5_seconds": md5_s,
+            "beyond_eval_seconds": beyond, "eval_tokens": eval_tokens,
+            "eval_tokens_per_second": eval_tokens / t.get("evaluation", float("nan")), "breakdown": t, "floor_seconds": floor_s, "md5_seconds": md5_s,
             "ratio_to_floor": beyond / (floor_s + md5_s), "peak_rss_mib": peak_rss_mib()}
 
 
@@ -158,7 +162,7 @@ def main() -> None:
         m = merge(root, args.merge_layers, args.merge_width, args.merge_vocab)
         out["merge"] = m
         print(f"merge {m['params'] / 1e6:.1f}M params ({m['bytes'] / 1e6:.0f} MB): validate {m['validate_seconds']:.2f}s, "
-              f"of which evaluation {m['evaluation_seconds']:.2f}s; beyond it {m['beyond_eval_seconds']:.2f}s vs "
+              f"of which evaluation {m['evaluation_seconds']:.2f}s ({m['eval_tokens_per_second']:.0f} tokens/s); beyond it {m['beyond_eval_seconds']:.2f}s vs "
               f"floor {m['floor_seconds']:.2f}s + md5 {m['md5_seconds']:.2f}s = x{m['ratio_to_floor']:.2f}")
     out["total_seconds"] = time.perf_counter() - t0
     print(f"wrote {write_json(args.out, out)} in {out['total_seconds']:.0f}s")
