@@ -104,6 +104,8 @@ class Validator:
             for sub_id in sorted(unknown):
                 self.forge.get(sub_id, fetch=False)  # raises for an unknown id
             queue = [i for i in queue if i in ids]
+        if queue:  # the model must load on this machine (package, version, pinned files): no PR's fault
+            self.ledger.workload()
         verdicts = []
         now = time.monotonic()
         for sub_id in queue:  # when the forge received each PR, never the id's self-chosen timestamp
