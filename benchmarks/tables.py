@@ -63,7 +63,9 @@ LABELS = {"serial": "serial: one worker, all steps", "alone": "alone: one worker
           "A4-noatt": "A4 without attenuation", "A5": "A5 + speed-aware steps",
           "A6": "A6 + error feedback", "A7": "A7 + follow the ledger (every 5 steps)",
           "A7-current": "A7 with the gate vs current", "A7-half": "A7 with alpha 0.5, gate vs current",
-          "A8": "A8 = A7 + error feedback"}
+          "A8": "A8 = A7 + error feedback",
+          "A6-compounding": "A6, first version (residuals compound)",
+          "A8-compounding": "A8, first version (residuals compound)"}
 
 
 def convergence(*names) -> None:
