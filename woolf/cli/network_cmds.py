@@ -58,7 +58,11 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, se
             f"{r.reference_seconds:.0f}s)   hub: {r.dir}")
     if r.report:
         c.print(f"report: {r.report}")
-    c.print(f"try: git clone {r.dir}/hub.git mine && cd mine && woolf log")
+    import shutil
+    import sys
+
+    woolf_cmd = "woolf" if shutil.which("woolf") else f"{sys.executable} -m woolf"
+    c.print(f"try: git clone {r.dir}/hub.git mine && cd mine && {woolf_cmd} log")
 
 
 def comparison_lines(r) -> list[str]:
