@@ -8,9 +8,12 @@ Usage (in a test):
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +21,11 @@ import pytest
 import torch
 
 from woolf.contribute import submit, train
+from woolf.hub.create import init_hub
 from woolf.ledger import Ledger
-from woolf.storage.git import clean_env
+from woolf.signing.keys import configure, create_key
+from woolf.signing.signers import signer_line
+from woolf.storage.git import Git, clean_env
 
 torch.set_num_threads(1)
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
@@ -36,6 +42,28 @@ SMALL = {
 }
 
 
+# Signed test ledgers: "work" (the creator) is maintainer and validator; clones named like a
+# validator sign as validators, clones named like a listed contributor sign their submissions,
+# any other clone has no key (an unsigned contributor). Keys are made once per test process.
+VALIDATORS = ("val", "v1", "v2", "validator")
+CONTRIBUTORS = ("alice", "bob", "carol")
+_KEYS: dict[str, Path] = {}
+_KEY_DIR = Path(tempfile.mkdtemp(prefix="woolf-test-keys-"))
+atexit.register(shutil.rmtree, _KEY_DIR, True)
+
+
+def key_for(name: str) -> Path:
+    if name not in _KEYS:
+        _KEYS[name] = create_key(_KEY_DIR / name, name)[0]
+    return _KEYS[name]
+
+
+def signer_lines() -> list[str]:
+    pub = lambda n: Path(f"{key_for(n)}.pub").read_text()  # noqa: E731
+    return ([signer_line(v, pub(v), ["validator"]) for v in VALIDATORS]
+            + [signer_line(c, pub(c)) for c in CONTRIBUTORS])
+
+
 def git(*args, cwd):
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
                           env=clean_env()).stdout.decode().strip()
@@ -46,11 +74,14 @@ class Network:
     root: Path
     work: Ledger
     hub: Path
+    signed: bool = True
 
     def clone(self, name: str) -> Ledger:
         dest = self.root / name
         git("clone", "-q", str(self.hub), str(dest), cwd=self.root)
         git("config", "user.name", name, cwd=dest)
+        if self.signed and (name in VALIDATORS or name in CONTRIBUTORS):
+            configure(Git(dest), key_for(name))
         return Ledger.open(dest)
 
     def train_submit(self, ledger: Ledger, who: str, steps: int = 20, seed: int = 0, **kw) -> dict:
@@ -58,13 +89,15 @@ class Network:
         return submit(ledger, contributor=who, **kw)
 
 
-def make_network(root: Path, **overrides) -> Network:
+def make_network(root: Path, signed: bool = True, **overrides) -> Network:
+    """A ledger in root/work (signed unless signed=False) and its hub made by `woolf hub init`."""
     settings = {**SMALL, **{k: str(v) for k, v in overrides.items()}}
-    work = Ledger.init(root / "work", storage=str(root / "storage"), overrides=settings)
+    signing = {"signing_key": key_for("work"), "signer": "work", "extra_signers": signer_lines()} if signed else {}
+    work = Ledger.init(root / "work", storage=str(root / "storage"), overrides=settings, **signing)
     hub = root / "hub.git"
-    git("clone", "-q", "--bare", str(work.root), str(hub), cwd=root)
+    init_hub(hub, work.root)
     git("remote", "add", "origin", str(hub), cwd=work.root)
-    return Network(root, work, hub)
+    return Network(root, work, hub, signed)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from woolf.ledger import Ledger
 from woolf.workloads.corpus import assign_shard
 
 from .conftest import SMALL, git, make_network, run_cli
+from .crafting import force_ref
 
 
 def test_submission_commit_and_delta(network):
@@ -181,7 +182,9 @@ def test_submit_base_no_longer_on_main(network):
     # rewrite history on the hub: version 0 is replaced by another root commit
     other = network.root / "other"
     Ledger.init(other, storage=str(network.root / "storage2"), overrides={**SMALL, "name": "other"})
-    git("push", "-q", "--force", str(network.hub), "main:main", cwd=other)
+    with pytest.raises(subprocess.CalledProcessError):  # the hub refuses a rewrite of main
+        git("push", "-q", "--force", str(network.hub), "main:main", cwd=other)
+    force_ref(network.hub, other, "main", "refs/heads/main")  # a forge without protection would not
     with pytest.raises(UsageError, match="no longer"):
         submit(alice, contributor="alice")
     assert _no_prs(network)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import subprocess
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from woolf.storage.files import sha256_file
 from woolf.validator import Validator
 
 from .conftest import git
-from .crafting import craft_pr
+from .crafting import craft_pr, force_ref
 
 
 def _delta(led, scale=0.01, seed=0):
@@ -189,7 +190,10 @@ def test_audit_detects_tampered_storage_and_forged_version(network, tmp_path):
     msg = (f"woolf: version 2\n\nWoolf-Version: 2\nWoolf-Base-Version: 1\nWoolf-Staleness: 0\n"
            f"Woolf-Attenuation: 1.0\nWoolf-Alpha: 1.0\nWoolf-Submission: {sub}\nWoolf-Weights-Sha256: {sha}\n")
     commit = led.git.commit_tree_with(head.commit, {layout.POINTER: ptr.render()}, msg, [head.commit, pr.head])
-    git("push", "-q", "origin", f"{commit}:refs/heads/main", cwd=led.root)
+    with pytest.raises(subprocess.CalledProcessError) as refused:  # the hub's hook refuses it
+        git("push", "-q", "origin", f"{commit}:refs/heads/main", cwd=led.root)
+    assert "no signature" in refused.value.stderr.decode()
+    force_ref(network.hub, led.root, commit, "refs/heads/main")  # a forge without protection would take it
     auditor = network.clone("auditor")
     report = audit(auditor)
     assert not report.ok

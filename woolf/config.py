@@ -58,7 +58,7 @@ class PolicyConfig:
 
 @dataclass
 class WorkloadConfig:
-    name: str = "charlm"  # built-in name, or "package.module:object"
+    name: str = "charlm"  # built-in name, or an entry point in the group "goodwoolf.workloads"
     command: str = ""  # external training command with {base} {out} {data} {steps}
     steps: int = 60  # default training steps per contribution
     auto_seconds: float = 60.0  # `woolf train --steps auto`: aim for contributions of about this long
@@ -92,6 +92,11 @@ class ForgeConfig:
 
 
 @dataclass
+class SigningConfig:
+    contributors: str = "optional"  # optional | required: submissions signed by a key in allowed_signers
+
+
+@dataclass
 class LedgerConfig:
     name: str = "ledger"
     merge: MergeConfig = field(default_factory=MergeConfig)
@@ -100,6 +105,7 @@ class LedgerConfig:
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     forge: ForgeConfig = field(default_factory=ForgeConfig)
+    signing: SigningConfig = field(default_factory=SigningConfig)
 
 
 _SECTIONS = {
@@ -109,6 +115,7 @@ _SECTIONS = {
     "benchmark": BenchmarkConfig,
     "limits": LimitsConfig,
     "forge": ForgeConfig,
+    "signing": SigningConfig,
 }
 
 
@@ -193,6 +200,8 @@ def _check(cfg: LedgerConfig, source: str) -> None:
         bad("forge.delta_schemes", "use a list drawn from 'https', 'http'", f.delta_schemes)
     if f.delta_timeout <= 0:
         bad("forge.delta_timeout", "use seconds > 0", f.delta_timeout)
+    if cfg.signing.contributors not in ("optional", "required"):
+        bad("signing.contributors", "use 'optional' or 'required'", cfg.signing.contributors)
     if not cfg.name or any(c in cfg.name for c in "\n\r"):
         bad("name", "use a one-line name", cfg.name)
 

@@ -3,6 +3,13 @@
 Usage:
     create_ledger(Path("my-ledger"), storage="s3://bucket/prefix", overrides={"policy.min_improvement": "-0.05"})
     create_ledger(Path("my-ledger"), workload="transformers", weights=Path("my-model"))  # a HF model directory
+    create_ledger(Path("my-ledger"), signing_key=Path("~/.ssh/woolf"), signer="alice",
+                  extra_signers=['v2 namespaces="git" ssh-ed25519 AAAA... roles=validator'])
+
+With a signing key the creator is listed in ledger/allowed_signers as maintainer
+and validator, version 0 is signed with that key, and the new repository is
+configured to sign with it (gpg.format = ssh, user.signingkey). Without one the
+ledger is unsigned (docs/protocol.md#signatures).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from woolf import layout
 from woolf.config import LedgerConfig, apply_overrides, render_config
 from woolf.core.trailers import format_message
 from woolf.errors import UsageError
+from woolf.signing.signers import SIGNERS_PATH, Signers, signer_line
 from woolf.storage.dvcstore import init_dvc
 
 
@@ -36,9 +44,26 @@ def write_ci_files(root: Path) -> None:
             out.chmod(0o755)
 
 
+def _signers(signing_key: Path | None, signer: str | None, extra: list[str] | tuple[str, ...]) -> str | None:
+    """The allowed_signers text: the creator as maintainer and validator, then ``extra`` lines."""
+    if signing_key is None:
+        if extra:
+            raise UsageError("extra signers need a signing key for the creator", hint="pass --key")
+        return None
+    from woolf.identity import contributor_id
+    from woolf.signing.keys import public_of
+
+    if not Path(signing_key).exists():
+        raise UsageError(f"signing key {signing_key} does not exist", hint="make one with `woolf key create`")
+    name = contributor_id(signer)
+    lines = [signer_line(name, public_of(Path(signing_key)), ["maintainer", "validator"]), *extra]
+    return Signers.parse("\n".join(lines), "--signer").render()  # validates every line
+
+
 def create_ledger(path: Path, storage: str | None = None, workload: str = "charlm",
                   alpha: float | None = None, weights: Path | None = None, name: str | None = None,
-                  seed: int = 0, overrides: dict[str, str] | None = None) -> None:
+                  seed: int = 0, overrides: dict[str, str] | None = None, signing_key: Path | None = None,
+                  signer: str | None = None, extra_signers: list[str] | tuple[str, ...] = ()) -> None:
     """Refuses a path that holds a ledger or anything else; removes what it made if it fails."""
     from woolf.ledger import Ledger
     from woolf.storage.files import hashes_of_file
@@ -46,6 +71,7 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
     from woolf.workloads.base import load_workload
 
     path = Path(path).resolve()
+    signers_text = _signers(signing_key, signer, extra_signers)
     if (path / layout.CONFIG).exists():
         raise UsageError(f"{path} already holds a ledger", hint="use `woolf status` there")
     if path.exists() and any(path.iterdir()):
@@ -97,6 +123,12 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
         for rel, data in model_files.items():
             (path / rel).parent.mkdir(parents=True, exist_ok=True)
             (path / rel).write_bytes(data)
+        if signers_text is not None:
+            from woolf.signing.keys import configure
+
+            (path / SIGNERS_PATH).write_text(signers_text)
+            configure(ledger.git, Path(signing_key))
+            ledger.git.sign_key = str(Path(signing_key).resolve())
         init_dvc(path, storage)
         save_atomic(genesis, path / layout.WEIGHTS)
         ptr = ledger.store.add(path / layout.WEIGHTS)
@@ -110,7 +142,8 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
              if weights else f"{cfg.workload.name} seed {seed}",
              "Woolf-Metrics": metrics},
         )
-        ledger.git.run("commit", "-q", "-F", "-", input=message.encode())
+        sign = ["-S"] if ledger.git.sign_key else []
+        ledger.git.run(*ledger.git.sign_args(), "commit", "-q", *sign, "-F", "-", input=message.encode())
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise

@@ -83,12 +83,12 @@ class Ledger:
     @classmethod
     def init(cls, path: Path, storage: str | None = None, workload: str = "charlm",
              alpha: float | None = None, weights: Path | None = None, name: str | None = None,
-             seed: int = 0, overrides: dict[str, str] | None = None) -> Ledger:
-        """Create a ledger at ``path`` with version 0 (see woolf/create.py)."""
+             seed: int = 0, overrides: dict[str, str] | None = None, **signing) -> Ledger:
+        """Create a ledger at ``path`` with version 0 (see woolf/create.py; ``signing``: its key arguments)."""
         from woolf.create import create_ledger
 
         create_ledger(path, storage=storage, workload=workload, alpha=alpha, weights=weights, name=name,
-                      seed=seed, overrides=overrides)
+                      seed=seed, overrides=overrides, **signing)
         return cls(Path(path).resolve())
 
     @property

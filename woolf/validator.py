@@ -40,6 +40,8 @@ from woolf.errors import (
 )
 from woolf.forges.base import PullRequest
 from woolf.forges.github import forge_for
+from woolf.signing.submitter import check_submitter
+from woolf.signing.trust import require_validator
 from woolf.storage.files import hashes_of_file
 from woolf.storage.outer_state import load_state, save_state
 from woolf.storage.pointer import Pointer
@@ -195,7 +197,9 @@ class Validator:
         """(PR, main's head) as the forge and origin have them now; the config re-read from main."""
         self.ledger.fetch()
         self.ledger._config = None
-        return self.forge.refresh(sub_id), self.ledger.head()
+        pr, main = self.forge.refresh(sub_id), self.ledger.head()
+        require_validator(self.ledger, main)  # main's head and config signed; this clone signs as a validator
+        return pr, main
 
     def candidate(self, adm: Admitted, main, att: float, timer: Timer):
         """(current weights, merge Step) after the data checks; raises Rejected.
@@ -239,6 +243,7 @@ class Validator:
         """The verdict on ``pr`` against ``main``, and the candidate weights when it is accepted."""
         verdict = Verdict(pr.id, False, "rejected", "", pr.contributor, pr.base_version)
         try:
+            check_submitter(self.ledger, pr, main)  # id, submission.json and signature name one contributor
             return self._evaluate(pr, main, verdict, timer)
         except Rejected as exc:
             verdict.reason = exc.message

@@ -68,8 +68,7 @@ class LocalForge(Forge):
             {"Woolf-Verdict": state, "Woolf-Submission": pr.id, "Woolf-Reason": " ".join(reason.split()),
              **fields},
         )
-        commit = self.git.out("commit-tree", f"{pr.head}^{{tree}}", "-p", pr.head, "-F", "-",
-                              input=message.encode())
+        commit = self.git.commit_tree(f"{pr.head}^{{tree}}", message, [pr.head])  # signed if keyed
         ref = self._ref(pr.id, "verdict")
         self.git.push(self.remote, [(commit, ref)], leases={ref: None})
         self.git.run("update-ref", ref, commit)
@@ -98,9 +97,8 @@ class LocalForge(Forge):
         ref = self._ref(sub_id, "comments")
         old = self.git.rev_parse(ref)
         pr = self.get(sub_id, fetch=False)
-        parents = ["-p", old] if old else ["-p", pr.head]
-        commit = self.git.out("commit-tree", f"{pr.head}^{{tree}}", *parents, "-F", "-",
-                              input=format_message(f"woolf: comment on {sub_id}", {}, text).encode())
+        commit = self.git.commit_tree(f"{pr.head}^{{tree}}", format_message(f"woolf: comment on {sub_id}", {}, text),
+                                      [old or pr.head])
         self.git.push(self.remote, [(commit, ref)], leases={ref: old})
         self.git.run("update-ref", ref, commit)
 

@@ -5,6 +5,7 @@ Usage:
     head = g.rev_parse("refs/heads/main")
     blob = g.show_bytes(f"{head}:ledger/woolf.toml")
     commit = g.commit_tree_with(head, {"path/in/tree": b"content"}, message, parents=[head])
+    g.sign_key = "/path/to/ssh/key"   # then every commit made here is SSH-signed (gpg.format = ssh)
     g.push("origin", [(commit, "refs/heads/main")], leases={"refs/heads/main": head})
 """
 
@@ -56,15 +57,37 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
+_UNSET = object()
+
+
 class Git:
-    def __init__(self, cwd: Path, identity: dict | None = None):
+    def __init__(self, cwd: Path, identity: dict | None = None, keep_env: dict | None = None):
         self.cwd = Path(cwd)
         self.identity = identity or {}
         self._git_dir: Path | None = None
+        self.keep_env = keep_env or {}  # GIT_* a hook must keep (its quarantined object directory)
+        self._sign_key = _UNSET
+
+    @property
+    def sign_key(self) -> str | None:
+        """The SSH key commits made here are signed with (see woolf/signing/keys.py), or None."""
+        if self._sign_key is _UNSET:
+            from woolf.signing.keys import signing_key
+
+            self._sign_key = signing_key(self)
+        return self._sign_key
+
+    @sign_key.setter
+    def sign_key(self, key: str | None) -> None:
+        self._sign_key = key
+
+    def sign_args(self) -> list[str]:
+        key = self.sign_key
+        return ["-c", "gpg.format=ssh", "-c", f"user.signingkey={key}"] if key else []
 
     def run(self, *args: str, input: bytes | None = None, env: dict | None = None,
             check: bool = True) -> subprocess.CompletedProcess:
-        extra = {**self._identity_env(), **(env or {})}
+        extra = {**self._identity_env(), **self.keep_env, **(env or {})}
         proc = subprocess.run(
             ["git", *args], cwd=self.cwd, input=input, capture_output=True,
             env=clean_env(extra),
@@ -192,9 +215,13 @@ class Git:
                 blob = self.run("hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
                 self.run("update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=env)
             tree = self.out("write-tree", env=env)
-        args = ["commit-tree", tree]
-        for p in parents:
-            args += ["-p", p]
+        return self.commit_tree(tree, message, parents)
+
+    def commit_tree(self, tree: str, message: str, parents: list[str]) -> str:
+        """A commit of ``tree``; signed with ``sign_key`` when there is one."""
+        args = [*self.sign_args(), "commit-tree", tree, *(a for p in parents for a in ("-p", p))]
+        if self.sign_key:
+            args.append("-S")
         return self.out(*args, "-F", "-", input=message.encode())
 
     def push(self, remote: str, updates: list[tuple[str, str]],
@@ -213,6 +240,10 @@ class Git:
         if proc.returncode == 0:
             return
         text = (proc.stdout + proc.stderr).decode(errors="replace")
+        if "hook declined" in text:  # the hub's rules (woolf/hub/rules.py), not a race
+            said = [ln.split("refused: ", 1)[1] for ln in text.splitlines() if "woolf hub: refused: " in ln]
+            raise ForgeError(f"the hub refused the push: {'; '.join(said) or text.strip()[-400:]}",
+                             hint="see docs/protocol.md#the-hub for what a hub accepts")
         if "stale info" in text or "rejected" in text or "atomic push failed" in text:
             raise RaceLostError(f"push to {remote} lost a race: {text.strip()[-400:]}")
         raise ForgeError(f"push to {remote} failed: {text.strip()[-800:]}",

@@ -1,0 +1,61 @@
+"""`woolf hub init`: the bare repository participants push to, with the rule-enforcing hook.
+
+Usage:
+    hub = init_hub(Path("hub.git"), source=Path("my-ledger"))   # then: git -C my-ledger remote add origin hub.git
+    install_hook(Path("hub.git"))                                # refresh the hook of an existing hub
+
+The hook runs this Python (`sys.executable`, recorded now) with `-m woolf.hub.hook`;
+re-run `woolf hub init --hook-only` after moving the virtualenv.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from woolf import layout
+from woolf.errors import UsageError
+from woolf.signing.authority import signers_text
+from woolf.storage.git import Git, clean_env
+
+HOOK = """#!/bin/sh
+# Installed by `woolf hub init`: refuses pushes that break the ledger's ref rules
+# (see docs/protocol.md#the-hub). Runs the Python that installed it.
+exec {python} -m woolf.hub.hook
+"""
+
+
+def install_hook(hub: Path) -> Path:
+    hub = Path(hub).resolve()
+    if not (hub / "HEAD").exists() or (hub / ".git").exists():
+        raise UsageError(f"{hub} is not a bare git repository")
+    hook = hub / "hooks" / "pre-receive"
+    hook.parent.mkdir(exist_ok=True)
+    hook.write_text(HOOK.format(python=shlex.quote(sys.executable)))
+    hook.chmod(0o755)
+    git = Git(hub)
+    for key, value in (("receive.denyDeletes", "true"), ("receive.denyNonFastForwards", "true"),
+                       ("receive.fsckObjects", "true"), ("core.logAllRefUpdates", "true")):
+        git.run("config", key, value)
+    return hook
+
+
+def init_hub(path: Path, source: Path | str) -> dict:
+    """A bare hub cloned from the ledger at ``source`` (main only), with the hook installed."""
+    path = Path(path).resolve()
+    if path.exists() and any(path.iterdir()):
+        raise UsageError(f"{path} exists and is not empty", hint="choose a new path for the hub")
+    src = Git(Path(source).resolve()) if Path(str(source)).exists() else None
+    if src is not None and src.show_bytes(f"{layout.MAIN}:{layout.CONFIG}") is None:
+        raise UsageError(f"{source} holds no ledger (no {layout.CONFIG} on main)",
+                         hint="create one with `woolf init PATH` first")
+    proc = subprocess.run(["git", "clone", "-q", "--bare", "--single-branch", "--branch", "main",
+                           "--no-tags", str(source), str(path)], capture_output=True, env=clean_env())
+    if proc.returncode != 0:
+        raise UsageError(f"cannot clone {source}: {proc.stderr.decode(errors='replace').strip()}")
+    install_hook(path)
+    hub = Git(path)
+    head = hub.rev_parse(layout.MAIN)
+    return {"path": str(path), "main": head, "signed": signers_text(hub, head) is not None}

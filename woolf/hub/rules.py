@@ -1,0 +1,119 @@
+"""Which ref updates a hub accepts: the rules its pre-receive hook applies to one push.
+
+Usage:
+    errors = check_push(git, [(old, new, ref), ...])     # [] when the whole push may land
+
+- `refs/heads/main`: never created or deleted here; moves only forward along its
+  own first-parent chain, and every new commit on that chain is a version commit
+  numbered one more than its parent, of the right shape and (on a signed ledger)
+  signed by a key with the right role (woolf/signing/authority.py);
+- `refs/woolf/pr/<id>/head`: created once, never moved or deleted;
+- `refs/woolf/pr/<id>/verdict`: created once, for an existing PR; `merged` is the
+  version commit landing on main; `rejected` is a commit on the head signed by a
+  validator; `withdrawn` is signed by a validator or by the PR's own contributor;
+- `refs/woolf/pr/<id>/comments`: created, or moved forward;
+- `refs/heads/woolf/<id>` (forge.kind = "github" only: the PR branch): created once;
+- nothing else.
+
+"Signed by" is checked against the allowed_signers on main before the push.
+"""
+
+from __future__ import annotations
+
+import re
+
+from woolf import layout
+from woolf.config import parse_config
+from woolf.core.trailers import int_field, parse_message
+from woolf.errors import ConfigError
+from woolf.signing.authority import chain_problems, signers_text
+from woolf.signing.signers import Signers
+from woolf.signing.verify import role_problem, signatures
+
+ZERO = "0" * 40
+_PR_REF = re.compile(r"^refs/woolf/pr/([^/]+)/(head|verdict|comments)$")
+_GH_BRANCH = re.compile(r"^refs/heads/woolf/([^/]+)$")
+
+
+def check_push(git, updates: list[tuple[str, str, str]]) -> list[str]:
+    main = git.rev_parse(layout.MAIN)
+    new_main = next((new for old, new, ref in updates if ref == layout.MAIN), None)
+    pushed = {ref: new for _, new, ref in updates}
+    errors: list[str] = []
+    for old, new, ref in updates:
+        errors += [f"{ref}: {e}" for e in _check_one(git, old, new, ref, main, new_main, pushed)]
+    return errors
+
+
+def _check_one(git, old, new, ref, main, new_main, pushed) -> list[str]:
+    if ref == layout.MAIN:
+        return _check_main(git, old, new)
+    m = _PR_REF.match(ref)
+    if m:
+        sub_id, kind = m.groups()
+        if not layout.SUBMISSION_ID.match(sub_id):
+            return [f"{sub_id!r} is not a submission id"]
+        if new == ZERO:
+            return ["pull-request refs are never deleted"]
+        if kind == "comments":
+            return [] if old == ZERO or git.is_ancestor(old, new) else ["comments only move forward"]
+        if old != ZERO:
+            return [f"a PR {kind} is created once and never moved"]
+        if kind == "head":
+            return []
+        return _check_verdict(git, sub_id, new, main, new_main, pushed)
+    m = _GH_BRANCH.match(ref)
+    if m and _forge_kind(git, main) == "github" and layout.SUBMISSION_ID.match(m.group(1)):
+        return [] if old == ZERO and new != ZERO else ["a PR branch is created once and never moved"]
+    return ["this hub accepts only main and refs/woolf/pr/<id>/{head,verdict,comments}"]
+
+
+def _forge_kind(git, main) -> str:
+    try:
+        return parse_config((git.show_bytes(f"{main}:{layout.CONFIG}") or b"").decode()).forge.kind
+    except ConfigError:
+        return "local"
+
+
+def _check_main(git, old, new) -> list[str]:
+    if old == ZERO or new == ZERO:
+        return ["main is never created or deleted by a push"]
+    if not git.is_ancestor(old, new):
+        return ["main only moves forward (a force-push or rewind is refused)"]
+    chain = git.out("rev-list", "--first-parent", "--reverse", f"{old}..{new}").split()
+    if not chain or git.parents(chain[0])[:1] != [old]:
+        return ["the new main does not continue the old one along its first-parent chain"]
+    _, fields = parse_message(git.message(old))
+    start = int_field(fields, "Woolf-Version")
+    problems = chain_problems(git, chain, None if start is None else start + 1)
+    return [f"{c[:12]}: {p}" for c in chain for p in problems[c]]
+
+
+def _check_verdict(git, sub_id, new, main, new_main, pushed) -> list[str]:
+    head = pushed.get(f"{layout.PR_PREFIX}/{sub_id}/head") or git.rev_parse(f"{layout.PR_PREFIX}/{sub_id}/head")
+    if head is None:
+        return ["a verdict for a pull request that does not exist"]
+    _, fields = parse_message(git.message(new))
+    if "Woolf-Version" in fields:  # merged: the verdict is the version commit itself
+        if fields.get("Woolf-Submission") != sub_id or git.parents(new)[1:] != [head]:
+            return ["a merged verdict must be the version commit that merged this PR's head"]
+        if new != new_main:
+            return ["a merged verdict lands together with main (one atomic push)"]
+        return []  # its signature is checked as part of main's chain
+    state = fields.get("Woolf-Verdict")
+    if state not in ("rejected", "withdrawn") or fields.get("Woolf-Submission") != sub_id:
+        return ["a verdict commit carries Woolf-Verdict (rejected|withdrawn) and this Woolf-Submission"]
+    if git.parents(new) != [head]:
+        return ["a verdict commit's one parent is the PR's head"]
+    text = signers_text(git, main)
+    if text is None:
+        return []  # unsigned ledger
+    signers = Signers.parse(text.decode(errors="replace"))
+    found = signatures(git, {new: text}).get(new)
+    problem = role_problem(found, signers, "validator")
+    if problem and state == "withdrawn":
+        contributor = sub_id.split("-", 1)[1].rsplit("-", 1)[0]
+        if found and found[0] == "G" and found[1] == contributor:
+            return []
+        problem += f"; a withdrawal may also be signed by {contributor}'s own key"
+    return [problem] if problem else []

@@ -1,0 +1,101 @@
+"""The rules for main: what each kind of version commit may change, and whose key signs it.
+
+Usage:
+    problems = chain_problems(git, commits)      # oldest first; {commit: [problem, ...]}
+    kind = version_kind(fields)                  # "genesis" | "merge" | "change" | None
+
+Three kinds of commit may sit on main's first-parent chain, each numbered one
+more than its first parent:
+
+- genesis (version 0, no parent): made by `woolf init`, signed by a maintainer
+  listed in its own allowed_signers (the root of trust);
+- merge (Woolf-Submission): two parents, changes only the weights pointer,
+  signed by a validator;
+- change (Woolf-Change): one parent, keeps the weights, changes only the
+  config, allowed_signers or benchmark, signed by a maintainer.
+
+Each signature is checked against the allowed_signers of the first parent:
+the keys in force before the commit. A ledger whose parent has no
+allowed_signers is unsigned and only the shape rules apply.
+"""
+
+from __future__ import annotations
+
+from woolf import layout
+from woolf.core.trailers import int_field, parse_message
+from woolf.errors import ConfigError
+from woolf.signing.signers import SIGNERS_PATH, Signers
+from woolf.signing.verify import role_problem, signatures
+
+CHANGEABLE = (layout.CONFIG, SIGNERS_PATH, "ledger/benchmark/")
+ROLE_OF = {"genesis": "maintainer", "merge": "validator", "change": "maintainer"}
+
+
+def version_kind(fields: dict) -> str | None:
+    if int_field(fields, "Woolf-Version") is None:
+        return None
+    if fields.get("Woolf-Change"):
+        return "change"
+    if fields.get("Woolf-Submission"):
+        return "merge"
+    return "genesis" if int_field(fields, "Woolf-Version") == 0 else None
+
+
+def signers_text(git, commit: str | None) -> bytes | None:
+    return git.show_bytes(f"{commit}:{SIGNERS_PATH}") if commit else None
+
+
+def shape_problem(git, commit: str, parents: list[str], fields: dict, kind: str | None) -> str | None:
+    """What is wrong with this commit as a version on main, apart from its signature."""
+    if kind is None:
+        return "not a version commit (no Woolf-Version trailer, or neither a merge nor a change)"
+    if kind == "genesis":
+        return None if not parents else "a version 0 that has a parent"
+    if kind == "merge":
+        if len(parents) != 2:
+            return f"a merge version with {len(parents)} parents (needs version and submission)"
+        extra = set(git.changed_paths(parents[0], commit)) - {layout.POINTER}
+        return f"the merge also changes {sorted(extra)}" if extra else None
+    if len(parents) != 1:
+        return f"a change version with {len(parents)} parents"
+    changed = git.changed_paths(parents[0], commit)
+    bad = [p for p in changed if not p.startswith(CHANGEABLE)]
+    if bad:
+        return f"the change touches {sorted(bad)} (a change may touch only config, signers, benchmark)"
+    return None
+
+
+def chain_problems(git, commits: list[str], first_number: int | None = None) -> dict[str, list[str]]:
+    """Shape, numbering and signature of each commit of a first-parent chain, oldest first."""
+    problems: dict[str, list[str]] = {c: [] for c in commits}
+    wanted: dict[str, bytes] = {}
+    roles: dict[str, tuple[str, Signers]] = {}
+    expect = first_number
+    for commit in commits:
+        parents = git.parents(commit)
+        _, fields = parse_message(git.message(commit))
+        kind = version_kind(fields)
+        number = int_field(fields, "Woolf-Version")
+        if expect is not None and number != expect:
+            problems[commit].append(f"numbered {number}, expected {expect} (versions must be consecutive)")
+        expect = (number if number is not None else (expect or 0)) + 1
+        shape = shape_problem(git, commit, parents, fields, kind)
+        if shape:
+            problems[commit].append(shape)
+            continue
+        text = signers_text(git, parents[0] if parents else commit)
+        if text is None:
+            continue  # unsigned ledger: shape rules only
+        try:
+            signers = Signers.parse(text.decode(errors="replace"))
+        except ConfigError as exc:
+            problems[commit].append(f"allowed_signers before it is malformed: {exc.message}")
+            continue
+        wanted[commit] = text
+        roles[commit] = (ROLE_OF[kind], signers)
+    found = signatures(git, wanted) if wanted else {}
+    for commit, (role, signers) in roles.items():
+        problem = role_problem(found.get(commit), signers, role)
+        if problem:
+            problems[commit].append(problem)
+    return problems

@@ -1,0 +1,63 @@
+"""SSH signing keys: made by ssh-keygen, found through git's own configuration.
+
+Usage:
+    private, public = create_key(Path("~/.ssh/woolf-alice").expanduser(), "alice")
+    key = signing_key(git)        # WOOLF_SIGNING_KEY, else user.signingkey when gpg.format = ssh
+    configure(git, private)       # gpg.format = ssh and user.signingkey in a clone
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from woolf.errors import UsageError
+
+ENV = "WOOLF_SIGNING_KEY"
+
+
+def ssh_keygen() -> str:
+    exe = shutil.which("ssh-keygen")
+    if exe is None:
+        raise UsageError("ssh-keygen is not installed; signed ledgers need it",
+                         hint="install OpenSSH's client (Debian: apt-get install openssh-client)")
+    return exe
+
+
+def create_key(path: Path, name: str) -> tuple[Path, str]:
+    """A new ed25519 key without passphrase at ``path`` (and path.pub); returns (path, public text)."""
+    path = Path(path)
+    if path.exists() or path.with_suffix(path.suffix + ".pub").exists():
+        raise UsageError(f"{path} already exists", hint="choose another --out, or use the existing key")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([ssh_keygen(), "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UsageError(f"ssh-keygen failed: {proc.stderr.strip()}")
+    return path, Path(f"{path}.pub").read_text().strip()
+
+
+def public_of(private: Path) -> str:
+    pub = Path(f"{private}.pub")
+    if pub.exists():
+        return pub.read_text().strip()
+    proc = subprocess.run([ssh_keygen(), "-y", "-f", str(private)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UsageError(f"cannot read the SSH key {private}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def signing_key(git) -> str | None:
+    """The key this clone signs with: $WOOLF_SIGNING_KEY, or git's user.signingkey with gpg.format = ssh."""
+    if os.environ.get(ENV):
+        return os.environ[ENV]
+    fmt = git.run("config", "gpg.format", check=False).stdout.decode().strip()
+    key = git.run("config", "user.signingkey", check=False).stdout.decode().strip()
+    return key if fmt == "ssh" and key else None
+
+
+def configure(git, private: Path) -> None:
+    git.run("config", "gpg.format", "ssh")
+    git.run("config", "user.signingkey", str(Path(private).resolve()))
