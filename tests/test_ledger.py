@@ -70,7 +70,7 @@ def test_init_refuses_existing_ledger_and_nonempty_dir(network, tmp_path, capsys
         Ledger.init(network.work.root)
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "f").write_text("x")
-    code, _, err = cli(capsys, "init", str(tmp_path / "junk"))
+    code, _, err = cli(capsys, "init", "--unsigned", str(tmp_path / "junk"))
     assert code == 2 and "not empty" in err
     assert (tmp_path / "junk" / "f").read_text() == "x"
 

@@ -3,12 +3,15 @@
 Usage:
     report = audit(ledger)                 # AuditReport(ok, versions_checked, problems)
     report.ok
+    audit(ledger, reevaluate=True)         # also re-run the benchmark on every merged version
 
 For each version on main's first-parent chain: numbering, staleness from
 ancestry, attenuation, alpha and merge rule against the config in force at the
 merge's parent, the weights (and outer state) objects in storage against their
 pointers, and the merge recomputed under the rule and parameters the version
 recorded: weights and outer state against their recorded sha256.
+Then who made each commit and whether the verdicts agree (woolf/audit_authority.py).
+With an origin, the audit fetches and audits origin's main and PR refs.
 """
 
 from __future__ import annotations
@@ -33,18 +36,30 @@ class AuditReport:
     ok: bool = True
     versions_checked: int = 0
     problems: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    signed: bool = False
 
-    def problem(self, version: int, what: str, kind: str = "wrong") -> None:
+    def problem(self, version: int | None, what: str, kind: str = "wrong", commit: str | None = None) -> None:
         """kind: "missing" (an object is not in storage: re-upload it), "unreachable", or "wrong"."""
         self.ok = False
-        self.problems.append({"version": version, "problem": what, "kind": kind})
+        self.problems.append({"version": version, "problem": what, "kind": kind,
+                              **({"commit": commit} if commit else {})})
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "versions_checked": self.versions_checked, "problems": self.problems}
+        return {"ok": self.ok, "versions_checked": self.versions_checked, "problems": self.problems,
+                "signed": self.signed, "notes": self.notes}
 
 
-def audit(ledger, progress=None) -> AuditReport:
+def audit(ledger, progress=None, reevaluate: bool = False) -> AuditReport:
+    from woolf.audit_authority import check_authority
+
     report = AuditReport()
+    if ledger.has_origin():  # audit what everyone shares, with its verdict refs
+        try:
+            ledger.fetch()
+            ledger.main_ref, ledger._config = "refs/remotes/origin/main", None
+        except WoolfError as exc:
+            report.notes.append(f"origin unreachable, audited the local main: {exc.message}")
     versions = list(reversed(ledger.log()))
     prev = None
     prev_weights = prev_state = None
@@ -64,9 +79,10 @@ def audit(ledger, progress=None) -> AuditReport:
             prev, prev_weights = v, None
             continue
         state, state_ok = _state_of(ledger, report, v, current)
-        if prev is not None:
+        if prev is not None and v.submission is not None:  # change versions: woolf/audit_authority.py
             _check_merge(ledger, report, prev, v, prev_weights, prev_state, current)
         prev, prev_weights, prev_state = v, current, (state if state_ok else _UNKNOWN)
+    check_authority(ledger, report, versions, reevaluate=reevaluate)
     return report
 
 

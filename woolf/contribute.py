@@ -23,6 +23,7 @@ from woolf.feedback import clear_residual, remember, settle
 from woolf.follow import Follower
 from woolf.forges.github import forge_for
 from woolf.identity import contributor_id
+from woolf.signing.trust import require_command_trust, require_trusted_head
 from woolf.storage.dvcstore import REMOTE_NAME
 from woolf.storage.files import hashes_of_file, write_bytes_atomic
 from woolf.storage.weights import check_finite, load_checked, save_atomic, spec_of
@@ -76,6 +77,7 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
     if isinstance(steps, int) and steps <= 0:
         raise UsageError(f"--steps must be a positive number of steps or 'auto', got {steps}")
     head = ledger.head() if offline else ledger.pull()
+    require_trusted_head(ledger, head)  # the config and weights came from maintainer and validator keys
     cfg = ledger.config
     wl = ledger.workload()
     fingerprint = getattr(wl, "fingerprint", lambda: cfg.workload.name)()
@@ -93,6 +95,7 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
 
         if not data:
             raise UsageError("this ledger trains with an external command: pass --data PATH")
+        require_command_trust(ledger, head)
         state_dir(ledger).mkdir(parents=True, exist_ok=True)
         path, summary = run_training_command(cfg.workload.command, base, data, steps, seed, out,
                                              state=state_dir(ledger) / "command")

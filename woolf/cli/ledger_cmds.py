@@ -27,7 +27,8 @@ def _fmt_metrics(m: dict | None) -> str:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--storage", help="DVC remote URL (directory, s3://...). Default: PATH.storage beside PATH.")
 @click.option("--workload", default="charlm", show_default=True,
-              help="Built-in name (charlm, transformers, synthetic) or package.module:object.")
+              help="Built-in name (charlm, transformers, synthetic), or an installed entry point "
+                   "(group goodwoolf.workloads).")
 @click.option("--alpha", type=float, help="alpha_base, the scale of every merged delta.")
 @click.option("--weights", type=click.Path(exists=True, path_type=Path),
               help="Start from this safetensors checkpoint instead of seeded genesis weights; with "
@@ -36,12 +37,26 @@ def _fmt_metrics(m: dict | None) -> str:
 @click.option("--name", help="Ledger name (default: the directory name).")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="Any config value, e.g. --set policy.min_improvement=-0.05 (repeatable).")
+@click.option("--key", "signing_key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              envvar="WOOLF_SIGNING_KEY",
+              help="Your SSH private key: you become maintainer and validator [env: WOOLF_SIGNING_KEY].")
+@click.option("--signer", help="Your signer name in ledger/allowed_signers (default: your contributor id).")
+@click.option("--add-signer", "extra", multiple=True, metavar="LINE",
+              help="Another allowed_signers line, e.g. from `woolf key create` (repeatable).")
+@click.option("--unsigned", is_flag=True, help="No signatures: anyone who can push to the hub has authority.")
 @json_option
 @pass_app
-def init(app: App, path, storage, workload, alpha, weights, name, settings, as_json):
-    """Create a new ledger at PATH with version 0."""
+def init(app: App, path, storage, workload, alpha, weights, name, settings, signing_key, signer, extra,
+         unsigned, as_json):
+    """Create a new ledger at PATH with version 0, signed with --key."""
     from woolf.errors import UsageError
     from woolf.ledger import Ledger
+
+    if unsigned and (signing_key or extra):
+        raise UsageError("--unsigned and --key/--add-signer exclude each other")
+    if not unsigned and not signing_key:
+        raise UsageError("a ledger is signed by its creator's SSH key: pass --key PATH",
+                         hint="make one with `woolf key create --out ~/.ssh/woolf`; or --unsigned (no authority)")
 
     overrides = {}
     for item in settings:
@@ -50,15 +65,17 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, as_j
             raise UsageError(f"--set {item!r}: expected KEY=VALUE")
         overrides[key.strip()] = value.strip()
     ledger = Ledger.init(path, storage=storage, workload=workload, alpha=alpha, weights=weights,
-                         name=name, overrides=overrides)
+                         name=name, overrides=overrides, signing_key=signing_key, signer=signer,
+                         extra_signers=list(extra))
     head = ledger.head()
     if as_json:
         app.emit_json({"path": str(ledger.root), "version": 0, "commit": head.commit,
-                       "storage": ledger.store.remote_url()})
+                       "storage": ledger.store.remote_url(), "signed": bool(signing_key)})
         return
     app.console.print(f"created ledger [bold]{ledger.config.name}[/] at {ledger.root}")
     app.console.print(f"  version 0 = {head.commit[:12]}, weights in {ledger.store.remote_url()}")
-    app.console.print("  next: `git clone --bare` it as a hub, then clone the hub to train and validate")
+    app.console.print(f"  {'signed: you are maintainer and validator' if signing_key else 'UNSIGNED'}")
+    app.console.print(f"  next: `woolf hub init hub.git --from {ledger.root}`, then clone the hub to train and validate")
 
 
 @click.command()

@@ -92,19 +92,23 @@ def _ci_step(app: App, validator, ids, evaluate_out, apply_file, as_json) -> Non
 
 
 @click.command()
+@click.option("--reevaluate", is_flag=True, help="Also re-run the benchmark on every merged version.")
 @json_option
 @pass_app
-def audit(app: App, as_json):
-    """Recompute every merged version from its parent and delta; exit 5 on any mismatch."""
+def audit(app: App, reevaluate, as_json):
+    """Recompute every merge, check every signature and verdict; exit 5 on any problem."""
     from woolf.audit import audit as do_audit
     from woolf.errors import IntegrityError
 
-    report = do_audit(app.ledger())
+    report = do_audit(app.ledger(), reevaluate=reevaluate)
     if as_json:
         app.emit_json(report.to_json())
     else:
+        for note in report.notes:
+            app.console.print(f"[yellow]note[/]: {escape(note)}")
         for p in report.problems:
-            app.console.print(f"[red]version {p['version']}[/]: {escape(p['problem'])}")
+            where = "ledger" if p["version"] is None else f"version {p['version']}"
+            app.console.print(f"[red]{where}[/]: {escape(p['problem'])}")
         app.console.print(f"{report.versions_checked} versions checked: "
                           + ("[green]ok[/]" if report.ok else f"[red]{len(report.problems)} problem(s)[/]"))
     if not report.ok:

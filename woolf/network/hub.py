@@ -1,8 +1,12 @@
-"""Build a demo hub on this machine: a ledger, a bare git repo as forge, a storage directory.
+"""Build a demo hub on this machine: a signed ledger, a hooked bare hub as forge, a storage directory.
 
 Usage:
     hub = create_hub(Path("woolf-demo"), participants=["p1", "p2"], validators=["v1"], overrides={})
     hub.clone_of("p1")     # Path of p1's clone
+
+Every participant and validator gets an SSH key under keys/ and is listed in
+ledger/allowed_signers (validators as validators, participants as contributors);
+the hub is made by `woolf hub init`, so its hook enforces the ref rules.
 """
 
 from __future__ import annotations
@@ -15,8 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from woolf.errors import UsageError
+from woolf.hub.create import init_hub
 from woolf.ledger import Ledger
-from woolf.storage.git import clean_env
+from woolf.signing.keys import configure, create_key
+from woolf.signing.signers import signer_line
+from woolf.storage.git import Git, clean_env
 
 MARKER = ".woolf-demo.json"
 
@@ -35,6 +42,9 @@ class Hub:
 
     def clone_of(self, name: str) -> Path:
         return self.root / "clones" / name
+
+    def key_of(self, name: str) -> Path:
+        return self.root / "keys" / name
 
 
 def _git(*args: str, cwd: Path) -> None:
@@ -58,13 +68,21 @@ def create_hub(root: Path, participants: list[str], validators: list[str],
                                            "validators": validators}))
     hub = Hub(root)
     seed = root / "seed"
-    Ledger.init(seed, storage=str(hub.storage), name="woolf-demo", overrides=overrides)
-    _git("clone", "-q", "--bare", str(seed), str(hub.bare), cwd=root)
+    lines = []
+    for name in ["maintainer", *participants, *validators]:
+        _, public = create_key(hub.key_of(name), name)
+        if name != "maintainer":
+            lines.append(signer_line(name, public, ["validator"] if name in validators else []))
+    Ledger.init(seed, storage=str(hub.storage), name="woolf-demo", overrides=overrides,
+                signing_key=hub.key_of("maintainer"), signer="maintainer", extra_signers=lines)
+    init_hub(hub.bare, seed)
     shutil.rmtree(seed)
     for name in [*participants, *validators, "observer"]:
         dest = hub.clone_of(name)
         dest.parent.mkdir(parents=True, exist_ok=True)
         _git("clone", "-q", str(hub.bare), str(dest), cwd=root)
         _git("config", "user.name", name, cwd=dest)
+        if name != "observer":
+            configure(Git(dest), hub.key_of(name))
     (root / "logs").mkdir(exist_ok=True)
     return hub

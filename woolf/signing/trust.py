@@ -63,3 +63,21 @@ def require_validator(ledger, head) -> None:
     """Both checks a validator makes before it evaluates anything against ``head``."""
     require_trusted_head(ledger, head)
     require_validator_key(ledger, head)
+
+
+def require_command_trust(ledger, head) -> None:
+    """workload.command runs a program named by the config on this machine: only from a signed config.
+
+    On a signed ledger the config in force was checked by require_trusted_head (a maintainer
+    signed its last change). On an unsigned one nobody vouches for it, so the participant must
+    opt in with WOOLF_TRUST_COMMAND=1.
+    """
+    import os
+
+    if is_signed(ledger, head.commit) or os.environ.get("WOOLF_TRUST_COMMAND") == "1":
+        return
+    raise UsageError(
+        f"this ledger's config asks to run {ledger.config.workload.command.split()[0]!r} for training, "
+        "and the ledger is unsigned: nobody vouches for that config",
+        hint="if you trust everyone who can push to its main, set WOOLF_TRUST_COMMAND=1; "
+             "better, ask its maintainers to sign it (docs/protocol.md#signatures)")

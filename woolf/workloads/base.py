@@ -1,21 +1,26 @@
 """The workload interface and how a ledger's config selects one.
 
 Usage:
-    wl = load_workload(cfg.workload)              # built-in name or "pkg.module:object"
+    wl = load_workload(cfg.workload)              # built-in name or an installed entry point
     weights = wl.genesis(seed=0)
     new, summary = wl.train(weights, data=wl.default_data("alice", 3), steps=60)
     wl.evaluate(new, benchmark_bytes)             # {"loss": ...}
 
 A workload is any object with these methods; ``params`` from the config are
-passed to its constructor. Training may instead be an external command (see
+passed to its constructor as data (JSON-like values only). The config names a
+workload, never code: a built-in, or an entry point that an installed package
+registers in the group ``goodwoolf.workloads`` (installing it is the
+participant's own decision). A ``module:object`` string is refused. Training may instead be an external command (see
 command.py); evaluation always runs in-process with the code on ``main``.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Protocol
 
 import torch
@@ -56,24 +61,54 @@ class Workload(Protocol):
 
 BUILTIN = {"charlm": "woolf.workloads.charlm:CharLM", "synthetic": "woolf.workloads.synthetic:Synthetic",
            "transformers": "woolf.workloads.hf:Transformers"}
+ENTRY_POINT_GROUP = "goodwoolf.workloads"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _installed(name: str):
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            return ep
+    return None
 
 
 def load_workload(cfg: WorkloadConfig) -> Workload:
-    target = BUILTIN.get(cfg.name, cfg.name)
-    if ":" not in target:
+    if not _NAME.match(cfg.name):
         raise ConfigError(
-            f"ledger/woolf.toml: workload.name {cfg.name!r} is neither built in "
-            f"({', '.join(BUILTIN)}) nor 'package.module:object'"
-        )
-    module_name, _, attr = target.partition(":")
-    try:
+            f"ledger/woolf.toml: workload.name {cfg.name!r} names code; a ledger's config cannot carry code",
+            hint=f"use a built-in ({', '.join(BUILTIN)}) or the name of an entry point that an installed "
+                 f"package registers in the group {ENTRY_POINT_GROUP!r}")
+    if cfg.name in BUILTIN:
+        module_name, _, attr = BUILTIN[cfg.name].partition(":")
         obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"ledger/woolf.toml: cannot load workload {target!r}: {exc}") from None
+    else:
+        ep = _installed(cfg.name)
+        if ep is None:
+            raise ConfigError(
+                f"ledger/woolf.toml: workload {cfg.name!r} is neither built in ({', '.join(BUILTIN)}) nor an "
+                f"installed entry point in the group {ENTRY_POINT_GROUP!r}",
+                hint="install the package that provides it (pip install ...), then run again")
+        try:
+            obj = ep.load()
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"ledger/woolf.toml: cannot load workload {cfg.name!r}: {exc}") from None
+    _check_params(cfg.params)
     try:
         return obj(**cfg.params)
     except TypeError as exc:
-        raise ConfigError(f"ledger/woolf.toml: workload.params do not fit {target}: {exc}") from None
+        raise ConfigError(f"ledger/woolf.toml: workload.params do not fit {cfg.name}: {exc}") from None
+
+
+def _check_params(value, where: str = "workload.params") -> None:
+    """Params are data: numbers, strings, booleans, and lists or tables of them."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_params(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_params(v, f"{where}[{i}]")
+    elif not isinstance(value, (bool, int, float, str)):
+        raise ConfigError(f"ledger/woolf.toml: {where} is a {type(value).__name__}; params are plain data")
 
 
 def resolve_device(device: str) -> str:
