@@ -26,7 +26,7 @@ from woolf import layout
 from woolf.config import parse_config
 from woolf.core.trailers import int_field, parse_message
 from woolf.errors import ConfigError
-from woolf.signing.authority import chain_problems, signers_text
+from woolf.signing.authority import chain_problems, read_commit, signers_text
 from woolf.signing.signers import Signers
 from woolf.signing.verify import role_problem, signatures
 
@@ -78,11 +78,9 @@ def _forge_kind(git, main) -> str:
 def _check_main(git, old, new) -> list[str]:
     if old == ZERO or new == ZERO:
         return ["main is never created or deleted by a push"]
-    if not git.is_ancestor(old, new):
-        return ["main only moves forward (a force-push or rewind is refused)"]
     chain = git.out("rev-list", "--first-parent", "--reverse", f"{old}..{new}").split()
-    if not chain or git.parents(chain[0])[:1] != [old]:
-        return ["the new main does not continue the old one along its first-parent chain"]
+    if not chain or read_commit(git, chain[0])[0][:1] != [old]:
+        return ["main only moves forward along its first-parent chain (a force-push or rewind is refused)"]
     _, fields = parse_message(git.message(old))
     start = int_field(fields, "Woolf-Version")
     problems = chain_problems(git, chain, None if start is None else start + 1)
@@ -93,9 +91,10 @@ def _check_verdict(git, sub_id, new, main, new_main, pushed) -> list[str]:
     head = pushed.get(f"{layout.PR_PREFIX}/{sub_id}/head") or git.rev_parse(f"{layout.PR_PREFIX}/{sub_id}/head")
     if head is None:
         return ["a verdict for a pull request that does not exist"]
-    _, fields = parse_message(git.message(new))
+    parents, message = read_commit(git, new)
+    _, fields = parse_message(message)
     if "Woolf-Version" in fields:  # merged: the verdict is the version commit itself
-        if fields.get("Woolf-Submission") != sub_id or git.parents(new)[1:] != [head]:
+        if fields.get("Woolf-Submission") != sub_id or parents[1:] != [head]:
             return ["a merged verdict must be the version commit that merged this PR's head"]
         if new != new_main:
             return ["a merged verdict lands together with main (one atomic push)"]
@@ -103,7 +102,7 @@ def _check_verdict(git, sub_id, new, main, new_main, pushed) -> list[str]:
     state = fields.get("Woolf-Verdict")
     if state not in ("rejected", "withdrawn") or fields.get("Woolf-Submission") != sub_id:
         return ["a verdict commit carries Woolf-Verdict (rejected|withdrawn) and this Woolf-Submission"]
-    if git.parents(new) != [head]:
+    if parents != [head]:
         return ["a verdict commit's one parent is the PR's head"]
     text = signers_text(git, main)
     if text is None:

@@ -41,6 +41,13 @@ def version_kind(fields: dict) -> str | None:
     return "genesis" if int_field(fields, "Woolf-Version") == 0 else None
 
 
+def read_commit(git, commit: str) -> tuple[list[str], str]:
+    """(parents, message) of a commit in one git call."""
+    raw = git.run("cat-file", "commit", commit).stdout.decode(errors="replace")
+    header, _, message = raw.partition("\n\n")
+    return [ln.split()[1] for ln in header.splitlines() if ln.startswith("parent ")], message
+
+
 def signers_text(git, commit: str | None) -> bytes | None:
     return git.show_bytes(f"{commit}:{SIGNERS_PATH}") if commit else None
 
@@ -72,8 +79,8 @@ def chain_problems(git, commits: list[str], first_number: int | None = None) -> 
     roles: dict[str, tuple[str, Signers]] = {}
     expect = first_number
     for commit in commits:
-        parents = git.parents(commit)
-        _, fields = parse_message(git.message(commit))
+        parents, message = read_commit(git, commit)
+        _, fields = parse_message(message)
         kind = version_kind(fields)
         number = int_field(fields, "Woolf-Version")
         if expect is not None and number != expect:

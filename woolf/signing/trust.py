@@ -24,21 +24,20 @@ def is_signed(ledger, commit: str) -> bool:
 
 
 def require_trusted_head(ledger, head) -> None:
-    key = (str(ledger.root), head.commit)
-    if key in _TRUSTED:
-        return
     git = ledger.git
+    if (str(ledger.root), head.commit) in _TRUSTED:
+        return
     last_change = git.out("log", "-1", "--first-parent", "--format=%H", head.commit, "--",
                           layout.CONFIG, SIGNERS_PATH)
     for commit, what in ((head.commit, f"main's head (version {head.version})"),
                          (last_change, "the commit that last changed the config or signers")):
-        if not commit:
+        if not commit or (str(ledger.root), commit) in _TRUSTED:
             continue
         problems = chain_problems(git, [commit])[commit]
         if problems:
             raise IntegrityError(f"{what} {commit[:12]} is not trusted: {'; '.join(problems)}",
                                  hint="nothing is built on it; run `woolf audit` and tell the ledger's maintainers")
-    _TRUSTED.add(key)
+        _TRUSTED.add((str(ledger.root), commit))
 
 
 def require_validator_key(ledger, head) -> None:
