@@ -58,7 +58,7 @@ def hub():
 
 @hub.command("init")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--from", "source", required=True, help="The ledger to serve (a path or git URL).")
+@click.option("--from", "source", help="The ledger to serve (a path or git URL).")
 @click.option("--hook-only", is_flag=True, help="Only (re)install the hook in the existing hub at PATH.")
 @json_option
 @pass_app
@@ -66,6 +66,10 @@ def hub_init(app: App, path, source, hook_only, as_json):
     """Create a bare hub at PATH from a ledger, with hooks that enforce who may move which ref."""
     from woolf.hub.create import init_hub, install_hook
 
+    if not hook_only and not source:
+        from woolf.errors import UsageError
+
+        raise UsageError("--from LEDGER is required to create a hub", hint="or --hook-only for an existing hub")
     if hook_only:
         info = {"path": str(path.resolve()), "hook": str(install_hook(path))}
     else:

@@ -4,8 +4,9 @@ Usage:
     hub = init_hub(Path("hub.git"), source=Path("my-ledger"))   # then: git -C my-ledger remote add origin hub.git
     install_hook(Path("hub.git"))                                # refresh the hook of an existing hub
 
-The hook runs this Python (`sys.executable`, recorded now) with `-m woolf.hub.hook`;
-re-run `woolf hub init --hook-only` after moving the virtualenv.
+The hook runs this Python (`sys.executable`, recorded now) without site-packages,
+with woolf's source directory (recorded now) on its path; re-run
+`woolf hub init PATH --from X --hook-only` after moving the virtualenv or the source.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from woolf.storage.git import Git, clean_env
 
 HOOK = """#!/bin/sh
 # Installed by `woolf hub init`: refuses pushes that break the ledger's ref rules
-# (see docs/protocol.md#the-hub). Runs the Python that installed it.
-exec {python} -m woolf.hub.hook
+# (see docs/protocol.md#the-hub). Runs the Python that installed it, without
+# site-packages (-S: it needs only the standard library and woolf, found here).
+exec {python} -S -c {code}
 """
+_CODE = "import sys; sys.path.append({root!r}); from woolf.hub.hook import main; sys.exit(main())"
 
 
 def install_hook(hub: Path) -> Path:
@@ -33,7 +36,10 @@ def install_hook(hub: Path) -> Path:
         raise UsageError(f"{hub} is not a bare git repository")
     hook = hub / "hooks" / "pre-receive"
     hook.parent.mkdir(exist_ok=True)
-    hook.write_text(HOOK.format(python=shlex.quote(sys.executable)))
+    import woolf
+
+    code = _CODE.format(root=str(Path(woolf.__file__).resolve().parents[1]))
+    hook.write_text(HOOK.format(python=shlex.quote(sys.executable), code=shlex.quote(code)))
     hook.chmod(0o755)
     git = Git(hub)
     for key, value in (("receive.denyDeletes", "true"), ("receive.denyNonFastForwards", "true"),

@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 
 from woolf import layout
-from woolf.config import parse_config
 from woolf.core.trailers import int_field, parse_message
 from woolf.errors import ConfigError
 from woolf.signing.authority import chain_problems, read_commit, signers_text
@@ -69,6 +68,8 @@ def _check_one(git, old, new, ref, main, new_main, pushed) -> list[str]:
 
 
 def _forge_kind(git, main) -> str:
+    from woolf.config import parse_config  # only here: the hook starts on every push, keep it light
+
     try:
         return parse_config((git.show_bytes(f"{main}:{layout.CONFIG}") or b"").decode()).forge.kind
     except ConfigError:

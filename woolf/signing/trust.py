@@ -24,20 +24,25 @@ def is_signed(ledger, commit: str) -> bool:
 
 
 def require_trusted_head(ledger, head) -> None:
-    git = ledger.git
-    if (str(ledger.root), head.commit) in _TRUSTED:
+    git, root = ledger.git, str(ledger.root)
+    if (root, head.commit) in _TRUSTED:
         return
+    _check(git, head.commit, f"main's head (version {head.version})")
+    _TRUSTED.add((root, head.commit))
+    if head.submission and head.parents and (root, head.parents[0]) in _TRUSTED:
+        return  # a verified merge changes only the weights pointer: its parent's config still holds
     last_change = git.out("log", "-1", "--first-parent", "--format=%H", head.commit, "--",
                           layout.CONFIG, SIGNERS_PATH)
-    for commit, what in ((head.commit, f"main's head (version {head.version})"),
-                         (last_change, "the commit that last changed the config or signers")):
-        if not commit or (str(ledger.root), commit) in _TRUSTED:
-            continue
-        problems = chain_problems(git, [commit])[commit]
-        if problems:
-            raise IntegrityError(f"{what} {commit[:12]} is not trusted: {'; '.join(problems)}",
-                                 hint="nothing is built on it; run `woolf audit` and tell the ledger's maintainers")
-        _TRUSTED.add((str(ledger.root), commit))
+    if last_change and (root, last_change) not in _TRUSTED:
+        _check(git, last_change, "the commit that last changed the config or signers")
+        _TRUSTED.add((root, last_change))
+
+
+def _check(git, commit: str, what: str) -> None:
+    problems = chain_problems(git, [commit])[commit]
+    if problems:
+        raise IntegrityError(f"{what} {commit[:12]} is not trusted: {'; '.join(problems)}",
+                             hint="nothing is built on it; run `woolf audit` and tell the ledger's maintainers")
 
 
 def require_validator_key(ledger, head) -> None:
