@@ -22,6 +22,7 @@ from woolf import layout
 from woolf.config import LedgerConfig, apply_overrides, render_config
 from woolf.core.trailers import format_message
 from woolf.errors import UsageError
+from woolf.layout import CONTRIBUTOR
 from woolf.signing.signers import SIGNERS_PATH, Signers, signer_line
 from woolf.storage.dvcstore import init_dvc
 
@@ -55,8 +56,10 @@ def _signers(signing_key: Path | None, signer: str | None, extra: list[str] | tu
 
     if not Path(signing_key).exists():
         raise UsageError(f"signing key {signing_key} does not exist", hint="make one with `woolf key create`")
-    name = contributor_id(signer)
-    lines = [signer_line(name, public_of(Path(signing_key)), ["maintainer", "validator"]), *extra]
+    public = public_of(Path(signing_key))
+    comment = public.split()[2] if len(public.split()) > 2 else ""
+    name = contributor_id(signer or (comment if CONTRIBUTOR.match(comment) else None))
+    lines = [signer_line(name, public, ["maintainer", "validator"]), *extra]
     return Signers.parse("\n".join(lines), "--signer").render()  # validates every line
 
 

@@ -40,7 +40,7 @@ def _fmt_metrics(m: dict | None) -> str:
 @click.option("--key", "signing_key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               envvar="WOOLF_SIGNING_KEY",
               help="Your SSH private key: you become maintainer and validator [env: WOOLF_SIGNING_KEY].")
-@click.option("--signer", help="Your signer name in ledger/allowed_signers (default: your contributor id).")
+@click.option("--signer", help="Your name in ledger/allowed_signers (default: the key's comment, else your contributor id).")
 @click.option("--add-signer", "extra", multiple=True, metavar="LINE",
               help="Another allowed_signers line, e.g. from `woolf key create` (repeatable).")
 @click.option("--unsigned", is_flag=True, help="No signatures: anyone who can push to the hub has authority.")

@@ -36,6 +36,9 @@ def _commit_change(ledger, kind: str, files: dict[str, bytes], reason: str):
     commit = ledger.git.commit_tree_with(head.commit, files, message, parents=[head.commit])
     ledger.git.push("origin", [(commit, layout.MAIN)], leases={layout.MAIN: head.commit})
     ledger.fetch()
+    if ledger.git.rev_parse(layout.MAIN) == head.commit:  # this clone was current: keep it so
+        ledger.git.run("merge", "--ff-only", "-q", ORIGIN_MAIN, check=False)
+        ledger._config = None
     return ledger.head(ORIGIN_MAIN)
 
 
