@@ -9,4 +9,8 @@ auth=$(printf 'x-access-token:%s' "$GITHUB_TOKEN" | base64 -w0)
 git config --local "http.https://github.com/.extraheader" "AUTHORIZATION: basic $auth"
 git config --local user.name "woolf-validator"
 git config --local user.email "woolf-validator@users.noreply.github.com"
+if [ -n "${WOOLF_VALIDATOR_KEY:-}" ]; then  # a signed ledger: the validator's SSH key signs the merge
+  key_file=$(mktemp) && chmod 600 "$key_file" && printf '%s\n' "$WOOLF_VALIDATOR_KEY" > "$key_file"
+  export WOOLF_SIGNING_KEY="$key_file"
+fi
 woolf validate --forge github --apply verdict.json

@@ -57,3 +57,10 @@ def test_hf_throughput_smoke(tmp_path):
          "--eval-sizes", "tiny:1:32")
     data = json.loads((tmp_path / "hf_throughput.json").read_text())
     assert data["evaluation"][0]["tokens_per_second"] > 0 and data["merge"]["ratio_to_floor"] > 0
+
+
+def test_signing_overhead_smoke(tmp_path):
+    _run(tmp_path, "signing_overhead.py", "--prs", "1", "--runs", "1", "--small", "--out", "sig.json")
+    data = json.loads((tmp_path / "sig.json").read_text())
+    assert data["modes"]["signed"]["prs"] == 1 and set(data["components_s"]) == {
+        "sign_commit", "verify_head_and_key", "check_submitter"}

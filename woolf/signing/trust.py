@@ -52,6 +52,8 @@ def require_validator_key(ledger, head) -> None:
     from woolf.signing.keys import public_of
 
     key = ledger.git.sign_key
+    if not key and ledger.config.forge.kind != "local":
+        return  # a CI evaluate-only job holds no key; the apply job's merge is signed (ci/merge.sh)
     if not key:
         raise UsageError("this ledger is signed: a validator needs its SSH key",
                          hint="`woolf key create`, ask a maintainer to add it as validator, then "
