@@ -54,6 +54,7 @@ def _forged_version(led, pr, key=None) -> str:
     return led.git.commit_tree_with(head.commit, {}, msg, [head.commit, pr.head])
 
 
+@pytest.mark.slow
 def test_hub_refuses_forged_verdicts_moved_or_deleted_pr_refs_and_stray_refs(network):
     alice, mallory = network.clone("alice"), network.clone("mallory")
     victim = craft_pr(alice, tensors=_delta(alice), who="alice", sign_key=key_for("alice"))
@@ -85,6 +86,15 @@ def test_hub_refuses_forged_verdicts_moved_or_deleted_pr_refs_and_stray_refs(net
     assert verdicts[victim].accepted and verdicts[victim].contributor == "alice"
     # the merged verdict cannot be replaced or removed afterwards
     assert refused(push(mallory, f"+{signed}:{ref}/verdict"), "created once and never moved")
+    # where a forge cannot refuse: a forged rejection and a forged "merged v42" are reported by the audit
+    other = LocalForge.for_ledger(mallory).get(mine)
+    force_ref(network.hub, mallory.root, _verdict(mallory, other, "rejected"), f"{layout.PR_PREFIX}/{mine}/verdict")
+    third = forge.get(craft_pr(mallory, tensors=_delta(mallory, seed=4)))
+    force_ref(network.hub, mallory.root, _forged_version(mallory, third, key=key_for("val")),
+              f"{layout.PR_PREFIX}/{third.id}/verdict")
+    problems = [p["problem"] for p in audit(network.clone("auditor")).problems]
+    assert any(f"PR {mine}'s rejected verdict" in p and "no signature" in p for p in problems), problems
+    assert any(f"PR {third.id}'s merged verdict" in p and "not on main" in p for p in problems), problems
 
 
 def test_ungated_version_on_main_refused_ignored_and_audited(network):
@@ -107,6 +117,7 @@ def test_ungated_version_on_main_refused_ignored_and_audited(network):
                for p in report.problems)
 
 
+@pytest.mark.slow
 def test_rewind_and_commit_without_trailers(network):
     alice, val = network.clone("alice"), network.clone("val")
     network.train_submit(alice, "alice")
