@@ -48,8 +48,9 @@ def check_authority(ledger, report, versions, reevaluate: bool = False) -> None:
     by_number = {v.version: v for v in versions}
     for v in versions:
         prev = by_number.get(v.version - 1)
-        if v.submission is None and prev is not None and v.weights_sha256 != prev.weights_sha256:
-            report.problem(v.version, "a change version that changes the weights' sha256")
+        if v.submission is None and prev is not None and (v.weights_sha256, v.state_sha256) != (
+                prev.weights_sha256, prev.state_sha256):
+            report.problem(v.version, "a change version whose weights or outer state sha256 differ from its parent's")
     _check_verdicts(ledger, report, versions, head)
     if reevaluate:
         _reevaluate(ledger, report, versions)

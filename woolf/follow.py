@@ -15,7 +15,8 @@ The delta it submits is then relative to the newest version it saw, so it
 merges at staleness 0 or 1 and is applied (nearly) in full: asynchronous SGD
 with a delay of a few steps rather than a whole contribution
 (benchmarks/RESULTS.md §3). Only versions that descend from the current base
-on origin's first-parent chain are followed; any error leaves the base as it was.
+on origin's first-parent chain, and that verify (signed ledgers), are followed; any
+error leaves the base as it was.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import time
 import torch
 
 from woolf.errors import WoolfError
+from woolf.signing.trust import require_trusted_head
 
 
 class Follower:
@@ -44,6 +46,7 @@ class Follower:
             newest = self.ledger.head("refs/remotes/origin/main")
             if newest.version <= self.base.version or not self.ledger.on_chain(self.base, newest):
                 return None
+            require_trusted_head(self.ledger, newest)  # signed by a validator (woolf/signing/trust.py)
             new = self.ledger.load_weights(newest)
         except WoolfError:
             return None  # the hub or storage is unreachable for now: keep training where we are

@@ -9,9 +9,9 @@ more than its first parent:
 
 - genesis (version 0, no parent): made by `woolf init`, signed by a maintainer
   listed in its own allowed_signers (the root of trust);
-- merge (Woolf-Submission): two parents, changes only the weights pointer,
-  signed by a validator;
-- change (Woolf-Change): one parent, keeps the weights, changes only the
+- merge (Woolf-Submission): two parents, changes only the weights pointer (and
+  the merge rule's state pointer), signed by a validator;
+- change (Woolf-Change): one parent, keeps the weights and state, changes only the
   config, allowed_signers or benchmark, signed by a maintainer.
 
 Each signature is checked against the allowed_signers of the first parent:
@@ -61,7 +61,7 @@ def shape_problem(git, commit: str, parents: list[str], fields: dict, kind: str 
     if kind == "merge":
         if len(parents) != 2:
             return f"a merge version with {len(parents)} parents (needs version and submission)"
-        extra = set(git.changed_paths(parents[0], commit)) - {layout.POINTER}
+        extra = set(git.changed_paths(parents[0], commit)) - layout.VERSION_PATHS
         return f"the merge also changes {sorted(extra)}" if extra else None
     if len(parents) != 1:
         return f"a change version with {len(parents)} parents"

@@ -6,7 +6,8 @@ Usage:
     v = set_signer(ledger, "v2", None)                                 # remove
 
 A change is a version commit (`Woolf-Version: N+1`, `Woolf-Change: config|signers`)
-whose tree differs from main's only in ledger/woolf.toml or ledger/allowed_signers,
+keeping main's weights and outer state (their pointers and sha256 trailers), whose
+tree differs from main's only in ledger/woolf.toml or ledger/allowed_signers,
 signed by this clone's key, pushed to main with a lease. On a signed ledger the
 hub accepts it only when that key is a maintainer's; validators and `woolf train`
 use a config only when its last change verifies.
@@ -32,7 +33,8 @@ def _commit_change(ledger, kind: str, files: dict[str, bytes], reason: str):
     number, reason = head.version + 1, " ".join(reason.split())
     message = format_message(f"woolf: version {number}, {kind} change: {reason}",
                              {"Woolf-Version": number, "Woolf-Change": kind,
-                              "Woolf-Weights-Sha256": head.weights_sha256, "Woolf-Reason": reason})
+                              "Woolf-Weights-Sha256": head.weights_sha256,
+                              "Woolf-State-Sha256": head.state_sha256, "Woolf-Reason": reason})
     commit = ledger.git.commit_tree_with(head.commit, files, message, parents=[head.commit])
     ledger.git.push("origin", [(commit, layout.MAIN)], leases={layout.MAIN: head.commit})
     ledger.fetch()
