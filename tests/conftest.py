@@ -45,7 +45,7 @@ SMALL = {
 # Signed test ledgers: "work" (the creator) is maintainer and validator; clones named like a
 # validator sign as validators, clones named like a listed contributor sign their submissions,
 # any other clone has no key (an unsigned contributor). Keys are made once per test process.
-VALIDATORS = ("val", "v1", "v2", "validator")
+VALIDATORS = ("val", "val2", "val3", "val4", "v1", "v2", "v3", "validator")
 CONTRIBUTORS = ("alice", "bob", "carol")
 _KEYS: dict[str, Path] = {}
 _KEY_DIR = Path(tempfile.mkdtemp(prefix="woolf-test-keys-"))

@@ -228,3 +228,17 @@ def test_unsigned_ledger_keeps_working_and_audit_says_so(make_net):
     # the hub still enforces the shape rules
     mallory = net.clone("mallory")
     assert refused(push(mallory, f"+{mallory.show(0).commit}:refs/heads/main"), "only moves forward")
+
+
+def test_change_version_keeps_the_merge_rules_state(make_net):
+    net = make_net(**{"merge.rule": "nesterov", "policy.min_improvement": "-10"})
+    alice, bob, val = net.clone("alice"), net.clone("bob"), net.clone("val")
+    net.train_submit(alice, "alice")
+    assert Validator(val, device="cpu").run()[0].version == 1
+    change = set_config(net.work, {"merge.max_staleness": "8"})
+    assert change.version == 2 and change.state_sha256 and change.state_sha256 == val.show(1).state_sha256
+    net.train_submit(bob, "bob", seed=1)
+    [verdict] = Validator(val, device="cpu").run()
+    assert verdict.accepted and verdict.version == 3
+    report = audit(net.clone("auditor"))
+    assert report.ok, report.problems
