@@ -41,7 +41,7 @@ from woolf.errors import (
 from woolf.forges.base import PullRequest
 from woolf.forges.github import forge_for
 from woolf.signing.submitter import check_submitter
-from woolf.signing.trust import require_validator
+from woolf.signing.trust import require_validator, require_validator_key
 from woolf.storage.files import hashes_of_file
 from woolf.storage.outer_state import load_state, save_state
 from woolf.storage.pointer import Pointer
@@ -87,6 +87,7 @@ class Validator:
         self.device = resolve_device(device)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.forge = forge or forge_for(ledger, forge_kind)
+        require_validator_key(ledger, ledger.head())  # a missing key is this validator's error, not a PR's
         self._eval_cache: dict[str, dict] = {}
         self._merged_cache: tuple[str, set[str]] | None = None
         self._retry_at: dict[str, float] = {}  # PR id -> monotonic time before which it is not retried
