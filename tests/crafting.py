@@ -52,6 +52,10 @@ def craft_pr(led, tensors=None, raw: bytes | None = None, extra_files=None, meta
     return sub_id
 
 
+# `git push --receive-pack=UNHOOKED`: a push that the hub's own hook does not see (an unprotected forge)
+UNHOOKED = "git -c core.hooksPath=/dev/null -c receive.fsckObjects=false receive-pack"
+
+
 def force_ref(hub: Path, clone: Path, commit: str, ref: str) -> None:
     """Set ``ref`` in the bare ``hub`` to ``commit`` from ``clone`` without its hook: what a forge
     without branch protection lets any writer do (fetch into the hub runs no receive hook)."""

@@ -25,7 +25,7 @@ from woolf.ledger import Ledger
 from woolf.validator import Validator
 
 from .conftest import SMALL, git
-from .crafting import craft_pr
+from .crafting import UNHOOKED, craft_pr
 from .github_server import GitHubServer, fault, spec_path
 
 pytestmark = pytest.mark.slow
@@ -202,7 +202,8 @@ def test_pr_changing_a_workflow_and_hostile_branch_names(world):
     forge = GitHubForge(val.git, val.config.forge)
     wf = craft_pr(val, tensors=d, forge=forge, extra_files={".github/workflows/x.yml": b"on: push\n"})
     # a PR someone opened by hand with shell syntax in its branch name is not a submission
-    git("push", "-q", str(world["hub"]), "main:refs/heads/woolf/$(touch${IFS}pwned)", cwd=val.root)
+    git("push", "-q", f"--receive-pack={UNHOOKED}", str(world["hub"]),  # the hub's hook would refuse it
+        "main:refs/heads/woolf/$(touch${IFS}pwned)", cwd=val.root)
     gh.handle("POST", "/repos/owner/ledger/pulls", {}, {"Authorization": f"Bearer {TOKEN}"},
               b'{"title": "$(rm -rf /)", "head": "woolf/$(touch${IFS}pwned)", "base": "main"}')
     [v] = Validator(val, device="cpu").run()

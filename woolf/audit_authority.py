@@ -11,7 +11,9 @@ versions keep the weights; every verdict ref of the git-native forge agrees
 with main (a merged verdict is a version on main, a merge names a PR whose
 verdict is that version; a rewound main leaves merged verdicts off the chain);
 rejected and withdrawn verdicts are signed by a validator (or the
-contributor), by the keys on main's head. With ``reevaluate`` each merged
+contributor), by the keys on main's head. A verdict ref that claims nothing
+(not a commit, or without verdict trailers: `pr list` shows it quarantined) is
+a note, not a problem. With ``reevaluate`` each merged
 version's weights are evaluated again and compared to the recorded metrics.
 """
 
@@ -63,7 +65,9 @@ def _check_verdicts(ledger, report, versions, head) -> None:
         return
     refs = git.refs(f"{layout.PR_PREFIX}/")
     on_main = {v.commit: v for v in versions}
-    verdicts = {r.split("/")[3]: sha for r, sha in refs.items() if r.endswith("/verdict")}
+    verdicts = {r.split("/")[3]: sha for r, sha in refs.items()
+                if r.endswith("/verdict") and r.count("/") == 4 and layout.SUBMISSION_ID.match(r.split("/")[3])}
+    kinds = _object_types(git, verdicts.values())
     for v in versions:
         if v.submission and verdicts.get(v.submission) != v.commit:
             report.problem(v.version, f"merges {v.submission}, whose verdict ref is not this version "
@@ -75,6 +79,9 @@ def _check_verdicts(ledger, report, versions, head) -> None:
         signers = None  # reported by the chain check
     closing = {}
     for sub_id, sha in sorted(verdicts.items()):
+        if kinds.get(sha) != "commit":  # shown as quarantined by `pr list`: junk, not a claim
+            report.notes.append(f"PR {sub_id}'s verdict ref is a {kinds.get(sha, 'missing object')}, not a commit")
+            continue
         _, f = parse_message(git.message(sha))
         number = int_field(f, "Woolf-Version")
         if number is not None:
@@ -83,7 +90,8 @@ def _check_verdicts(ledger, report, versions, head) -> None:
                                        "first-parent chain (main was rewound or rewritten)", commit=sha)
             continue
         if f.get("Woolf-Verdict") not in ("rejected", "withdrawn") or f.get("Woolf-Submission") != sub_id:
-            report.problem(None, f"PR {sub_id}'s verdict {sha[:12]} is neither a version nor a verdict commit")
+            report.notes.append(f"PR {sub_id}'s verdict {sha[:12]} is neither a version nor a verdict commit "
+                                "(quarantined, claims nothing)")
             continue
         if signers is not None:
             closing[sub_id] = (sha, f["Woolf-Verdict"])
@@ -96,6 +104,16 @@ def _check_verdicts(ledger, report, versions, head) -> None:
                 problem = None
             if problem:
                 report.problem(None, f"PR {sub_id}'s {state} verdict {sha[:12]}: {problem}", commit=sha)
+
+
+def _object_types(git, shas) -> dict[str, str]:
+    """{sha: "commit" | "blob" | ...} in one `git cat-file --batch-check` call."""
+    shas = list(dict.fromkeys(shas))
+    if not shas:
+        return {}
+    out = git.run("cat-file", "--batch-check=%(objectname) %(objecttype)",
+                  input=("\n".join(shas) + "\n").encode()).stdout.decode(errors="replace")
+    return {p[0]: p[1] for p in (line.split() for line in out.splitlines()) if len(p) == 2}
 
 
 def _reevaluate(ledger, report, versions) -> None:

@@ -26,8 +26,8 @@ def contributor_in_id(sub_id: str) -> str | None:
 def check_submitter(ledger, pr, main) -> None:
     who = contributor_in_id(pr.id)
     claimed = (pr.submission or {}).get("contributor")
-    if not isinstance(claimed, str):
-        return  # no readable submission.json: admission rejects it with the precise reason
+    if not isinstance(claimed, str) or not layout.CONTRIBUTOR.match(claimed):
+        return  # no readable submission.json or contributor: admission rejects it with the precise reason
     if who is None or claimed != who:
         raise Rejected(f"the PR id names contributor {who!r} but submission.json says {claimed!r}")
     text = signers_text(ledger.git, main.commit)
