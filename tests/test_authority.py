@@ -168,7 +168,7 @@ def test_config_carries_no_code(network):
 
     with pytest.raises(IntegrityError, match="not a maintainer"):
         train(alice, steps=1, contributor="alice")
-    with pytest.raises(IntegrityError, match="not trusted"):
+    with pytest.raises(ConfigError, match="names code"):  # the validator loads the workload first
         Validator(network.clone("val"), device="cpu").run()
 
 

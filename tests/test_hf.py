@@ -184,9 +184,10 @@ def test_model_files_are_pinned(tmp_path, gpt2_dir):
 def test_cli_init_and_refusal(tmp_path, gpt2_dir):
     bad = _copy(gpt2_dir, tmp_path / "bad")
     (bad / "tokenizer.json").unlink()
-    r = run_cli("init", "led", "--workload", "transformers", "--weights", str(bad), cwd=tmp_path)
+    r = run_cli("init", "led", "--unsigned", "--workload", "transformers", "--weights", str(bad), cwd=tmp_path)
     assert r.returncode == 2 and "no tokenizer.json" in r.stderr and "Traceback" not in r.stderr
-    r = run_cli("init", "led", "--workload", "transformers", "--weights", str(gpt2_dir), "--json", cwd=tmp_path)
+    r = run_cli("init", "led", "--unsigned", "--workload", "transformers", "--weights", str(gpt2_dir), "--json",
+                cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["version"] == 0
     assert Ledger.open(tmp_path / "led").config.workload.name == "transformers"
