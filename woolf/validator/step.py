@@ -1,26 +1,14 @@
-"""The validator: staleness from ancestry, attenuated merge, benchmark gate, fast-forward main.
+"""One PR through the pipeline: checks, the merge rule, the gate, upload, and the atomic push.
 
-Usage:
-    v = Validator(ledger, device="auto", name="ci-gpu-1")
-    verdicts = v.run()                 # every open PR, in submission order
-    v.watch(interval=2.0, stop=lambda: False, on_verdict=print)
-
-Safety: the PR is read as git objects and one safetensors file; model and
-evaluation code come from this checkout. Candidate weights are uploaded and
-verified before the atomic push that moves main and records the verdict, so a
-crash leaves main old or new, never pointing at missing weights; a lost race
-re-fetches and re-evaluates.
+Usage (through Validator, which mixes this in):
+    verdict, step = validator.evaluate(pr, main, timer)     # Verdict, and the merge Step if accepted
+    validator.merge(pr, main, verdict, step, timer)          # upload, then one atomic push
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
-import signal
-import socket
-import time
-from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -31,176 +19,23 @@ from woolf.core.policy import decide
 from woolf.core.staleness import attenuation
 from woolf.core.trailers import format_message
 from woolf.errors import (
-    ForgeError,
     IntegrityError,
     InvalidWeightsError,
-    RaceLostError,
     StorageError,
-    WoolfError,
 )
-from woolf.forges.base import PullRequest
-from woolf.forges.github import forge_for
 from woolf.signing.submitter import check_submitter
-from woolf.signing.trust import require_validator, require_validator_key
 from woolf.storage.files import hashes_of_file
 from woolf.storage.outer_state import load_state, save_state
 from woolf.storage.pointer import Pointer
 from woolf.storage.weights import compare_spec, load_checked, load_trusted, read_spec, save_atomic
 from woolf.timing import Timer
-from woolf.workloads.base import resolve_device
+from woolf.validator.verdict import Verdict, _failpoint
 
-ORIGIN_MAIN = "refs/remotes/origin/main"
-MAX_RACES = 8
-RETRY_AFTER = 60.0  # seconds before a PR that failed without a verdict is tried again by the same validator
 log = logging.getLogger("woolf.validator")
 
 
-def _failpoint(name: str) -> None:
-    """Crash tests set WOOLF_FAILPOINT to kill -9 this process at a named step."""
-    if os.environ.get("WOOLF_FAILPOINT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-@dataclass
-class Verdict:
-    id: str
-    accepted: bool
-    state: str
-    reason: str
-    contributor: str | None = None
-    base_version: int | None = None
-    version: int | None = None
-    staleness: int | None = None
-    attenuation: float | None = None
-    metrics: dict = field(default_factory=lambda: {"before": None, "after": None})
-    timings: dict = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-class Validator:
-    def __init__(self, ledger, device: str = "auto", name: str | None = None, forge=None,
-                 forge_kind: str | None = None):
-        self.ledger = ledger
-        self.ledger.main_ref = ORIGIN_MAIN
-        self.device = resolve_device(device)
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.forge = forge or forge_for(ledger, forge_kind)
-        require_validator_key(ledger, ledger.head())  # a missing key is this validator's error, not a PR's
-        self._eval_cache: dict[str, dict] = {}
-        self._merged_cache: tuple[str, set[str]] | None = None
-        self._retry_at: dict[str, float] = {}  # PR id -> monotonic time before which it is not retried
-        self._reported: set[str] = set()  # malformed refs already reported
-
-    # -- queue -----------------------------------------------------------------
-    def run(self, ids: list[str] | None = None, on_verdict=None) -> list[Verdict]:
-        """One pass over the open PRs in queue order; one PR's failure never ends the pass."""
-        prs = sorted(self.forge.list(state="open"), key=PullRequest.queue_key)  # list() syncs the forge
-        for ref, why in getattr(self.forge, "skipped", []):  # malformed refs: reported once, never queued
-            if ref not in self._reported:
-                self._reported.add(ref)
-                log.warning("skipped malformed PR ref %r: %s", ref, why)
-        queue = [pr.id for pr in prs]
-        if ids:
-            unknown = set(ids) - set(queue)
-            for sub_id in sorted(unknown):
-                self.forge.get(sub_id, fetch=False)  # raises for an unknown id
-            queue = [i for i in queue if i in ids]
-        if queue:  # the model must load on this machine (package, version, pinned files): no PR's fault
-            self.ledger.workload()
-        verdicts = []
-        now = time.monotonic()
-        for sub_id in queue:  # when the forge received each PR, never the id's self-chosen timestamp
-            if not ids and self._retry_at.get(sub_id, 0.0) > now:
-                continue  # failed without a verdict moments ago (its rejection could not be written): later
-            verdict = self.validate_one(sub_id)
-            if verdict is not None:
-                verdicts.append(verdict)
-                if on_verdict:
-                    on_verdict(verdict)
-        return verdicts
-
-    def watch(self, interval: float = 2.0, stop=lambda: False, on_verdict=None) -> list[Verdict]:
-        verdicts: list[Verdict] = []
-        while not stop():
-            try:
-                done = self.run(on_verdict=on_verdict)
-            except WoolfError as exc:  # the forge or storage is unreachable for now: poll again
-                log.warning("validator pass failed, retrying in %gs: %s", interval, exc)
-                done = []
-            verdicts += done
-            if not done:
-                time.sleep(interval)
-        return verdicts
-
-    # -- one PR ----------------------------------------------------------------
-    def validate_one(self, sub_id: str) -> Verdict | None:
-        """The verdict this validator recorded, or None: another validator got there first, or the
-        PR lost MAX_RACES races in a row and stays in the queue for the next pass.
-
-        Any failure while handling the PR (a parser's TypeError, a RecursionError, a git error on
-        hostile objects) becomes a rejection naming the failure, never the end of the run. Only a
-        failure of the ledger itself (its storage, forge or outer state: StorageError, ForgeError,
-        IntegrityError) ends the pass, since every PR would fail alike; `watch` retries it.
-        """
-        pr, timer = None, Timer()
-        try:
-            for _ in range(MAX_RACES):
-                timer = Timer()
-                with timer("fetch"):
-                    pr, main = self.fresh(sub_id)
-                    if pr.state != "open":
-                        return None
-                verdict, step = self.evaluate(pr, main, timer)
-                if not verdict.accepted:
-                    with timer("push"):
-                        try:
-                            self.forge.reject(pr, verdict.reason, self._fields(verdict, timer))
-                        except RaceLostError:
-                            return None
-                    verdict.timings = dict(timer)
-                    return verdict
-                try:
-                    self.merge(pr, main, verdict, step, timer)
-                    return verdict
-                except RaceLostError:
-                    continue  # main moved or another validator decided: re-fetch, re-check, re-evaluate
-            log.warning("%s: lost %d races in a row; it stays in the queue for the next pass", sub_id, MAX_RACES)
-            return None
-        except (StorageError, ForgeError, IntegrityError):
-            raise  # the ledger's own storage, forge or state failed, not the PR: this pass stops (watch retries)
-        except Exception as exc:  # noqa: BLE001 - one hostile PR must never stop the queue
-            log.warning("%s: validation failed with %s: %s", sub_id, type(exc).__name__, str(exc)[:400])
-            if pr is None or pr.state != "open":
-                self._retry_at[sub_id] = time.monotonic() + RETRY_AFTER
-                return None
-            verdict = Verdict(pr.id, False, "rejected",
-                              f"the validator could not process this PR ({type(exc).__name__}); "
-                              "it is rejected so that the queue goes on", pr.contributor, pr.base_version)
-            try:
-                self.forge.reject(pr, verdict.reason, self._fields(verdict, timer))
-            except Exception as again:  # noqa: BLE001 - the verdict could not be written either
-                log.warning("%s: rejection not recorded (%s); retried in %gs", sub_id, again, RETRY_AFTER)
-                self._retry_at[sub_id] = time.monotonic() + RETRY_AFTER
-                return None
-            verdict.timings = dict(timer)
-            return verdict
-
-    def _merged_deltas(self, main) -> set[str]:
-        if self._merged_cache and self._merged_cache[0] == main.commit:
-            return self._merged_cache[1]
-        found = {v.delta_sha256 for v in self.ledger.log() if v.delta_sha256}
-        self._merged_cache = (main.commit, found)
-        return found
-
-    def fresh(self, sub_id: str):
-        """(PR, main's head) as the forge and origin have them now; the config re-read from main."""
-        self.ledger.fetch()
-        self.ledger._config = None
-        pr, main = self.forge.refresh(sub_id), self.ledger.head()
-        require_validator(self.ledger, main)  # main's head and config signed; this clone signs as a validator
-        return pr, main
+class MergeStep:
+    """Evaluation and merge of one PR; needs ledger, device, name, forge and _eval_cache."""
 
     def candidate(self, adm: Admitted, main, att: float, timer: Timer):
         """(current weights, merge Step) after the data checks; raises Rejected.

@@ -1,0 +1,22 @@
+"""The validator: staleness from ancestry, attenuated merge, benchmark gate, fast-forward main.
+
+Usage:
+    v = Validator(ledger, device="auto", name="ci-gpu-1")
+    verdicts = v.run()                 # every open PR, in submission order
+    v.watch(interval=2.0, stop=lambda: False, on_verdict=print)
+
+Safety: the PR is read as git objects and one safetensors file; model and
+evaluation code come from this checkout. Candidate weights are uploaded and
+verified before the atomic push that moves main and records the verdict, so a
+crash leaves main old or new, never pointing at missing weights; a lost race
+re-fetches and re-evaluates.
+
+Modules: queue.py holds the Validator (the queue, one PR at a time, lost
+races, retries); step.py one PR's evaluation and merge (checks, merge rule,
+gate, upload, the atomic push); verdict.py the Verdict record and failpoints.
+"""
+
+from woolf.validator.queue import MAX_RACES, ORIGIN_MAIN, Validator
+from woolf.validator.verdict import Verdict
+
+__all__ = ["MAX_RACES", "ORIGIN_MAIN", "Validator", "Verdict"]
