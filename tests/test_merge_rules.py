@@ -131,3 +131,38 @@ def test_best_version_gate_refuses_cumulative_regression(make_net, gate):
         assert "best recent version" in verdicts[1].reason
         assert val.head().metrics["loss"] <= genesis + 0.05
     assert audit(net.clone("auditor")).ok
+
+
+def test_rule_switched_mid_history_applies_from_the_next_version_and_audits_clean(make_net):
+    """attenuated -> fedbuff (one delta left in its buffer) -> delayed_nesterov: every version is
+    recomputed under the rule it recorded; the pending FedBuff delta is applied, not lost."""
+    from woolf.signing.change import set_config
+
+    net = make_net(**{"policy.min_improvement": "-10"})
+    val = net.clone("val")
+    craft_pr(val, tensors=_delta(val, seed=1))
+    Validator(val, device="cpu").run()
+    assert val.head().rule == "attenuated" and val.head().state_sha256 is None
+    set_config(net.work, {"merge.rule": "fedbuff", "merge.buffer": "2", "merge.outer_lr": "1.0",
+                          "merge.momentum": "0.0"}, reason="try FedBuff")
+    d2 = _delta(val, seed=2)
+    craft_pr(val, tensors=d2)
+    [v] = Validator(val, device="cpu").run()
+    head = val.head()
+    assert v.accepted and head.rule == "fedbuff" and head.state_sha256  # buffered, weights unchanged
+    assert head.weights_sha256 == val.show(head.version - 1).weights_sha256
+    w_before = val.load_weights(val.head())
+    set_config(net.work, {"merge.rule": "delayed_nesterov"}, reason="back to momentum")
+    d3 = _delta(val, seed=3)
+    craft_pr(val, tensors=d3)
+    [v] = Validator(val, device="cpu").run()
+    head = val.head()
+    assert v.accepted and head.rule == "delayed_nesterov"
+    # the buffered FedBuff delta reached the weights (lr 1.0), then delayed Nesterov's lr*g/N
+    w = val.load_weights(head)
+    for k in w:
+        assert torch.allclose(w[k], w_before[k] + d2[k] + 0.5 * d3[k], atol=1e-6)
+    report = audit(net.clone("auditor"))
+    assert report.ok, report.problems
+    rules = [x.rule for x in reversed(val.log())]
+    assert rules.count("fedbuff") == 1 and rules[-1] == "delayed_nesterov"
