@@ -20,9 +20,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from woolf.errors import UsageError
-from woolf.workloads import corpus
 from woolf.workloads.base import Progress, TrainData
 from woolf.workloads.optstate import load_optimizer, save_optimizer
+from woolf.workloads.textcommon import TextCorpus
 
 
 class Block(nn.Module):
@@ -59,7 +59,7 @@ class TinyGPT(nn.Module):
         return self.head(self.ln(x))
 
 
-class CharLM:
+class CharLM(TextCorpus):
     name = "charlm"
 
     def __init__(self, d_model: int = 64, n_layer: int = 2, n_head: int = 4, context: int = 64,
@@ -77,12 +77,7 @@ class CharLM:
         torch.manual_seed(seed)
         return {k: v.detach().clone().contiguous() for k, v in self.model().state_dict().items()}
 
-    def benchmark_bytes(self) -> bytes:
-        return corpus.benchmark_text(self.benchmark_size)
 
-    def default_data(self, contributor: str, base_version: int) -> TrainData:
-        files = corpus.assign_shard(contributor, base_version, self.shard_files)
-        return TrainData([corpus.read(f) for f in files], f"shard:{contributor}@v{base_version}", files)
 
     def data_from_path(self, path: str) -> TrainData:
         p = Path(path)
@@ -106,11 +101,6 @@ class CharLM:
             yield (torch.stack([text[i : i + self.context] for i in ix]),
                    torch.stack([text[i + 1 : i + 1 + self.context] for i in ix]))
 
-    def lr_at(self, global_step: int) -> float:
-        """The learning rate at the ledger's global progress (warm-up once, not per contribution)."""
-        if self.warmup_steps and global_step < self.warmup_steps:
-            return self.lr * (global_step + 1) / self.warmup_steps
-        return self.lr
 
     def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0,
               progress: Progress | None = None, state_dir: Path | None = None, global_step: int = 0,

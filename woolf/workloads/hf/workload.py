@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 
 from woolf.errors import ConfigError, IntegrityError, InvalidWeightsError, UsageError
-from woolf.workloads import corpus
 from woolf.workloads.base import Progress, TrainData
 from woolf.workloads.hf.modeldir import (
     MODEL_DIR,
@@ -37,12 +36,13 @@ from woolf.workloads.hf.modeldir import (
     max_positions,
 )
 from woolf.workloads.optstate import load_optimizer, save_optimizer
+from woolf.workloads.textcommon import TextCorpus
 
 AUTOCAST = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
-class Transformers:
+class Transformers(TextCorpus):
     name = "transformers"
 
     def __init__(self, model: str = MODEL_DIR, files: dict | None = None, dtype: str = "float32",
@@ -156,12 +156,7 @@ class Transformers:
         return model.to(device)
 
     # -- data --------------------------------------------------------------------
-    def benchmark_bytes(self) -> bytes:
-        return corpus.benchmark_text(self.benchmark_size)
 
-    def default_data(self, contributor: str, base_version: int) -> TrainData:
-        files = corpus.assign_shard(contributor, base_version, self.shard_files)
-        return TrainData([corpus.read(f) for f in files], f"shard:{contributor}@v{base_version}", files)
 
     def data_from_path(self, path: str) -> TrainData:
         p = Path(path)
@@ -185,10 +180,6 @@ class Transformers:
         return torch.tensor(ids, dtype=torch.long)
 
     # -- training ----------------------------------------------------------------
-    def lr_at(self, global_step: int) -> float:
-        if self.warmup_steps and global_step < self.warmup_steps:
-            return self.lr * (global_step + 1) / self.warmup_steps
-        return self.lr
 
     def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0,
               progress: Progress | None = None, state_dir: Path | None = None, global_step: int = 0,
