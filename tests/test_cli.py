@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from woolf.cli.main import main
 from woolf.forges.local import LocalForge
 from woolf.ledger import Ledger
+
+from .conftest import run_cli
 
 
 def _json(capsys, *args):
@@ -57,3 +61,31 @@ def test_version_and_help(capsys):
     assert "woolf" in capsys.readouterr().out
     assert main(["--help"]) == 0
     assert "validate" in capsys.readouterr().out
+
+
+def test_first_hour_bad_inputs_are_clear_errors(network, tmp_path):
+    """-C to nowhere, init over a file, negative counts, a storage share that vanished: no traceback."""
+    import shutil
+
+    from woolf.contribute import submit, train
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    cases = [(["-C", str(tmp_path / "nowhere"), "log"], "does not exist"),
+             (["init", str(afile), "--unsigned"], "is a file"),
+             (["-C", str(network.work.root), "log", "-n", "-3"], "x>=1"),
+             (["demo", "--steps", "0", "--dir", str(tmp_path / "d")], "x>=1"),
+             (["demo", "--rounds", "-1", "--dir", str(tmp_path / "d")], "x>=1")]
+    for args, needle in cases:
+        r = run_cli(*args, cwd=tmp_path)
+        assert r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    r = run_cli("log", cwd=tmp_path, env={"WOOLF_DIR": str(tmp_path / "nowhere")})
+    assert r.returncode != 0 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+    # an unmounted local storage share is never silently recreated by submit
+    alice = network.clone("alice")
+    train(alice, steps=3, contributor="alice")
+    storage = network.root / "storage"
+    shutil.move(storage, network.root / "unmounted")
+    with pytest.raises(Exception, match="does not exist"):
+        submit(alice, contributor="alice")
+    assert not storage.exists()

@@ -77,6 +77,8 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
     signers_text = _signers(signing_key, signer, extra_signers)
     if (path / layout.CONFIG).exists():
         raise UsageError(f"{path} already holds a ledger", hint="use `woolf status` there")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path} exists and is a file, not a directory", hint="choose a new or empty directory")
     if path.exists() and any(path.iterdir()):
         raise UsageError(f"{path} exists and is not empty", hint="choose a new or empty directory")
     storage = storage or str(path.parent / f"{path.name}.storage")

@@ -79,7 +79,7 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
 
 
 @click.command()
-@click.option("-n", "limit", type=int, help="Show at most N versions.")
+@click.option("-n", "limit", type=click.IntRange(min=1), help="Show at most N versions (N >= 1).")
 @click.option("--all", "show_all", is_flag=True, help="Also show every verdict (merged, rejected, withdrawn).")
 @json_option
 @pass_app

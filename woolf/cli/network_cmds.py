@@ -14,10 +14,10 @@ from woolf.cli.app import App, json_option, pass_app
 
 
 @click.command()
-@click.option("--participants", type=int, help="Participant processes [default: 3; --quick 2].")
-@click.option("--rounds", type=int, help="Contributions per participant [default: 8; --quick 4].")
-@click.option("--validators", type=int, help="Validator processes [default: 2; --quick 1].")
-@click.option("--steps", type=int, help="Training steps per contribution [default: 30; --quick 15].")
+@click.option("--participants", type=click.IntRange(min=1), help="Participant processes [default: 3; --quick 2].")
+@click.option("--rounds", type=click.IntRange(min=1), help="Contributions per participant [default: 8; --quick 4].")
+@click.option("--validators", type=click.IntRange(min=1), help="Validator processes [default: 2; --quick 1].")
+@click.option("--steps", type=click.IntRange(min=1), help="Training steps per contribution [default: 30; --quick 15].")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default="woolf-demo",
               show_default=True, help="Where the hub is built (an earlier demo hub there is replaced).")
 @click.option("--quick", is_flag=True, help="Smaller run: 2 participants x 4 rounds x 15 steps, 1 validator.")

@@ -126,6 +126,10 @@ class DvcStore:
         """
 
         path = Path(path)
+        url = self.remote_url(remote)
+        if "://" not in url and not Path(url).is_dir():  # never recreate a missing (unmounted?) share
+            raise StorageError(f"storage directory {url} does not exist",
+                               hint="is the share mounted? a ledger's storage is made once, by `woolf init`")
         md5 = md5 or md5_file(path)
         pointer = Pointer(md5, path.stat().st_size, name)
         dest = self.cache_path(md5)

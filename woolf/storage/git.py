@@ -261,6 +261,9 @@ class Git:
 
 
 def toplevel(path: Path) -> Path:
+    if not Path(path).is_dir():
+        raise NotALedgerError(f"{path} is not a directory" if Path(path).exists() else f"{path} does not exist",
+                              hint="pass a ledger clone's directory with -C / WOOLF_DIR")
     proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path,
                           capture_output=True, env=clean_env())
     if proc.returncode != 0:
