@@ -89,3 +89,11 @@ def test_first_hour_bad_inputs_are_clear_errors(network, tmp_path):
     with pytest.raises(Exception, match="does not exist"):
         submit(alice, contributor="alice")
     assert not storage.exists()
+
+
+def test_uncommitted_config_edits_are_named_not_silently_ignored(network):
+    alice = network.clone("alice")
+    cfg = alice.root / "ledger" / "woolf.toml"
+    cfg.write_text(cfg.read_text() + "\nthis is not toml [\n")
+    r = run_cli("log", cwd=alice.root)
+    assert r.returncode == 0 and "not on main and are ignored" in r.stderr

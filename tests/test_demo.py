@@ -106,6 +106,7 @@ def test_ctrl_c_stops_children_and_leaves_a_usable_hub(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert "INTERRUPTED" in out, out
+    assert proc.returncode == 130
     workers = subprocess.run(["pgrep", "-f", f"woolf.network.worker .*{hub}"], capture_output=True, text=True)
     assert workers.stdout.strip() == "", "children still running"
     git("clone", "-q", str(hub / "hub.git"), str(tmp_path / "mine"), cwd=tmp_path)

@@ -25,9 +25,21 @@ class App:
     err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
 
     def ledger(self):
+        from woolf import layout
         from woolf.ledger import Ledger
 
-        return Ledger.open(self.cwd)
+        led = Ledger.open(self.cwd)
+        local = led.root / layout.CONFIG
+        on_main = led.git.show_bytes(f"{layout.MAIN}:{layout.CONFIG}")
+        try:
+            edited = on_main is not None and local.read_bytes() != on_main
+        except OSError:
+            edited = False
+        if edited:  # woolf reads the config committed on main, never the workspace copy
+            self.err.print("[yellow]warning:[/] ledger/woolf.toml has edits that are not on main and are "
+                           "ignored: woolf uses the config on main (a maintainer changes it with "
+                           "`woolf config set KEY=VALUE`)")
+        return led
 
     def emit_json(self, data) -> None:
         # indented for a terminal; compact (C encoder, ~10x faster at 10k versions) for pipes

@@ -40,7 +40,7 @@ _register()
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        cli.main(args=argv, prog_name="woolf", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="woolf", standalone_mode=False)
     except WoolfError as exc:
         click.secho(f"error: {exc.message}", fg="red", err=True)
         if exc.hint:
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
-    return 0
+    return rv if isinstance(rv, int) else 0  # ctx.exit(N) in a command (an interrupted demo: 130)
 
 
 def entry() -> None:

@@ -44,6 +44,8 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, se
                  steps=steps, quick=quick, console=app.err if as_json else app.console, settings=overrides)
     if as_json:
         app.emit_json(r.to_json())
+        if r.interrupted:
+            click.get_current_context().exit(130)
         return
     c = app.console
     c.rule("summary" + (" (INTERRUPTED)" if r.interrupted else ""))
@@ -63,6 +65,8 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, se
 
     woolf_cmd = "woolf" if shutil.which("woolf") else f"{sys.executable} -m woolf"
     c.print(f"try: git clone {r.dir}/hub.git mine && cd mine && {woolf_cmd} log")
+    if r.interrupted:
+        click.get_current_context().exit(130)  # like any interrupted command
 
 
 def comparison_lines(r) -> list[str]:
