@@ -49,6 +49,12 @@ def quiet():
         log.setLevel(level)
 
 
+def _upload_hint(exc: Exception) -> str:
+    if "missing dependencies" in str(exc) and "s3" in str(exc):  # dvc-s3 is not installed
+        return 'S3 storage needs the s3 extra: pip install "goodwoolf[s3]"'
+    return "is the storage reachable and writable?"
+
+
 def init_dvc(root: Path, storage_url: str) -> None:
     from dvc.repo import Repo
 
@@ -150,8 +156,7 @@ class DvcStore:
             with quiet():
                 self.repo.push(targets=[str(Path(dvc_file).resolve())], remote=REMOTE_NAME)
         except Exception as exc:
-            raise StorageError(f"upload to {self.remote_url()} failed: {exc}",
-                               hint="is the storage reachable and writable?") from None
+            raise StorageError(f"upload to {self.remote_url()} failed: {exc}", hint=_upload_hint(exc)) from None
         self.verify_remote(pointer)
 
     def verify_remote(self, pointer: Pointer, remote: str = REMOTE_NAME) -> None:
@@ -260,7 +265,7 @@ class DvcStore:
                         check_exists=not replace)
         except Exception as exc:  # any DVC or transport failure is a storage error
             raise StorageError(f"upload to {self.remote_url(remote)} failed: {exc}",
-                               hint="is the storage reachable and writable?") from None
+                               hint=_upload_hint(exc)) from None
         self.verify_remote(pointer, remote)
 
     def materialize(self, pointer: Pointer, out: Path) -> None:
