@@ -97,17 +97,25 @@ def test_validator_killed_at_random_times(network):
 
 
 def test_watch_validates_arriving_prs_and_stops_on_sigterm(network):
+    import threading
+
     val = network.clone("val")
     watcher = subprocess.Popen([sys.executable, "-m", "woolf", "validate", "--watch", "--interval", "0.3",
                                 "--device", "cpu"], cwd=val.root, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(watcher.stdout.readline, "")), daemon=True)
+    reader.start()
     sub = network.clone("sub")
     sub_id = craft_pr(sub, tensors=_delta(sub, seed=3))
     deadline = time.time() + 120
-    while time.time() < deadline and git("rev-list", "--count", "main", cwd=network.hub) == "1":
+    # wait for the verdict line itself: SIGTERM between the push and the print would lose only the line
+    while time.time() < deadline and not any(sub_id in line for line in lines):
         time.sleep(0.3)
     watcher.send_signal(signal.SIGTERM)
-    out, err = watcher.communicate(timeout=60)
+    _, err = watcher.communicate(timeout=60)
+    reader.join(timeout=10)
+    out = "".join(lines)
     assert watcher.returncode == 0, err
     assert sub_id in out and "version 1" in out
     _check_invariants(network, 1)
