@@ -57,3 +57,15 @@ def test_train_follows_a_merge_that_lands_mid_training_and_submits_against_it(ma
     assert pr["base_version"] == 1
     [v] = Validator(val, device="cpu").run()
     assert v.accepted and v.staleness == 0 and v.attenuation == 1.0
+
+
+def test_follower_ignores_a_version_that_is_not_the_model_being_trained(network):
+    """A newer version whose tensors have other shapes (another model on main) is not followed:
+    no crash mid-training, no shift, the base stays."""
+    alice, bob, val = network.clone("alice"), network.clone("bob"), network.clone("val")
+    head = alice.pull()
+    other = {k: torch.zeros(v.numel() + 1) for k, v in alice.load_weights(head).items()}
+    follow = Follower(alice, head, other)
+    network.train_submit(bob, "bob")
+    Validator(val, device="cpu").run()
+    assert follow() is None and follow.base.version == 0 and follow.rebases == 0

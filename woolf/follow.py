@@ -21,8 +21,6 @@ error leaves the base as it was.
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from woolf.errors import WoolfError
@@ -30,19 +28,13 @@ from woolf.signing.trust import require_trusted_head
 
 
 class Follower:
-    def __init__(self, ledger, head, base_weights: dict[str, torch.Tensor], min_interval: float = 0.0):
+    def __init__(self, ledger, head, base_weights: dict[str, torch.Tensor]):
         self.ledger, self.base, self.base_weights = ledger, head, base_weights
-        self.min_interval = min_interval
         self.rebases = 0
-        self._last = 0.0
 
     def __call__(self) -> dict[str, torch.Tensor] | None:
-        now = time.monotonic()
-        if now - self._last < self.min_interval:
-            return None
-        self._last = now
         try:
-            self.ledger.fetch()
+            self.ledger.fetch(prs=False)  # main only: this runs every few training steps
             newest = self.ledger.head("refs/remotes/origin/main")
             if newest.version <= self.base.version or not self.ledger.on_chain(self.base, newest):
                 return None
@@ -50,8 +42,9 @@ class Follower:
             new = self.ledger.load_weights(newest)
         except WoolfError:
             return None  # the hub or storage is unreachable for now: keep training where we are
-        if set(new) != set(self.base_weights):
-            return None
+        if any(k not in new or new[k].shape != v.shape for k, v in self.base_weights.items()) \
+                or set(new) != set(self.base_weights):
+            return None  # not the model being trained (another workload on main): keep training here
         shift = {k: new[k].to(torch.float32) - self.base_weights[k].to(torch.float32) for k in new}
         self.base, self.base_weights = newest, new
         self.rebases += 1

@@ -238,12 +238,15 @@ class Ledger:
     def has_origin(self) -> bool:
         return "origin" in self.git.out("remote").split()
 
-    def fetch(self) -> None:
+    def fetch(self, prs: bool = True) -> None:
+        """origin's main (and, unless ``prs`` is False, every PR ref)."""
         if not self.has_origin():
             raise UsageError("this ledger has no 'origin' remote",
                              hint="clone the ledger from its hub, or `git remote add origin URL`")
-        self.git.fetch("origin", "+refs/heads/main:refs/remotes/origin/main",
-                       f"+{layout.PR_PREFIX}/*:{layout.PR_PREFIX}/*")
+        specs = ["+refs/heads/main:refs/remotes/origin/main"]
+        if prs:
+            specs.append(f"+{layout.PR_PREFIX}/*:{layout.PR_PREFIX}/*")
+        self.git.fetch("origin", *specs)
 
     def pull(self) -> Version:
         """Fast-forward main to origin's, then materialise the current weights."""

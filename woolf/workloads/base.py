@@ -119,3 +119,19 @@ def resolve_device(device: str) -> str:
 
         raise UsageError("--device cuda: no CUDA device is available", hint="use --device auto or cpu")
     return device
+
+
+def apply_follow(model: torch.nn.Module, follow, follow_every: int, step: int, steps: int) -> None:
+    """Every ``follow_every`` steps (not after the last), move the model by what main moved.
+
+    ``follow()`` (woolf/follow.py) returns ``{name: new version - old base}`` or None.
+    """
+    if follow is None or not follow_every or step % follow_every or step >= steps:
+        return
+    shift = follow()
+    if shift is None:
+        return
+    with torch.no_grad():
+        state = model.state_dict()
+        for name, delta in shift.items():
+            state[name].add_(delta.to(state[name].dtype).to(state[name].device))

@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from woolf.errors import UsageError
-from woolf.workloads.base import Progress, TrainData
+from woolf.workloads.base import Progress, TrainData, apply_follow
 from woolf.workloads.optstate import load_optimizer, save_optimizer
 from woolf.workloads.textcommon import TextCorpus
 
@@ -125,12 +125,7 @@ class CharLM(TextCorpus):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             losses.append(loss.item())
-            if follow is not None and follow_every and step % follow_every == 0 and step < steps:
-                shift = follow()
-                if shift is not None:
-                    with torch.no_grad():
-                        for name, tensor in model.state_dict().items():
-                            tensor.add_(shift[name].to(tensor.dtype).to(tensor.device))
+            apply_follow(model, follow, follow_every, step, steps)
             if progress:
                 progress(step, steps, losses[-1])
         secs = time.perf_counter() - t0

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from woolf.errors import ConfigError, IntegrityError, InvalidWeightsError, UsageError
-from woolf.workloads.base import Progress, TrainData
+from woolf.workloads.base import Progress, TrainData, apply_follow
 from woolf.workloads.hf.modeldir import (
     MODEL_DIR,
     REQUIRED,
@@ -221,13 +221,7 @@ class Transformers(TextCorpus):
             else:
                 opt.step()
             losses.append(total)
-            if follow is not None and follow_every and step % follow_every == 0 and step < steps:
-                shift = follow()
-                if shift is not None:
-                    with torch.no_grad():
-                        state = model.state_dict()
-                        for name, delta in shift.items():
-                            state[name].add_(delta.to(state[name].dtype).to(state[name].device))
+            apply_follow(model, follow, follow_every, step, steps)
             if progress:
                 progress(step, steps, losses[-1])
         secs = time.perf_counter() - t0
