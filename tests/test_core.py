@@ -6,14 +6,8 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from woolf.config import (
-    LedgerConfig,
-    PolicyConfig,
-    StalenessConfig,
-    apply_overrides,
-    parse_config,
-    render_config,
-)
+from woolf.config import LedgerConfig, PolicyConfig, StalenessConfig, parse_config
+from woolf.config_text import apply_overrides, render_config
 from woolf.core.merge import apply_delta, compute_delta, merge_scale
 from woolf.core.policy import decide
 from woolf.core.staleness import attenuation

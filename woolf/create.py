@@ -19,7 +19,8 @@ import shutil
 from pathlib import Path
 
 from woolf import layout
-from woolf.config import LedgerConfig, apply_overrides, render_config
+from woolf.config import LedgerConfig
+from woolf.config_text import apply_overrides, render_config
 from woolf.core.trailers import format_message
 from woolf.errors import UsageError
 from woolf.layout import CONTRIBUTOR

@@ -16,7 +16,8 @@ use a config only when its last change verifies.
 from __future__ import annotations
 
 from woolf import layout
-from woolf.config import apply_overrides, parse_config, render_config
+from woolf.config import parse_config
+from woolf.config_text import apply_overrides, render_config
 from woolf.core.trailers import format_message
 from woolf.errors import UsageError
 from woolf.signing.authority import signers_text
