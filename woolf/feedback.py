@@ -90,7 +90,7 @@ def settle(ledger, forge, spec: dict) -> tuple[dict[str, torch.Tensor] | None, s
     still_open, notes = [], []
     for item in _pending(ledger):
         try:
-            pr = forge.get(item["id"])
+            pr = forge.refresh(item["id"])  # submit fetched the PR refs already
             fraction = _unmerged_fraction(ledger, pr)
             if fraction is None:
                 still_open.append(item)
