@@ -107,7 +107,7 @@ class Ledger:
         from woolf.workloads.base import load_workload
 
         cfg = self.config
-        if self._workload is None or self._workload[0] is not cfg:  # one per config: a model is built once
+        if self._workload is None or self._workload[0] != cfg:  # one per config (re-read per PR): built once
             wl = load_workload(cfg.workload)
             if hasattr(wl, "bind"):
                 wl.bind(lambda rel: self.git.show_bytes(f"{self.main_ref}:{rel}"))

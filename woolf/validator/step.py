@@ -75,8 +75,8 @@ class MergeStep:
         best = min(values) if policy.direction == "minimize" else max(values)
         return {**before, policy.metric: best}
 
-    def evaluate(self, pr, main, timer: Timer) -> tuple[Verdict, dict | None]:
-        """The verdict on ``pr`` against ``main``, and the candidate weights when it is accepted."""
+    def evaluate(self, pr, main, timer: Timer) -> tuple[Verdict, Step | None]:
+        """The verdict on ``pr`` against ``main``, and the merge Step when it is accepted."""
         verdict = Verdict(pr.id, False, "rejected", "", pr.contributor, pr.base_version)
         try:
             check_submitter(self.ledger, pr, main)  # id, submission.json and signature name one contributor
@@ -85,7 +85,7 @@ class MergeStep:
             verdict.reason = exc.message
             return verdict, None
 
-    def _evaluate(self, pr, main, verdict: Verdict, timer: Timer) -> tuple[Verdict, dict | None]:
+    def _evaluate(self, pr, main, verdict: Verdict, timer: Timer) -> tuple[Verdict, Step | None]:
         cfg = self.ledger.config
         with timer("checks"):
             adm: Admitted = admit(self.ledger, pr, main, self._merged_deltas(main))
