@@ -56,6 +56,45 @@ def test_withdraw_via_cli_and_errors(network, capsys):
     assert main(["-C", str(alice.root), "validate", sub["id"], "--all"]) == 2
 
 
+def test_only_its_contributor_withdraws_a_pr(tmp_path, capsys):
+    from .conftest import make_network
+
+    net = make_network(tmp_path, signed=False)
+    alice, bob = net.clone("alice"), net.clone("bob")
+    net.train_submit(alice, "alice", steps=2)
+    sub = LocalForge.for_ledger(alice).list(state="open")[0]
+    assert main(["-C", str(bob.root), "pr", "close", sub.id]) == 2
+    err = capsys.readouterr().err
+    assert "opened by 'alice'" in err and "--force" in err
+    assert LocalForge.for_ledger(bob).get(sub.id).state == "open"  # nothing written
+    closed = _json(capsys, "-C", str(bob.root), "pr", "close", sub.id, "--force", "--json")
+    assert closed["state"] == "withdrawn" and closed["reason"] == "closed by bob, not its contributor alice"
+    net.train_submit(alice, "alice", steps=2, seed=1)
+    mine = LocalForge.for_ledger(alice).list(state="open")[0]
+    assert main(["-C", str(alice.root), "pr", "close", mine.id]) == 0
+    assert "withdrawn by its contributor alice" in capsys.readouterr().out
+
+
+def test_a_fresh_clone_says_what_it_has_not_fetched(network, capsys):
+    from .conftest import git
+
+    alice = network.clone("alice")
+    network.train_submit(alice, "alice", steps=2)
+    LocalForge.for_ledger(alice).withdraw(LocalForge.for_ledger(alice).list()[0].id)
+    fresh = network.root / "fresh"
+    git("clone", "-q", str(network.hub), str(fresh), cwd=network.root)
+    code = main(["-C", str(fresh), "log", "--all", "--json"])
+    out = capsys.readouterr()
+    assert code == 0 and json.loads(out.out)["verdicts"] == []
+    assert "fetched no pull requests" in out.err and "last fetch from origin" in out.err
+    both = _json(capsys, "-C", str(fresh), "log", "--all", "--fetch", "--json")
+    assert [v["state"] for v in both["verdicts"]] == ["withdrawn"]
+    st = _json(capsys, "-C", str(fresh), "status", "--json")
+    assert st["behind_origin"] == 0 and st["fetched_at"] is not None
+    out = _json(capsys, "-C", str(fresh), "checkout", "0", "-o", str(network.root / "v0.st"), "--json")
+    assert out["version"] == 0 and out["size"] == (network.root / "v0.st").stat().st_size
+
+
 def test_version_and_help(capsys):
     assert main(["--version"]) == 0
     assert "woolf" in capsys.readouterr().out

@@ -50,6 +50,7 @@ class Status:
     storage_reachable: bool
     storage_error: str | None
     behind_origin: int | None
+    fetched_at: float | None = None  # when this clone last heard from origin (None: never, or no origin)
 
     def to_json(self) -> dict:
         return self.__dict__.copy()
@@ -232,11 +233,29 @@ class Ledger:
                                       "refs/heads/main..refs/remotes/origin/main"))
         url = self.store.remote_url()
         return Status(head.version, head.commit, str(local), match, url, ok,
-                      None if ok else err, behind)
+                      None if ok else err, behind, self.last_fetch())
 
     # -- syncing ---------------------------------------------------------------
     def has_origin(self) -> bool:
         return "origin" in self.git.out("remote").split()
+
+    def last_fetch(self) -> float | None:
+        """When this clone last fetched from origin (or was cloned); None if it has no origin."""
+        if not self.has_origin():
+            return None
+        fetch_head = Path(self.git.out("rev-parse", "--git-path", "FETCH_HEAD"))
+        fetch_head = fetch_head if fetch_head.is_absolute() else self.root / fetch_head
+        if fetch_head.exists():
+            return fetch_head.stat().st_mtime
+        log = Path(self.git.out("rev-parse", "--git-path", "logs/refs/remotes/origin/HEAD"))
+        log = log if log.is_absolute() else self.root / log
+        try:  # a fresh clone: its first reflog line ("clone: from ...") carries the time
+            return float(log.read_text(errors="replace").split("\n", 1)[0].split("\t")[0].split()[-2])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def has_pr_refs(self) -> bool:
+        return bool(self.git.out("for-each-ref", "--count=1", "--format=%(refname)", layout.PR_PREFIX))
 
     def fetch(self, prs: bool = True) -> None:
         """origin's main (and, unless ``prs`` is False, every PR ref)."""

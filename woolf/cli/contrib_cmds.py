@@ -171,14 +171,24 @@ def pr_show(app: App, sub_id, forge, as_json):
 
 @pr.command("close")
 @click.argument("sub_id")
+@click.option("--force", is_flag=True,
+              help="Close a pull request that someone else opened (recorded as closed by you).")
+@contributor_option
 @forge_option
+@json_option
 @pass_app
-def pr_close(app: App, sub_id, forge):
-    """Withdraw your pull request."""
+def pr_close(app: App, sub_id, force, contributor, forge, as_json):
+    """Withdraw your pull request (its contributor's only; --force for another's)."""
     from woolf.forges.github import forge_for
+    from woolf.identity import contributor_id
 
-    forge_for(app.ledger(), forge).withdraw(sub_id)
-    app.console.print(f"{sub_id} withdrawn")
+    ledger = app.ledger()
+    who = contributor_id(contributor, ledger.git)
+    p = forge_for(ledger, forge).withdraw(sub_id, by=who, force=force)
+    if as_json:
+        app.emit_json(p.to_json())
+        return
+    app.console.print(Text(f"{sub_id} {p.state}: {p.reason or ''}".rstrip(": ")))
 
 
 COMMANDS = [train, submit, pr]

@@ -23,6 +23,31 @@ def _fmt_metrics(m: dict | None) -> str:
     return " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(m.items()))
 
 
+fetch_option = click.option(
+    "--fetch", "do_fetch", is_flag=True,
+    help="Fetch main and the pull requests from origin first (otherwise: this clone's last fetch).")
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{max(seconds, 0):.0f} s ago"
+
+
+def _freshness(app: App, ledger, do_fetch: bool) -> None:
+    """Fetch when asked; otherwise say, on stderr, how old this clone's view of origin is."""
+    import time
+
+    if do_fetch:
+        ledger.fetch()
+        return
+    when = ledger.last_fetch()
+    if when is not None:
+        app.err.print(f"[dim]as of this clone's last fetch from origin, {_ago(time.time() - when)} "
+                      "(`--fetch` or `woolf pull` to update)[/]")
+
+
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--storage", help="DVC remote URL (directory, s3://...). Default: PATH.storage beside PATH.")
@@ -81,16 +106,21 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
 @click.command()
 @click.option("-n", "limit", type=click.IntRange(min=1), help="Show at most N versions (N >= 1).")
 @click.option("--all", "show_all", is_flag=True, help="Also show every verdict (merged, rejected, withdrawn).")
+@fetch_option
 @json_option
 @pass_app
-def log(app: App, limit, show_all, as_json):
-    """Versions, newest first."""
+def log(app: App, limit, show_all, do_fetch, as_json):
+    """Versions, newest first (this clone's view; --fetch to update it first)."""
     ledger = app.ledger()
+    _freshness(app, ledger, do_fetch)
     versions = ledger.log(limit=limit)
     verdicts = None
     if show_all:
         from woolf.forges.local import LocalForge
 
+        if not ledger.has_pr_refs() and ledger.has_origin():
+            app.err.print("[yellow]note:[/] this clone has fetched no pull requests yet (git clone does not): "
+                          "`woolf log --all --fetch`, or `woolf pull`")
         verdicts = [pr.to_json() for pr in LocalForge.for_ledger(ledger).list(local_only=True)
                     if pr.state != "open"]
     if as_json:
@@ -138,19 +168,28 @@ def show(app: App, version, as_json):
 @click.argument("version", type=int)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the weights here (default: .woolf/versions/vN.safetensors).")
+@json_option
 @pass_app
-def checkout(app: App, version, output):
+def checkout(app: App, version, output, as_json):
     """Fetch the weights of any version, checked against their recorded hash."""
-    out = app.ledger().checkout(version, output)
+    ledger = app.ledger()
+    out = ledger.checkout(version, output)
+    if as_json:
+        ptr = ledger.pointer(ledger.show(version).commit)
+        app.emit_json({"version": version, "path": str(out), "size": ptr.size, "md5": ptr.md5})
+        return
     app.console.print(f"version {version} -> {out}")
 
 
 @click.command()
+@fetch_option
 @json_option
 @pass_app
-def status(app: App, as_json):
-    """Current version, local weights, storage reachability."""
-    st = app.ledger().status()
+def status(app: App, do_fetch, as_json):
+    """Current version, local weights, storage reachability, how far origin is ahead."""
+    ledger = app.ledger()
+    _freshness(app, ledger, do_fetch)
+    st = ledger.status()
     if as_json:
         app.emit_json(st.to_json())
         return
@@ -161,6 +200,8 @@ def status(app: App, as_json):
     app.console.print(f"storage: {st.storage_url} {reach}")
     if st.behind_origin:
         app.console.print(f"origin/main is {st.behind_origin} version(s) ahead: `woolf pull`")
+    elif st.behind_origin == 0:
+        app.console.print("up to date with origin/main as last fetched")
 
 
 @click.command()

@@ -77,7 +77,7 @@ class Forge(ABC):
         """
 
     @abstractmethod
-    def withdraw(self, sub_id: str) -> None: ...
+    def withdraw(self, sub_id: str, by: str | None = None, force: bool = False) -> PullRequest: ...
 
     def refresh(self, sub_id: str) -> PullRequest:
         """The PR's current state, as a validator needs it right before deciding."""

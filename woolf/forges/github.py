@@ -169,11 +169,13 @@ class GitHubForge(Forge):
         _, fields = _trailers(self.git.message(version_commit))
         self._verdict(pr, "merged", fields.pop("Woolf-Reason", "merged"), fields)
 
-    def withdraw(self, sub_id: str) -> None:
+    def withdraw(self, sub_id: str, by: str | None = None, force: bool = False) -> PullRequest:
+        # GitHub decides who may close a pull request (its author or a maintainer) and records who did
         pr = self.get(sub_id)
         if pr.state != "open":
             raise UsageError(f"{sub_id} is already {pr.state}")
         self.api.json("PATCH", f"{self.repo_path}/pulls/{pr.number}", json={"state": "closed"})
+        return self.get(sub_id)
 
 
 def _trailers(message: str) -> tuple[str, dict]:

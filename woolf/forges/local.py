@@ -77,14 +77,26 @@ class LocalForge(Forge):
     def reject(self, pr: PullRequest, reason: str, fields: dict) -> None:
         self._close(pr, "rejected", reason, fields)
 
-    def withdraw(self, sub_id: str) -> None:
+    def withdraw(self, sub_id: str, by: str | None = None, force: bool = False) -> PullRequest:
+        """Close an open PR; ``by`` (a contributor id) is recorded, and must be its author unless ``force``."""
         pr = self.get(sub_id)
         if pr.state != "open":
             raise UsageError(f"{sub_id} is already {pr.state}")
+        author = pr.contributor
+        if by is not None and author is not None and by != author and not force:
+            raise UsageError(f"{sub_id} was opened by {author!r}, and you are {by!r}: only its contributor "
+                             "withdraws a pull request",
+                             hint="a validator rejects it instead; `--force` closes it anyway, recorded "
+                                  f"as closed by {by}")
+        if by is None or by == author:
+            reason = f"withdrawn by its contributor {author}" if author else "withdrawn"
+        else:
+            reason = f"closed by {by}, not its contributor {author or '(unknown)'}"
         try:
-            self._close(pr, "withdrawn", "withdrawn by its contributor", {})
+            self._close(pr, "withdrawn", reason, {} if by is None else {"Woolf-Closed-By": by})
         except RaceLostError:
             raise UsageError(f"{sub_id} got a verdict while it was being withdrawn") from None
+        return self.get(sub_id, fetch=False)
 
     def merge(self, pr: PullRequest, version_commit: str, main_sha: str) -> None:
         # One atomic push: main moves and the verdict ref is created together, or neither.
