@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +137,31 @@ def test_uncommitted_config_edits_are_named_not_silently_ignored(network):
     cfg.write_text(cfg.read_text() + "\nthis is not toml [\n")
     r = run_cli("log", cwd=alice.root)
     assert r.returncode == 0 and "not on main and are ignored" in r.stderr
+
+
+def test_tables_fit_a_terminal_and_stay_whole_on_a_pipe():
+    import io
+
+    from rich.console import Console
+
+    from woolf.cli.app import App
+
+    headers = ["id", "state", "who", "base", "stale", "version", "reason"]
+    rows = [["20261130T072011-0000000000-alice", "rejected", "alice", "12", "3", "-",
+             "benchmark loss 2.7311 is worse than the current version's 2.6200 by more than the tolerance 0.01"]]
+    buf = io.StringIO()
+    app = App(cwd=Path("."), console=Console(file=buf, force_terminal=True, width=80, color_system=None))
+    app.table(headers, rows, yielding="reason")
+    lines = buf.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert sum("alice" in line for line in lines) == 1  # nothing wrapped
+    assert "20261130T072011-0000000000-alice" in buf.getvalue() and "benchmark loss 2.7311" in buf.getvalue()
+    buf = io.StringIO()
+    App(cwd=Path("."), console=Console(file=buf, force_terminal=True, width=160, color_system=None)).table(
+        headers, rows, yielding="reason")
+    assert len(buf.getvalue().splitlines()) == 2  # wide enough: the reason stays on the row
+
+    buf = io.StringIO()
+    App(cwd=Path("."), console=Console(file=buf, force_terminal=False)).table(headers, rows, "reason")
+    piped = buf.getvalue().splitlines()
+    assert len(piped) == 2 and piped[1].endswith("by more than the tolerance 0.01")

@@ -41,6 +41,47 @@ class App:
                            "`woolf config set KEY=VALUE`)")
         return led
 
+    def table(self, headers: list[str], rows: list[list[str]], yielding: str | None = None) -> None:
+        """Print rows as aligned columns: whole on a pipe; on a terminal, one line per row.
+
+        On a terminal only the ``yielding`` column (free text, e.g. a reason) is cut
+        with an ellipsis to fit the width; when even that does not fit, it moves to
+        its own indented line under the row. Cells are text, never markup: they may
+        come from refs anyone can push.
+        """
+        from rich.text import Text
+
+        cut = headers.index(yielding) if yielding in headers else None
+        widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+
+        def line(cells, keep=None):
+            return "  ".join(c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+                             if keep is None or i in keep).rstrip()
+
+        if not self.console.is_terminal or cut is None:
+            for i, cells in enumerate([headers, *rows]):
+                self.console.print(Text(line(cells), style="bold" if i == 0 and self.console.is_terminal else ""),
+                                   soft_wrap=True)
+            return
+        width = self.console.width
+        others = [i for i in range(len(headers)) if i != cut]
+        room = width - sum(widths[i] for i in others) - 2 * len(others)
+        if room >= 16:  # the free-text column fits beside the others, cut to the room left
+            widths[cut] = min(widths[cut], room)
+            fit = lambda c: c if len(c) <= room else c[:room - 1] + "…"  # noqa: E731
+            self.console.print(Text(line(headers), style="bold"), no_wrap=True, overflow="crop")
+            for r in rows:
+                self.console.print(Text(line([fit(c) if i == cut else c for i, c in enumerate(r)])),
+                                   no_wrap=True, overflow="crop")
+            return
+        self.console.print(Text(line(headers, others) + f"\n    {headers[cut]}", style="bold"),
+                           no_wrap=True, overflow="crop")
+        for r in rows:
+            self.console.print(Text(line(r, others)), no_wrap=True, overflow="crop")
+            if r[cut]:
+                free = r[cut] if len(r[cut]) <= width - 4 else r[cut][:width - 5] + "…"
+                self.console.print(Text("    " + free, style="dim"), no_wrap=True, overflow="crop")
+
     def emit_json(self, data) -> None:
         # indented for a terminal; compact (C encoder, ~10x faster at 10k versions) for pipes
         indent = 2 if sys.stdout.isatty() else None

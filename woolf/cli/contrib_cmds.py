@@ -10,7 +10,6 @@ from pathlib import Path
 
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 from rich.text import Text
 
 from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
@@ -119,12 +118,6 @@ def pr():
     """The pull-request queue."""
 
 
-def _short_reason(reason: str | None) -> str:
-    if not reason:
-        return ""
-    return reason if len(reason) <= 60 else reason[:57] + "..."
-
-
 @pr.command("list")
 @click.option("--state", type=click.Choice(["open", "merged", "rejected", "withdrawn", "quarantined"]))
 @forge_option
@@ -141,14 +134,11 @@ def pr_list(app: App, state, forge, as_json):
     if as_json:
         app.emit_json([p.to_json() for p in prs])
         return
-    table = Table("id", "state", "who", "base", "stale", "version", "reason")
-    table.columns[0].no_wrap = True
-    for p in prs:
-        cells = (p.id, p.state, p.contributor or "-", str(p.base_version),
-                 "-" if p.staleness is None else str(p.staleness),
-                 "-" if p.version is None else str(p.version), _short_reason(p.reason))
-        table.add_row(*(Text(c) for c in cells))  # text, never markup: reasons come from refs anyone can push
-    app.console.print(table)
+    app.table(["id", "state", "who", "base", "stale", "version", "reason"],
+              [[p.id, p.state, p.contributor or "-", str(p.base_version),
+                "-" if p.staleness is None else str(p.staleness),
+                "-" if p.version is None else str(p.version), " ".join((p.reason or "").split())]
+               for p in prs], yielding="reason")
 
 
 @pr.command("show")

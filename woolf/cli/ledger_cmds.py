@@ -12,7 +12,6 @@ import datetime
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from woolf.cli.app import App, json_option, pass_app
 
@@ -127,24 +126,22 @@ def log(app: App, limit, show_all, do_fetch, as_json):
         data = [v.to_json() for v in versions]
         app.emit_json({"versions": data, "verdicts": verdicts} if show_all else data)
         return
-    table = Table("version", "commit", "time", "base", "stale", "atten", "contributor", "metrics")
+    rows = []
     for v in versions:
         when = datetime.datetime.fromtimestamp(v.time, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(str(v.version), v.commit[:10], when,
-                      "-" if v.base_version is None else str(v.base_version),
-                      "-" if v.staleness is None else str(v.staleness),
-                      "-" if v.attenuation is None else f"{v.attenuation:.3f}",
-                      v.contributor or "-", _fmt_metrics(v.metrics))
-    app.console.print(table)
+        rows.append([str(v.version), v.commit[:10], when,
+                     "-" if v.base_version is None else str(v.base_version),
+                     "-" if v.staleness is None else str(v.staleness),
+                     "-" if v.attenuation is None else f"{v.attenuation:.3f}",
+                     v.contributor or "-", _fmt_metrics(v.metrics)])
+    app.table(["version", "commit", "time", "base", "stale", "atten", "contributor", "metrics"], rows,
+              yielding="metrics")
     if verdicts is not None:
-        vt = Table("submission", "state", "who", "base", "version", "reason")
-        vt.columns[0].no_wrap = True
-        for pr in verdicts:
-            reason = pr["reason"] or ""
-            vt.add_row(pr["id"], pr["state"], pr["contributor"] or "-", str(pr["base_version"]),
-                       "-" if pr.get("version") is None else str(pr["version"]),
-                       reason if len(reason) <= 60 else reason[:57] + "...")
-        app.console.print(vt)
+        app.console.print()
+        app.table(["submission", "state", "who", "base", "version", "reason"],
+                  [[pr["id"], pr["state"], pr["contributor"] or "-", str(pr["base_version"]),
+                    "-" if pr.get("version") is None else str(pr["version"]), " ".join((pr["reason"] or "").split())]
+                   for pr in verdicts], yielding="reason")
 
 
 @click.command()
