@@ -136,6 +136,25 @@ def test_steps_auto_sizes_contributions_from_measured_speed(make_net):
         assert r.returncode == 2 and "not a positive number" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_ctrl_c_at_any_moment_of_train_stops_it_cleanly(network):
+    """Ctrl-C while torch is still importing was swallowed (or broke numpy) before deferral."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    alice = network.clone("alice")
+    for delay in (0.8, 2.5):
+        p = subprocess.Popen([sys.executable, "-m", "woolf", "train", "--offline", "--steps", "100000"],
+                             cwd=alice.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 130 and "Traceback" not in err, err
+        assert "interrupted" in err
+    assert not (alice.root / ".woolf" / "work" / "trained.safetensors").exists()
+
+
 # -- bad input: a clear error, nothing pushed ---------------------------------------------
 
 def _no_prs(net):

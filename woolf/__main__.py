@@ -1,5 +1,5 @@
 """`python -m woolf ...` runs the CLI."""
 
-from woolf.cli.main import entry
+from woolf.cli.launch import entry
 
 entry()

@@ -4,6 +4,14 @@ Usage:
     with interruptible():
         run_forever()            # KeyboardInterrupt on SIGINT or SIGTERM
 
+    defer()                      # at process start: Ctrl-C only sets a flag ...
+    check()                      # ... raised as KeyboardInterrupt here, at a safe point
+    release()                    # back to Python's default (raises if one is pending)
+
+Deferral exists because a KeyboardInterrupt raised inside torch's own lazy imports
+is swallowed by torch, or leaves numpy half-imported (a RecursionError later):
+`woolf train` keeps Ctrl-C deferred and checks at every training step.
+
 A shell that starts a background job sets SIGINT to "ignore" for it, and Python
 then installs no KeyboardInterrupt; long-running commands restore it explicitly.
 """
@@ -32,3 +40,40 @@ def interruptible():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+_pending: list[int] = []
+
+
+def _record(signum, frame):
+    _pending.append(signum)
+
+
+def defer() -> None:
+    """SIGINT (unless ignored, as for a background job) and SIGTERM set a flag instead of raising."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _record)
+    signal.signal(signal.SIGTERM, _record)
+
+
+def pending() -> bool:
+    return bool(_pending)
+
+
+def check() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C (or SIGTERM) arrived while deferred."""
+    if _pending:
+        _pending.clear()
+        raise KeyboardInterrupt
+
+
+def release() -> None:
+    """Python's default handling again: Ctrl-C raises wherever it lands; a pending one raises now."""
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGINT) is _record:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if signal.getsignal(signal.SIGTERM) is _record:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    check()

@@ -50,6 +50,7 @@ class StepsType(click.ParamType):
 @pass_app
 def train(app: App, steps, fresh, data, device, seed, offline, contributor, as_json):
     """Pull the newest version and train from it; keeps the result in .woolf/work."""
+    from woolf import interrupts
     from woolf.contribute import train as do_train
 
     ledger = app.ledger()
@@ -58,17 +59,28 @@ def train(app: App, steps, fresh, data, device, seed, offline, contributor, as_j
                   disable=as_json) as bar:
         task = bar.add_task("train", total=steps if isinstance(steps, int) else ledger.config.workload.steps,
                             info="")
-        state = {"t0": None}
+        state = {"t0": None, "step": 0}
 
         def progress(step, total, loss):
             import time
 
+            state["step"] = step
+            interrupts.check()  # Ctrl-C is deferred while training (see woolf/interrupts.py)
             state["t0"] = state["t0"] or time.perf_counter()
             rate = step / max(time.perf_counter() - state["t0"], 1e-9)
             bar.update(task, completed=step, total=total, info=f"loss {loss:.3f}  {rate:.1f} steps/s")
 
-        result = do_train(ledger, steps=steps, data=data, device=device, seed=seed, offline=offline,
-                          contributor=contributor, progress=progress, fresh=fresh)
+        try:
+            result = do_train(ledger, steps=steps, data=data, device=device, seed=seed, offline=offline,
+                              contributor=contributor, progress=progress, fresh=fresh)
+            state["done"] = True
+            interrupts.release()
+        except KeyboardInterrupt:
+            bar.stop()
+            app.err.print("interrupted after training finished: the result is kept; `woolf submit` opens a PR"
+                          if state.get("done") else
+                          f"interrupted at step {state['step']}: nothing from this run was saved or submitted")
+            raise click.exceptions.Exit(130) from None
     if as_json:
         app.emit_json(result)
         return

@@ -24,7 +24,11 @@ from woolf.errors import WoolfError
 @click.pass_context
 def cli(ctx: click.Context, directory: Path) -> None:
     """GoodWoolf: train one model together, with git as the ledger."""
+    from woolf import interrupts
+
     ctx.obj = App(cwd=directory)
+    if ctx.invoked_subcommand != "train":  # train keeps Ctrl-C deferred and checks at every step
+        interrupts.release()
 
 
 def _register() -> None:
@@ -42,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rv = cli.main(args=argv, prog_name="woolf", standalone_mode=False)
     except WoolfError as exc:
+        from woolf import interrupts
+
+        if interrupts.pending():  # Ctrl-C also reached a child (git, dvc) that failed with it
+            click.echo("interrupted", err=True)
+            return 130
         click.secho(f"error: {exc.message}", fg="red", err=True)
         if exc.hint:
             click.echo(f"  hint: {exc.hint}", err=True)
