@@ -165,3 +165,32 @@ def test_tables_fit_a_terminal_and_stay_whole_on_a_pipe():
     App(cwd=Path("."), console=Console(file=buf, force_terminal=False)).table(headers, rows, "reason")
     piped = buf.getvalue().splitlines()
     assert len(piped) == 2 and piped[1].endswith("by more than the tolerance 0.01")
+
+
+def test_every_command_and_option_has_help_and_every_env_var_is_named(capsys):
+    import re
+
+    import click
+
+    from woolf.cli.main import cli
+
+    def walk(cmd, path):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from walk(sub, [*path, name])
+        yield path, cmd
+
+    assert main(["--help"]) == 0
+    root_help = capsys.readouterr().out
+    named = set(re.findall(r"WOOLF_[A-Z_]+", root_help))
+    for path, cmd in walk(cli, ["woolf"]):
+        assert (cmd.help or "").strip(), f"{' '.join(path)} has no help"
+        for p in cmd.params:
+            if isinstance(p, click.Option):
+                assert (p.help or "").strip(), f"{' '.join(path)} {p.opts} has no help"
+                for var in [p.envvar] if isinstance(p.envvar, str) else (p.envvar or []):
+                    assert var in p.help and var in named, f"{var} is not named in help"
+    sources = "".join(f.read_text() for f in Path(__file__).parents[1].joinpath("woolf").rglob("*.py"))
+    read = set(re.findall(r"environ(?:\.get)?[\[(]\"(WOOLF_[A-Z_]+)", sources)) - {"WOOLF_FAILPOINT"}  # tests only
+    assert read <= named, f"environment variables read but not in `woolf --help`: {read - named}"
+    assert {"WOOLF_GITHUB_TOKEN", "WOOLF_FORK_REMOTE", "WOOLF_FORK_OWNER"} <= named

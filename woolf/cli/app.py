@@ -109,5 +109,7 @@ def env_cwd() -> Path:
 def forge_option(f):
     return click.option(
         "--forge", type=click.Choice(["local", "github"]), envvar="WOOLF_FORGE",
-        help="Override forge.kind from ledger/woolf.toml [env: WOOLF_FORGE].",
+        help="Override forge.kind from ledger/woolf.toml [env: WOOLF_FORGE]. The github forge reads its "
+             "token from WOOLF_GITHUB_TOKEN, GITHUB_TOKEN or GH_TOKEN, and a fork from WOOLF_FORK_REMOTE "
+             "(a git remote name) and WOOLF_FORK_OWNER (docs/github.md).",
     )(f)

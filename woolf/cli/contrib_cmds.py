@@ -43,7 +43,8 @@ class StepsType(click.ParamType):
                    "across contributions.")
 @click.option("--data", type=click.Path(exists=True), help="Train on your own text files instead of your shard.")
 @device_option
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Random seed of this training run (batch order, dropout).")
 @click.option("--offline", is_flag=True, help="Do not pull first; train from the local main.")
 @contributor_option
 @json_option
@@ -131,7 +132,8 @@ def pr():
 
 
 @pr.command("list")
-@click.option("--state", type=click.Choice(["open", "merged", "rejected", "withdrawn", "quarantined"]))
+@click.option("--state", type=click.Choice(["open", "merged", "rejected", "withdrawn", "quarantined"]),
+              help="Only pull requests in this state.")
 @forge_option
 @json_option
 @pass_app

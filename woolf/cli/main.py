@@ -16,8 +16,24 @@ from woolf import __version__
 from woolf.cli.app import App
 from woolf.errors import WoolfError
 
+_ENVIRONMENT = """\b
+Environment:
+  WOOLF_DIR            run as if started in this directory (-C)
+  WOOLF_CONTRIBUTOR    your contributor id (default: git user.name)
+  WOOLF_DEVICE         auto, cpu or cuda for training and evaluation
+  WOOLF_FORGE          local or github, overriding forge.kind
+  WOOLF_GITHUB_TOKEN   GitHub token (also GITHUB_TOKEN, GH_TOKEN) for the github forge
+  WOOLF_FORK_REMOTE    git remote of your fork, for PRs from a fork
+  WOOLF_FORK_OWNER     owner of that fork on GitHub
+  WOOLF_SIGNING_KEY    your SSH private key, for woolf init --key
+  WOOLF_VALIDATOR      validator name in verdicts (woolf validate --name)
+  WOOLF_DELTA_REMOTE   your own DVC remote for deltas (woolf submit)
+  WOOLF_DELTA_URL_BASE public https URL of that remote, for fork PRs
+  WOOLF_TRUST_COMMAND  1: run an unsigned ledger's workload.command
+"""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=_ENVIRONMENT)
 @click.option("-C", "--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
               default=".", envvar="WOOLF_DIR", help="Run as if started in DIR [env: WOOLF_DIR].")
 @click.version_option(__version__, prog_name="woolf")

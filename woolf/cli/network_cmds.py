@@ -95,7 +95,8 @@ def comparison_lines(r) -> list[str]:
 
 
 @click.command()
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default="report", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default="report", show_default=True,
+              help="Directory for report.html, report.md and the plots.")
 @json_option
 @pass_app
 def report(app: App, out, as_json):
