@@ -39,6 +39,8 @@ def _apply(val, record):
     ("timings", {"fetch": [1]}, "bad timings"),
     ("contributor", "[/red]", "bad contributor"),
     ("candidate_sha256", "0" * 63, "bad candidate_sha256"),
+    ("device", "cpu\nWoolf-Version: 9", "bad device"),
+    ("device", "x" * 201, "bad device"),
 ])
 def test_record_fields_are_type_checked(evaluated, field, value, needle):
     _, _, records = evaluated

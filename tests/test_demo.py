@@ -45,6 +45,12 @@ def test_demo_runs_end_to_end_and_hub_passes_audit(demo_run, tmp_path):
     assert r.parallel_loss is not None and r.parallel_loss < r.genesis_loss
     assert {"final_loss", "alone_loss", "alone_loss_mean", "parallel_loss", "baseline_loss"} <= set(r.to_json())
     assert r.network_seconds > 0 and r.reference_seconds > 0
+    # what happened, in words: best and final version, merges that raised the loss, who did what
+    assert r.final_version == r.versions_merged and r.best_loss <= r.final_loss
+    assert 0 <= r.regressing_merges <= r.versions_merged
+    assert set(r.activity) == {"p1", "p2"}
+    assert sum(a["merged"] for a in r.activity.values()) == r.versions_merged
+    assert sum(r.rejections.values()) == r.prs_rejected
     git("clone", "-q", str(root / "hub.git"), str(tmp_path / "mine"), cwd=tmp_path)
     mine = Ledger.open(tmp_path / "mine")
     assert mine.head().version == r.versions_merged
@@ -77,6 +83,7 @@ def test_report_renders_in_headless_chromium(demo_run, tmp_path):
         assert f'id="{table}"' in html or f"id='{table}'" in html
     assert "nan" not in html.split('id="versions"')[1]  # genesis shows its recorded loss
     assert "best participant alone" in html and "synchronous data parallel" in html
+    assert "best version" in html and "Benchmark loss of every merged version" in html  # words, captions
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     assert len(images) == 3
     assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)

@@ -49,6 +49,7 @@ def test_two_prs_staleness_and_attenuation(network):
     assert rec.contributor == "bob" and rec.base_version == 0 and rec.alpha == 1.0
     assert rec.metrics["loss"] == second.metrics["after"]["loss"]
     assert set(rec.timings) >= {"fetch", "checks", "load", "merge", "evaluation", "upload"}
+    assert rec.device == f"cpu; torch {torch.__version__.split('+')[0]}"  # where the metrics came from
     # any clone sees the history and the verdicts
     carol = network.clone("carol")
     carol.pull()
@@ -68,8 +69,10 @@ def test_worse_candidate_is_rejected_with_metrics(make_net):
     assert verdict.id == bad and not verdict.accepted and verdict.state == "rejected"
     assert verdict.metrics["after"]["loss"] > verdict.metrics["before"]["loss"]
     assert "below the required" in verdict.reason
-    pr = LocalForge.for_ledger(net.clone("x")).get(bad)
+    x = net.clone("x")
+    pr = LocalForge.for_ledger(x).get(bad)
     assert pr.state == "rejected" and pr.metrics_after["loss"] == verdict.metrics["after"]["loss"]
+    assert "Woolf-Device: cpu; torch " in git("log", "-1", "--format=%B", pr.verdict_commit, cwd=x.root)
     assert git("rev-parse", "main", cwd=net.hub) == net.work.head().commit
 
 

@@ -30,9 +30,9 @@ from woolf.errors import RaceLostError, UsageError
 from woolf.timing import Timer
 from woolf.validator import Verdict
 
-SCHEMA = 2
+SCHEMA = 3  # 3: + device, where the metrics were evaluated
 RECORD_KEYS = {"schema", "id", "head", "main", "accepted", "reason", "staleness", "attenuation",
-               "metrics", "base_version", "contributor", "timings", "candidate_sha256"}
+               "metrics", "base_version", "contributor", "timings", "candidate_sha256", "device"}
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -72,7 +72,8 @@ def evaluate_pr(v, ref: str) -> dict:
             "reason": verdict.reason, "staleness": verdict.staleness, "attenuation": verdict.attenuation,
             "metrics": verdict.metrics, "base_version": verdict.base_version,
             "contributor": verdict.contributor, "timings": dict(timer),
-            "candidate_sha256": candidate_sha256(step) if step is not None else None}
+            "candidate_sha256": candidate_sha256(step) if step is not None else None,
+            "device": verdict.device}
 
 
 def _num(x) -> bool:
@@ -108,6 +109,7 @@ def check_record(record) -> dict:
         "contributor": r["contributor"] is None or (isinstance(r["contributor"], str)
                                                     and layout.CONTRIBUTOR.match(r["contributor"])),
         "timings": _flat(r["timings"]),
+        "device": isinstance(r["device"], str) and 0 < len(r["device"]) <= 200 and r["device"].isprintable(),
         "candidate_sha256": (r["candidate_sha256"] is None and not r["accepted"])
                             or (isinstance(r["candidate_sha256"], str) and _SHA256.match(r["candidate_sha256"])),
     }
@@ -136,7 +138,7 @@ def apply_record(v, record: dict) -> Verdict | None:
     verdict = Verdict(pr.id, record["accepted"], "merged" if record["accepted"] else "rejected",
                       record["reason"], record["contributor"], record["base_version"],
                       staleness=record["staleness"], attenuation=record["attenuation"],
-                      metrics=record["metrics"], timings=record["timings"])
+                      metrics=record["metrics"], timings=record["timings"], device=record["device"])
     with timer("checks"):
         try:
             adm = admit(v.ledger, pr, main, v._merged_deltas(main))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import datetime
 import html
-from collections import Counter
 from pathlib import Path
 
 import matplotlib
@@ -19,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from woolf.forges.local import LocalForge  # noqa: E402
+from woolf.network.story import facts_sentence, rejection_kinds, version_facts  # noqa: E402
 
 
 def _collect(ledger) -> tuple[list, list]:
@@ -42,7 +42,16 @@ LABELS = {"participants": "participants", "validators": "validators", "rounds": 
           "alone_loss": "best participant alone", "alone_loss_mean": "participants alone (mean)",
           "parallel_loss": "synchronous data parallel", "baseline_loss": "centralized, same total steps",
           "network_seconds": "network time (s)", "reference_seconds": "reference runs (s)",
-          "wall_seconds": "wall time (s)", "interrupted": "interrupted"}
+          "wall_seconds": "wall time (s)", "interrupted": "interrupted",
+          "best_version": "best version", "best_loss": "loss of the best version",
+          "final_version": "final version", "regressing_merges": "merges that raised the loss"}
+CAPTIONS = {
+    "loss_per_version": "Benchmark loss of every merged version (lower is better), with the reference "
+                        "runs at the same compute as horizontal lines.",
+    "contributors": "Pull requests per contributor, by verdict.",
+    "staleness": "Staleness of each judged pull request (versions merged since its base) and the "
+                 "attenuation its delta got when merged.",
+}
 
 
 def _loss(v, versions) -> float | None:
@@ -134,10 +143,13 @@ def _markdown(name, versions, prs, demo) -> str:
                 lines.append(f"- {label}: {demo[key]:.4f}")
     elif losses:
         lines.append(f"- benchmark loss now: {losses[-1]:.4f}")
+    facts = version_facts(versions)
+    if facts["best_version"] is not None:
+        lines.append(f"- {facts_sentence(facts)}")
     if rejected:
-        lines += ["", "## Rejections", "", "| reason | count |", "|---|---|"]
-        for reason, n in Counter((p.reason or "").split(":")[0][:80] for p in rejected).most_common():
-            lines.append(f"| {reason.replace('|', '/')} | {n} |")
+        lines += ["", "## Rejections by kind", "", "| kind | count |", "|---|---|"]
+        for kind, n in rejection_kinds(prs).items():
+            lines.append(f"| {kind.replace('|', '/')} | {n} |")
     lines += ["", "## Versions", "", "| version | contributor | base | staleness | attenuation | loss |",
               "|---|---|---|---|---|---|"]
     for v in reversed(versions[-20:]):
@@ -156,7 +168,8 @@ def _fmt_loss(value) -> str:
 def _html(name, md_tables_versions, prs, plots, demo) -> str:
     def img(p: Path) -> str:
         data = base64.b64encode(p.read_bytes()).decode()
-        return f'<figure><img alt="{p.stem}" src="data:image/png;base64,{data}"><figcaption>{p.stem}</figcaption></figure>'
+        caption = html.escape(CAPTIONS.get(p.stem, p.stem))
+        return f'<figure><img alt="{caption}" src="data:image/png;base64,{data}"><figcaption>{caption}</figcaption></figure>'
 
     rows = "".join(
         f"<tr><td>{v.version}</td><td><code>{v.commit[:10]}</code></td><td>{html.escape(v.contributor or '-')}</td>"
@@ -181,6 +194,13 @@ def _html(name, md_tables_versions, prs, plots, demo) -> str:
 
         summary = "<table id='summary'>" + "".join(
             f"<tr><th>{LABELS[k]}</th><td>{fmt(k, v)}</td></tr>" for k, v in items.items()) + "</table>"
+    facts = version_facts(md_tables_versions)
+    words = f"<p id='story'>{html.escape(facts_sentence(facts))}</p>"
+    kinds = rejection_kinds(prs)
+    if kinds:
+        words += ("<h2>Rejections by kind</h2><table id='rejections'><tr><th>kind</th><th>count</th></tr>"
+                  + "".join(f"<tr><td>{html.escape(k)}</td><td>{n}</td></tr>" for k, n in kinds.items())
+                  + "</table>")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>woolf report: {html.escape(name)}</title>
@@ -188,7 +208,7 @@ def _html(name, md_tables_versions, prs, plots, demo) -> str:
 table{{border-collapse:collapse;margin:1em 0;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}
 tr.merged td:nth-child(3){{color:#2a9d8f}}tr.rejected td:nth-child(3){{color:#e76f51}}
 figure{{display:inline-block;margin:0.5em}}img{{max-width:100%}}</style></head>
-<body><h1>Ledger report: {html.escape(name)}</h1><p>generated {now}</p>{summary}
+<body><h1>Ledger report: {html.escape(name)}</h1><p>generated {now}</p>{words}{summary}
 <section id="plots">{''.join(img(p) for p in plots)}</section>
 <h2>Versions</h2><table id="versions"><tr><th>version</th><th>commit</th><th>contributor</th><th>base</th>
 <th>staleness</th><th>attenuation</th><th>loss</th></tr>{rows}</table>

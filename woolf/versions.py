@@ -35,6 +35,7 @@ class Version:
     weights_sha256: str | None = None
     delta_sha256: str | None = None
     validator: str | None = None
+    device: str | None = None  # where the validator evaluated: "cpu; torch 2.13.0", "cuda:<name>; ..."
     timings: dict | None = None
     parents: list[str] = field(default_factory=list)
 
@@ -66,6 +67,7 @@ def version_from_message(commit: str, parents: list[str], time: int, message: st
         weights_sha256=f.get("Woolf-Weights-Sha256"),
         delta_sha256=f.get("Woolf-Delta-Sha256"),
         validator=f.get("Woolf-Validator"),
+        device=f.get("Woolf-Device") if isinstance(f.get("Woolf-Device"), str) else None,
         timings=json_field(f, "Woolf-Timings"),
         parents=parents,
     )

@@ -50,14 +50,23 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, se
     c = app.console
     c.rule("summary" + (" (INTERRUPTED)" if r.interrupted else ""))
     c.print(f"versions merged: {r.versions_merged}   PRs rejected: {r.prs_rejected}")
-    for reason, n in r.rejections.items():
-        c.print(f"  rejected x{n}: {reason}")
+    for kind, n in r.rejections.items():
+        c.print(f"  rejected x{n}: {kind}")
     c.print(f"benchmark loss (nats/byte, lower is better): genesis {r.genesis_loss:.4f} -> "
             f"final {r.final_loss:.4f}")
+    if r.best_version is not None:
+        from woolf.network.story import facts_sentence
+
+        c.print("  " + facts_sentence({"best_version": r.best_version, "best_loss": r.best_loss,
+                                       "final_version": r.final_version, "final_loss": r.final_loss,
+                                       "merges": r.versions_merged, "regressing_merges": r.regressing_merges}))
+    if r.activity:
+        c.print("per participant: " + "   ".join(
+            f"{who} {a['merged']} merged / {a['rejected']} rejected" for who, a in r.activity.items()))
     for line in comparison_lines(r):
         c.print(line)
-    c.print(f"wall time: {r.wall_seconds:.1f}s (network {r.network_seconds:.0f}s, reference runs "
-            f"{r.reference_seconds:.0f}s)   hub: {r.dir}")
+    c.print(f"wall time: {r.wall_seconds:.1f}s: the network {r.network_seconds:.0f}s, then the reference "
+            f"runs {r.reference_seconds:.0f}s   hub: {r.dir}")
     if r.report:
         c.print(f"report: {r.report}")
     import shutil

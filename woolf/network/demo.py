@@ -28,6 +28,7 @@ from woolf.ledger import Ledger
 from woolf.network.hub import create_hub
 from woolf.network.live import render, snapshot
 from woolf.network.references import reference_losses
+from woolf.network.story import activity, rejection_kinds, version_facts
 
 
 @dataclass
@@ -42,6 +43,11 @@ class DemoResult:
     rejections: dict = field(default_factory=dict)  # reason -> count
     genesis_loss: float | None = None
     final_loss: float | None = None
+    final_version: int | None = None
+    best_version: int | None = None  # the version with the lowest benchmark loss
+    best_loss: float | None = None
+    regressing_merges: int = 0  # merges whose loss is above their parent version's
+    activity: dict = field(default_factory=dict)  # contributor -> {merged, rejected, open, withdrawn}
     alone_loss: float | None = None  # the best participant training alone, same steps
     alone_loss_mean: float | None = None
     alone_losses: dict = field(default_factory=dict)
@@ -76,12 +82,6 @@ def _stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-
-
-def _reason_key(reason: str) -> str:
-    if "below the required" in reason:
-        return "benchmark loss worse than the tolerance"
-    return reason.split(":")[0][:60]
 
 
 def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int = 2,
@@ -134,10 +134,12 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
     result.versions_merged = len(snap.versions) - 1
     rejected = [p for p in snap.prs if p.state == "rejected"]
     result.prs_rejected = len(rejected)
-    for p in rejected:
-        key = _reason_key(p.reason or "")
-        result.rejections[key] = result.rejections.get(key, 0) + 1
+    result.rejections = rejection_kinds(snap.prs)
+    result.activity = activity(snap.prs)
     result.final_loss = snap.loss if snap.loss is not None else result.genesis_loss
+    facts = version_facts(snap.versions)
+    result.final_version, result.best_version = facts["final_version"], facts["best_version"]
+    result.best_loss, result.regressing_merges = facts["best_loss"], facts["regressing_merges"]
     console.print()
     if not result.interrupted:
         console.print(f"reference runs at the same compute: each participant alone ({rounds} x {steps} "

@@ -59,4 +59,13 @@ def render(snap: Snapshot, elapsed: float, genesis_loss: float | None, title: st
                       Text(p.state, style=style), str(p.base_version),
                       "" if p.staleness is None else str(p.staleness),
                       "" if p.attenuation is None else f"{p.attenuation:.2f}", losses)
-    return Group(line, table)
+    from woolf.network.story import activity
+
+    people = Text.assemble(("participants  ", "bold"), *(
+        part for who, a in activity(snap.prs).items()
+        for part in ((f"{who} ", ""), (f"{a['merged']}", "green"), ("/", "dim"), (f"{a['rejected']}", "red"),
+                     ("/", "dim"), (f"{a['open']}", "yellow"), ("   ", ""))))
+    legend = Text("merged/rejected/open per participant; stale = versions merged since the PR's base, "
+                  "atten = the weight its delta got (1/(1+stale)); loss = benchmark loss before -> after, "
+                  "lower is better", style="dim")
+    return Group(line, people, table, legend)

@@ -30,6 +30,7 @@ from woolf.storage.pointer import Pointer
 from woolf.storage.weights import compare_spec, load_checked, load_trusted, read_spec, save_atomic
 from woolf.timing import Timer
 from woolf.validator.verdict import Verdict, _failpoint
+from woolf.workloads.base import describe_device
 
 log = logging.getLogger("woolf.validator")
 
@@ -100,6 +101,7 @@ class MergeStep:
             if before is None:
                 before = self._eval_cache[main.commit] = wl.evaluate(current, bench, self.device)
             probe = wl.evaluate(step.probe, bench, self.device)
+        verdict.device = describe_device(self.device)
         # "after" is the loss of the weights that become the version; a FedBuff merge that only
         # buffers leaves them unchanged and is judged by its delta on its own ("probe")
         verdict.metrics = {"before": before, "after": probe if step.applied else before}
@@ -167,6 +169,7 @@ class MergeStep:
             "Woolf-Staleness": v.staleness, "Woolf-Attenuation": v.attenuation,
             "Woolf-Metrics-Before": v.metrics.get("before"), "Woolf-Metrics-After": v.metrics.get("after"),
             "Woolf-Validator": self.name, "Woolf-Timings": dict(timer),
+            "Woolf-Device": v.device,  # None (omitted) when nothing was evaluated
         }
 
     def merge(self, pr, main, verdict: Verdict, step: Step, timer: Timer) -> None:

@@ -31,6 +31,7 @@ class Verdict:
     attenuation: float | None = None
     metrics: dict = field(default_factory=lambda: {"before": None, "after": None})
     timings: dict = field(default_factory=dict)
+    device: str | None = None  # where the metrics were evaluated (describe_device); None: not evaluated here
 
     def to_json(self) -> dict:
         return asdict(self)

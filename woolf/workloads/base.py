@@ -121,6 +121,18 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def describe_device(device: str) -> str:
+    """What a verdict records about where its metrics came from: "cpu" or "cuda:<name>", with torch's version.
+
+    Evaluation on CPU is deterministic (the audit and a quorum rely on it); a GPU's may
+    differ from it in the last digits, so verdicts say which produced their metrics.
+    """
+    name = device
+    if device.startswith("cuda") and torch.cuda.is_available():
+        name = f"cuda:{torch.cuda.get_device_name(torch.device(device))}"
+    return f"{name}; torch {torch.__version__.split('+')[0]}"
+
+
 def apply_follow(model: torch.nn.Module, follow, follow_every: int, step: int, steps: int) -> None:
     """Every ``follow_every`` steps (not after the last), move the model by what main moved.
 

@@ -1,0 +1,87 @@
+"""What happened in a ledger, in words: the best and the final version, merges that raised the loss,
+rejections grouped by kind, each participant's activity.
+
+Usage:
+    facts = version_facts(ledger.log())        # best/final version, regressing merges
+    rejection_kind("staleness 5 is over the ledger's max_staleness 4; ...")   # "too stale"
+    activity(prs)                               # {"p1": {"merged": 3, "rejected": 1, "open": 0}, ...}
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+# (words in the reason, kind): the first that matches names the kind; reasons are attacker-written text
+_KINDS = (
+    ("is below the required", "the benchmark got worse (policy gate)"),
+    ("max_staleness", "too stale"),
+    ("replay", "a replay of a merged delta"),
+    ("copy", "a copy of another pull request"),
+    ("norm", "delta norm out of bounds"),
+    ("not finite", "not finite"),
+    ("sha256", "delta bytes do not match"),
+    ("delta object", "delta missing from storage"),
+    ("submission.json", "malformed submission"),
+    ("outside its submission area", "touches files outside its submission"),
+)
+
+
+def rejection_kind(reason: str | None) -> str:
+    text = " ".join((reason or "").split())
+    for needle, kind in _KINDS:
+        if needle in text:
+            return kind
+    head = text.split(":")[0].strip()
+    return (head[:57] + "...") if len(head) > 60 else (head or "no reason given")
+
+
+def rejection_kinds(prs) -> dict[str, int]:
+    return dict(Counter(rejection_kind(p.reason) for p in prs if p.state == "rejected").most_common())
+
+
+def _loss(v) -> float | None:
+    value = (v.metrics or {}).get("loss")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def version_facts(versions) -> dict:
+    """Best and final version by benchmark loss, and the merges whose loss is above their parent's."""
+    ordered = sorted(versions, key=lambda v: v.version)
+    scored = [(v.version, loss) for v in ordered if (loss := _loss(v)) is not None]
+    facts: dict = {"final_version": ordered[-1].version if ordered else None, "final_loss": None,
+                   "best_version": None, "best_loss": None, "regressing_merges": 0, "merges": 0}
+    if not scored:
+        return facts
+    facts["final_loss"] = scored[-1][1] if scored[-1][0] == facts["final_version"] else None
+    facts["best_version"], facts["best_loss"] = min(scored, key=lambda s: (s[1], s[0]))
+    previous = None
+    for _version, loss in scored:
+        if previous is not None:
+            facts["merges"] += 1
+            facts["regressing_merges"] += loss > previous
+        previous = loss
+    return facts
+
+
+def facts_sentence(facts: dict) -> str:
+    if facts.get("best_version") is None:
+        return "no version has a recorded benchmark loss"
+    words = (f"best version {facts['best_version']} (loss {facts['best_loss']:.4f}); "
+             f"final version {facts['final_version']}")
+    if facts.get("final_loss") is not None:
+        gap = facts["final_loss"] - facts["best_loss"]
+        words += f" (loss {facts['final_loss']:.4f}" + (f", {gap:.4f} above the best)" if gap > 0 else ")")
+    n, bad = facts.get("merges", 0), facts.get("regressing_merges", 0)
+    if n:
+        words += f"; {bad} of {n} merges raised the loss" if bad else f"; none of {n} merges raised the loss"
+    return words
+
+
+def activity(prs) -> dict[str, dict[str, int]]:
+    """Pull requests per contributor and state, contributors in name order."""
+    out: dict[str, dict[str, int]] = {}
+    for p in prs:
+        row = out.setdefault(p.contributor or "?", {"merged": 0, "rejected": 0, "open": 0, "withdrawn": 0})
+        if p.state in row:
+            row[p.state] += 1
+    return dict(sorted(out.items()))
