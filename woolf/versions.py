@@ -36,6 +36,7 @@ class Version:
     delta_sha256: str | None = None
     validator: str | None = None
     timings: dict | None = None
+    reverts: int | None = None  # the version whose merge this one takes back (woolf revert)
     parents: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -67,6 +68,7 @@ def version_from_message(commit: str, parents: list[str], time: int, message: st
         delta_sha256=f.get("Woolf-Delta-Sha256"),
         validator=f.get("Woolf-Validator"),
         timings=json_field(f, "Woolf-Timings"),
+        reverts=int_field(f, "Woolf-Reverts"),
         parents=parents,
     )
 

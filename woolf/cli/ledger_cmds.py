@@ -104,7 +104,8 @@ def log(app: App, limit, show_all, as_json):
                       "-" if v.base_version is None else str(v.base_version),
                       "-" if v.staleness is None else str(v.staleness),
                       "-" if v.attenuation is None else f"{v.attenuation:.3f}",
-                      v.contributor or "-", _fmt_metrics(v.metrics))
+                      (v.contributor or "-") + ("" if v.reverts is None else f" (revert of v{v.reverts})"),
+                      _fmt_metrics(v.metrics))
     app.console.print(table)
     if verdicts is not None:
         vt = Table("submission", "state", "who", "base", "version", "reason")
