@@ -232,3 +232,18 @@ def test_revert_merges_and_recovers_then_revert_of_newest_is_exact(story, capsys
 
     md = _markdown("t", list(reversed(user.log())), [], None)
     assert "carol (revert of v3)" in md and "alice (revert of v6)" in md
+
+
+def test_revert_under_momentum_is_not_exact_and_diff_says_how_far(make_net):
+    net = make_net(**{"merge.rule": "nesterov", "policy.min_improvement": "-10"})
+    alice, val = net.clone("alice"), net.clone("val")
+    v = Validator(val, device="cpu", name="v1")
+    net.train_submit(alice, "alice", steps=5)
+    assert v.run()[0].accepted
+    pr = revert(alice, 1, contributor="alice")
+    (verdict,) = v.run()
+    assert verdict.accepted and verdict.version == 2 and pr["reverts"]["version"] == 1
+    val.main_ref = "refs/remotes/origin/main"
+    merge_step = diff_versions(val, 0, 1)["total"]["l2"]
+    left = diff_versions(val, 0, 2)["total"]["l2"]  # momentum carries part of v1's step through the revert
+    assert 0 < left < merge_step
