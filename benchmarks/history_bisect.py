@@ -14,6 +14,8 @@ bisect` on a Greek benchmark must name that version, in at most
 1 + ceil(log2(n + 1)) evaluations; the wall time is split into evaluation
 (the model's forward passes), loading (storage fetch, hash checks, safetensors)
 and the rest (git, bookkeeping). A second run is served from the eval cache.
+Then, per merge rule in ``--rules``, a tiny ledger with two merges and the
+revert of the second: the distance of the result from version 1 (`woolf diff`).
 """
 
 from __future__ import annotations
@@ -124,18 +126,57 @@ def run(n: int, poison: int, threshold: float, genesis_steps: int) -> dict:
                                      / 2**20, 1)}
 
 
+TINY = {"workload.params.d_model": "32", "workload.params.n_layer": "1", "workload.params.context": "32",
+        "workload.params.batch_size": "8", "workload.params.benchmark_bytes": "4096",
+        "workload.params.shard_files": "2", "policy.min_improvement": "-10"}
+
+
+def revert_exactness(rule: str, steps: int = 10) -> dict:
+    """Two merges, then `woolf revert 2` merged at staleness 0: how far is the result from version 1?"""
+    from woolf.contribute import submit, train
+    from woolf.history import diff_versions, revert
+    from woolf.ledger import Ledger
+    from woolf.validator import Validator
+
+    with tempfile.TemporaryDirectory(prefix="woolf-revert-") as tmp:
+        root = Path(tmp)
+        Ledger.init(root / "work", storage=str(root / "storage"), overrides={**TINY, "merge.rule": rule})
+        _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
+        for name in ("p", "v"):
+            _git("clone", "-q", str(root / "hub.git"), str(root / name), cwd=root)
+        p, v = Ledger.open(root / "p"), Validator(Ledger.open(root / "v"), device="cpu", name="v")
+        for seed, who in enumerate(("alice", "bob")):
+            train(p, steps=steps, contributor=who, seed=seed, device="cpu")
+            submit(p, contributor=who)
+            assert v.run()[0].accepted
+        revert(p, 2, contributor="carol")
+        (verdict,) = v.run()
+        assert verdict.accepted and verdict.staleness == 0, verdict.reason
+        led = v.ledger
+        step, left = diff_versions(led, 1, 2)["total"], diff_versions(led, 1, 3)["total"]
+        a, b = led.load_weights(led.show(1)), led.load_weights(led.show(3))
+        return {"rule": rule, "step_l2": step["l2"], "left_l2": left["l2"], "left_max_abs": left["max_abs"],
+                "left_share": left["l2"] / step["l2"], "elements": sum(t.numel() for t in a.values()),
+                "bit_exact": sum(int((a[k] == b[k]).sum()) for k in a)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--versions", type=int, default=1000)
     ap.add_argument("--poison", type=int, help="the poisoned version (default: about 63%% of the way)")
     ap.add_argument("--threshold", type=float, default=0.1)
     ap.add_argument("--smoke", action="store_true", help="a short genesis training (tests)")
+    ap.add_argument("--rules", default="attenuated,nesterov,delayed_nesterov",
+                    help="merge rules whose revert exactness is measured ('' for none)")
     ap.add_argument("--out", default="history_bisect.json")
     args = ap.parse_args()
     poison = args.poison or max(1, round(args.versions * 0.637))
     row = run(args.versions, poison, args.threshold, 20 if args.smoke else 200)
     print(row, flush=True)
-    print(write_json(args.out, {"machine": machine(), "bisect": row}))
+    reverts = [revert_exactness(r) for r in args.rules.split(",") if r]
+    for r in reverts:
+        print(r, flush=True)
+    print(write_json(args.out, {"machine": machine(), "bisect": row, "revert": reverts}))
 
 
 if __name__ == "__main__":

@@ -67,6 +67,9 @@ def test_signing_overhead_smoke(tmp_path):
 
 
 def test_history_bisect_smoke(tmp_path):
-    _run(tmp_path, "history_bisect.py", "--versions", "12", "--smoke", "--out", "bisect.json")
-    row = json.loads((tmp_path / "bisect.json").read_text())["bisect"]
+    _run(tmp_path, "history_bisect.py", "--versions", "12", "--smoke", "--rules", "attenuated",
+         "--out", "bisect.json")
+    data = json.loads((tmp_path / "bisect.json").read_text())
+    row = data["bisect"]
     assert row["found"] == row["poison"] and row["evaluations"] <= row["max_evaluations"] == 5
+    assert data["revert"][0]["rule"] == "attenuated" and data["revert"][0]["left_max_abs"] < 1e-6

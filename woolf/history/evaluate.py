@@ -24,7 +24,7 @@ from pathlib import Path
 
 from woolf import layout
 from woolf.config import parse_config
-from woolf.errors import UsageError
+from woolf.errors import ConfigError, UsageError
 from woolf.storage.files import write_bytes_atomic
 from woolf.storage.safejson import loads_untrusted
 from woolf.versions import Version
@@ -101,7 +101,10 @@ class Evaluator:
 
     def _workload(self, version: Version):
         text = self.ledger.git.show_bytes(f"{version.commit}:{layout.CONFIG}")
-        cfg = parse_config(text.decode(), f"{version.commit[:12]}:{layout.CONFIG}") if text else self.ledger.config
+        try:
+            cfg = parse_config(text.decode(), f"{version.commit[:12]}:{layout.CONFIG}") if text else self.ledger.config
+        except (ConfigError, UnicodeDecodeError):  # written by an older woolf: main's config is the best guess
+            cfg = self.ledger.config
         if cfg == self.ledger.config:
             return self.ledger.workload()
         for known, wl in self._workloads:
