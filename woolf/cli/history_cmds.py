@@ -127,18 +127,20 @@ def bisect(app: App, benchmark, run_cmd, good, bad, threshold, device, as_json):
 
     r = do_bisect(app.ledger(), benchmark=benchmark, good=good, bad=bad, threshold=threshold, run=run_cmd,
                   device=resolve_device(device), progress=progress)
+    cost = f"{r['queries']} versions checked"
+    if "cache_hits" in r:
+        cost += f" ({r['evaluations']} evaluated, {r['cache_hits']} from the cache)"
     if as_json:
         app.emit_json(r)
     elif r["found"] is None:
-        app.console.print(f"no version in v{r['good'] + 1}..v{r['bad']} is bad "
-                          f"({r['evaluations']} evaluations)")
+        app.console.print(f"no version in v{r['good'] + 1}..v{r['bad']} is bad; {cost}")
     else:
         f = r["found"]
         app.console.print(Text(f"first bad version: v{f['version']} ({f['commit'][:12]}) {_who(f)}"))
         if r.get("reference") is not None:
             app.console.print(f"  {r['metric']}: v{r['good']} {_fmt(r['reference'])}, v{f['version'] - 1} "
                               f"{_fmt(f['previous'])}, v{f['version']} {_fmt(f['value'])}")
-        app.console.print(f"  {r['evaluations']} evaluations; `woolf revert {f['version']}` to take it back")
+        app.console.print(f"  {cost}; `woolf revert {f['version']}` to take it back")
     if r["found"] is None:
         click.get_current_context().exit(1)
 
