@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -247,3 +249,15 @@ def test_revert_under_momentum_is_not_exact_and_diff_says_how_far(make_net):
     merge_step = diff_versions(val, 0, 1)["total"]["l2"]
     left = diff_versions(val, 0, 2)["total"]["l2"]  # momentum carries part of v1's step through the revert
     assert 0 < left < merge_step
+
+
+@pytest.mark.slow
+def test_worked_example_runs(tmp_path):
+    root = Path(__file__).parents[1]
+    proc = subprocess.run([sys.executable, str(root / "examples" / "bad_merge.py"), str(tmp_path / "ex")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env={**os.environ, "COLUMNS": "200",
+                               "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "first bad version: v3" in proc.stdout and "mallory" in proc.stdout
+    assert "carol (revert of v3)" in proc.stdout

@@ -138,8 +138,9 @@ def bisect(app: App, benchmark, run_cmd, good, bad, threshold, device, as_json):
         f = r["found"]
         app.console.print(Text(f"first bad version: v{f['version']} ({f['commit'][:12]}) {_who(f)}"))
         if r.get("reference") is not None:
-            app.console.print(f"  {r['metric']}: v{r['good']} {_fmt(r['reference'])}, v{f['version'] - 1} "
-                              f"{_fmt(f['previous'])}, v{f['version']} {_fmt(f['value'])}")
+            last_good = "" if f["version"] - 1 == r["good"] else f"v{f['version'] - 1} {_fmt(f['previous'])}, "
+            app.console.print(f"  {r['metric']}: v{r['good']} (good) {_fmt(r['reference'])}, {last_good}"
+                              f"v{f['version']} {_fmt(f['value'])}")
         app.console.print(f"  {cost}; `woolf revert {f['version']}` to take it back")
     if r["found"] is None:
         click.get_current_context().exit(1)
