@@ -20,6 +20,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from woolf.audit import audit
 from woolf.cli.main import main
 from woolf.contribute import submit, train
 from woolf.core.bisect import first_bad, max_probes
@@ -229,6 +230,9 @@ def test_revert_merges_and_recovers_then_revert_of_newest_is_exact(story, capsys
         exact, total = exact + int((now[k] == parent[k]).sum()), total + parent[k].numel()
     assert exact >= 0.9 * total  # bit-exact wherever the subtraction is exact (Sterbenz), most elements
     assert diff_versions(user, 5, 7)["total"]["max_abs"] <= 2.0 ** -20
+
+    report = audit(user)  # every merge, reverts included, recomputes bit for bit
+    assert report.ok, report.problems
 
     from woolf.report import _markdown
 
