@@ -25,8 +25,10 @@ from woolf.cli.main import main
 from woolf.contribute import submit, train
 from woolf.core.bisect import first_bad, max_probes
 from woolf.core.tensordiff import diff_weights
+from woolf.errors import UsageError
 from woolf.forges.local import LocalForge
 from woolf.history import Evaluator, bisect, diff_versions, revert
+from woolf.signing.change import set_config
 from woolf.validator import Validator
 from woolf.workloads import corpus
 
@@ -253,6 +255,13 @@ def test_revert_under_momentum_is_not_exact_and_diff_says_how_far(make_net):
     merge_step = diff_versions(val, 0, 1)["total"]["l2"]
     left = diff_versions(val, 0, 2)["total"]["l2"]  # momentum carries part of v1's step through the revert
     assert 0 < left < merge_step
+    # a maintainer's change version has no weights change to take back; it evaluates as its parent
+    change = set_config(net.work, {"policy.min_improvement": "-20"}, reason="looser gate")
+    with pytest.raises(UsageError, match="is a change"):
+        revert(alice, change.version, contributor="alice")
+    alice.pull()
+    ev = Evaluator(alice)
+    assert ev.metrics(alice.show(3)) == ev.metrics(alice.show(2)) and ev.evaluations == 2
 
 
 @pytest.mark.slow
