@@ -64,3 +64,12 @@ def test_signing_overhead_smoke(tmp_path):
     data = json.loads((tmp_path / "sig.json").read_text())
     assert data["modes"]["signed"]["prs"] == 1 and set(data["components_s"]) == {
         "sign_commit", "verify_head_and_key", "check_submitter"}
+
+
+def test_history_bisect_smoke(tmp_path):
+    _run(tmp_path, "history_bisect.py", "--versions", "12", "--smoke", "--rules", "attenuated",
+         "--out", "bisect.json")
+    data = json.loads((tmp_path / "bisect.json").read_text())
+    row = data["bisect"]
+    assert row["found"] == row["poison"] and row["evaluations"] <= row["max_evaluations"] == 5
+    assert data["revert"][0]["rule"] == "attenuated" and data["revert"][0]["left_max_abs"] < 1e-6

@@ -22,10 +22,11 @@ from woolf.versions import Version
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
 META_MAX_BYTES = 64 * 1024  # submission.json: a few hundred bytes in practice
 META_MAX_DEPTH = 8  # schema 1 nests 3 levels (metrics.before.loss)
 _META_KEYS = {"schema", "id", "contributor", "base_version", "base_commit", "message", "delta",
-              "training", "metrics"}
+              "training", "metrics", "reverts"}
 
 
 class Rejected(WoolfError):
@@ -78,6 +79,21 @@ def _meta(raw: bytes, pr_id: str, max_bytes: int, schemes: list[str]) -> dict:
     return meta
 
 
+def _check_reverts(ledger, reverts, base: Version) -> None:
+    """A revert (woolf/history/revert.py) names a merge version on main at or before its base."""
+    if reverts is None:
+        return
+    ok = (isinstance(reverts, dict) and set(reverts) == {"version", "commit"}
+          and type(reverts["version"]) is int and 1 <= reverts["version"] <= base.version
+          and isinstance(reverts["commit"], str) and _HEX40.match(reverts["commit"]))
+    if not ok:
+        raise Rejected("submission.json's reverts is not {version: 1..base, commit: 40 hex}")
+    target = ledger.git.rev_parse(f"{base.commit}~{base.version - reverts['version']}")
+    if target != reverts["commit"]:
+        raise Rejected(f"submission.json reverts version {reverts['version']} with another commit than "
+                       "that version on main")
+
+
 def admit(ledger, pr, main: Version, merged_deltas: set[str]) -> Admitted:
     git, cfg = ledger.git, ledger.config
     parents = git.parents(pr.head)
@@ -113,6 +129,7 @@ def admit(ledger, pr, main: Version, merged_deltas: set[str]) -> Admitted:
     d = meta["delta"]
     if pointer.path != "delta.safetensors" or pointer.md5 != d["md5"] or pointer.size != d["size"]:
         raise Rejected("the delta pointer disagrees with submission.json (path, md5 or size)")
+    _check_reverts(ledger, meta.get("reverts"), base)
     if d["sha256"] in merged_deltas:
         raise Rejected(f"replay: a delta with sha256 {d['sha256'][:16]}... was already merged")
     if staleness > cfg.merge.max_staleness:

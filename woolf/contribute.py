@@ -182,10 +182,30 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
             if residual is not None:  # what earlier PRs did not get merged rides along
                 delta = {k: (v.to(torch.float32) + residual[k]).to(v.dtype) for k, v in delta.items()}
         del trained, base_w
-        check_finite(delta, "delta")
         if all(not bool(t.any()) for t in delta.values()):
             raise InvalidWeightsError("the trained weights equal the base: the delta is all zeros",
                                       hint="train first (`woolf train`)")
+    result = submit_delta(ledger, delta, base, who, message, the_forge, timer, record=record,
+                          delta_url_base=delta_url_base, delta_remote=delta_remote)
+    remember(ledger, result["id"], result.pop("pointer"))
+    if feedback_note:
+        clear_residual(ledger, result["id"])  # it is part of this PR's delta now
+    return {**result, "error_feedback": feedback_note}
+
+
+def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, timer: Timer,
+                 record: dict | None = None, delta_url_base: str | None = None,
+                 delta_remote: str | None = None, reverts=None) -> dict:
+    """Open a PR carrying ``delta`` on version ``base``: upload and verify it, then push the ref.
+
+    ``reverts`` (a Version): the PR takes back that merge (woolf/history/revert.py); it is
+    named in submission.json and in a ``Woolf-Reverts`` trailer, and judged like any PR.
+    """
+    record = record or {}
+    cfg = ledger.config
+    check_finite(delta, "delta")
+    if all(not bool(t.any()) for t in delta.values()):
+        raise InvalidWeightsError("the delta is all zeros: it would change nothing")
     sub_id = _new_id(who)
     delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
     tmp = ledger.root / layout.WORK / "outgoing" / f"{sub_id}.safetensors"
@@ -211,11 +231,14 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
     }
     if delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where to read it
         meta["delta"]["url"] = f"{delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"
+    if reverts is not None:
+        meta["reverts"] = {"version": reverts.version, "commit": reverts.commit}
     from woolf.core.trailers import format_message
 
     commit_msg = format_message(f"woolf: submission {sub_id}",
                                 {"Woolf-Submission": sub_id, "Woolf-Contributor": who,
-                                 "Woolf-Base-Version": base.version, "Woolf-Delta-Sha256": sha},
+                                 "Woolf-Base-Version": base.version, "Woolf-Delta-Sha256": sha,
+                                 "Woolf-Reverts": None if reverts is None else reverts.version},
                                 body=message)
     with timer("git"):
         commit = ledger.git.commit_tree_with(
@@ -224,9 +247,6 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
             commit_msg, parents=[base.commit],
         )
         pr = the_forge.open(sub_id, commit)
-    remember(ledger, sub_id, pointer)
-    if feedback_note:
-        clear_residual(ledger, sub_id)  # it is part of this PR's delta now
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
             "delta_sha256": sha, "delta_size": size, "number": pr.number, "timings": dict(timer),
-            "error_feedback": feedback_note}
+            "pointer": pointer}

@@ -156,9 +156,15 @@ def _markdown(name, versions, prs, demo) -> str:
         value = _loss(v, versions)
         loss = "-" if value is None else f"{value:.4f}"
         att = "-" if v.attenuation is None else f"{v.attenuation:.3f}"
-        lines.append(f"| {v.version} | {v.contributor or '-'} | {v.base_version if v.base_version is not None else '-'} "
+        lines.append(f"| {v.version} | {_who(v)} | {v.base_version if v.base_version is not None else '-'} "
                      f"| {v.staleness if v.staleness is not None else '-'} | {att} | {loss} |")
     return "\n".join(lines) + "\n"
+
+
+def _who(v) -> str:
+    """The version's contributor, and the version it reverts when it is a revert (woolf revert)."""
+    who = v.contributor or "-"
+    return who if v.reverts is None else f"{who} (revert of v{v.reverts})"
 
 
 def _fmt_loss(value) -> str:
@@ -172,7 +178,7 @@ def _html(name, md_tables_versions, prs, plots, demo) -> str:
         return f'<figure><img alt="{caption}" src="data:image/png;base64,{data}"><figcaption>{caption}</figcaption></figure>'
 
     rows = "".join(
-        f"<tr><td>{v.version}</td><td><code>{v.commit[:10]}</code></td><td>{html.escape(v.contributor or '-')}</td>"
+        f"<tr><td>{v.version}</td><td><code>{v.commit[:10]}</code></td><td>{html.escape(_who(v))}</td>"
         f"<td>{'-' if v.base_version is None else v.base_version}</td>"
         f"<td>{'-' if v.staleness is None else v.staleness}</td>"
         f"<td>{'-' if v.attenuation is None else f'{v.attenuation:.3f}'}</td>"

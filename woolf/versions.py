@@ -37,6 +37,7 @@ class Version:
     validator: str | None = None
     device: str | None = None  # where the validator evaluated: "cpu; torch 2.13.0", "cuda:<name>; ..."
     timings: dict | None = None
+    reverts: int | None = None  # the version whose merge this one takes back (woolf revert)
     parents: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -69,6 +70,7 @@ def version_from_message(commit: str, parents: list[str], time: int, message: st
         validator=f.get("Woolf-Validator"),
         device=f.get("Woolf-Device") if isinstance(f.get("Woolf-Device"), str) else None,
         timings=json_field(f, "Woolf-Timings"),
+        reverts=int_field(f, "Woolf-Reverts"),
         parents=parents,
     )
 

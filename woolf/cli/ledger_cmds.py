@@ -133,7 +133,8 @@ def log(app: App, limit, show_all, do_fetch, as_json):
                      "-" if v.base_version is None else str(v.base_version),
                      "-" if v.staleness is None else str(v.staleness),
                      "-" if v.attenuation is None else f"{v.attenuation:.3f}",
-                     v.contributor or "-", _fmt_metrics(v.metrics)])
+                     (v.contributor or "-") + ("" if v.reverts is None else f" (revert of v{v.reverts})"),
+                     _fmt_metrics(v.metrics)])
     app.table(["version", "commit", "time", "base", "stale", "atten", "contributor", "metrics"], rows,
               yielding="metrics")
     if verdicts is not None:

@@ -204,7 +204,9 @@ class MergeStep:
                   "Woolf-Rule": rule.kind, "Woolf-Rule-Params": rule.params() or None,
                   "Woolf-Delta-Sha256": pr.submission["delta"]["sha256"],
                   "Woolf-Weights-Sha256": sha, "Woolf-State-Sha256": state_sha,
-                  "Woolf-Metrics-Probe": verdict.metrics.get("probe"), **self._fields(verdict, timer)}
+                  "Woolf-Metrics-Probe": verdict.metrics.get("probe"),
+                  "Woolf-Reverts": (pr.submission.get("reverts") or {}).get("version"),  # admission checked it
+                  **self._fields(verdict, timer)}
         how = "buffered" if not step.applied else f"attenuation {verdict.attenuation:.3f}"
         message = format_message(
             f"woolf: version {verdict.version} from {verdict.contributor} "
