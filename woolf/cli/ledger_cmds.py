@@ -141,7 +141,12 @@ def show(app: App, version, as_json):
 @pass_app
 def checkout(app: App, version, output):
     """Fetch the weights of any version, checked against their recorded hash."""
-    out = app.ledger().checkout(version, output)
+    ledger = app.ledger()
+    out = ledger.checkout(version, output)
+    if ledger.last_rebuild:  # storage keeps snapshots only (`woolf gc`)
+        r = ledger.last_rebuild
+        app.err.print(f"version {version} is not kept in storage: rebuilt from version {r['from']} and "
+                      f"{r['deltas']} merged deltas, sha256 checked")
     app.console.print(f"version {version} -> {out}")
 
 
