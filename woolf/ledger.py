@@ -175,12 +175,14 @@ class Ledger:
         try:
             path = self.store.fetch_object(ptr)
         except StorageError as exc:
-            if "missing from storage" not in exc.message:
+            if "missing from storage" not in exc.message or version.version == 0:
                 raise
             from woolf.retention.rebuild import rebuild
 
-            # not kept in storage (`woolf gc`): rebuilt from a snapshot and the deltas, bit for bit
-            path, self.last_rebuild = rebuild(self, version)
+            try:  # not kept in storage (`woolf gc`): rebuilt from a snapshot and the deltas, bit for bit
+                path, self.last_rebuild = rebuild(self, version)
+            except StorageError as again:
+                raise StorageError(f"{exc.message}; {again.message}", hint=again.hint) from None
         self._verify_sha(path, version, ptr)
         return path
 
