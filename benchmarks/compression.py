@@ -12,8 +12,8 @@ delta is compressed exactly as ``woolf submit --compress`` does
 (``woolf/core/compress.py``: chunked top-k, b-bit values, the worker's own
 residual carried into its next delta when error feedback is on) and expanded
 as the validator expands it; the version moves by the mean of the expanded
-deltas (synchronous rounds, outer step 1: every worker's PR merged at
-staleness 0). Every setting runs the same steps on the same data, so final
+deltas times ``--outer-lr`` (synchronous rounds: every worker's PR merged at
+staleness 0; 1 is plain averaging). Every setting runs the same steps on the same data, so final
 losses compare at equal compute. Bytes per PR are the sizes of the files
 submit writes (safetensors with the parts). Results: benchmarks/results/compression.json.
 """
@@ -45,7 +45,7 @@ def parse(setting: str):
     return parse_spec(setting.removesuffix(",ef:0")), ef
 
 
-def run(world, setting: str, n: int, rounds: int, k: int, seed: int) -> dict:
+def run(world, setting: str, n: int, rounds: int, k: int, seed: int, outer_lr: float = 1.0) -> dict:
     spec, ef = parse(setting)
     cur = world.genesis
     mspec = {name: ("F32", tuple(t.shape)) for name, t in cur.items()}
@@ -69,7 +69,7 @@ def run(world, setting: str, n: int, rounds: int, k: int, seed: int) -> dict:
                 if ef:
                     resid[w] = {kk: total[kk] - sent[kk] for kk in total}
                 expanded.append(sent)
-            cur = {kk: cur[kk] + sum(d[kk] for d in expanded) / n for kk in cur}
+            cur = {kk: cur[kk] + outer_lr * (sum(d[kk] for d in expanded) / n) for kk in cur}
             curve.append(world.loss(cur))
     return {"final_loss": curve[-1], "curve": curve, "bytes_per_pr": statistics.mean(sizes)}
 
@@ -81,6 +81,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--k", type=int, default=20, help="steps per contribution")
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--outer-lr", type=float, default=1.0, help="the version moves by this times the mean delta")
     ap.add_argument("--regime", default="scratch-iid")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--out", default="compression.json")
@@ -93,7 +94,7 @@ def main() -> None:
     dense_bytes = len(save(world.genesis))
     rows, t0 = [], time.time()
     for setting in args.settings.split(";"):
-        runs = [run(world, setting, args.workers, args.rounds, args.k, s) for s in range(args.seeds)]
+        runs = [run(world, setting, args.workers, args.rounds, args.k, s, args.outer_lr) for s in range(args.seeds)]
         finals = [r["final_loss"] for r in runs]
         row = {"setting": setting, "finals": finals, "final_mean": statistics.mean(finals),
                "final_std": statistics.stdev(finals) if len(finals) > 1 else 0.0,

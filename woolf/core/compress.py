@@ -225,30 +225,45 @@ def check_parts(parts: dict[str, torch.Tensor], spec: CompressSpec, model_spec: 
     return _unpack(parts["val"], spec.bits, idx.numel())
 
 
-def expand_one(name_row: tuple[str, int, int, int], idx: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
-               spec: CompressSpec) -> torch.Tensor:
-    """One tensor's dense float32 values (flat) from its slice of the checked parts."""
-    _, numel, chunks, kept = name_row
-    full = numel // spec.chunk
-    chunk_of = torch.arange(chunks, dtype=torch.int64).repeat_interleave(
-        torch.tensor([spec.k] * full + ([kept - full * spec.k] if chunks > full else []), dtype=torch.int64))
-    where = idx.to(torch.int64) + chunk_of * spec.chunk
-    out = torch.zeros(numel, dtype=torch.float32)
-    out[where] = _dequant(q, scale.to(torch.float32)[chunk_of], spec.bits)
-    return out
+def entries(parts: dict[str, torch.Tensor], spec: CompressSpec, model_spec: dict):
+    """(name, numel, flat positions, float32 values) per tensor, after check_parts; nothing dense."""
+    q = check_parts(parts, spec, model_spec)
+    pos = chunk_pos = 0
+    for name, numel, chunks, kept in _layout(spec, model_spec):
+        full = numel // spec.chunk
+        chunk_of = torch.arange(chunks, dtype=torch.int64).repeat_interleave(
+            torch.tensor([spec.k] * full + ([kept - full * spec.k] if chunks > full else []), dtype=torch.int64))
+        where = parts["idx"][pos:pos + kept].to(torch.int64) + chunk_of * spec.chunk
+        scale = parts["scale"][chunk_pos:chunk_pos + chunks].to(torch.float32)[chunk_of]
+        yield name, numel, where, _dequant(q[pos:pos + kept], scale, spec.bits)
+        pos, chunk_pos = pos + kept, chunk_pos + chunks
 
 
 def expand(parts: dict[str, torch.Tensor], spec: CompressSpec, model_spec: dict,
            dtypes: dict[str, torch.dtype] | None = None) -> dict[str, torch.Tensor]:
     """The dense delta, after check_parts; each tensor cast to ``dtypes[name]`` (default float32)."""
-    q = check_parts(parts, spec, model_spec)
     out = {}
-    pos = chunk_pos = 0
-    for row in _layout(spec, model_spec):
-        name, _, chunks, kept = row
-        flat = expand_one(row, parts["idx"][pos:pos + kept], q[pos:pos + kept],
-                          parts["scale"][chunk_pos:chunk_pos + chunks], spec)
-        dtype = (dtypes or {}).get(name, torch.float32)
-        out[name] = flat.reshape(model_spec[name][1]).to(dtype)
-        pos, chunk_pos = pos + kept, chunk_pos + chunks
+    for name, numel, where, vals in entries(parts, spec, model_spec):
+        flat = torch.zeros(numel, dtype=torch.float32)
+        flat[where] = vals
+        out[name] = flat.reshape(model_spec[name][1]).to((dtypes or {}).get(name, torch.float32))
     return out
+
+
+def apply_sparse_(cur: torch.Tensor, where: torch.Tensor, vals: torch.Tensor, scale: float,
+                  stale: torch.Tensor | None) -> None:
+    """In place, bit for bit the attenuated merge ``(delta.f32 * scale + cur.f32).to(cur.dtype)`` of a
+    delta that is 0 outside ``where`` (``vals``: its float32 values there, before the cast to cur's dtype).
+
+    Outside ``where`` that merge is ``cur + 0.0``: cur itself, except that -0.0 becomes +0.0. ``stale``
+    names the only places a -0.0 can be (the previous sparse merge's ``where``; None: anywhere), which
+    are cleared first. ``cur`` is contiguous.
+    """
+    flat = cur.view(-1)
+    if stale is None:
+        flat.add_(0.0)
+    else:
+        flat[stale] = flat[stale].add(0.0)
+    step = torch.mul(vals.to(cur.dtype).to(torch.float32), torch.tensor(scale, dtype=torch.float32))
+    step.add_(flat[where].to(torch.float32))
+    flat[where] = step.to(cur.dtype)

@@ -8,7 +8,9 @@ whose weights are in this clone's cache or in storage (a snapshot, normally:
 `woolf gc` keeps every ``storage.snapshot_every``-th), then replays every merge
 above it exactly as the validator made it and the audit recomputes it: the
 merged delta (expanded if compressed), the rule and parameters the version
-recorded, and the parent's outer state for a rule that keeps one. The result
+recorded, and the parent's outer state for a rule that keeps one. A
+compressed delta merged under `attenuated` touches only its kept values
+(``apply_sparse_``: the same bytes, in a fraction of the time). The result
 must hash to the version's recorded sha256 and its pointer's md5, or nothing
 is written; it then becomes the cache object, so every later read is a copy.
 """
@@ -20,11 +22,12 @@ import os
 import tempfile
 from pathlib import Path
 
-from woolf.core.outer import Rule, merge_step
+from woolf.core.compress import apply_sparse_
+from woolf.core.outer import Rule, f32, merge_step
 from woolf.errors import IntegrityError, StorageError, WoolfError
 from woolf.retention.deltas import merged_delta
 from woolf.storage.outer_state import load_state
-from woolf.storage.sparse import load_delta
+from woolf.storage.sparse import load_delta, load_entries
 from woolf.storage.weights import TRUSTED_LIMITS, load_trusted, spec_of
 
 MAX_CHAIN = 100_000
@@ -50,18 +53,27 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
                            hint="restore a snapshot's weights to storage; run `woolf audit`")
     weights = load_trusted(ledger.weights_path(chain[start]))
     spec = spec_of(weights)
-    replayed = 0
+    replayed, stale = 0, {}  # stale: where the last sparse merge of each tensor wrote (None: anywhere)
     for i in range(start - 1, -1, -1):
         v, prev = chain[i], chain[i + 1]
         if v.submission is None:  # a change version keeps its parent's weights
             continue
+        label = f"delta of version {v.version}"
         try:
             path, declared = merged_delta(ledger, v)
-            delta = load_delta(path, declared, spec, TRUSTED_LIMITS, f"delta of version {v.version}")
-            state_path = ledger.state_path(prev)
-            state = None if state_path is None else load_state(state_path, spec, ledger.config.limits)
             rule = Rule.from_record(v.rule, v.alpha or 0.0, v.rule_params)
-            weights = merge_step(rule, weights, state, delta, v.attenuation or 0.0).candidate
+            if rule.kind == "attenuated" and declared.get("kind") == "topk":
+                # the same bytes as merge_step on the expanded delta, touching only the kept values
+                scale = f32(rule.alpha * (v.attenuation or 0.0))
+                for name, (where, vals) in load_entries(path, declared, spec, TRUSTED_LIMITS, label).items():
+                    apply_sparse_(weights[name], where, vals, scale, stale.get(name))
+                    stale[name] = where
+            else:
+                delta = load_delta(path, declared, spec, TRUSTED_LIMITS, label)
+                state_path = ledger.state_path(prev)
+                state = None if state_path is None else load_state(state_path, spec, ledger.config.limits)
+                weights = merge_step(rule, weights, state, delta, v.attenuation or 0.0).candidate
+                stale = {}
         except (ValueError, KeyError, RuntimeError, TypeError) as exc:
             raise IntegrityError(f"version {v.version} cannot be replayed: {exc}", hint="run `woolf audit`") from None
         replayed += 1

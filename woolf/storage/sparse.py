@@ -19,7 +19,14 @@ from pathlib import Path
 import torch
 
 from woolf.config import LimitsConfig
-from woolf.core.compress import CompressSpec, expand, parts_bytes, parts_spec, spec_from_declared
+from woolf.core.compress import (
+    CompressSpec,
+    entries,
+    expand,
+    parts_bytes,
+    parts_spec,
+    spec_from_declared,
+)
 from woolf.errors import InvalidWeightsError
 from woolf.storage.weights import _TORCH_DTYPES, compare_spec, load_checked, read_spec, save_atomic
 
@@ -50,17 +57,32 @@ def load_delta(path: Path, declared: dict, model_spec: dict, limits: LimitsConfi
     spec = declared_spec(declared, label)
     if spec is None:
         return load_checked(path, limits, expect=model_spec, label=label)
+    parts = _parts(path, spec, model_spec, limits, label)
+    try:
+        return expand(parts, spec, model_spec, {n: _TORCH_DTYPES[dt] for n, (dt, _) in model_spec.items()})
+    except ValueError as exc:
+        raise InvalidWeightsError(f"{label}: {exc}") from None
+
+
+def load_entries(path: Path, declared: dict, model_spec: dict, limits: LimitsConfig, label: str = "delta"):
+    """A topk delta as {name: (flat positions, float32 values)}, checked, never dense (rebuilds)."""
+    spec = declared_spec(declared, label)
+    assert spec is not None
+    parts = _parts(path, spec, model_spec, limits, label)
+    try:
+        return {name: (where, vals) for name, _, where, vals in entries(parts, spec, model_spec)}
+    except ValueError as exc:
+        raise InvalidWeightsError(f"{label}: {exc}") from None
+
+
+def _parts(path: Path, spec: CompressSpec, model_spec: dict, limits: LimitsConfig, label: str):
     want = parts_spec(spec, model_spec)
     got = read_spec(path, limits, label)
     try:
         compare_spec(got, want, f"{label} (topk chunk={spec.chunk} k={spec.k} bits={spec.bits})")
     except InvalidWeightsError as exc:
         raise InvalidWeightsError(f"{exc.message}: more or other data than the declared k") from None
-    parts = load_checked(path, limits, expect=want, label=label)
-    try:
-        return expand(parts, spec, model_spec, {n: _TORCH_DTYPES[dt] for n, (dt, _) in model_spec.items()})
-    except ValueError as exc:
-        raise InvalidWeightsError(f"{label}: {exc}") from None
+    return load_checked(path, limits, expect=want, label=label)
 
 
 def save_delta(delta: dict[str, torch.Tensor], path: Path, spec: CompressSpec | None = None,
