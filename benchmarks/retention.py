@@ -22,6 +22,9 @@ Results: benchmarks/results/retention.json.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import os
+import pstats
 import shutil
 import subprocess
 import sys
@@ -89,9 +92,15 @@ def main() -> None:
         timings = {}
         for what, number in (("checkout_stored", head), ("checkout_rebuilt", head - 1)):
             c = _clone(root, f"c-{what}")
+            prof = cProfile.Profile() if os.environ.get("WOOLF_PROFILE") else None
             t = time.perf_counter()
+            if prof:
+                prof.enable()
             c.checkout(number, root / f"{what}.safetensors")
             timings[what] = time.perf_counter() - t
+            if prof:
+                prof.disable()
+                pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
             timings[what + "_info"] = c.last_rebuild
             print(what, f"{timings[what]:.2f}s", c.last_rebuild, flush=True)
         spec = parse_spec(args.compress)

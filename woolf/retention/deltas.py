@@ -25,21 +25,54 @@ def gc_removable(ledger, version, head: int) -> bool:
     return version.version != head and not is_snapshot(version.version, ledger.config.storage.snapshot_every)
 
 
-def delta_pointer(ledger, version) -> tuple[Pointer, dict]:
-    """The merged submission's delta pointer and its declared delta (kind and parameters)."""
-    if version.submission is None or len(version.parents) != 2:
+def _specs(version) -> tuple[str, str]:
+    if version.submission is None or len(version.parents) != 2 or "\n" in version.submission:
         raise IntegrityError(f"version {version.version} is not a merge of a submission")
     _, ptr_rel, meta_rel = layout.submission_paths(version.submission)
-    head = version.parents[1]
-    raw = ledger.git.show_bytes(f"{head}:{meta_rel}", max_bytes=META_MAX_BYTES)
+    return f"{version.parents[1]}:{meta_rel}", f"{version.parents[1]}:{ptr_rel}"
+
+
+def _parse(version, meta: bytes | None, ptr: bytes | None) -> tuple[Pointer, dict]:
     try:
-        declared = loads_untrusted(raw or b"", META_MAX_BYTES, META_MAX_DEPTH)["delta"]
+        declared = loads_untrusted(meta or b"", META_MAX_BYTES, META_MAX_DEPTH)["delta"]
         if not isinstance(declared, dict):
             raise TypeError("delta is not an object")
     except (ValueError, TypeError, KeyError) as exc:
         raise IntegrityError(f"version {version.version}: the merged submission.json is unreadable ({exc})") from None
-    raw = ledger.git.show_bytes(f"{head}:{ptr_rel}", max_bytes=POINTER_MAX_BYTES)
-    return Pointer.parse(raw or b"", ptr_rel), declared
+    return Pointer.parse(ptr or b"", _specs(version)[1].split(":", 1)[1]), declared
+
+
+def delta_pointer(ledger, version) -> tuple[Pointer, dict]:
+    """The merged submission's delta pointer and its declared delta (kind and parameters)."""
+    meta_spec, ptr_spec = _specs(version)
+    return _parse(version, ledger.git.show_bytes(meta_spec, max_bytes=META_MAX_BYTES),
+                  ledger.git.show_bytes(ptr_spec, max_bytes=POINTER_MAX_BYTES))
+
+
+def delta_pointers(ledger, versions) -> dict[int, tuple[Pointer, dict]]:
+    """delta_pointer of many merge versions in two git calls (sizes checked first, then the blobs)."""
+    specs = [s for v in versions for s in _specs(v)]
+    if not specs:
+        return {}
+    stdin = "".join(f"{s}\n" for s in specs).encode()
+    sizes = ledger.git.run("cat-file", "--batch-check", input=stdin).stdout.decode(errors="replace").splitlines()
+    if len(sizes) != len(specs):
+        raise IntegrityError("git could not list the merged submissions' files")
+    for spec, line in zip(specs, sizes, strict=True):
+        parts = line.split()
+        limit = META_MAX_BYTES if spec.endswith(".json") else POINTER_MAX_BYTES
+        if len(parts) != 3 or parts[1] != "blob" or not parts[2].isdigit() or int(parts[2]) > limit:
+            raise IntegrityError(f"{spec.split(':', 1)[1]} of a merged submission is missing or too large")
+    out, blobs, pos = {}, [], 0
+    raw = ledger.git.run("cat-file", "--batch", input=stdin).stdout
+    for _ in specs:
+        end = raw.index(b"\n", pos)
+        size = int(raw[pos:end].split()[2])
+        blobs.append(raw[end + 1:end + 1 + size])
+        pos = end + 1 + size + 1
+    for i, v in enumerate(versions):
+        out[v.version] = _parse(v, blobs[2 * i], blobs[2 * i + 1])
+    return out
 
 
 def merged_delta(ledger, version) -> tuple[Path, dict]:

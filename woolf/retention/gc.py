@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from woolf import layout
 from woolf.errors import WoolfError
-from woolf.retention.deltas import delta_pointer, is_snapshot
+from woolf.retention.deltas import delta_pointer, delta_pointers, is_snapshot
 
 
 def _present(ledger, ptr) -> bool:
@@ -47,12 +47,18 @@ def _objects(ledger):
         if ledger.git.show_bytes(f"{v.commit}:{layout.STATE_POINTER}") is not None:
             sp = ledger.pointer(v.commit, layout.STATE_POINTER)
             keep.setdefault(sp.md5, ("states", sp.size))
-        if v.submission is not None and len(v.parents) == 2:
+    merges = [v for v in versions if v.submission is not None and len(v.parents) == 2]
+    try:
+        found = delta_pointers(ledger, merges)
+    except WoolfError:  # one at a time: a bad one is `woolf audit`'s to report
+        found = {}
+        for v in merges:
             try:
-                dp, _ = delta_pointer(ledger, v)
-                keep.setdefault(dp.md5, ("deltas", dp.size))
+                found[v.version] = delta_pointer(ledger, v)
             except WoolfError:
-                pass  # `woolf audit` reports it
+                pass
+    for dp, _ in found.values():
+        keep.setdefault(dp.md5, ("deltas", dp.size))
     return keep, [(n, p) for n, p in candidates if p.md5 not in keep], head, len(versions), every
 
 

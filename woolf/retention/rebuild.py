@@ -25,7 +25,7 @@ from pathlib import Path
 from woolf.core.compress import apply_sparse_
 from woolf.core.outer import Rule, f32, merge_step
 from woolf.errors import IntegrityError, StorageError, WoolfError
-from woolf.retention.deltas import merged_delta
+from woolf.retention.deltas import delta_pointers
 from woolf.storage.outer_state import load_state
 from woolf.storage.sparse import load_delta, load_entries
 from woolf.storage.weights import TRUSTED_LIMITS, load_trusted, spec_of
@@ -53,6 +53,7 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
                            hint="restore a snapshot's weights to storage; run `woolf audit`")
     weights = load_trusted(ledger.weights_path(chain[start]))
     spec = spec_of(weights)
+    pointers = delta_pointers(ledger, [v for v in chain[:start] if v.submission is not None])
     replayed, stale = 0, {}  # stale: where the last sparse merge of each tensor wrote (None: anywhere)
     for i in range(start - 1, -1, -1):
         v, prev = chain[i], chain[i + 1]
@@ -60,7 +61,8 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
             continue
         label = f"delta of version {v.version}"
         try:
-            path, declared = merged_delta(ledger, v)
+            pointer, declared = pointers[v.version]
+            path = ledger.store.fetch_object(pointer)
             rule = Rule.from_record(v.rule, v.alpha or 0.0, v.rule_params)
             if rule.kind == "attenuated" and declared.get("kind") == "topk":
                 # the same bytes as merge_step on the expanded delta, touching only the kept values
