@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/retention.py                                   # 10M parameters, 50 merges
-    python benchmarks/retention.py --params 1e8 --versions 50        # the size (needs ~10 GB of disk)
+    python benchmarks/retention.py --params 1e8 --versions 10        # 100M: rebuilds of 1 and 9 deltas, 49 extrapolated
     python benchmarks/retention.py --params 2e5 --versions 4 --snapshot-every 2   # the smoke size
 
 A real ledger (workload `synthetic`, unsigned, a bare hub, a local DVC remote)
@@ -90,7 +90,10 @@ def main() -> None:
         head = after["head"]
         model_bytes = p.pointer(p.head().commit).size if p.pull() else 0
         timings = {}
-        for what, number in (("checkout_stored", head), ("checkout_rebuilt", head - 1)):
+        checks = [("checkout_stored", head), ("checkout_rebuilt", head - 1)]
+        if head - 1 > 1 and args.snapshot_every > head - 1:
+            checks.append(("checkout_rebuilt_one", 1))  # one delta: the fixed cost of a rebuild
+        for what, number in checks:
             c = _clone(root, f"c-{what}")
             prof = cProfile.Profile() if os.environ.get("WOOLF_PROFILE") else None
             t = time.perf_counter()
@@ -103,6 +106,10 @@ def main() -> None:
                 pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
             timings[what + "_info"] = c.last_rebuild
             print(what, f"{timings[what]:.2f}s", c.last_rebuild, flush=True)
+        if "checkout_rebuilt_one" in timings:  # the cost per replayed delta, and 49 of them by extrapolation
+            per = (timings["checkout_rebuilt"] - timings["checkout_rebuilt_one"]) / (head - 2)
+            timings["per_delta"] = per
+            timings["rebuild_49_projected"] = timings["checkout_rebuilt_one"] + 48 * per
         spec = parse_spec(args.compress)
         big = {f"layer{i:03d}.weight": ("F32", (100_000_000 // 8,)) for i in range(8)}
         big_delta, big_model = 8 + 200 + parts_bytes(spec, big), 8 + 400 + 4 * 100_000_000
@@ -117,7 +124,7 @@ def main() -> None:
                 "projection_100M_1000": {"model_bytes": big_model, "delta_bytes": big_delta,
                                          "snapshots": snapshots, "today_bytes": today, "kept_bytes": kept,
                                          "fraction": kept / today}}
-        print({k: data[k] for k in ("ratio", "rebuild_over_checkout", "projection_100M_1000")})
+        print({k: data[k] for k in ("ratio", "rebuild_over_checkout", "projection_100M_1000", "timings")})
         print(write_json(args.out, data))
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -230,9 +230,7 @@ def entries(parts: dict[str, torch.Tensor], spec: CompressSpec, model_spec: dict
     q = check_parts(parts, spec, model_spec)
     pos = chunk_pos = 0
     for name, numel, chunks, kept in _layout(spec, model_spec):
-        full = numel // spec.chunk
-        chunk_of = torch.arange(chunks, dtype=torch.int64).repeat_interleave(
-            torch.tensor([spec.k] * full + ([kept - full * spec.k] if chunks > full else []), dtype=torch.int64))
+        chunk_of = torch.div(torch.arange(kept, dtype=torch.int64), spec.k, rounding_mode="floor")  # k per chunk
         where = parts["idx"][pos:pos + kept].to(torch.int64) + chunk_of * spec.chunk
         scale = parts["scale"][chunk_pos:chunk_pos + chunks].to(torch.float32)[chunk_of]
         yield name, numel, where, _dequant(q[pos:pos + kept], scale, spec.bits)
