@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from woolf import layout
 from woolf.errors import WoolfError
-from woolf.retention.deltas import delta_pointer, delta_pointers, is_snapshot
+from woolf.retention.deltas import delta_pointer, delta_pointers, is_snapshot, weights_pointers
 
 
 def _present(ledger, ptr) -> bool:
@@ -38,8 +38,7 @@ def _objects(ledger):
     head = versions[0].version if versions else 0
     keep: dict[str, tuple[str, int]] = {}
     candidates = []
-    for v in versions:
-        ptr = ledger.pointer(v.commit)
+    for v, ptr in zip(versions, weights_pointers(ledger, versions), strict=True):
         if v.version == head or is_snapshot(v.version, every):
             keep[ptr.md5] = ("snapshots", ptr.size)
         else:

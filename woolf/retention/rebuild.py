@@ -25,7 +25,7 @@ from pathlib import Path
 from woolf.core.compress import apply_sparse_
 from woolf.core.outer import Rule, f32, merge_step
 from woolf.errors import IntegrityError, StorageError, WoolfError
-from woolf.retention.deltas import delta_pointers
+from woolf.retention.deltas import delta_pointers, weights_pointers
 from woolf.storage.outer_state import load_state
 from woolf.storage.sparse import load_delta, load_entries
 from woolf.storage.weights import TRUSTED_LIMITS, load_trusted, spec_of
@@ -33,8 +33,7 @@ from woolf.storage.weights import TRUSTED_LIMITS, load_trusted, spec_of
 MAX_CHAIN = 100_000
 
 
-def _stored(ledger, version) -> bool:
-    ptr = ledger.pointer(version.commit)
+def _stored(ledger, ptr) -> bool:
     cached = ledger.store.cache_path(ptr.md5)
     if cached.is_file() and cached.stat().st_size == ptr.size:
         return True
@@ -47,7 +46,8 @@ def _stored(ledger, version) -> bool:
 
 def rebuild(ledger, target) -> tuple[Path, dict]:
     chain = ledger.log(ref=target.commit, limit=MAX_CHAIN)  # newest first: target, its parent, ...
-    start = next((i for i, v in enumerate(chain[1:], 1) if _stored(ledger, v)), None)
+    ptrs = weights_pointers(ledger, chain)
+    start = next((i for i in range(1, len(chain)) if _stored(ledger, ptrs[i])), None)
     if start is None:
         raise StorageError(f"version {target.version} is not in storage, and no version below it is",
                            hint="restore a snapshot's weights to storage; run `woolf audit`")
