@@ -146,15 +146,21 @@ def test_topk_pr_merges_audits_and_carries_its_residual(make_net):
     assert not residual_path.exists()
 
 
-def test_residual_that_does_not_fit_is_set_aside(make_net):
+def test_residual_that_does_not_fit_is_set_aside(make_net, capsys):
+    from woolf.cli.main import main
+
     net = make_net(**{"policy.min_improvement": "-10"})
     alice = net.clone("alice")
     path = state_dir(alice) / "compress" / "residual.safetensors"
     path.parent.mkdir(parents=True)
     path.write_bytes(save({"not.this.model": torch.zeros(3)}))
-    result = net.train_submit(alice, "alice", compress="topk:0.05,bits:2")
-    assert "set aside (its tensors are not this model's)" in result["error_feedback"]
+    train(alice, steps=5, contributor="alice")
+    assert main(["-C", str(alice.root), "submit", "--compress", "topk:0.05,bits:2", "--contributor", "alice"]) == 0
+    out = capsys.readouterr()
+    assert "topk delta" in out.out and "set aside (its tensors are not this model's)" in out.err
     assert list(path.parent.glob("residual.safetensors.set-aside-*")) and path.exists()  # a fresh one kept
+    assert main(["-C", str(alice.root), "submit", "--compress", "topk:2"]) == 2  # a bad setting: usage error
+    assert "--compress 'topk:2'" in capsys.readouterr().err
 
 
 def test_every_bad_sparse_delta_is_rejected_with_its_reason(make_net):

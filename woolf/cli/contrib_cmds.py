@@ -117,6 +117,8 @@ def submit(app: App, weights, base_version, message, delta_url_base, delta_remot
     app.console.print(f"opened PR [bold]{result['id']}[/] from version {result['base_version']} "
                       f"({result['delta_kind']} delta {result['delta_size']} bytes, "
                       f"sha256 {result['delta_sha256'][:12]})")
+    if result["error_feedback"]:  # what was carried, or a residual set aside
+        app.err.print(f"note: {result['error_feedback']}")
 
 
 @click.group()
