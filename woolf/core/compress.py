@@ -225,9 +225,12 @@ def check_parts(parts: dict[str, torch.Tensor], spec: CompressSpec, model_spec: 
     return _unpack(parts["val"], spec.bits, idx.numel())
 
 
-def entries(parts: dict[str, torch.Tensor], spec: CompressSpec, model_spec: dict):
-    """(name, numel, flat positions, float32 values) per tensor, after check_parts; nothing dense."""
-    q = check_parts(parts, spec, model_spec)
+def entries(parts: dict[str, torch.Tensor], spec: CompressSpec, model_spec: dict, check: bool = True):
+    """(name, numel, flat positions, float32 values) per tensor, after check_parts; nothing dense.
+
+    ``check=False`` only for parts whose sha256 is a merged delta's (they passed check_parts then).
+    """
+    q = check_parts(parts, spec, model_spec) if check else _unpack(parts["val"], spec.bits, parts["idx"].numel())
     pos = chunk_pos = 0
     for name, numel, chunks, kept in _layout(spec, model_spec):
         chunk_of = torch.div(torch.arange(kept, dtype=torch.int64), spec.k, rounding_mode="floor")  # k per chunk

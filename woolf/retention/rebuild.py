@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from woolf.core.compress import apply_sparse_
@@ -63,11 +64,15 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
         try:
             pointer, declared = pointers[v.version]
             path = ledger.store.fetch_object(pointer)
+            if ledger.store.hashes(path)[1] != declared.get("sha256"):  # the bytes the validator checked
+                raise IntegrityError(f"{label}: its bytes are not the merged submission's sha256",
+                                     hint="run `woolf audit`")
             rule = Rule.from_record(v.rule, v.alpha or 0.0, v.rule_params)
             if rule.kind == "attenuated" and declared.get("kind") == "topk":
                 # the same bytes as merge_step on the expanded delta, touching only the kept values
                 scale = f32(rule.alpha * (v.attenuation or 0.0))
-                for name, (where, vals) in load_entries(path, declared, spec, TRUSTED_LIMITS, label).items():
+                merged = load_entries(path, declared, spec, TRUSTED_LIMITS, label, check=False)
+                for name, (where, vals) in merged.items():
                     apply_sparse_(weights[name], where, vals, scale, stale.get(name))
                     stale[name] = where
             else:
@@ -76,14 +81,18 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
                 state = None if state_path is None else load_state(state_path, spec, ledger.config.limits)
                 weights = merge_step(rule, weights, state, delta, v.attenuation or 0.0).candidate
                 stale = {}
-        except (ValueError, KeyError, RuntimeError, TypeError) as exc:
+        except (ValueError, KeyError, RuntimeError, TypeError, IndexError) as exc:
             raise IntegrityError(f"version {v.version} cannot be replayed: {exc}", hint="run `woolf audit`") from None
         replayed += 1
     from safetensors.torch import save
 
     data = save(weights)
     del weights
-    if hashlib.sha256(data).hexdigest() != target.weights_sha256:
+    with ThreadPoolExecutor(1) as pool:  # hashlib releases the GIL: md5 and sha256 side by side
+        md5_job = pool.submit(lambda: hashlib.md5(data, usedforsecurity=False).hexdigest())
+        sha = hashlib.sha256(data).hexdigest()
+        md5 = md5_job.result()
+    if sha != target.weights_sha256:
         raise IntegrityError(f"version {target.version} rebuilt from version {chain[start].version} does not "
                              "match its recorded sha256", hint="run `woolf audit`")
     ptr = ledger.pointer(target.commit)
@@ -93,7 +102,7 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        ledger.store.adopt(Path(tmp), ptr, "rebuilt does not match its pointer's md5")
+        ledger.store.adopt(Path(tmp), ptr, md5, sha)
     finally:
         Path(tmp).unlink(missing_ok=True)
     return dest, {"version": target.version, "from": chain[start].version, "deltas": replayed}

@@ -225,9 +225,14 @@ class DvcStore:
                     self.remote_url(remote))
         self.upload_cached(pointer, remote, replace=True)
 
-    def adopt(self, tmp: Path, pointer: Pointer, problem: str) -> None:
-        """A file made locally (a rebuilt version) becomes ``pointer``'s cache object if it hashes right."""
-        self._admit(tmp, pointer, problem)
+    def adopt(self, tmp: Path, pointer: Pointer, md5: str, sha256: str) -> None:
+        """A file this process wrote and hashed (a rebuilt version) becomes ``pointer``'s cache object."""
+        if tmp.stat().st_size != pointer.size or md5 != pointer.md5:
+            raise IntegrityError(f"object {pointer.md5}: the rebuilt bytes do not match the pointer")
+        dest = self.cache_path(pointer.md5)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, dest)
+        self.verified.record(dest, md5, sha256)
 
     def remove(self, pointer: Pointer, remote: str = REMOTE_NAME) -> None:
         """Delete ``pointer``'s object from storage and this clone's cache (`woolf gc`; never for a participant)."""

@@ -64,13 +64,14 @@ def load_delta(path: Path, declared: dict, model_spec: dict, limits: LimitsConfi
         raise InvalidWeightsError(f"{label}: {exc}") from None
 
 
-def load_entries(path: Path, declared: dict, model_spec: dict, limits: LimitsConfig, label: str = "delta"):
-    """A topk delta as {name: (flat positions, float32 values)}, checked, never dense (rebuilds)."""
+def load_entries(path: Path, declared: dict, model_spec: dict, limits: LimitsConfig, label: str = "delta",
+                 check: bool = True):
+    """A topk delta as {name: (flat positions, float32 values)}, never dense (rebuilds; ``check``: see entries)."""
     spec = declared_spec(declared, label)
     assert spec is not None
     parts = _parts(path, spec, model_spec, limits, label)
     try:
-        return {name: (where, vals) for name, _, where, vals in entries(parts, spec, model_spec)}
+        return {name: (where, vals) for name, _, where, vals in entries(parts, spec, model_spec, check)}
     except ValueError as exc:
         raise InvalidWeightsError(f"{label}: {exc}") from None
 
