@@ -73,3 +73,17 @@ def test_history_bisect_smoke(tmp_path):
     row = data["bisect"]
     assert row["found"] == row["poison"] and row["evaluations"] <= row["max_evaluations"] == 5
     assert data["revert"][0]["rule"] == "attenuated" and data["revert"][0]["left_max_abs"] < 1e-6
+
+
+def test_compression_smoke(tmp_path):
+    _run(tmp_path, "compression.py", "--smoke", "--out", "comp.json")
+    data = json.loads((tmp_path / "comp.json").read_text())
+    dense, topk = data["rows"]
+    assert dense["ratio"] == 1 and topk["ratio"] > 20 and topk["final_mean"] > 0
+
+
+def test_retention_smoke(tmp_path):
+    _run(tmp_path, "retention.py", "--params", "2e5", "--versions", "4", "--snapshot-every", "2", "--out", "ret.json")
+    data = json.loads((tmp_path / "ret.json").read_text())
+    assert data["timings"]["checkout_rebuilt_info"] == {"version": 3, "from": 2, "deltas": 1}
+    assert data["storage_final"]["removed"]["count"] == 2 and data["projection_100M_1000"]["fraction"] < 1

@@ -52,7 +52,25 @@ def _blob(git, spec: str, limit: int, what: str) -> bytes:
     return raw
 
 
-def _meta(raw: bytes, pr_id: str, max_bytes: int, schemes: list[str]) -> dict:
+_DELTA_KEYS = {"kind", "sha256", "md5", "size", "url", "chunk", "k", "bits"}
+
+
+def _kind(d: dict, accept: list[str]) -> None:
+    """The delta's kind is one this ledger accepts, with exactly its parameters (woolf/core/compress.py)."""
+    from woolf.core.compress import spec_from_declared
+
+    if d["kind"] not in accept:
+        raise Rejected(f"delta kind {d['kind'][:40]!r} is not accepted by this ledger (delta.accept: {', '.join(accept)})")
+    if d["kind"] == "dense" and set(d) & {"chunk", "k", "bits"}:
+        raise Rejected("a dense delta declares no chunk, k or bits")
+    if d["kind"] == "topk":
+        try:
+            spec_from_declared(d)
+        except (ValueError, TypeError) as exc:
+            raise Rejected(f"topk delta: {exc}") from None
+
+
+def _meta(raw: bytes, pr_id: str, max_bytes: int, schemes: list[str], accept: list[str]) -> dict:
     try:
         meta = loads_untrusted(raw, META_MAX_BYTES, META_MAX_DEPTH)
     except ValueError as exc:
@@ -65,13 +83,14 @@ def _meta(raw: bytes, pr_id: str, max_bytes: int, schemes: list[str]) -> dict:
           and layout.CONTRIBUTOR.match(meta["contributor"])
           and isinstance(meta["base_version"], int) and not isinstance(meta["base_version"], bool)
           and isinstance(meta["base_commit"], str)
-          and isinstance(d, dict) and {"kind", "sha256", "md5", "size"} <= set(d) <= {"kind", "sha256", "md5", "size", "url"}
+          and isinstance(d, dict) and {"kind", "sha256", "md5", "size"} <= set(d) <= _DELTA_KEYS
           and (isinstance(d.get("url", ""), str) and len(d.get("url", "")) <= 2048)
-          and d["kind"] == "dense" and isinstance(d["sha256"], str) and _HEX64.match(d["sha256"])
+          and isinstance(d["kind"], str) and isinstance(d["sha256"], str) and _HEX64.match(d["sha256"])
           and isinstance(d["md5"], str) and _HEX32.match(d["md5"])
           and isinstance(d["size"], int) and not isinstance(d["size"], bool) and d["size"] > 0)
     if not ok:
         raise Rejected("submission.json does not follow schema 1 (bad types or values)")
+    _kind(d, accept)
     if "url" in d and d["url"].split(":", 1)[0].lower() not in schemes:
         raise Rejected(f"delta URL scheme is not allowed (allowed: {', '.join(schemes)})")
     if d["size"] > max_bytes:
@@ -119,7 +138,7 @@ def admit(ledger, pr, main: Version, merged_deltas: set[str]) -> Admitted:
     if ptr_rel not in tree or meta_rel not in tree:
         raise Rejected("the PR lacks its delta pointer or submission.json")
     meta = _meta(_blob(git, f"{pr.head}:{meta_rel}", META_MAX_BYTES, "submission.json"), pr.id,
-                 cfg.limits.max_delta_bytes, cfg.forge.delta_schemes)
+                 cfg.limits.max_delta_bytes, cfg.forge.delta_schemes, cfg.delta.accept)
     if meta["base_version"] != base.version or meta["base_commit"] != base.commit:
         raise Rejected("submission.json names another base than the PR's parent commit")
     try:

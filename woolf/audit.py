@@ -26,9 +26,10 @@ from woolf.config import parse_config
 from woolf.core.outer import Rule, merge_step
 from woolf.core.staleness import attenuation
 from woolf.errors import StorageError, WoolfError
+from woolf.retention.deltas import gc_removable, merged_delta
 from woolf.storage.outer_state import load_state, state_bytes
-from woolf.storage.pointer import Pointer
-from woolf.storage.weights import load_trusted, spec_of
+from woolf.storage.sparse import load_delta
+from woolf.storage.weights import TRUSTED_LIMITS, load_trusted, spec_of
 
 
 @dataclass
@@ -61,6 +62,7 @@ def audit(ledger, progress=None, reevaluate: bool = False) -> AuditReport:
         except WoolfError as exc:
             report.notes.append(f"origin unreachable, audited the local main: {exc.message}")
     versions = list(reversed(ledger.log()))
+    head, removed = (versions[-1].version if versions else 0), 0
     prev = None
     prev_weights = prev_state = None
     for i, v in enumerate(versions):
@@ -71,17 +73,29 @@ def audit(ledger, progress=None, reevaluate: bool = False) -> AuditReport:
             report.problem(v.version, f"version numbers are not consecutive (expected {i})")
             prev, prev_weights = v, None
             continue
+        current = None
         try:
             ledger.store.verify_remote(ledger.pointer(v.commit))
             current = load_trusted(ledger.weights_path(v))
         except WoolfError as exc:
-            report.problem(v.version, f"weights: {exc.message}", _kind(exc))
-            prev, prev_weights = v, None
-            continue
-        state, state_ok = _state_of(ledger, report, v, current)
+            if not (_kind(exc) == "missing" and prev_weights is not None and gc_removable(ledger, v, head)):
+                report.problem(v.version, f"weights: {exc.message}", _kind(exc))
+                prev, prev_weights = v, None
+                continue
+            removed += 1  # not kept (`woolf gc`): recomputed from its parent and delta below
+        spec = spec_of(current if current is not None else prev_weights)
+        state, state_ok = _state_of(ledger, report, v, spec)
         if prev is not None and v.submission is not None:  # change versions: woolf/audit_authority.py
-            _check_merge(ledger, report, prev, v, prev_weights, prev_state, current)
-        prev, prev_weights, prev_state = v, current, (state if state_ok else _UNKNOWN)
+            recomputed = _check_merge(ledger, report, prev, v, prev_weights, prev_state)
+        else:
+            recomputed = prev_weights if prev is not None and v.weights_sha256 == prev.weights_sha256 else None
+        if current is None and recomputed is None:
+            report.problem(v.version, "weights are not stored (gc) and cannot be recomputed", "missing")
+        prev, prev_weights, prev_state = v, (current if current is not None else recomputed), \
+            (state if state_ok else _UNKNOWN)
+    if removed:
+        report.notes.append(f"{removed} versions' weights are not kept in storage (`woolf gc`); "
+                            "each was recomputed from its parent and delta")
     check_authority(ledger, report, versions, reevaluate=reevaluate)
     return report
 
@@ -96,30 +110,31 @@ def _kind(exc: WoolfError) -> str:
 _UNKNOWN = object()  # a parent state that could not be read: the child cannot be recomputed
 
 
-def _state_of(ledger, report, v, current):
+def _state_of(ledger, report, v, spec):
     """(the version's outer state or None, whether it could be read)."""
     try:
         path = ledger.state_path(v)
         if path is None:
             return None, True
         ledger.store.verify_remote(ledger.pointer(v.commit, layout.STATE_POINTER))
-        return load_state(path, spec_of(current), ledger.config.limits), True
+        return load_state(path, spec, ledger.config.limits), True
     except WoolfError as exc:
         report.problem(v.version, f"outer state: {exc.message}", _kind(exc))
         return None, False
 
 
-def _check_merge(ledger, report, prev, v, prev_weights, prev_state, current) -> None:
+def _check_merge(ledger, report, prev, v, prev_weights, prev_state):
+    """The merge's weights recomputed (None if they could not be, or differ from the record)."""
     git = ledger.git
     if len(v.parents) != 2 or v.parents[0] != prev.commit:
         report.problem(v.version, "not a merge of its predecessor and a submission commit")
-        return
+        return None
     sub_head = v.parents[1]
     sub_parents = git.parents(sub_head)
     base = ledger.version_at(sub_parents[0]) if len(sub_parents) == 1 else None
     if base is None or base.version != v.base_version:
         report.problem(v.version, "the submission's parent is not the recorded base version")
-        return
+        return None
     staleness = int(git.out("rev-list", "--count", "--first-parent", f"{base.commit}..{prev.commit}"))
     if staleness != v.staleness:
         report.problem(v.version, f"recorded staleness {v.staleness}, ancestry says {staleness}")
@@ -134,7 +149,7 @@ def _check_merge(ledger, report, prev, v, prev_weights, prev_state, current) -> 
         rule = Rule.from_record(v.rule, v.alpha or 0.0, v.rule_params)
     except (ValueError, TypeError) as exc:
         report.problem(v.version, f"recorded merge rule: {exc}")
-        return
+        return None
     configured = Rule.from_config(cfg.merge)
     if (rule.kind, rule.params()) != (configured.kind, configured.params()):
         report.problem(v.version, f"recorded rule {rule.kind} {rule.params()}, the config in force had "
@@ -142,23 +157,24 @@ def _check_merge(ledger, report, prev, v, prev_weights, prev_state, current) -> 
     changed = set(git.changed_paths(prev.commit, v.commit))
     if changed - layout.VERSION_PATHS:
         report.problem(v.version, f"the merge also changed {sorted(changed - layout.VERSION_PATHS)}")
-    _, ptr_rel, _ = layout.submission_paths(v.submission or "")
-    raw = git.show_bytes(f"{sub_head}:{ptr_rel}")
     try:
-        delta = load_trusted(ledger.store.fetch_object(Pointer.parse(raw or b"", ptr_rel)))
+        path, declared = merged_delta(ledger, v)
+        if prev_weights is None or prev_state is _UNKNOWN:
+            return None
+        delta = load_delta(path, declared, spec_of(prev_weights), TRUSTED_LIMITS)
     except WoolfError as exc:
         report.problem(v.version, f"delta: {exc.message}", _kind(exc))
-        return
-    if prev_weights is None or prev_state is _UNKNOWN:
-        return
+        return None
     try:
         step = merge_step(rule, prev_weights, prev_state, delta, v.attenuation or 0.0)
     except (ValueError, KeyError, RuntimeError) as exc:
         report.problem(v.version, f"delta does not fit the model: {exc}")
-        return
-    if hashlib.sha256(save(step.candidate)).hexdigest() != v.weights_sha256:
+        return None
+    ok = hashlib.sha256(save(step.candidate)).hexdigest() == v.weights_sha256
+    if not ok:
         report.problem(v.version, "recomputed weights differ from the recorded sha256 (forged or wrong merge)")
     want_state = hashlib.sha256(state_bytes(step.state)).hexdigest() if step.state is not None else None
     if want_state != v.state_sha256:
         report.problem(v.version, "recomputed outer state differs from the recorded sha256 "
                                   "(forged or wrong merge)")
+    return step.candidate if ok else None

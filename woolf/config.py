@@ -82,6 +82,17 @@ class LimitsConfig:
 
 
 @dataclass
+class DeltaConfig:
+    accept: list = field(default_factory=lambda: ["dense", "topk"])  # delta kinds validators take
+    compress: str = "dense"  # participants' default: dense | topk:FRACTION[,bits:B][,chunk:C]
+
+
+@dataclass
+class StorageConfig:
+    snapshot_every: int = 50  # full weights kept for every K-th version (and the newest); `woolf gc`
+
+
+@dataclass
 class ForgeConfig:
     kind: str = "local"  # local: PRs as refs in the git origin | github: GitHub/Gitea/Forgejo REST API
     api_url: str = "https://api.github.com"  # Gitea/Forgejo: https://HOST/api/v1
@@ -103,6 +114,8 @@ class LedgerConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    delta: DeltaConfig = field(default_factory=DeltaConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
     forge: ForgeConfig = field(default_factory=ForgeConfig)
     signing: SigningConfig = field(default_factory=SigningConfig)
 
@@ -113,6 +126,8 @@ _SECTIONS = {
     "workload": WorkloadConfig,
     "benchmark": BenchmarkConfig,
     "limits": LimitsConfig,
+    "delta": DeltaConfig,
+    "storage": StorageConfig,
     "forge": ForgeConfig,
     "signing": SigningConfig,
 }
@@ -190,6 +205,7 @@ def _check(cfg: LedgerConfig, source: str) -> None:
     for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio"):
         if getattr(cfg.limits, name) <= 0:
             bad(f"limits.{name}", "use an integer > 0", getattr(cfg.limits, name))
+    _check_delta(cfg, bad)
     f = cfg.forge
     if f.kind not in ("local", "github"):
         bad("forge.kind", "use 'local' or 'github'", f.kind)
@@ -203,6 +219,22 @@ def _check(cfg: LedgerConfig, source: str) -> None:
         bad("signing.contributors", "use 'optional' or 'required'", cfg.signing.contributors)
     if not cfg.name or any(c in cfg.name for c in "\n\r"):
         bad("name", "use a one-line name", cfg.name)
+
+
+def _check_delta(cfg: LedgerConfig, bad) -> None:
+    from woolf.core.compress import KINDS, parse_spec
+
+    d = cfg.delta
+    if not d.accept or not all(isinstance(k, str) and k in KINDS for k in d.accept):
+        bad("delta.accept", f"use a non-empty list drawn from {', '.join(KINDS)}", d.accept)
+    try:
+        spec = parse_spec(d.compress)
+    except ValueError as exc:
+        bad("delta.compress", f"use 'dense' or 'topk:0.02,bits:2[,chunk:256]' ({exc})", d.compress)
+    if ("dense" if spec is None else "topk") not in d.accept:
+        bad("delta.compress", f"use a kind in delta.accept ({', '.join(d.accept)})", d.compress)
+    if not 1 <= cfg.storage.snapshot_every <= 1_000_000:
+        bad("storage.snapshot_every", "use an integer in [1, 1000000]", cfg.storage.snapshot_every)
 
 
 def parse_config(text: str, source: str = CONFIG_PATH) -> LedgerConfig:

@@ -23,9 +23,11 @@ from woolf.feedback import clear_residual, remember, settle
 from woolf.follow import Follower
 from woolf.forges.github import forge_for
 from woolf.identity import contributor_id
+from woolf.residual import compress_with_feedback, keep_residual
 from woolf.signing.trust import require_command_trust, require_trusted_head
 from woolf.storage.dvcstore import REMOTE_NAME
 from woolf.storage.files import hashes_of_file, write_bytes_atomic
+from woolf.storage.sparse import save_delta
 from woolf.storage.weights import check_finite, load_checked, save_atomic, spec_of
 from woolf.timing import Timer
 from woolf.workloads.base import resolve_device
@@ -134,6 +136,22 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
     return {**record, "weights": str(out / "trained.safetensors")}
 
 
+def _compression(cfg, text: str | None):
+    """The CompressSpec to send with (None: dense), checked against what the ledger accepts."""
+    from woolf.core.compress import parse_spec
+
+    text = cfg.delta.compress if text is None else text
+    try:
+        spec = parse_spec(text)
+    except ValueError as exc:
+        raise UsageError(f"--compress {text!r}: {exc}", hint="e.g. --compress topk:0.02,bits:2, or dense") from None
+    kind = "dense" if spec is None else "topk"
+    if kind not in cfg.delta.accept:
+        raise UsageError(f"this ledger does not accept {kind} deltas (delta.accept: {', '.join(cfg.delta.accept)})",
+                         hint=f"--compress {cfg.delta.compress}")
+    return spec
+
+
 def _new_id(who: str) -> str:
     now = datetime.datetime.now(datetime.timezone.utc)
     return f"{now:%Y%m%dT%H%M%S}{now.microsecond // 1000:03d}Z-{who}-{secrets.token_hex(4)}"
@@ -142,8 +160,10 @@ def _new_id(who: str) -> str:
 def submit(ledger, weights: Path | None = None, message: str = "", contributor: str | None = None,
            base_version: int | None = None, forge: str | None = None,
            delta_url_base: str | None = None, delta_remote: str | None = None,
-           error_feedback: bool | None = None) -> dict:
-    """Delta = trained - base, checked, uploaded and verified, then the PR ref is pushed."""
+           error_feedback: bool | None = None, compress: str | None = None,
+           compress_feedback: bool = True) -> dict:
+    """Delta = trained - base, checked, compressed (``compress`` or delta.compress), uploaded and
+    verified, then the PR ref is pushed. A top-k delta keeps what it dropped for the next one."""
     record: dict = {}
     if weights is None:
         meta_path = work_dir(ledger) / "trained.json"
@@ -169,6 +189,7 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
             f"the weights were trained from {record.get('base_commit', '?')[:12]}, which is no longer "
             f"version {base_version} on origin's main", hint="`woolf train` again from the current version")
     cfg = ledger.config
+    cspec = _compression(cfg, compress)
     timer = Timer()
     with timer("load"):
         base_w = ledger.load_weights(base)
@@ -182,12 +203,23 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
             if residual is not None:  # what earlier PRs did not get merged rides along
                 delta = {k: (v.to(torch.float32) + residual[k]).to(v.dtype) for k, v in delta.items()}
         del trained, base_w
+        check_finite(delta, "delta")
         if all(not bool(t.any()) for t in delta.values()):
             raise InvalidWeightsError("the trained weights equal the base: the delta is all zeros",
                                       hint="train first (`woolf train`)")
+    parts = kept = None
+    if cspec is not None:
+        with timer("compress"):
+            if not all(t.is_floating_point() for t in delta.values()):
+                raise UsageError("only a model whose tensors are all floating point can send a topk delta",
+                                 hint="--compress dense")
+            parts, kept, note = compress_with_feedback(ledger, delta, cspec, spec_of(delta), compress_feedback)
+            feedback_note = "; ".join(x for x in (feedback_note, note) if x)
     result = submit_delta(ledger, delta, base, who, message, the_forge, timer, record=record,
-                          delta_url_base=delta_url_base, delta_remote=delta_remote)
-    remember(ledger, result["id"], result.pop("pointer"))
+                          delta_url_base=delta_url_base, delta_remote=delta_remote, cspec=cspec, parts=parts)
+    del delta, parts
+    remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
+    keep_residual(ledger, kept, cspec)  # what top-k dropped rides in the next delta
     if feedback_note:
         clear_residual(ledger, result["id"])  # it is part of this PR's delta now
     return {**result, "error_feedback": feedback_note}
@@ -195,9 +227,10 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
 
 def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, timer: Timer,
                  record: dict | None = None, delta_url_base: str | None = None,
-                 delta_remote: str | None = None, reverts=None) -> dict:
+                 delta_remote: str | None = None, reverts=None, cspec=None, parts=None) -> dict:
     """Open a PR carrying ``delta`` on version ``base``: upload and verify it, then push the ref.
 
+    ``cspec``/``parts``: the delta goes as a compressed (topk) file of those parts.
     ``reverts`` (a Version): the PR takes back that merge (woolf/history/revert.py); it is
     named in submission.json and in a ``Woolf-Reverts`` trailer, and judged like any PR.
     """
@@ -210,8 +243,8 @@ def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, t
     delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
     tmp = ledger.root / layout.WORK / "outgoing" / f"{sub_id}.safetensors"
     with timer("save"):
-        save_atomic(delta, tmp, durable=False)
-        del delta
+        save_delta(delta, tmp, cspec, parts)
+        del delta, parts
     size = tmp.stat().st_size
     if size > cfg.limits.max_delta_bytes:
         tmp.unlink()
@@ -226,7 +259,7 @@ def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, t
     meta = {
         "schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
         "base_commit": base.commit, "message": message,
-        "delta": {"kind": "dense", "sha256": sha, "md5": md5, "size": size},
+        "delta": {**(cspec.declared() if cspec else {"kind": "dense"}), "sha256": sha, "md5": md5, "size": size},
         "training": record.get("training"), "metrics": record.get("metrics"),
     }
     if delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where to read it
@@ -248,5 +281,5 @@ def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, t
         )
         pr = the_forge.open(sub_id, commit)
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
-            "delta_sha256": sha, "delta_size": size, "number": pr.number, "timings": dict(timer),
-            "pointer": pointer}
+            "delta_sha256": sha, "delta_size": size, "delta_kind": meta["delta"]["kind"], "number": pr.number,
+            "timings": dict(timer), "pointer": pointer, "declared": meta["delta"]}

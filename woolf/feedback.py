@@ -49,8 +49,11 @@ def _write_pending(ledger, items: list[dict]) -> None:
     write_bytes_atomic(json.dumps(items).encode(), _dir(ledger) / "pending.json")
 
 
-def remember(ledger, sub_id: str, pointer: Pointer) -> None:
-    _write_pending(ledger, [*_pending(ledger), {"id": sub_id, "md5": pointer.md5, "size": pointer.size}])
+def remember(ledger, sub_id: str, pointer: Pointer, declared: dict | None = None) -> None:
+    """``declared``: submission.json's delta (its kind and parameters), to expand a compressed one later."""
+    kind = {k: v for k, v in (declared or {}).items() if k in ("kind", "chunk", "k", "bits")}
+    _write_pending(ledger, [*_pending(ledger), {"id": sub_id, "md5": pointer.md5, "size": pointer.size,
+                                                "delta": kind or {"kind": "dense"}}])
 
 
 def _unmerged_fraction(ledger, pr) -> float | None:
@@ -72,6 +75,7 @@ def settle(ledger, forge, spec: dict) -> tuple[dict[str, torch.Tensor] | None, s
     """The accumulated residual (None if nothing), and what happened, in words."""
     from safetensors.torch import load_file, save_file
 
+    from woolf.storage.sparse import load_delta
     from woolf.storage.weights import spec_of
 
     residual_path = _dir(ledger) / "residual.safetensors"
@@ -97,7 +101,8 @@ def settle(ledger, forge, spec: dict) -> tuple[dict[str, torch.Tensor] | None, s
                 continue
             if fraction == 0.0:
                 continue
-            delta = load_file(str(ledger.store.fetch_object(Pointer(item["md5"], item["size"], "delta"))))
+            delta = load_delta(ledger.store.fetch_object(Pointer(item["md5"], item["size"], "delta")),
+                               item.get("delta") or {"kind": "dense"}, spec, ledger.config.limits)
         except WoolfError:
             still_open.append(item)  # unreachable for now: look again next time
             continue

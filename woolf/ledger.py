@@ -65,6 +65,7 @@ class Ledger:
         self._workload: tuple | None = None
         # Which ref is "main" for reading: a validator reads origin's, never its own checkout's.
         self.main_ref = layout.MAIN
+        self.last_rebuild: dict | None = None  # set when weights_path rebuilt a version storage does not keep
 
     # -- opening and creating ------------------------------------------------
     @classmethod
@@ -172,7 +173,17 @@ class Ledger:
     def weights_path(self, version: Version) -> Path:
         """Cache path of a version's weights, fetched if needed and sha256-verified."""
         ptr = self.pointer(version.commit)
-        path = self.store.fetch_object(ptr)
+        try:
+            path = self.store.fetch_object(ptr)
+        except StorageError as exc:
+            if "missing from storage" not in exc.message or version.version == 0:
+                raise
+            from woolf.retention.rebuild import rebuild
+
+            try:  # not kept in storage (`woolf gc`): rebuilt from a snapshot and the deltas, bit for bit
+                path, self.last_rebuild = rebuild(self, version)
+            except StorageError as again:
+                raise StorageError(f"{exc.message}; {again.message}", hint=again.hint) from None
         self._verify_sha(path, version, ptr)
         return path
 

@@ -39,8 +39,8 @@ class StepsType(click.ParamType):
               help="Training steps, or 'auto': sized from your measured speed so a contribution takes "
                    "about workload.auto_seconds (default: the ledger's workload.steps).")
 @click.option("--fresh", is_flag=True,
-              help="Discard your optimizer state (.woolf/state) and start over; it is otherwise kept "
-                   "across contributions.")
+              help="Discard your optimizer state and compression residual (.woolf/state) and start over; "
+                   "they are otherwise kept across contributions.")
 @click.option("--data", type=click.Path(exists=True), help="Train on your own text files instead of your shard.")
 @device_option
 @click.option("--seed", type=int, default=0, show_default=True,
@@ -107,23 +107,30 @@ def train(app: App, steps, fresh, data, device, seed, offline, contributor, as_j
 @click.option("--error-feedback/--no-error-feedback", default=None,
               help="Add what the ledger did not merge of your earlier PRs (rejected, or attenuated) to "
                    "this delta [default: the ledger's workload.error_feedback].")
+@click.option("--compress", metavar="SPEC",
+              help="dense, or topk:FRACTION[,bits:2|4|8][,chunk:N]: send the largest FRACTION of each chunk's "
+                   "values, quantized; what is dropped is kept in .woolf/state and added to your next delta "
+                   "[default: the ledger's delta.compress].")
 @contributor_option
 @forge_option
 @json_option
 @pass_app
-def submit(app: App, weights, base_version, message, delta_url_base, delta_remote, error_feedback,
+def submit(app: App, weights, base_version, message, delta_url_base, delta_remote, error_feedback, compress,
            contributor, forge, as_json):
     """Open a pull request carrying trained - base."""
     from woolf.contribute import submit as do_submit
 
     result = do_submit(app.ledger(), weights=weights, message=message, contributor=contributor,
                        base_version=base_version, forge=forge, delta_url_base=delta_url_base,
-                       delta_remote=delta_remote, error_feedback=error_feedback)
+                       delta_remote=delta_remote, error_feedback=error_feedback, compress=compress)
     if as_json:
         app.emit_json(result)
         return
     app.console.print(f"opened PR [bold]{result['id']}[/] from version {result['base_version']} "
-                      f"(delta {result['delta_size']} bytes, sha256 {result['delta_sha256'][:12]})")
+                      f"({result['delta_kind']} delta {result['delta_size']} bytes, "
+                      f"sha256 {result['delta_sha256'][:12]})")
+    if result["error_feedback"]:  # what was carried, or a residual set aside
+        app.err.print(f"note: {result['error_feedback']}")
 
 
 @click.group()

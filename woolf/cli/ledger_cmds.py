@@ -172,9 +172,14 @@ def checkout(app: App, version, output, as_json):
     """Fetch the weights of any version, checked against their recorded hash."""
     ledger = app.ledger()
     out = ledger.checkout(version, output)
+    if ledger.last_rebuild:  # storage keeps snapshots only (`woolf gc`)
+        r = ledger.last_rebuild
+        app.err.print(f"version {version} is not kept in storage: rebuilt from version {r['from']} and "
+                      f"{r['deltas']} merged deltas, sha256 checked")
     if as_json:
         ptr = ledger.pointer(ledger.show(version).commit)
-        app.emit_json({"version": version, "path": str(out), "size": ptr.size, "md5": ptr.md5})
+        app.emit_json({"version": version, "path": str(out), "size": ptr.size, "md5": ptr.md5,
+                       "rebuilt": ledger.last_rebuild})
         return
     app.console.print(f"version {version} -> {out}")
 

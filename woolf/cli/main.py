@@ -54,10 +54,12 @@ def _register() -> None:
         history_cmds,
         ledger_cmds,
         network_cmds,
+        storage_cmds,
         validate_cmds,
     )
 
-    for module in (ledger_cmds, contrib_cmds, validate_cmds, network_cmds, authority_cmds, history_cmds):
+    for module in (ledger_cmds, contrib_cmds, validate_cmds, network_cmds, authority_cmds, history_cmds,
+                   storage_cmds):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -55,6 +55,6 @@ def revert(ledger, number: int, message: str = "", contributor: str | None = Non
         raise UsageError(f"version {number} did not change the weights (a buffered merge): nothing to take back")
     text = message or f"revert version {number} ({target.contributor}, {target.submission})"
     result = submit_delta(ledger, delta, head, who, text, forge_for(ledger, forge), timer, reverts=target)
-    result.pop("pointer")
+    result.pop("pointer"), result.pop("declared")
     return {**result, "reverts": {"version": number, "commit": target.commit,
                                   "contributor": target.contributor, "submission": target.submission}}

@@ -225,6 +225,27 @@ class DvcStore:
                     self.remote_url(remote))
         self.upload_cached(pointer, remote, replace=True)
 
+    def adopt(self, tmp: Path, pointer: Pointer, md5: str, sha256: str) -> None:
+        """A file this process wrote and hashed (a rebuilt version) becomes ``pointer``'s cache object."""
+        if tmp.stat().st_size != pointer.size or md5 != pointer.md5:
+            raise IntegrityError(f"object {pointer.md5}: the rebuilt bytes do not match the pointer")
+        dest = self.cache_path(pointer.md5)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, dest)
+        self.verified.record(dest, md5, sha256)
+
+    def remove(self, pointer: Pointer, remote: str = REMOTE_NAME) -> None:
+        """Delete ``pointer``'s object from storage and this clone's cache (`woolf gc`; never for a participant)."""
+        odb = self._remote_odb(remote)
+        try:
+            odb.fs.rm(odb.oid_to_path(pointer.md5))
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            raise StorageError(f"cannot delete {pointer.md5} from {self.remote_url(remote)}: {exc}",
+                               hint="gc needs write and delete access to the storage") from None
+        self.cache_path(pointer.md5).unlink(missing_ok=True)
+
     def _admit(self, tmp: Path, pointer: Pointer, problem: str) -> None:
         """Hash a downloaded file; if it is the object, make it the read-only cache entry."""
         md5, sha = hashes_of_file(tmp)

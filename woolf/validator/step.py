@@ -27,7 +27,8 @@ from woolf.signing.submitter import check_submitter
 from woolf.storage.files import hashes_of_file
 from woolf.storage.outer_state import load_state, save_state
 from woolf.storage.pointer import Pointer
-from woolf.storage.weights import compare_spec, load_checked, load_trusted, read_spec, save_atomic
+from woolf.storage.sparse import load_delta, size_bound
+from woolf.storage.weights import load_trusted, read_spec, save_atomic
 from woolf.timing import Timer
 from woolf.validator.verdict import Verdict, _failpoint
 from woolf.workloads.base import describe_device
@@ -117,6 +118,10 @@ class MergeStep:
 
     def _load_delta(self, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
         cfg = self.ledger.config
+        bound = size_bound(adm.meta["delta"], expect_spec)  # a compressed kind's size follows from k
+        if bound is not None and adm.meta["delta"]["size"] > bound:
+            raise Rejected(f"delta declares {adm.meta['delta']['size']} bytes; a {adm.meta['delta']['kind']} delta "
+                           f"of this model with the declared k is at most {bound}")
         try:
             if "url" in adm.meta["delta"]:
                 path = self.ledger.store.fetch_url(adm.pointer, adm.meta["delta"]["url"], cfg.forge,
@@ -132,9 +137,7 @@ class MergeStep:
         if sha != adm.meta["delta"]["sha256"]:
             raise Rejected("delta bytes do not match the sha256 in submission.json")
         try:
-            spec = read_spec(path, cfg.limits, "delta")
-            compare_spec(spec, expect_spec, "delta")
-            return load_checked(path, cfg.limits, expect=expect_spec, label="delta")
+            return load_delta(path, adm.meta["delta"], expect_spec, cfg.limits)
         except InvalidWeightsError as exc:
             raise Rejected(exc.message) from None
 

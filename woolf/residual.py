@@ -1,0 +1,88 @@
+"""A participant's compression residual: what top-k dropped from a delta rides along in the next one.
+
+Usage:
+    parts, residual, note = compress_with_feedback(ledger, delta, spec)   # delta + kept residual, compressed
+    ... the PR is open ...
+    keep_residual(ledger, residual)                                       # only after the submission succeeded
+
+Error feedback as Templar and SparseLoCo run it: ``e = residual + delta``;
+the participant sends ``C(e)`` and keeps ``e - expand(C(e))`` in
+``.woolf/state/compress/residual.safetensors`` (float32, the model's names and
+shapes, the compression's text in its one metadata key). It shares the
+participant's local state (woolf/contribute.py ``state_dir``): never uploaded,
+and ``woolf train --fresh`` removes it. A file that does not fit the model
+(another model, shapes, dtypes, non-finite values, unreadable) is renamed
+aside with the reason in ``note`` and never mixed in; a residual made under
+another compression setting is still the same dropped work and is used.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save
+
+from woolf.core.compress import CompressSpec, compress, expand
+from woolf.storage.files import write_bytes_atomic
+
+FILE = "residual.safetensors"
+
+
+def _path(ledger) -> Path:
+    from woolf.contribute import state_dir
+
+    return state_dir(ledger) / "compress" / FILE
+
+
+def _set_aside(path: Path, why: str) -> str:
+    aside = path.with_name(f"{path.name}.set-aside-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9}")
+    path.replace(aside)
+    return f"compression residual set aside ({why}): {aside.name}"
+
+
+def load_residual(ledger, model_spec: dict) -> tuple[dict[str, torch.Tensor] | None, str]:
+    """(the kept residual or None, a note when one was set aside)."""
+    path = _path(ledger)
+    if not path.exists():
+        return None, ""
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            names = set(fh.keys())
+            if names != set(model_spec):
+                return None, _set_aside(path, "its tensors are not this model's")
+            out = {}
+            for name in sorted(names):
+                sl = fh.get_slice(name)
+                if sl.get_dtype() != "F32" or tuple(sl.get_shape()) != tuple(model_spec[name][1]):
+                    return None, _set_aside(path, f"{name} does not fit the model")
+                out[name] = fh.get_tensor(name)
+                if not bool(torch.isfinite(out[name]).all()):
+                    return None, _set_aside(path, f"{name} is not finite")
+    except Exception as exc:  # any unreadable file is set aside, never trusted
+        return None, _set_aside(path, f"unreadable: {str(exc)[:80]}")
+    return out, ""
+
+
+def compress_with_feedback(ledger, delta: dict[str, torch.Tensor], spec: CompressSpec, model_spec: dict,
+                           feedback: bool = True):
+    """(parts to send, the residual to keep, a note): ``delta`` plus the kept residual, compressed."""
+    residual, note = load_residual(ledger, model_spec) if feedback else (None, "")
+    total = {k: v.to(torch.float32) + (residual[k] if residual is not None else 0.0) for k, v in delta.items()}
+    parts = compress(total, spec)
+    sent = expand(parts, spec, model_spec, {k: v.dtype for k, v in delta.items()})  # as the validator expands it
+    kept = {k: total[k] - sent[k].to(torch.float32) for k in total} if feedback else None
+    if residual is not None:
+        note = (note + "; " if note else "") + "carried the compression residual"
+    return parts, kept, note
+
+
+def keep_residual(ledger, residual: dict[str, torch.Tensor] | None, spec: CompressSpec | None = None) -> None:
+    path = _path(ledger)
+    if residual is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"compress": spec.text()} if spec is not None else None
+    write_bytes_atomic(save({k: v.contiguous() for k, v in residual.items()}, metadata=meta), path)

@@ -1,0 +1,97 @@
+"""Delta files of every kind: dense safetensors, or top-k parts (woolf/core/compress.py) checked then expanded.
+
+Usage:
+    bound = size_bound(declared, model_spec)                  # most bytes a delta of this kind can be
+    delta = load_delta(path, declared, model_spec, limits)    # {name: tensor in the model's dtype}
+    save_delta(delta, path, spec)                             # dense (spec None) or compressed parts
+
+``declared`` is submission.json's ``delta`` object. A top-k file's header must
+be exactly the parts the model and the declared chunk/k/bits imply (names,
+dtypes, shapes) before a byte of data is read; then every offset, level and
+scale is checked, and only then is the dense delta built (the model's size,
+never more). Any problem is an InvalidWeightsError naming it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from woolf.config import LimitsConfig
+from woolf.core.compress import (
+    CompressSpec,
+    entries,
+    expand,
+    parts_bytes,
+    parts_spec,
+    spec_from_declared,
+)
+from woolf.errors import InvalidWeightsError
+from woolf.storage.weights import _TORCH_DTYPES, compare_spec, load_checked, read_spec, save_atomic
+
+HEADER_SLACK = 4096  # a top-k file's header (three entries) is ~200 bytes
+
+
+def declared_spec(declared: dict, label: str = "delta") -> CompressSpec | None:
+    """None for a dense delta; the CompressSpec of a top-k one; InvalidWeightsError otherwise."""
+    kind = declared.get("kind")
+    if kind == "dense":
+        return None
+    if kind != "topk":
+        raise InvalidWeightsError(f"{label}: unknown delta kind {str(kind)[:40]!r}")
+    try:
+        return spec_from_declared(declared)
+    except (ValueError, TypeError) as exc:
+        raise InvalidWeightsError(f"{label}: bad topk parameters: {exc}") from None
+
+
+def size_bound(declared: dict, model_spec: dict) -> int | None:
+    """The most bytes a delta of this declared kind can take for this model (None: dense, no bound here)."""
+    spec = declared_spec(declared)
+    return None if spec is None else 8 + HEADER_SLACK + parts_bytes(spec, model_spec)
+
+
+def load_delta(path: Path, declared: dict, model_spec: dict, limits: LimitsConfig,
+               label: str = "delta") -> dict[str, torch.Tensor]:
+    spec = declared_spec(declared, label)
+    if spec is None:
+        return load_checked(path, limits, expect=model_spec, label=label)
+    parts = _parts(path, spec, model_spec, limits, label)
+    try:
+        return expand(parts, spec, model_spec, {n: _TORCH_DTYPES[dt] for n, (dt, _) in model_spec.items()})
+    except ValueError as exc:
+        raise InvalidWeightsError(f"{label}: {exc}") from None
+
+
+def load_entries(path: Path, declared: dict, model_spec: dict, limits: LimitsConfig, label: str = "delta",
+                 check: bool = True):
+    """A topk delta as {name: (flat positions, float32 values)}, never dense (rebuilds; ``check``: see entries)."""
+    spec = declared_spec(declared, label)
+    assert spec is not None
+    parts = _parts(path, spec, model_spec, limits, label)
+    try:
+        return {name: (where, vals) for name, _, where, vals in entries(parts, spec, model_spec, check)}
+    except ValueError as exc:
+        raise InvalidWeightsError(f"{label}: {exc}") from None
+
+
+def _parts(path: Path, spec: CompressSpec, model_spec: dict, limits: LimitsConfig, label: str):
+    want = parts_spec(spec, model_spec)
+    got = read_spec(path, limits, label)
+    try:
+        compare_spec(got, want, f"{label} (topk chunk={spec.chunk} k={spec.k} bits={spec.bits})")
+    except InvalidWeightsError as exc:
+        raise InvalidWeightsError(f"{exc.message}: more or other data than the declared k") from None
+    return load_checked(path, limits, expect=want, label=label)
+
+
+def save_delta(delta: dict[str, torch.Tensor], path: Path, spec: CompressSpec | None = None,
+               parts: dict[str, torch.Tensor] | None = None) -> None:
+    """A dense delta as it is, or its compressed parts (``parts``, else computed from ``delta``)."""
+    if spec is None:
+        save_atomic(delta, path, durable=False)
+        return
+    from woolf.core.compress import compress
+
+    save_atomic(parts if parts is not None else compress(delta, spec), path, durable=False)
