@@ -77,6 +77,10 @@ class LocalForge(Forge):
     def reject(self, pr: PullRequest, reason: str, fields: dict) -> None:
         self._close(pr, "rejected", reason, fields)
 
+    def expire(self, pr: PullRequest, reason: str, fields: dict) -> None:
+        """Settle a PR whose votes never reached quorum in time (validators.vote_timeout)."""
+        self._close(pr, "expired", reason, fields)
+
     def withdraw(self, sub_id: str) -> None:
         pr = self.get(sub_id)
         if pr.state != "open":
@@ -109,6 +113,8 @@ class LocalForge(Forge):
         self.skipped = []
         for ref, target in sorted(refs.items()):
             parts = ref[len(layout.PR_PREFIX) + 1:].split("/")
+            if len(parts) == 3 and parts[1] == "votes":
+                continue  # a validator's vote (woolf/quorum/votes.py): read by the quorum, not a PR's state
             if len(parts) != 2 or not layout.SUBMISSION_ID.match(parts[0]) or parts[1] not in _KINDS:
                 self.skipped.append((ref, "not refs/woolf/pr/<submission id>/{head,verdict,comments}"))
                 continue
@@ -156,7 +162,7 @@ class LocalForge(Forge):
             return pr
         _, f = parse_message(self.git.message(verdict))
         state = f.get("Woolf-Verdict") or ("merged" if "Woolf-Version" in f else None)
-        if state not in ("merged", "rejected", "withdrawn"):
+        if state not in ("merged", "rejected", "withdrawn", "expired"):
             # a verdict ref exists, so no validator can record another: show it, never queue it
             pr.state, pr.reason = "quarantined", "the verdict ref carries no Woolf-Verdict or Woolf-Version trailer"
             return pr

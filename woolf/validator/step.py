@@ -169,8 +169,10 @@ class MergeStep:
             "Woolf-Validator": self.name, "Woolf-Timings": dict(timer),
         }
 
-    def merge(self, pr, main, verdict: Verdict, step: Step, timer: Timer) -> None:
-        """Upload the candidate (and outer state), then one atomic push of the version and the verdict."""
+    def merge(self, pr, main, verdict: Verdict, step: Step, timer: Timer, extra: dict | None = None) -> None:
+        """Upload the candidate (and outer state), then one atomic push of the version and the verdict.
+
+        ``extra``: more trailers (the quorum's `Woolf-Votes`, woolf/quorum/voter.py)."""
         cfg = self.ledger.config
         rule = Rule.from_config(cfg.merge)
         work = self.ledger.root / layout.WORK / "validator"
@@ -201,7 +203,8 @@ class MergeStep:
                   "Woolf-Rule": rule.kind, "Woolf-Rule-Params": rule.params() or None,
                   "Woolf-Delta-Sha256": pr.submission["delta"]["sha256"],
                   "Woolf-Weights-Sha256": sha, "Woolf-State-Sha256": state_sha,
-                  "Woolf-Metrics-Probe": verdict.metrics.get("probe"), **self._fields(verdict, timer)}
+                  "Woolf-Metrics-Probe": verdict.metrics.get("probe"), **self._fields(verdict, timer),
+                  **(extra or {})}
         how = "buffered" if not step.applied else f"attenuation {verdict.attenuation:.3f}"
         message = format_message(
             f"woolf: version {verdict.version} from {verdict.contributor} "
