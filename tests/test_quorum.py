@@ -20,6 +20,7 @@ from woolf.signing.change import set_signer
 from woolf.storage.git import clean_env
 from woolf.validator import Validator
 
+from .conftest import run_cli
 from .crafting import craft_pr, force_ref
 
 QUORUM = {"validators.quorum": "2", "policy.min_improvement": "-10"}
@@ -92,6 +93,12 @@ def test_dishonest_validator_alone_merges_nothing(make_net):
     pr = LocalForge.for_ledger(obs).get(sub)
     assert pr.state == "rejected"
     assert audit(net.clone("auditor")).ok
+    proc = run_cli("validators", "--json", cwd=obs.root)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)["validators"]}
+    assert rows["v3"]["flagged"] and rows["v3"]["disagreed"] == 1 and rows["v3"]["votes"] == 1
+    assert not rows["v1"]["flagged"] and rows["v1"]["agreed"] == 1 and rows["v2"]["agreed"] == 1
+    assert rows["v1"]["median_eval_seconds"] > 0 and rows["val"]["votes"] == 0
 
 
 def test_forged_versions_are_refused_ignored_and_audited(make_net):

@@ -56,6 +56,18 @@ def agree(a: Ballot, b: Ballot, epsilon: float) -> bool:
     return math.isfinite(a.metric) and math.isfinite(b.metric) and abs(a.metric - b.metric) <= epsilon
 
 
+def agrees_with(outcome: Ballot, b: Ballot, epsilon: float) -> bool:
+    """Does ballot ``b`` agree with a settled outcome (its decision, candidate and recorded metric)?"""
+    if b.decision != outcome.decision:
+        return False
+    if outcome.decision == "reject":
+        return True
+    if b.candidate != outcome.candidate:
+        return False
+    return outcome.metric is None or (b.metric is not None and math.isfinite(b.metric)
+                                      and abs(b.metric - outcome.metric) <= epsilon)
+
+
 def tally(ballots: list[Ballot], k: int, epsilon: float) -> Outcome:
     """The outcome k agreeing ballots give, or pending. Ties between two groups that both reach k
     (possible only when k <= n/2) go to the larger group, then to reject (the conservative one)."""

@@ -1,0 +1,38 @@
+"""Validators judged by agreement, and training tasks: `woolf validators`, `woolf tasks`.
+
+Usage:
+    woolf validators [--json]      # votes, agreement with settled outcomes, median evaluation time
+"""
+
+from __future__ import annotations
+
+import click
+from rich.markup import escape
+
+from woolf.cli.app import App, json_option, pass_app
+
+
+@click.command()
+@json_option
+@pass_app
+def validators(app: App, as_json):
+    """Each validator's votes, agreement with the settled outcomes, median evaluation time."""
+    from woolf.quorum.report import validators_report
+
+    report = validators_report(app.ledger())
+    if as_json:
+        app.emit_json(report)
+        return
+    app.console.print(f"quorum {report['quorum']}, metrics agree within {report['epsilon']:g}, "
+                      f"flagged above {report['flag_rate']:.0%} disagreement")
+    for v in report["validators"]:
+        rate = "-" if v["disagreement_rate"] is None else f"{v['disagreement_rate']:.0%}"
+        secs = "-" if v["median_eval_seconds"] is None else f"{v['median_eval_seconds']:.2f}s"
+        flag = "  [red]FLAGGED[/]" if v["flagged"] else ""
+        app.console.print(f"{escape(v['name']):12} votes {v['votes']:4}  settled {v['settled']:4}  "
+                          f"disagreed {v['disagreed']:4} ({rate})  median evaluation {secs}{flag}")
+    for item in report["ignored"]:
+        app.console.print(f"[yellow]ignored[/] {escape(item['ref'])} {item['commit'][:12]}: {escape(item['reason'])}")
+
+
+COMMANDS = [validators]
