@@ -46,10 +46,11 @@ class StepsType(click.ParamType):
 @device_option
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--offline", is_flag=True, help="Do not pull first; train from the local main.")
+@click.option("--take", metavar="TASK", help="Train the shard of an expired, cancelled or failed task (woolf tasks).")
 @contributor_option
 @json_option
 @pass_app
-def train(app: App, steps, fresh, data, device, seed, offline, contributor, as_json):
+def train(app: App, steps, fresh, data, device, seed, offline, take, contributor, as_json):
     """Pull the newest version and train from it; keeps the result in .woolf/work."""
     from woolf.contribute import train as do_train
 
@@ -68,8 +69,11 @@ def train(app: App, steps, fresh, data, device, seed, offline, contributor, as_j
             rate = step / max(time.perf_counter() - state["t0"], 1e-9)
             bar.update(task, completed=step, total=total, info=f"loss {loss:.3f}  {rate:.1f} steps/s")
 
-        result = do_train(ledger, steps=steps, data=data, device=device, seed=seed, offline=offline,
-                          contributor=contributor, progress=progress, fresh=fresh)
+        from woolf.interrupts import interruptible
+
+        with interruptible():  # Ctrl-C or SIGTERM: the task is recorded as cancelled
+            result = do_train(ledger, steps=steps, data=data, device=device, seed=seed, offline=offline,
+                              contributor=contributor, progress=progress, fresh=fresh, take=take)
     if as_json:
         app.emit_json(result)
         return

@@ -2,6 +2,7 @@
 
 Usage:
     woolf validators [--json]      # votes, agreement with settled outcomes, median evaluation time
+    woolf tasks [--json] [--all]   # training tasks: shard, lease, state (live ones unless --all)
 """
 
 from __future__ import annotations
@@ -35,4 +36,29 @@ def validators(app: App, as_json):
         app.console.print(f"[yellow]ignored[/] {escape(item['ref'])} {item['commit'][:12]}: {escape(item['reason'])}")
 
 
-COMMANDS = [validators]
+@click.command()
+@click.option("--all", "all_", is_flag=True, help="Also tasks that ended (settled, cancelled, failed, expired).")
+@json_option
+@pass_app
+def tasks(app: App, all_, as_json):
+    """Training tasks: who trains which shard from which version, and each lease's state."""
+    from woolf.tasks.lifecycle import list_tasks
+
+    views, bad = list_tasks(app.ledger())
+    if not all_:
+        views = [v for v in views if v["state"] in ("reserved", "started", "submitted", "voting", "expired")]
+    if as_json:
+        app.emit_json({"tasks": views, "ignored": [{"ref": r, "reason": w} for r, w in bad]})
+        return
+    for v in views:
+        detail = f"  ({escape(v['detail'])})" if v["detail"] else ""
+        pr = f"  PR {v['submission']}" if v["submission"] else ""
+        app.console.print(f"{v['id']}  {v['state']:9} shard {v['shard']:16} base v{v['base_version']} "
+                          f"{v['steps']} steps{pr}{detail}")
+    for ref, why in bad:
+        app.err.print(f"[yellow]ignored[/] {escape(ref)}: {escape(why)}")
+    if not views:
+        app.console.print("no tasks" + ("" if all_ else " in progress (--all for every task)"))
+
+
+COMMANDS = [validators, tasks]

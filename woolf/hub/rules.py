@@ -17,6 +17,7 @@ Usage:
   it is signed by the validator key named <name>; never deleted;
 - `expired` verdicts (no quorum in time) and, under `validators.quorum` k > 1, `rejected`
   ones name k agreeing reject votes (woolf/quorum/check.py);
+- `refs/woolf/task/<id>`: a training task's records (woolf/tasks/rules.py);
 - `refs/heads/woolf/<id>` (forge.kind = "github" only: the PR branch): created once;
 - nothing else.
 
@@ -35,6 +36,8 @@ from woolf.quorum.votes import parse_vote, verify_voters
 from woolf.signing.authority import chain_problems, read_commit, signers_text
 from woolf.signing.signers import Signers
 from woolf.signing.verify import role_problem, signatures
+from woolf.tasks.records import TASK_PREFIX
+from woolf.tasks.rules import check_task
 
 ZERO = "0" * 40
 _PR_REF = re.compile(r"^refs/woolf/pr/([^/]+)/(head|verdict|comments)$")
@@ -69,13 +72,16 @@ def _check_one(git, old, new, ref, main, new_main, pushed) -> list[str]:
         if kind == "head":
             return []
         return _check_verdict(git, sub_id, new, main, new_main, pushed)
+    if ref.startswith(f"{TASK_PREFIX}/"):  # a training task's records (woolf/tasks/rules.py)
+        return check_task(git, ref[len(TASK_PREFIX) + 1:], old, new, main)
     m = _VOTE_REF.match(ref)
     if m:
         return _check_vote(git, m.group(1), m.group(2), old, new, main, pushed)
     m = _GH_BRANCH.match(ref)
     if m and _forge_kind(git, main) == "github" and layout.SUBMISSION_ID.match(m.group(1)):
         return [] if old == ZERO and new != ZERO else ["a PR branch is created once and never moved"]
-    return ["this hub accepts only main and refs/woolf/pr/<id>/{head,verdict,comments}"]
+    return ["this hub accepts only main, refs/woolf/pr/<id>/{head,verdict,comments,votes/<name>} "
+            "and refs/woolf/task/<id>"]
 
 
 def _forge_kind(git, main) -> str:

@@ -20,7 +20,7 @@ judging a PR is a reject vote naming it.
 
 from __future__ import annotations
 
-# woolf.validator imports this module: Verdict is imported where it is used
+# woolf.validator.queue imports this module: Verdict is imported where it is used
 import hashlib
 import logging
 import time
@@ -133,6 +133,9 @@ class QuorumStep:
                     mine = self._vote(pr, main, verdict, sha, timer)
                 except RaceLostError:
                     continue
+                from woolf.validator.verdict import _failpoint
+
+                _failpoint("after-vote")
                 current = [b for b in current if b.validator != me] + [mine]
             out = tally(current, q.quorum, q.epsilon)
             if out.state == "pending":
