@@ -64,3 +64,10 @@ def test_signing_overhead_smoke(tmp_path):
     data = json.loads((tmp_path / "sig.json").read_text())
     assert data["modes"]["signed"]["prs"] == 1 and set(data["components_s"]) == {
         "sign_commit", "verify_head_and_key", "check_submitter"}
+
+
+def test_quorum_overhead_smoke(tmp_path):
+    _run(tmp_path, "quorum_overhead.py", "--prs", "1", "--runs", "1", "--small", "--out", "quorum.json")
+    data = json.loads((tmp_path / "quorum.json").read_text())
+    assert data["modes"]["quorum"]["prs"] == 1 and data["modes"]["quorum"]["first_voter_median_s"] > 0
+    assert data["vote_phase_s"] > 0
