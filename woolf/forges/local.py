@@ -62,7 +62,7 @@ class LocalForge(Forge):
         self.git.run("update-ref", "--create-reflog", self._ref(sub_id, "head"), head)
         return self.get(sub_id, fetch=False)
 
-    def _close(self, pr: PullRequest, state: str, reason: str, fields: dict) -> str:
+    def _close(self, pr: PullRequest, state: str, reason: str, fields: dict, also=None) -> str:
         message = format_message(
             f"woolf: {state} {pr.id}",
             {"Woolf-Verdict": state, "Woolf-Submission": pr.id, "Woolf-Reason": " ".join(reason.split()),
@@ -70,12 +70,20 @@ class LocalForge(Forge):
         )
         commit = self.git.commit_tree(f"{pr.head}^{{tree}}", message, [pr.head])  # signed if keyed
         ref = self._ref(pr.id, "verdict")
-        self.git.push(self.remote, [(commit, ref)], leases={ref: None})
-        self.git.run("update-ref", ref, commit)
+        self._push([(commit, ref)], {ref: None}, also)
         return commit
 
-    def reject(self, pr: PullRequest, reason: str, fields: dict) -> None:
-        self._close(pr, "rejected", reason, fields)
+    def _push(self, updates: list[tuple[str, str]], leases: dict, also) -> None:
+        """One atomic push; ``also``: more (commit, ref, expected old) updates in it (a quorum's last vote)."""
+        for commit, ref, old in also or ():
+            updates, leases = [*updates, (commit, ref)], {**leases, ref: old}
+        self.git.push(self.remote, updates, leases=leases)
+        for commit, ref in updates:
+            if ref != layout.MAIN:
+                self.git.run("update-ref", ref, commit)
+
+    def reject(self, pr: PullRequest, reason: str, fields: dict, also=None) -> None:
+        self._close(pr, "rejected", reason, fields, also)
 
     def expire(self, pr: PullRequest, reason: str, fields: dict) -> None:
         """Settle a PR whose votes never reached quorum in time (validators.vote_timeout)."""
@@ -90,12 +98,10 @@ class LocalForge(Forge):
         except RaceLostError:
             raise UsageError(f"{sub_id} got a verdict while it was being withdrawn") from None
 
-    def merge(self, pr: PullRequest, version_commit: str, main_sha: str) -> None:
+    def merge(self, pr: PullRequest, version_commit: str, main_sha: str, also=None) -> None:
         # One atomic push: main moves and the verdict ref is created together, or neither.
         ref = self._ref(pr.id, "verdict")
-        self.git.push(self.remote, [(version_commit, layout.MAIN), (version_commit, ref)],
-                      leases={layout.MAIN: main_sha, ref: None})
-        self.git.run("update-ref", ref, version_commit)
+        self._push([(version_commit, layout.MAIN), (version_commit, ref)], {layout.MAIN: main_sha, ref: None}, also)
 
     def comment(self, sub_id: str, text: str) -> None:
         ref = self._ref(sub_id, "comments")

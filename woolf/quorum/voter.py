@@ -9,7 +9,8 @@ current head, evaluate it (the same checks, merge rule and gate as a single
 validator) and push a signed vote; tally the votes cast against main's head
 (woolf/core/quorum.py); when k agree, a validator of that quorum writes the
 verdict naming the votes (`Woolf-Votes`): a merge by the same atomic push as
-always, or a rejection. Otherwise the PR stays open; after
+always, or a rejection. A vote that completes a quorum is pushed in that same
+atomic push (one push, one run of the hub's hook, instead of two). Otherwise the PR stays open; after
 `validators.vote_timeout` seconds from its first vote (the vote commit's own
 timestamp, which a validator signed) it is settled as `expired`.
 
@@ -30,7 +31,8 @@ from safetensors.torch import save
 
 from woolf.core.quorum import Ballot, tally
 from woolf.errors import ForgeError, IntegrityError, RaceLostError, StorageError, UsageError
-from woolf.quorum.votes import cast, read_votes
+from woolf.forges.local import LocalForge
+from woolf.quorum.votes import make_vote, push_vote, read_votes, vote_ref
 from woolf.signing.authority import signers_text
 from woolf.timing import Timer
 
@@ -88,15 +90,15 @@ class QuorumStep:
             return None, None, None  # storage could not serve it now: retried, not rejected
         return verdict, step, (candidate_sha256(step) if step is not None else None)
 
-    def _vote(self, pr, main, verdict: Verdict, sha: str | None, timer: Timer) -> Ballot:
+    def _vote(self, pr, main, verdict: Verdict, sha: str | None, timer: Timer) -> tuple[Ballot, str | None]:
         fields = {"Woolf-Vote": "accept" if verdict.accepted else "reject",
                   "Woolf-Candidate-Sha256": sha if verdict.accepted else None,
                   "Woolf-Reason": " ".join(verdict.reason.split())[:1000],
                   **self._fields(verdict, timer)}
         fields.pop("Woolf-Validator", None)
         with timer("vote"):
-            return cast(self.ledger, pr, main.commit, self.voter(main), fields,
-                        f"woolf: vote {fields['Woolf-Vote']} {pr.id}")
+            return make_vote(self.ledger, pr, main.commit, self.voter(main), fields,
+                             f"woolf: vote {fields['Woolf-Vote']} {pr.id}")
 
     def vote_one(self, sub_id: str) -> Verdict | None:
         if not hasattr(self, "_judged"):
@@ -110,8 +112,9 @@ class QuorumStep:
                     self._judged.pop(sub_id, None)
                     return None
             q, me = self.ledger.config.validators, self.voter(main)
-            ballots, ignored = read_votes(self.ledger.git, pr.id, signers_text(self.ledger.git, main.commit),
-                                          self.ledger.config.policy.metric)
+            with timer("vote"):  # reading and verifying the others' votes
+                ballots, ignored = read_votes(self.ledger.git, pr.id, signers_text(self.ledger.git, main.commit),
+                                              self.ledger.config.policy.metric)
             for ref, why in ignored:
                 if f"{ref}{why}" not in self._ignored_votes:
                     self._ignored_votes.add(f"{ref}{why}")
@@ -128,27 +131,38 @@ class QuorumStep:
                 judged = self._judged[sub_id] = (main.commit, verdict, step, sha)
             _, verdict, step, sha = judged
             want = "accept" if verdict.accepted else "reject"
+            unpushed = None  # (ballot, old tip): this validator's new vote, not pushed yet
             if mine is None or mine.decision != want or mine.candidate != (sha if verdict.accepted else None):
-                try:
-                    mine = self._vote(pr, main, verdict, sha, timer)
+                mine, old = self._vote(pr, main, verdict, sha, timer)
+                unpushed = (mine, old)
+                current = [b for b in current if b.validator != me] + [mine]
+            out = tally(current, q.quorum, q.epsilon)
+            settles = (out.state != "pending" and me in {b.validator for b in out.votes}
+                       and (out.state == "rejected" or step is not None))
+            if unpushed and not (settles and isinstance(self.forge, LocalForge)):
+                try:  # the vote goes alone; when it completes a quorum it rides in the settling push below
+                    with timer("vote"):
+                        push_vote(self.ledger, pr, *unpushed)
                 except RaceLostError:
                     continue
+                unpushed = None
                 from woolf.validator.verdict import _failpoint
 
                 _failpoint("after-vote")
-                current = [b for b in current if b.validator != me] + [mine]
-            out = tally(current, q.quorum, q.epsilon)
             if out.state == "pending":
                 return self._maybe_expire(pr, ballots, q, verdict, timer)
-            if me not in {b.validator for b in out.votes} or (out.state == "merged" and step is None):
+            if not settles:
                 return None  # a member of the quorum that holds the candidate writes the verdict
             extra = {"Woolf-Votes": [b.commit for b in out.votes], "Woolf-Main": main.commit}
+            also = [(unpushed[0].commit, vote_ref(pr.id, me), unpushed[1])] if unpushed else None
             try:
                 if out.state == "rejected":
                     with timer("push"):
-                        self.forge.reject(pr, verdict.reason, {**self._fields(verdict, timer), **extra})
+                        self.forge.reject(pr, verdict.reason, {**self._fields(verdict, timer), **extra},
+                                          **({"also": also} if also else {}))
                 else:
-                    self.merge(pr, main, verdict, step, timer, extra={"Woolf-Votes": extra["Woolf-Votes"]})
+                    self.merge(pr, main, verdict, step, timer, extra={"Woolf-Votes": extra["Woolf-Votes"]},
+                               also=also)
             except RaceLostError:
                 continue  # main moved or another member settled it: re-fetch and look again
             verdict.timings = dict(timer)

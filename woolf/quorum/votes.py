@@ -2,7 +2,8 @@
 
 Usage:
     ref = vote_ref(sub_id, "v1")                                  # refs/woolf/pr/<id>/votes/v1
-    ballot = cast(ledger, pr, main_commit, "v1", fields)          # commit + push (lease on the old tip)
+    ballot = cast(ledger, pr, main_commit, "v1", fields, subject) # commit + push (lease on the old tip)
+    ballot, old = make_vote(...); push_vote(ledger, pr, ballot, old)   # the same in two steps
     ballots, ignored = read_votes(git, sub_id, signers_text, "loss")
     ballot, why = parse_vote(git, sha, sub_id, "loss")            # one vote commit, or why it is none
 
@@ -108,16 +109,28 @@ def read_votes(git, sub_id: str, text: bytes | None, metric: str) -> tuple[list[
     return good, ignored
 
 
-def cast(ledger, pr, main_commit: str, voter: str, fields: dict, subject: str) -> Ballot:
-    """Record this validator's vote: a commit on its previous vote (or the head), pushed with a lease."""
-    git, ref = ledger.git, vote_ref(pr.id, voter)
-    old = git.rev_parse(ref)
+def make_vote(ledger, pr, main_commit: str, voter: str, fields: dict, subject: str) -> tuple[Ballot, str | None]:
+    """This validator's vote as a local commit (on its previous vote, or the head), and the ref's old tip."""
+    git = ledger.git
+    old = git.rev_parse(vote_ref(pr.id, voter))
     message = format_message(subject, {**fields, "Woolf-Submission": pr.id, "Woolf-Main": main_commit,
                                        "Woolf-Voter": voter})
     commit = git.commit_tree(f"{pr.head}^{{tree}}", message, [old or pr.head])  # signed when keyed
-    git.push("origin", [(commit, ref)], leases={ref: old})
-    git.run("update-ref", ref, commit)
     ballot, why = parse_vote(git, commit, pr.id, ledger.config.policy.metric)
     if ballot is None:
         raise ForgeError(f"this validator's own vote does not parse: {why}")
+    return ballot, old
+
+
+def push_vote(ledger, pr, ballot: Ballot, old: str | None) -> None:
+    """Push a vote made by make_vote, with a lease on the ref's old tip."""
+    ref = vote_ref(pr.id, ballot.validator)
+    ledger.git.push("origin", [(ballot.commit, ref)], leases={ref: old})
+    ledger.git.run("update-ref", ref, ballot.commit)
+
+
+def cast(ledger, pr, main_commit: str, voter: str, fields: dict, subject: str) -> Ballot:
+    """Record this validator's vote: a commit on its previous vote (or the head), pushed with a lease."""
+    ballot, old = make_vote(ledger, pr, main_commit, voter, fields, subject)
+    push_vote(ledger, pr, ballot, old)
     return ballot

@@ -169,10 +169,12 @@ class MergeStep:
             "Woolf-Validator": self.name, "Woolf-Timings": dict(timer),
         }
 
-    def merge(self, pr, main, verdict: Verdict, step: Step, timer: Timer, extra: dict | None = None) -> None:
+    def merge(self, pr, main, verdict: Verdict, step: Step, timer: Timer, extra: dict | None = None,
+              also=None) -> None:
         """Upload the candidate (and outer state), then one atomic push of the version and the verdict.
 
-        ``extra``: more trailers (the quorum's `Woolf-Votes`, woolf/quorum/voter.py)."""
+        ``extra``: more trailers (the quorum's `Woolf-Votes`); ``also``: more ref updates in the
+        same push (the quorum's last vote; woolf/quorum/voter.py)."""
         cfg = self.ledger.config
         rule = Rule.from_config(cfg.merge)
         work = self.ledger.root / layout.WORK / "validator"
@@ -213,6 +215,6 @@ class MergeStep:
                                                   parents=[main.commit, pr.head])
         _failpoint("before-push")
         with timer("push"):
-            self.forge.merge(pr, commit, main.commit)
+            self.forge.merge(pr, commit, main.commit, **({"also": also} if also else {}))
         _failpoint("after-push")
         verdict.timings = dict(timer)
