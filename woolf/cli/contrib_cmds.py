@@ -130,7 +130,7 @@ def _short_reason(reason: str | None) -> str:
 
 
 @pr.command("list")
-@click.option("--state", type=click.Choice(["open", "merged", "rejected", "withdrawn", "quarantined"]))
+@click.option("--state", type=click.Choice(["open", "merged", "rejected", "withdrawn", "expired", "quarantined"]))
 @forge_option
 @json_option
 @pass_app

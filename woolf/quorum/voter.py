@@ -101,6 +101,9 @@ class QuorumStep:
                              f"woolf: vote {fields['Woolf-Vote']} {pr.id}")
 
     def vote_one(self, sub_id: str) -> Verdict | None:
+        if not isinstance(self.forge, LocalForge):
+            raise UsageError("validators.quorum > 1 works on the git-native forge only; the GitHub forge "
+                             "does not support votes yet", hint="set validators.quorum = 1 on a GitHub ledger")
         if not hasattr(self, "_judged"):
             self._judged: dict[str, tuple] = {}  # PR id -> (main commit, verdict, step, candidate sha)
             self._ignored_votes: set[str] = set()
