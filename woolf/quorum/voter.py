@@ -101,9 +101,6 @@ class QuorumStep:
                              f"woolf: vote {fields['Woolf-Vote']} {pr.id}")
 
     def vote_one(self, sub_id: str) -> Verdict | None:
-        if not isinstance(self.forge, LocalForge):
-            raise UsageError("validators.quorum > 1 works on the git-native forge only; the GitHub forge "
-                             "does not support votes yet", hint="set validators.quorum = 1 on a GitHub ledger")
         if not hasattr(self, "_judged"):
             self._judged: dict[str, tuple] = {}  # PR id -> (main commit, verdict, step, candidate sha)
             self._ignored_votes: set[str] = set()
@@ -152,6 +149,8 @@ class QuorumStep:
                 from woolf.validator.verdict import _failpoint
 
                 _failpoint("after-vote")
+                if hasattr(self.forge, "vote_status"):  # GitHub: the vote shows on the PR, one status per validator
+                    self.forge.vote_status(pr, me, mine.decision, verdict.reason)
             if out.state == "pending":
                 return self._maybe_expire(pr, ballots, q, verdict, timer)
             if not settles:
