@@ -13,6 +13,7 @@ from woolf.core.quorum import Ballot, tally
 from woolf.core.trailers import format_message, parse_message
 from woolf.errors import IntegrityError
 from woolf.forges.local import LocalForge
+from woolf.quorum.check import version_quorum_problem
 from woolf.quorum.dishonest import DishonestValidator
 from woolf.quorum.votes import read_votes, vote_ref
 from woolf.signing.authority import signers_text
@@ -71,8 +72,16 @@ def test_quorum_of_two_merges_only_when_two_agree_and_audit_checks_the_votes(mak
     [verdict] = v2.run()
     assert verdict.accepted and verdict.version == 1
     seen = net.clone("observer")
-    _, fields = parse_message(seen.git.message(seen.head().commit))
+    head = seen.head()
+    _, fields = parse_message(seen.git.message(head.commit))
     assert len(json.loads(fields["Woolf-Votes"])) == 2
+    # the same votes under made-up metrics, or under other weights, are no quorum for that version
+    lied = {**fields, "Woolf-Metrics-After": json.dumps({"loss": 0.1})}
+    assert "but its votes measured" in version_quorum_problem(seen.git, head.commit, head.parents, lied)
+    other = {**fields, "Woolf-Weights-Sha256": "0" * 64}
+    assert "not the candidate" in version_quorum_problem(seen.git, head.commit, head.parents, other)
+    assert "list of at most" in version_quorum_problem(seen.git, head.commit, head.parents,
+                                                       {**fields, "Woolf-Votes": '["x"]'})
     assert v1.run() == []  # settled: nothing for the first voter to do
     report = audit(net.clone("auditor3"))
     assert report.ok, report.problems
@@ -125,6 +134,10 @@ def test_forged_versions_are_refused_ignored_and_audited(make_net):
     assert refused(push(val, f"{too_few}:refs/heads/main", f"{too_few}:refs/woolf/pr/{sub}/verdict"),
                    "no quorum of 2")
     assert refused(push(val, f"{none}:refs/heads/main"), "a merge without votes")
+    # nor may one validator reject alone
+    rejection = val.git.commit_tree(f"{pr.head}^{{tree}}", format_message("woolf: rejected", {
+        "Woolf-Verdict": "rejected", "Woolf-Submission": sub, "Woolf-Reason": "alone"}), [pr.head])
+    assert refused(push(val, f"{rejection}:refs/woolf/pr/{sub}/verdict"), "a rejection without a quorum of 2")
     # a vote ref of v1's name signed by the liar's key (one key voting twice) is refused by the hub
     twice = liar.ledger.git.commit_tree(f"{pr.head}^{{tree}}", format_message("vote", {
         "Woolf-Vote": "accept", "Woolf-Submission": sub, "Woolf-Main": head.commit, "Woolf-Voter": "v1",
