@@ -88,7 +88,9 @@ class QuorumStep:
                                     f"({type(exc).__name__})", pr.contributor, pr.base_version), None
         if not verdict.accepted and verdict.reason.startswith("delta object unavailable"):
             return None, None, None  # storage could not serve it now: retried, not rejected
-        return verdict, step, (candidate_sha256(step) if step is not None else None)
+        with timer("vote"):  # the candidate's hash, which the vote carries
+            sha = candidate_sha256(step) if step is not None else None
+        return verdict, step, sha
 
     def _vote(self, pr, main, verdict: Verdict, sha: str | None, timer: Timer) -> tuple[Ballot, str | None]:
         fields = {"Woolf-Vote": "accept" if verdict.accepted else "reject",
