@@ -192,3 +192,23 @@ def test_bad_votes_are_ignored_with_a_reason_and_block_nothing(make_net):
     assert first.id == other and first.accepted
     [second] = v1.run()
     assert second.id == sub and second.accepted and second.version == 3
+
+
+def test_a_candidate_dropped_from_memory_is_made_again_when_its_quorum_arrives(make_net, monkeypatch):
+    import woolf.quorum.voter as voter
+    from woolf.quorum.votes import push_vote
+    from woolf.timing import Timer
+
+    monkeypatch.setattr(voter, "KEEP_STEPS", 0)
+    net = make_net(**QUORUM)
+    mallory = net.clone("mallory")
+    first, second = craft_pr(mallory, tensors=_delta(mallory)), craft_pr(mallory, tensors=_delta(mallory, seed=1))
+    v1 = Validator(net.clone("v1"), device="cpu")
+    assert v1.run() == []  # votes on both; the first PR's candidate is dropped from memory
+    assert v1._judged[first][2] is None and v1._judged[second][2] is not None
+    v2 = Validator(net.clone("v2"), device="cpu")  # v2 votes on the first PR and stops (as if it crashed)
+    pr, main = v2.fresh(first)
+    verdict, _, sha = v2._judge(pr, main, Timer())
+    push_vote(v2.ledger, pr, *v2._vote(pr, main, verdict, sha, Timer()))
+    [merged] = v1.run(ids=[first])
+    assert merged.id == first and merged.accepted and merged.version == 1

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("woolf.validator")
 RETRY_UNAVAILABLE = 10.0  # seconds before a PR whose delta storage could not serve is tried again
 MAX_ROUNDS = 8
+KEEP_STEPS = 2  # candidates kept in memory for PRs still waiting for votes (the others are made again)
 
 
 def candidate_sha256(step) -> str:
@@ -131,6 +132,9 @@ class QuorumStep:
                     log.warning("%s: its delta is unavailable in storage now; no vote, retried", sub_id)
                     return None
                 judged = self._judged[sub_id] = (main.commit, verdict, step, sha)
+                kept = [i for i, j in self._judged.items() if i != sub_id and j[2] is not None]
+                for other in kept[:max(0, len(kept) - KEEP_STEPS)]:
+                    self._judged[other] = (*self._judged[other][:2], None, self._judged[other][3])  # memory
             _, verdict, step, sha = judged
             want = "accept" if verdict.accepted else "reject"
             unpushed = None  # (ballot, old tip): this validator's new vote, not pushed yet
@@ -139,6 +143,11 @@ class QuorumStep:
                 unpushed = (mine, old)
                 current = [b for b in current if b.validator != me] + [mine]
             out = tally(current, q.quorum, q.epsilon)
+            if out.state == "merged" and step is None and verdict.accepted and unpushed is None \
+                    and me in {b.validator for b in out.votes}:
+                verdict, step, sha = self._judge(pr, main, timer)  # its candidate was dropped: make it again
+                if verdict is None or sha != out.candidate:
+                    return None
             settles = (out.state != "pending" and me in {b.validator for b in out.votes}
                        and (out.state == "rejected" or step is not None))
             if unpushed and not (settles and isinstance(self.forge, LocalForge)):
