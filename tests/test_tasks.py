@@ -14,8 +14,10 @@ import time
 import pytest
 
 from woolf.contribute import train
+from woolf.core.trailers import format_message
 from woolf.errors import UsageError
 from woolf.forges.local import LocalForge
+from woolf.quorum.votes import vote_ref
 from woolf.storage.git import clean_env
 from woolf.tasks.lifecycle import list_tasks
 from woolf.tasks.records import task_ref
@@ -168,6 +170,13 @@ def test_validator_killed_mid_vote_storage_down_and_a_pr_without_quorum_expires(
     late = submit(alice, contributor="alice")["id"]
     v3 = Validator(net.clone("v3"), device="cpu")
     assert v3.run() == []
+    # an expiry before vote_timeout has passed (a validator's clock that jumps) is refused by the hub
+    pr = LocalForge.for_ledger(v3.ledger).get(late)
+    early = v3.ledger.git.commit_tree(f"{pr.head}^{{tree}}", format_message("woolf: expired", {
+        "Woolf-Verdict": "expired", "Woolf-Submission": late, "Woolf-Reason": "too early",
+        "Woolf-Votes": [v3.ledger.git.rev_parse(vote_ref(late, "v3"))]}), [pr.head])
+    out = _push(v3.ledger, f"{early}:refs/woolf/pr/{late}/verdict")
+    assert out.returncode != 0 and "after the first vote; validators.vote_timeout is 3 s" in out.stderr
     time.sleep(3.2)
     [expired] = v3.run()
     assert expired.id == late and expired.state == "expired" and "no quorum of 2" in expired.reason

@@ -15,8 +15,9 @@ Usage:
 - `refs/woolf/pr/<id>/votes/<name>`: a validator's votes (woolf/quorum/votes.py), for an
   existing PR; each new vote's one parent is the head (first vote) or the ref's old tip, and
   it is signed by the validator key named <name>; never deleted;
-- `expired` verdicts (no quorum in time) and, under `validators.quorum` k > 1, `rejected`
-  ones name k agreeing reject votes (woolf/quorum/check.py);
+- `expired` verdicts (no quorum in time) name the PR's votes and are committed at least
+  `validators.vote_timeout` after the first, near the hub's clock; under `validators.quorum`
+  k > 1 `rejected` ones name k agreeing reject votes (woolf/quorum/check.py);
 - `refs/woolf/task/<id>`: a training task's records (woolf/tasks/rules.py);
 - `refs/heads/woolf/<id>` (forge.kind = "github" only: the PR branch): created once;
 - nothing else.
@@ -27,11 +28,12 @@ Usage:
 from __future__ import annotations
 
 import re
+import time
 
 from woolf import layout
 from woolf.core.trailers import int_field, parse_message
 from woolf.errors import ConfigError
-from woolf.quorum.check import rejection_quorum_problem
+from woolf.quorum.check import expiry_problem, rejection_quorum_problem
 from woolf.quorum.votes import parse_vote, verify_voters
 from woolf.signing.authority import chain_problems, read_commit, signers_text
 from woolf.signing.signers import Signers
@@ -122,8 +124,9 @@ def _check_verdict(git, sub_id, new, main, new_main, pushed) -> list[str]:
         return ["a verdict commit carries Woolf-Verdict (rejected|withdrawn|expired) and this Woolf-Submission"]
     if parents != [head]:
         return ["a verdict commit's one parent is the PR's head"]
-    if state == "rejected":
-        problem = rejection_quorum_problem(git, sub_id, fields, main)
+    if state in ("rejected", "expired"):
+        problem = (rejection_quorum_problem(git, sub_id, fields, main) if state == "rejected"
+                   else expiry_problem(git, sub_id, fields, new, main, time.time()))
         if problem:
             return [problem]
     text = signers_text(git, main)

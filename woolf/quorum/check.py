@@ -114,3 +114,25 @@ def rejection_quorum_problem(git, sub_id: str, fields: dict, main: str | None) -
         detail = f" ({'; '.join(why)[:400]})" if why else ""
         return f"a rejection without a quorum of {settings.quorum} reject votes{detail}"
     return None
+
+
+def expiry_problem(git, sub_id: str, fields: dict, verdict: str, main: str | None, now: float) -> str | None:
+    """An `expired` verdict names this PR's votes, and its own commit time, within MAX_SKEW of the
+    hub's clock, is at least `validators.vote_timeout` after the first of them (a validator's clock
+    that jumps cannot expire a PR early)."""
+    from woolf.tasks.rules import MAX_SKEW
+
+    settings, metric = settings_at(git, main)
+    shas, bad = named_votes(fields)
+    if bad or not shas:
+        return bad or "an expiry names the votes that did not reach quorum (Woolf-Votes)"
+    ballots = [parse_vote(git, sha, sub_id, metric)[0] for sha in shas]
+    if any(b is None for b in ballots):
+        return "an expiry names commits that are no votes on this PR"
+    times = [int(t) for t in git.out("log", "--no-walk=unsorted", "--format=%ct", verdict, *shas).split()]
+    if abs(times[0] - now) > MAX_SKEW:
+        return f"its commit time is {times[0] - now:+.0f} s off the hub's clock"
+    if times[0] - min(times[1:]) < settings.vote_timeout:
+        return (f"expired {times[0] - min(times[1:])} s after the first vote; "
+                f"validators.vote_timeout is {settings.vote_timeout:g} s")
+    return None
