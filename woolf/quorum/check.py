@@ -4,6 +4,7 @@ validators before building on main (through woolf/signing/authority.py) and `woo
 Usage:
     problem = version_quorum_problem(git, commit, parents, fields)     # None when it holds
     problem = rejection_quorum_problem(git, sub_id, fields, main)      # None when it holds
+    problem = expiry_problem(git, sub_id, fields, verdict, main, now)  # the hub, for `expired` verdicts
 
 With `validators.quorum = k > 1` in the config in force (the version's first
 parent's), a merge names its votes in `Woolf-Votes` (a JSON list of vote commit
