@@ -30,8 +30,8 @@ def validators(app: App, as_json):
         rate = "-" if v["disagreement_rate"] is None else f"{v['disagreement_rate']:.0%}"
         secs = "-" if v["median_eval_seconds"] is None else f"{v['median_eval_seconds']:.2f}s"
         flag = "  [red]FLAGGED[/]" if v["flagged"] else ""
-        app.console.print(f"{escape(v['name']):12} votes {v['votes']:4}  settled {v['settled']:4}  "
-                          f"disagreed {v['disagreed']:4} ({rate})  median evaluation {secs}{flag}")
+        app.console.print(f"{escape(v['name']):10} votes {v['votes']:3}  settled {v['settled']:3}  "
+                          f"disagreed {v['disagreed']:3} ({rate})  eval {secs}{flag}")
     for item in report["ignored"]:
         app.console.print(f"[yellow]ignored[/] {escape(item['ref'])} {item['commit'][:12]}: {escape(item['reason'])}")
 
@@ -53,8 +53,8 @@ def tasks(app: App, all_, as_json):
     for v in views:
         detail = f"  ({escape(v['detail'])})" if v["detail"] else ""
         pr = f"  PR {v['submission']}" if v["submission"] else ""
-        app.console.print(f"{v['id']}  {v['state']:9} shard {v['shard']:16} base v{v['base_version']} "
-                          f"{v['steps']} steps{pr}{detail}")
+        app.console.print(f"{v['id']}  {v['state']:9} {v['shard']} v{v['base_version']} "
+                          f"x{v['steps']}{pr}{detail}")
     for ref, why in bad:
         app.err.print(f"[yellow]ignored[/] {escape(ref)}: {escape(why)}")
     if not views:
