@@ -87,3 +87,10 @@ def test_retention_smoke(tmp_path):
     data = json.loads((tmp_path / "ret.json").read_text())
     assert data["timings"]["checkout_rebuilt_info"] == {"version": 3, "from": 2, "deltas": 1}
     assert data["storage_final"]["removed"]["count"] == 2 and data["projection_100M_1000"]["fraction"] < 1
+
+
+def test_quorum_overhead_smoke(tmp_path):
+    _run(tmp_path, "quorum_overhead.py", "--prs", "1", "--runs", "1", "--small", "--out", "quorum.json")
+    data = json.loads((tmp_path / "quorum.json").read_text())
+    assert data["modes"]["quorum"]["prs"] == 1 and data["modes"]["quorum"]["first_voter_median_s"] > 0
+    assert data["vote_phase_s"] > 0

@@ -282,3 +282,25 @@ def test_ci_split_evaluate_then_apply(world, tmp_path, capsys):
     assert requeued.state == "requeued" and "main moved since evaluation" in requeued.reason
     assert world["gh"].pulls["owner/ledger"][2]["closed"] is False
     del second
+
+
+def test_quorum_votes_show_per_validator_and_the_merge_waits_for_two(world):
+    """Issue 14 on GitHub: each validator's vote is a status on the PR; one vote merges nothing."""
+    from woolf.signing.change import set_config
+
+    gh, alice, val, root = world["gh"], world["alice"], world["val"], world["root"]
+    set_config(val, {"validators.quorum": "2"})
+    train(alice, steps=5, contributor="alice")
+    sub = submit(alice, contributor="alice", delta_url_base=world["store"].url, delta_remote="mine")
+    git("clone", "-q", str(world["hub"]), str(root / "val2"), cwd=root)
+    assert Validator(val, device="cpu", name="v1").run() == []  # one vote is no quorum
+    head = gh.pulls["owner/ledger"][sub["number"]]["head_sha"]
+    assert [s["context"] for s in gh.statuses[head]] == ["woolf/vote/v1"]
+    assert git("rev-parse", "main", cwd=world["hub"]) == val.head("refs/remotes/origin/main").commit
+    [verdict] = Validator(Ledger.open(root / "val2"), device="cpu", name="v2").run()
+    assert verdict.accepted and verdict.version == 2  # version 1 is the config change
+    contexts = [s["context"] for s in gh.statuses[head]]
+    assert contexts[:2] == ["woolf/vote/v1", "woolf/vote/v2"] and contexts[-1] == "woolf/validate"
+    assert gh.pulls["owner/ledger"][sub["number"]]["labels"] == ["woolf:merged"]
+    git("clone", "-q", str(world["hub"]), str(root / "auditor"), cwd=root)
+    assert audit(Ledger.open(root / "auditor")).ok

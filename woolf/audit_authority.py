@@ -10,8 +10,10 @@ signature (woolf/signing/authority.py, keys in force before it); change
 versions keep the weights; every verdict ref of the git-native forge agrees
 with main (a merged verdict is a version on main, a merge names a PR whose
 verdict is that version; a rewound main leaves merged verdicts off the chain);
-rejected and withdrawn verdicts are signed by a validator (or the
-contributor), by the keys on main's head. A verdict ref that claims nothing
+rejected, expired and withdrawn verdicts are signed by a validator (or the
+contributor), by the keys on main's head; under `validators.quorum` k > 1 each
+merge and each rejection rests on k agreeing signed votes (checked with the
+chain, woolf/quorum/check.py). A verdict ref that claims nothing
 (not a commit, or without verdict trailers: `pr list` shows it quarantined) is
 a note, not a problem. With ``reevaluate`` each merged
 version's weights are evaluated again and compared to the recorded metrics.
@@ -24,6 +26,7 @@ import math
 from woolf import layout
 from woolf.core.trailers import int_field, parse_message
 from woolf.errors import ConfigError, WoolfError
+from woolf.quorum.check import rejection_quorum_problem
 from woolf.signing.authority import chain_problems, signers_text
 from woolf.signing.signers import Signers
 from woolf.signing.submitter import contributor_in_id
@@ -89,10 +92,15 @@ def _check_verdicts(ledger, report, versions, head) -> None:
                 report.problem(number, f"PR {sub_id}'s merged verdict {sha[:12]} is not on main's "
                                        "first-parent chain (main was rewound or rewritten)", commit=sha)
             continue
-        if f.get("Woolf-Verdict") not in ("rejected", "withdrawn") or f.get("Woolf-Submission") != sub_id:
+        if f.get("Woolf-Verdict") not in ("rejected", "withdrawn", "expired") or f.get("Woolf-Submission") != sub_id:
             report.notes.append(f"PR {sub_id}'s verdict {sha[:12]} is neither a version nor a verdict commit "
                                 "(quarantined, claims nothing)")
             continue
+        if f["Woolf-Verdict"] == "rejected":  # validators.quorum > 1: k agreeing reject votes
+            at = f.get("Woolf-Main") if f.get("Woolf-Main") in on_main else head  # the quorum in force then
+            problem = rejection_quorum_problem(git, sub_id, f, at)
+            if problem:
+                report.problem(None, f"PR {sub_id}'s rejected verdict {sha[:12]}: {problem}", commit=sha)
         if signers is not None:
             closing[sub_id] = (sha, f["Woolf-Verdict"])
     if closing:

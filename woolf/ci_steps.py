@@ -134,6 +134,9 @@ def apply_record(v, record: dict) -> Verdict | None:
         return _requeued(pr, "the PR's head moved since evaluation")
     if main.commit != record["main"]:
         return _requeued(pr, "main moved since evaluation")
+    if v.ledger.config.validators.quorum > 1:  # one job's record is one validator's opinion: no quorum
+        raise UsageError("validators.quorum > 1: a verdict record cannot be applied; every validator runner "
+                         "runs `woolf validate` with its own key and votes (docs/github.md)")
     cfg, timer = v.ledger.config, Timer()
     verdict = Verdict(pr.id, record["accepted"], "merged" if record["accepted"] else "rejected",
                       record["reason"], record["contributor"], record["base_version"],

@@ -107,6 +107,19 @@ class SigningConfig:
 
 
 @dataclass
+class ValidatorsConfig:
+    quorum: int = 1  # k: validators whose signed votes must agree before a PR is settled (1: one decides)
+    epsilon: float = 1e-3  # votes agree when their policy metrics differ by at most this (GPUs differ)
+    vote_timeout: float = 3600.0  # seconds after its first vote a PR without quorum is settled as expired
+    flag_rate: float = 0.25  # `woolf validators` flags a validator disagreeing with settled outcomes more often
+
+
+@dataclass
+class TasksConfig:
+    lease: float = 600.0  # seconds a reserved training task holds its shard without a heartbeat
+
+
+@dataclass
 class LedgerConfig:
     name: str = "ledger"
     merge: MergeConfig = field(default_factory=MergeConfig)
@@ -118,6 +131,8 @@ class LedgerConfig:
     storage: StorageConfig = field(default_factory=StorageConfig)
     forge: ForgeConfig = field(default_factory=ForgeConfig)
     signing: SigningConfig = field(default_factory=SigningConfig)
+    validators: ValidatorsConfig = field(default_factory=ValidatorsConfig)
+    tasks: TasksConfig = field(default_factory=TasksConfig)
 
 
 _SECTIONS = {
@@ -130,6 +145,8 @@ _SECTIONS = {
     "storage": StorageConfig,
     "forge": ForgeConfig,
     "signing": SigningConfig,
+    "validators": ValidatorsConfig,
+    "tasks": TasksConfig,
 }
 
 
@@ -217,12 +234,19 @@ def _check(cfg: LedgerConfig, source: str) -> None:
         bad("forge.delta_timeout", "use seconds > 0", f.delta_timeout)
     if cfg.signing.contributors not in ("optional", "required"):
         bad("signing.contributors", "use 'optional' or 'required'", cfg.signing.contributors)
+    v = cfg.validators
+    if not 1 <= v.quorum <= 64:
+        bad("validators.quorum", "use an integer in [1, 64]", v.quorum)
+    if not 0 <= v.epsilon < 1e6 or v.vote_timeout <= 0 or not 0 <= v.flag_rate <= 1:
+        bad("validators", "epsilon in [0, 1e6), vote_timeout > 0, flag_rate in [0, 1]", dataclasses.asdict(v))
+    if not 1 <= cfg.tasks.lease <= 7 * 86400:
+        bad("tasks.lease", "use seconds in [1, 604800]", cfg.tasks.lease)
     if not cfg.name or any(c in cfg.name for c in "\n\r"):
         bad("name", "use a one-line name", cfg.name)
 
 
 def _check_delta(cfg: LedgerConfig, bad) -> None:
-    from woolf.core.compress import KINDS, parse_spec
+    from woolf.core.compress_spec import KINDS, parse_spec
 
     d = cfg.delta
     if not d.accept or not all(isinstance(k, str) and k in KINDS for k in d.accept):

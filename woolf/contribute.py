@@ -7,6 +7,7 @@ Usage:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import inspect
 import json
@@ -68,12 +69,16 @@ def _record_speed(ledger, fingerprint: str, summary: dict) -> None:
 
 def train(ledger, steps: int | str | None = None, data: str | None = None, device: str = "auto",
           seed: int = 0, offline: bool = False, contributor: str | None = None,
-          progress=None, fresh: bool = False, follow: bool = True) -> dict:
+          progress=None, fresh: bool = False, follow: bool = True, task: bool = True,
+          take: str | None = None) -> dict:
     """Train from the newest version; keep the result in the git-ignored work area.
 
     The inner optimizer's state persists in .woolf/state across contributions (``fresh``
     discards it); ``steps="auto"`` sizes the contribution from this participant's speed. With
     ``workload.follow_every`` set, training follows main's newer versions (woolf/follow.py).
+    With an origin (git-native forge) training is a task (woolf/tasks/): its shard reserved
+    with a lease before it starts, heartbeats while it runs, cancelled on Ctrl-C, failed on
+    an error; ``take`` trains the shard of an expired task. ``task=False`` skips all that.
     """
     who = contributor_id(contributor, ledger.git)
     if isinstance(steps, int) and steps <= 0:
@@ -86,53 +91,59 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
     if fresh:
         shutil.rmtree(state_dir(ledger), ignore_errors=True)
     steps = _auto_steps(ledger, fingerprint) if steps == "auto" else (steps or cfg.workload.steps)
-    device = resolve_device(device)
-    base = ledger.load_weights(head)
-    out = work_dir(ledger)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    global_step = head.version * cfg.workload.steps  # the ledger's progress, for LR schedules
-    if cfg.workload.command:
-        from woolf.workloads.command import run_training_command
+    task = _reserve_task(ledger, who, head, steps, take) if task else None
+    if take and not data and not cfg.workload.command:  # an expired task's shard: its owner's files
+        owner, version = take_shard_data(task.rec.shard)
+        data = ("shard", owner, version)
+    with task.running() if task else contextlib.nullcontext():
+        device = resolve_device(device)
+        base = ledger.load_weights(head)
+        out = work_dir(ledger)
+        out.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(seed)
+        global_step = head.version * cfg.workload.steps  # the ledger's progress, for LR schedules
+        if cfg.workload.command:
+            from woolf.workloads.command import run_training_command
 
-        if not data:
-            raise UsageError("this ledger trains with an external command: pass --data PATH")
-        require_command_trust(ledger, head)
-        state_dir(ledger).mkdir(parents=True, exist_ok=True)
-        path, summary = run_training_command(cfg.workload.command, base, data, steps, seed, out,
-                                             state=state_dir(ledger) / "command")
-        trained = load_checked(path, cfg.limits, expect=spec_of(base), label="command output")
-        shutil.rmtree(path.parent, ignore_errors=True)
-    else:
-        train_data = wl.data_from_path(data) if data else wl.default_data(who, head.version)
-        extra = {}
-        params = inspect.signature(wl.train).parameters
-        if "state_dir" in params:
-            extra["state_dir"] = state_dir(ledger) / "optimizer"
-        if "global_step" in params:
-            extra["global_step"] = global_step
-        follower = None
-        if follow and cfg.workload.follow_every and "follow" in params and not offline:
-            follower = Follower(ledger, head, base)
-            extra.update(follow=follower, follow_every=cfg.workload.follow_every)
-        trained, summary = wl.train(base, train_data, steps, device=device, seed=seed, progress=progress,
-                                    **extra)
-        summary["files"] = len(train_data.files)
-        if follower is not None:  # one last look, then the delta is relative to the newest version
-            shift = follower()
-            if shift is not None:
-                trained = {k: (v.to(torch.float32) + shift[k]).to(v.dtype) for k, v in trained.items()}
-            summary["followed"] = follower.rebases
-            head, base = follower.base, follower.base_weights
-    _record_speed(ledger, fingerprint, summary)
-    bench = ledger.benchmark()
-    # the version's own recorded metrics, when it has them (validators evaluated it already)
-    before = head.metrics if head.metrics and cfg.policy.metric in head.metrics else None
-    metrics = {"before": before or wl.evaluate(base, bench, device), "after": wl.evaluate(trained, bench, device)}
-    save_atomic(trained, out / "trained.safetensors")
-    record = {"base_version": head.version, "base_commit": head.commit, "contributor": who,
-              "training": summary, "metrics": metrics, "seed": seed}
-    write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
+            if not data:
+                raise UsageError("this ledger trains with an external command: pass --data PATH")
+            require_command_trust(ledger, head)
+            state_dir(ledger).mkdir(parents=True, exist_ok=True)
+            path, summary = run_training_command(cfg.workload.command, base, data, steps, seed, out,
+                                                 state=state_dir(ledger) / "command")
+            trained = load_checked(path, cfg.limits, expect=spec_of(base), label="command output")
+            shutil.rmtree(path.parent, ignore_errors=True)
+        else:
+            train_data = (wl.default_data(data[1], data[2]) if isinstance(data, tuple)
+                      else wl.data_from_path(data) if data else wl.default_data(who, head.version))
+            extra = {}
+            params = inspect.signature(wl.train).parameters
+            if "state_dir" in params:
+                extra["state_dir"] = state_dir(ledger) / "optimizer"
+            if "global_step" in params:
+                extra["global_step"] = global_step
+            follower = None
+            if follow and cfg.workload.follow_every and "follow" in params and not offline:
+                follower = Follower(ledger, head, base)
+                extra.update(follow=follower, follow_every=cfg.workload.follow_every)
+            trained, summary = wl.train(base, train_data, steps, device=device, seed=seed, progress=progress,
+                                        **extra)
+            summary["files"] = len(train_data.files)
+            if follower is not None:  # one last look, then the delta is relative to the newest version
+                shift = follower()
+                if shift is not None:
+                    trained = {k: (v.to(torch.float32) + shift[k]).to(v.dtype) for k, v in trained.items()}
+                summary["followed"] = follower.rebases
+                head, base = follower.base, follower.base_weights
+        _record_speed(ledger, fingerprint, summary)
+        bench = ledger.benchmark()
+        # the version's own recorded metrics, when it has them (validators evaluated it already)
+        before = head.metrics if head.metrics and cfg.policy.metric in head.metrics else None
+        metrics = {"before": before or wl.evaluate(base, bench, device), "after": wl.evaluate(trained, bench, device)}
+        save_atomic(trained, out / "trained.safetensors")
+        record = {"base_version": head.version, "base_commit": head.commit, "contributor": who,
+                  "training": summary, "metrics": metrics, "seed": seed, "task": task.rec.id if task else None}
+        write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
     return {**record, "weights": str(out / "trained.safetensors")}
 
 
@@ -150,6 +161,39 @@ def _compression(cfg, text: str | None):
         raise UsageError(f"this ledger does not accept {kind} deltas (delta.accept: {', '.join(cfg.delta.accept)})",
                          hint=f"--compress {cfg.delta.compress}")
     return spec
+
+
+def _reserve_task(ledger, who: str, head, steps: int, take: str | None):
+    from woolf.tasks.lifecycle import reserve, take_shard
+
+    if not ledger.has_origin() or ledger.config.forge.kind != "local":
+        if take:
+            raise UsageError("--take needs a ledger with an origin on the git-native forge")
+        return None
+    return reserve(ledger, who, head, take_shard(ledger, take) if take else f"{who}@v{head.version}", steps)
+
+
+def _task_submitted(ledger, task_id: str, sub_id: str) -> None:
+    """The task's final record names its PR (a failure here leaves only a lease to expire)."""
+    import logging
+
+    from woolf.errors import WoolfError
+    from woolf.tasks.lifecycle import Task, fetch_tasks
+    from woolf.tasks.records import parse_record, task_ref
+
+    try:
+        fetch_tasks(ledger)
+        tip = ledger.git.rev_parse(task_ref(task_id))
+        rec, _ = parse_record(ledger.git.message(tip), task_id) if tip else (None, None)
+        if rec is not None:
+            Task(ledger, rec, tip).finish("submitted", submission=sub_id)
+    except WoolfError as exc:
+        logging.getLogger("woolf.tasks").warning("task %s: submitted not recorded: %s", task_id, exc.message)
+
+
+def take_shard_data(shard: str) -> tuple[str, int]:
+    owner, _, version = shard.partition("@v")
+    return owner, int(version)
 
 
 def _new_id(who: str) -> str:
@@ -271,7 +315,8 @@ def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, t
     commit_msg = format_message(f"woolf: submission {sub_id}",
                                 {"Woolf-Submission": sub_id, "Woolf-Contributor": who,
                                  "Woolf-Base-Version": base.version, "Woolf-Delta-Sha256": sha,
-                                 "Woolf-Reverts": None if reverts is None else reverts.version},
+                                 "Woolf-Reverts": None if reverts is None else reverts.version,
+                                 "Woolf-Task": record.get("task")},  # the task it trained under
                                 body=message)
     with timer("git"):
         commit = ledger.git.commit_tree_with(
@@ -280,6 +325,8 @@ def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, t
             commit_msg, parents=[base.commit],
         )
         pr = the_forge.open(sub_id, commit)
+    if record.get("task"):
+        _task_submitted(ledger, record["task"], sub_id)
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
             "delta_sha256": sha, "delta_size": size, "delta_kind": meta["delta"]["kind"], "number": pr.number,
             "timings": dict(timer), "pointer": pointer, "declared": meta["delta"]}

@@ -90,7 +90,7 @@ def _plot_contributors(prs, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 3.2))
     bottom = [0] * len(who)
     for state, colour in (("merged", "#2a9d8f"), ("rejected", "#e76f51"), ("open", "#e9c46a"),
-                          ("withdrawn", "#999999")):
+                          ("withdrawn", "#999999"), ("expired", "#b5838d")):
         counts = [sum(1 for p in prs if (p.contributor or "?") == w and p.state == state) for w in who]
         ax.bar(who, counts, bottom=bottom, color=colour, label=state)
         bottom = [b + c for b, c in zip(bottom, counts, strict=True)]

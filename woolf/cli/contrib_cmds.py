@@ -46,10 +46,11 @@ class StepsType(click.ParamType):
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Random seed of this training run (batch order, dropout).")
 @click.option("--offline", is_flag=True, help="Do not pull first; train from the local main.")
+@click.option("--take", metavar="TASK", help="Train the shard of an expired, cancelled or failed task (woolf tasks).")
 @contributor_option
 @json_option
 @pass_app
-def train(app: App, steps, fresh, data, device, seed, offline, contributor, as_json):
+def train(app: App, steps, fresh, data, device, seed, offline, take, contributor, as_json):
     """Pull the newest version and train from it; keeps the result in .woolf/work."""
     from woolf import interrupts
     from woolf.contribute import train as do_train
@@ -73,7 +74,7 @@ def train(app: App, steps, fresh, data, device, seed, offline, contributor, as_j
 
         try:
             result = do_train(ledger, steps=steps, data=data, device=device, seed=seed, offline=offline,
-                              contributor=contributor, progress=progress, fresh=fresh)
+                              contributor=contributor, progress=progress, fresh=fresh, take=take)
             state["done"] = True
             interrupts.release()
         except KeyboardInterrupt:
@@ -139,7 +140,7 @@ def pr():
 
 
 @pr.command("list")
-@click.option("--state", type=click.Choice(["open", "merged", "rejected", "withdrawn", "quarantined"]),
+@click.option("--state", type=click.Choice(["open", "merged", "rejected", "withdrawn", "expired", "quarantined"]),
               help="Only pull requests in this state.")
 @forge_option
 @json_option

@@ -21,11 +21,16 @@ from woolf.cli.app import App, json_option, pass_app
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default="woolf-demo",
               show_default=True, help="Where the hub is built (an earlier demo hub there is replaced).")
 @click.option("--quick", is_flag=True, help="Smaller run: 2 participants x 4 rounds x 15 steps, 1 validator.")
+@click.option("--quorum", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Validators whose signed votes must agree before a PR settles (validators.quorum).")
+@click.option("--dishonest-validator", "dishonest", is_flag=True,
+              help="The last validator votes to accept everything with invented metrics.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="Set a key of the demo ledger's config, as `woolf init --set` (e.g. merge.rule=fedbuff).")
 @json_option
 @pass_app
-def demo(app: App, participants, rounds, validators, steps, directory, quick, settings, as_json):
+def demo(app: App, participants, rounds, validators, steps, directory, quick, quorum, dishonest, settings,
+         as_json):
     """Run a whole decentralized training network on this machine."""
     from woolf.network.demo import run_demo
 
@@ -41,7 +46,8 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, se
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
         overrides[key.strip()] = value.strip()
     r = run_demo(app.cwd / directory, participants=participants, rounds=rounds, validators=validators,
-                 steps=steps, quick=quick, console=app.err if as_json else app.console, settings=overrides)
+                 steps=steps, quick=quick, console=app.err if as_json else app.console, settings=overrides,
+                 quorum=quorum, dishonest=dishonest)
     if as_json:
         app.emit_json(r.to_json())
         if r.interrupted:
@@ -63,6 +69,10 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, se
     if r.activity:
         c.print("per participant: " + "   ".join(
             f"{who} {a['merged']} merged / {a['rejected']} rejected" for who, a in r.activity.items()))
+    if r.quorum > 1 or r.dishonest:
+        c.print(f"quorum {r.quorum}: merges resting on fewer than {r.quorum} honest votes: "
+                f"{r.merges_without_honest_quorum}; flagged by `woolf validators`: {', '.join(r.flagged) or 'none'}"
+                + (f" (dishonest: {r.dishonest})" if r.dishonest else ""))
     for line in comparison_lines(r):
         c.print(line)
     c.print(f"wall time: {r.wall_seconds:.1f}s: the network {r.network_seconds:.0f}s, then the reference "

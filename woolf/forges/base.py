@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 # quarantined: a PR whose refs cannot be a submission (a head or verdict that is no commit, a
 # verdict without trailers); it never enters the queue and `woolf pr list` shows why.
-STATES = ("open", "merged", "rejected", "withdrawn", "quarantined")
+STATES = ("open", "merged", "rejected", "withdrawn", "expired", "quarantined")  # expired: no quorum in time
 
 
 @dataclass

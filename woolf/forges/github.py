@@ -8,8 +8,12 @@ Usage:
 A PR belongs to the ledger when its head branch is `woolf/<submission id>`.
 State: open; merged (GitHub marks a PR merged once its head is in main, which
 a version commit's second parent makes so); rejected (closed, label
-`woolf:rejected`); withdrawn (closed otherwise). Each verdict is a comment with
-a markdown table and the machine-readable record, a label and a commit status.
+`woolf:rejected`); expired (closed, label `woolf:expired`: no quorum of votes in
+time); withdrawn (closed otherwise). Each verdict is a comment with a markdown
+table and the machine-readable record, a label and a commit status. Under a
+quorum each validator's vote is also a commit status `woolf/vote/<name>` on the
+head (the vote itself is a signed commit pushed to the repository's
+`refs/woolf/pr/<id>/votes/<name>`, as on the git-native forge).
 PR heads are fetched as data from `refs/pull/<n>/head` into `refs/woolf/gh/`.
 """
 
@@ -27,6 +31,7 @@ BRANCH_PREFIX = "woolf/"
 LOCAL_PREFIX = "refs/woolf/gh"
 MARKER = re.compile(r"<!-- woolf-verdict (\{.*?\}) -->", re.S)
 STATUS_CONTEXT = "woolf/validate"
+VOTE_CONTEXT = "woolf/vote"  # validators.quorum > 1: one status per validator, woolf/vote/<name>
 
 
 def verdict_markdown(state: str, reason: str, fields: dict) -> str:
@@ -79,6 +84,8 @@ class GitHubForge(Forge):
             state = "merged"
         elif "woolf:rejected" in labels:
             state = "rejected"
+        elif "woolf:expired" in labels:
+            state = "expired"
         else:
             state = "withdrawn"
         pr = PullRequest(id=sub_id, state=state, head=p["head"]["sha"], number=p["number"],
@@ -162,6 +169,18 @@ class GitHubForge(Forge):
         self._current(pr)
         self._verdict(pr, "rejected", reason, fields)
         self.api.json("PATCH", f"{self.repo_path}/pulls/{pr.number}", json={"state": "closed"})
+
+    def expire(self, pr: PullRequest, reason: str, fields: dict) -> None:
+        """Close a PR whose votes never reached quorum in time (validators.vote_timeout)."""
+        self._current(pr)
+        self._verdict(pr, "expired", reason, fields)
+        self.api.json("PATCH", f"{self.repo_path}/pulls/{pr.number}", json={"state": "closed"})
+
+    def vote_status(self, pr: PullRequest, voter: str, decision: str, reason: str) -> None:
+        """Each validator's vote, visible on the PR: a commit status `woolf/vote/<validator>` on its head."""
+        self.api.json("POST", f"{self.repo_path}/statuses/{pr.head}", json={
+            "state": "success" if decision == "accept" else "failure", "context": f"{VOTE_CONTEXT}/{voter}",
+            "description": f"{decision}: {reason}"[:140]})
 
     def merge(self, pr: PullRequest, version_commit: str, main_sha: str) -> None:
         self._current(pr)  # nothing is merged that was not evaluated at this head

@@ -62,7 +62,7 @@ class LocalForge(Forge):
         self.git.run("update-ref", "--create-reflog", self._ref(sub_id, "head"), head)
         return self.get(sub_id, fetch=False)
 
-    def _close(self, pr: PullRequest, state: str, reason: str, fields: dict) -> str:
+    def _close(self, pr: PullRequest, state: str, reason: str, fields: dict, also=None) -> str:
         message = format_message(
             f"woolf: {state} {pr.id}",
             {"Woolf-Verdict": state, "Woolf-Submission": pr.id, "Woolf-Reason": " ".join(reason.split()),
@@ -70,12 +70,24 @@ class LocalForge(Forge):
         )
         commit = self.git.commit_tree(f"{pr.head}^{{tree}}", message, [pr.head])  # signed if keyed
         ref = self._ref(pr.id, "verdict")
-        self.git.push(self.remote, [(commit, ref)], leases={ref: None})
-        self.git.run("update-ref", ref, commit)
+        self._push([(commit, ref)], {ref: None}, also)
         return commit
 
-    def reject(self, pr: PullRequest, reason: str, fields: dict) -> None:
-        self._close(pr, "rejected", reason, fields)
+    def _push(self, updates: list[tuple[str, str]], leases: dict, also) -> None:
+        """One atomic push; ``also``: more (commit, ref, expected old) updates in it (a quorum's last vote)."""
+        for commit, ref, old in also or ():
+            updates, leases = [*updates, (commit, ref)], {**leases, ref: old}
+        self.git.push(self.remote, updates, leases=leases)
+        for commit, ref in updates:
+            if ref != layout.MAIN:
+                self.git.run("update-ref", ref, commit)
+
+    def reject(self, pr: PullRequest, reason: str, fields: dict, also=None) -> None:
+        self._close(pr, "rejected", reason, fields, also)
+
+    def expire(self, pr: PullRequest, reason: str, fields: dict) -> None:
+        """Settle a PR whose votes never reached quorum in time (validators.vote_timeout)."""
+        self._close(pr, "expired", reason, fields)
 
     def withdraw(self, sub_id: str, by: str | None = None, force: bool = False) -> PullRequest:
         """Close an open PR; ``by`` (a contributor id) is recorded, and must be its author unless ``force``."""
@@ -98,12 +110,10 @@ class LocalForge(Forge):
             raise UsageError(f"{sub_id} got a verdict while it was being withdrawn") from None
         return self.get(sub_id, fetch=False)
 
-    def merge(self, pr: PullRequest, version_commit: str, main_sha: str) -> None:
+    def merge(self, pr: PullRequest, version_commit: str, main_sha: str, also=None) -> None:
         # One atomic push: main moves and the verdict ref is created together, or neither.
         ref = self._ref(pr.id, "verdict")
-        self.git.push(self.remote, [(version_commit, layout.MAIN), (version_commit, ref)],
-                      leases={layout.MAIN: main_sha, ref: None})
-        self.git.run("update-ref", ref, version_commit)
+        self._push([(version_commit, layout.MAIN), (version_commit, ref)], {layout.MAIN: main_sha, ref: None}, also)
 
     def comment(self, sub_id: str, text: str) -> None:
         ref = self._ref(sub_id, "comments")
@@ -121,6 +131,8 @@ class LocalForge(Forge):
         self.skipped = []
         for ref, target in sorted(refs.items()):
             parts = ref[len(layout.PR_PREFIX) + 1:].split("/")
+            if len(parts) == 3 and parts[1] == "votes":
+                continue  # a validator's vote (woolf/quorum/votes.py): read by the quorum, not a PR's state
             if len(parts) != 2 or not layout.SUBMISSION_ID.match(parts[0]) or parts[1] not in _KINDS:
                 self.skipped.append((ref, "not refs/woolf/pr/<submission id>/{head,verdict,comments}"))
                 continue
@@ -168,7 +180,7 @@ class LocalForge(Forge):
             return pr
         _, f = parse_message(self.git.message(verdict))
         state = f.get("Woolf-Verdict") or ("merged" if "Woolf-Version" in f else None)
-        if state not in ("merged", "rejected", "withdrawn"):
+        if state not in ("merged", "rejected", "withdrawn", "expired"):
             # a verdict ref exists, so no validator can record another: show it, never queue it
             pr.state, pr.reason = "quarantined", "the verdict ref carries no Woolf-Verdict or Woolf-Version trailer"
             return pr

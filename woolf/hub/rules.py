@@ -12,6 +12,13 @@ Usage:
   version commit landing on main; `rejected` is a commit on the head signed by a
   validator; `withdrawn` is signed by a validator or by the PR's own contributor;
 - `refs/woolf/pr/<id>/comments`: created, or moved forward;
+- `refs/woolf/pr/<id>/votes/<name>`: a validator's votes (woolf/quorum/votes.py), for an
+  existing PR; each new vote's one parent is the head (first vote) or the ref's old tip, and
+  it is signed by the validator key named <name>; never deleted;
+- `expired` verdicts (no quorum in time) name the PR's votes and are committed at least
+  `validators.vote_timeout` after the first, near the hub's clock; under `validators.quorum`
+  k > 1 `rejected` ones name k agreeing reject votes (woolf/quorum/check.py);
+- `refs/woolf/task/<id>`: a training task's records (woolf/tasks/rules.py);
 - `refs/heads/woolf/<id>` (forge.kind = "github" only: the PR branch): created once;
 - nothing else.
 
@@ -21,16 +28,22 @@ Usage:
 from __future__ import annotations
 
 import re
+import time
 
 from woolf import layout
 from woolf.core.trailers import int_field, parse_message
 from woolf.errors import ConfigError
+from woolf.quorum.check import expiry_problem, rejection_quorum_problem
+from woolf.quorum.votes import parse_vote, verify_voters
 from woolf.signing.authority import chain_problems, read_commit, signers_text
 from woolf.signing.signers import Signers
 from woolf.signing.verify import role_problem, signatures
+from woolf.tasks.records import TASK_PREFIX
+from woolf.tasks.rules import check_task
 
 ZERO = "0" * 40
 _PR_REF = re.compile(r"^refs/woolf/pr/([^/]+)/(head|verdict|comments)$")
+_VOTE_REF = re.compile(r"^refs/woolf/pr/([^/]+)/votes/([^/]+)$")
 _GH_BRANCH = re.compile(r"^refs/heads/woolf/([^/]+)$")
 
 
@@ -61,10 +74,16 @@ def _check_one(git, old, new, ref, main, new_main, pushed) -> list[str]:
         if kind == "head":
             return []
         return _check_verdict(git, sub_id, new, main, new_main, pushed)
+    if ref.startswith(f"{TASK_PREFIX}/"):  # a training task's records (woolf/tasks/rules.py)
+        return check_task(git, ref[len(TASK_PREFIX) + 1:], old, new, main)
+    m = _VOTE_REF.match(ref)
+    if m:
+        return _check_vote(git, m.group(1), m.group(2), old, new, main, pushed)
     m = _GH_BRANCH.match(ref)
     if m and _forge_kind(git, main) == "github" and layout.SUBMISSION_ID.match(m.group(1)):
         return [] if old == ZERO and new != ZERO else ["a PR branch is created once and never moved"]
-    return ["this hub accepts only main and refs/woolf/pr/<id>/{head,verdict,comments}"]
+    return ["this hub accepts only main, refs/woolf/pr/<id>/{head,verdict,comments,votes/<name>} "
+            "and refs/woolf/task/<id>"]
 
 
 def _forge_kind(git, main) -> str:
@@ -101,10 +120,15 @@ def _check_verdict(git, sub_id, new, main, new_main, pushed) -> list[str]:
             return ["a merged verdict lands together with main (one atomic push)"]
         return []  # its signature is checked as part of main's chain
     state = fields.get("Woolf-Verdict")
-    if state not in ("rejected", "withdrawn") or fields.get("Woolf-Submission") != sub_id:
-        return ["a verdict commit carries Woolf-Verdict (rejected|withdrawn) and this Woolf-Submission"]
+    if state not in ("rejected", "withdrawn", "expired") or fields.get("Woolf-Submission") != sub_id:
+        return ["a verdict commit carries Woolf-Verdict (rejected|withdrawn|expired) and this Woolf-Submission"]
     if parents != [head]:
         return ["a verdict commit's one parent is the PR's head"]
+    if state in ("rejected", "expired"):
+        problem = (rejection_quorum_problem(git, sub_id, fields, main) if state == "rejected"
+                   else expiry_problem(git, sub_id, fields, new, main, time.time()))
+        if problem:
+            return [problem]
     text = signers_text(git, main)
     if text is None:
         return []  # unsigned ledger
@@ -117,3 +141,22 @@ def _check_verdict(git, sub_id, new, main, new_main, pushed) -> list[str]:
             return []
         problem += f"; a withdrawal may also be signed by {contributor}'s own key"
     return [problem] if problem else []
+
+
+def _check_vote(git, sub_id, name, old, new, main, pushed) -> list[str]:
+    if not layout.SUBMISSION_ID.match(sub_id) or not layout.CONTRIBUTOR.match(name):
+        return ["a vote ref is refs/woolf/pr/<submission id>/votes/<validator name>"]
+    if new == ZERO:
+        return ["votes are never deleted"]
+    head = pushed.get(f"{layout.PR_PREFIX}/{sub_id}/head") or git.rev_parse(f"{layout.PR_PREFIX}/{sub_id}/head")
+    if head is None:
+        return ["a vote on a pull request that does not exist"]
+    ballot, why = parse_vote(git, new, sub_id, "loss")
+    if ballot is None:
+        return [f"not a vote on this PR: {why}"]
+    if ballot.validator != name:
+        return [f"a vote by {ballot.validator} on {name}'s ref"]
+    if read_commit(git, new)[0] != [head if old == ZERO else old]:
+        return ["a vote's one parent is the PR's head (first vote) or the validator's previous vote"]
+    _, bad = verify_voters(git, [ballot], signers_text(git, main))
+    return [bad[0][1]] if bad else []

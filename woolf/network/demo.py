@@ -59,6 +59,10 @@ class DemoResult:
     wall_seconds: float = 0.0
     interrupted: bool = False
     report: str | None = None
+    quorum: int = 1
+    dishonest: str | None = None  # the validator that votes accept on everything (--dishonest-validator)
+    merges_without_honest_quorum: int = 0  # merged versions resting on fewer than k honest votes (target 0)
+    flagged: list = field(default_factory=list)  # validators `woolf validators` flags
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -84,11 +88,36 @@ def _stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
             p.wait()
 
 
+def _judge_validators(observer, result: DemoResult, liar: str | None) -> None:
+    """Who the report flags, and how many merges rest on fewer than k honest votes (the target is 0)."""
+    from woolf.core.trailers import json_field, parse_message
+    from woolf.quorum.report import validators_report
+    from woolf.quorum.votes import parse_vote
+
+    result.dishonest = liar
+    report = validators_report(observer)
+    result.flagged = [v["name"] for v in report["validators"] if v["flagged"]]
+    for v in observer.log(ref=observer.main_ref):
+        if not v.submission:
+            continue
+        named = json_field(parse_message(observer.git.message(v.commit))[1], "Woolf-Votes") or []
+        voters = {b.validator for b in (parse_vote(observer.git, sha, v.submission, "loss")[0]
+                                        for sha in named if isinstance(sha, str)) if b is not None}
+        if len(voters - {liar}) < result.quorum:
+            result.merges_without_honest_quorum += 1
+
+
 def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int = 2,
              steps: int | None = None, quick: bool = False, console: Console | None = None,
-             report: bool = True, settings: dict[str, str] | None = None) -> DemoResult:
+             report: bool = True, settings: dict[str, str] | None = None, quorum: int = 1,
+             dishonest: bool = False) -> DemoResult:
     if participants < 1 or validators < 1 or rounds < 1:
         raise UsageError("a demo needs at least one participant, one validator and one round")
+    if quorum < 1 or quorum > validators - dishonest:
+        raise UsageError(f"a quorum of {quorum} needs at least {quorum} honest validators "
+                         f"({validators} validators{', one of them dishonest' if dishonest else ''})",
+                         hint="raise --validators or lower --quorum")
+    settings = {**(settings or {}), **({"validators.quorum": str(quorum)} if quorum > 1 else {})}
     console = console or Console()
     steps = steps or (15 if quick else 30)
     names = [f"p{i + 1}" for i in range(participants)]
@@ -97,7 +126,7 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
     root = Path(root).resolve()
     hub = create_hub(root, names, vnames, overrides={"workload.steps": str(steps), **(settings or {})})
     result = DemoResult(str(root), participants, validators, rounds, steps,
-                        total_steps=participants * rounds * steps)
+                        total_steps=participants * rounds * steps, quorum=quorum)
     observer = Ledger.open(hub.clone_of("observer"))
     from woolf.workloads.base import load_workload
 
@@ -108,8 +137,9 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
                   f"{validators} validators")
     stop_file = root / ".stop"
     t_net = time.time()
-    procs = [_spawn(["validator", str(hub.clone_of(v)), "--name", v, "--stop-file", str(stop_file)],
-                    root / "logs" / f"{v}.log") for v in vnames]
+    liar = vnames[-1] if dishonest else None
+    procs = [_spawn(["validator", str(hub.clone_of(v)), "--name", v, "--stop-file", str(stop_file),
+                     *(["--dishonest"] if v == liar else [])], root / "logs" / f"{v}.log") for v in vnames]
     # different speeds: later participants sleep longer between training and submitting
     parts = [_spawn(["participant", str(hub.clone_of(n)), "--name", n, "--rounds", str(rounds),
                      "--steps", str(steps), "--delay", f"{i * (0.5 if quick else 1.5):.2f}",
@@ -140,6 +170,8 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
     facts = version_facts(snap.versions)
     result.final_version, result.best_version = facts["final_version"], facts["best_version"]
     result.best_loss, result.regressing_merges = facts["best_loss"], facts["regressing_merges"]
+    if quorum > 1 or dishonest:
+        _judge_validators(observer, result, liar)
     console.print()
     if not result.interrupted:
         console.print(f"reference runs at the same compute: each participant alone ({rounds} x {steps} "

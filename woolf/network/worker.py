@@ -5,7 +5,7 @@ Usage:
 
 A participant's ``--delay`` makes it slower hardware: the seconds are spread over its
 training steps (so a participant that follows the ledger sees merges while it trains).
-    python -m woolf.network.worker validator CLONE --name v1 --stop-file DIR/.stop
+    python -m woolf.network.worker validator CLONE --name v1 --stop-file DIR/.stop [--dishonest]
 
 Each prints one JSON line per event to stdout (the demo collects them in logs/).
 """
@@ -46,15 +46,19 @@ def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, s
             _event(kind="error", who=name, round=r, error=exc.message)
 
 
-def validator(clone: Path, name: str, stop_file: Path, interval: float) -> None:
+def validator(clone: Path, name: str, stop_file: Path, interval: float, dishonest: bool = False) -> None:
     from woolf.ledger import Ledger
+    from woolf.quorum.dishonest import DishonestValidator
     from woolf.validator import Validator
 
-    v = Validator(Ledger.open(clone), device="auto", name=name)
+    v = (DishonestValidator if dishonest else Validator)(Ledger.open(clone), device="auto", name=name)
+    idle = 0  # passes without a verdict since the stop file appeared
     while True:
         stopping = stop_file.exists()
         done = v.run(on_verdict=lambda d: _event(kind="verdict", who=name, **d.to_json()))
-        if stopping and not done:
+        idle = idle + 1 if stopping and not done else 0
+        # under a quorum a pass can end with votes pending on others: drain a few more passes
+        if idle > (8 if v.ledger.config.validators.quorum > 1 and v.forge.list(state="open") else 0):
             return
         if not done:
             time.sleep(interval)
@@ -71,13 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--stop-file", type=Path)
     ap.add_argument("--interval", type=float, default=0.5)
+    ap.add_argument("--dishonest", action="store_true", help="validator: vote accept on everything (demo)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     try:
         if args.role == "participant":
             participant(args.clone, args.name, args.rounds, args.steps, args.delay, args.seed)
         else:
-            validator(args.clone, args.name, args.stop_file, args.interval)
+            validator(args.clone, args.name, args.stop_file, args.interval, args.dishonest)
     except KeyboardInterrupt:
         return 130
     return 0

@@ -10,7 +10,8 @@ more than its first parent:
 - genesis (version 0, no parent): made by `woolf init`, signed by a maintainer
   listed in its own allowed_signers (the root of trust);
 - merge (Woolf-Submission): two parents, changes only the weights pointer (and
-  the merge rule's state pointer), signed by a validator;
+  the merge rule's state pointer), signed by a validator; under `validators.quorum`
+  k > 1 it names k agreeing signed votes (woolf/quorum/check.py);
 - change (Woolf-Change): one parent, keeps the weights and state, changes only the
   config, allowed_signers or benchmark, signed by a maintainer.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 from woolf import layout
 from woolf.core.trailers import int_field, parse_message
 from woolf.errors import ConfigError
+from woolf.quorum.check import version_quorum_problem
 from woolf.signing.signers import SIGNERS_PATH, Signers
 from woolf.signing.verify import role_problem, signatures
 
@@ -87,6 +89,8 @@ def chain_problems(git, commits: list[str], first_number: int | None = None) -> 
             problems[commit].append(f"numbered {number}, expected {expect} (versions must be consecutive)")
         expect = (number if number is not None else (expect or 0)) + 1
         shape = shape_problem(git, commit, parents, fields, kind)
+        if not shape and kind == "merge":  # validators.quorum > 1: a quorum of signed votes (woolf/quorum/)
+            shape = version_quorum_problem(git, commit, parents, fields)
         if shape:
             problems[commit].append(shape)
             continue

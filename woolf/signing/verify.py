@@ -22,12 +22,22 @@ _STATUS = {"G": "good", "B": "a bad signature", "U": "a good signature by a key 
            "E": "a signature that cannot be checked", "N": "no signature"}
 
 
+_SEEN: dict[tuple[str, bytes], tuple[str, str]] = {}  # (commit, signers text) -> result: a commit id names its bytes
+
+
 def signatures(git, wanted: dict[str, bytes]) -> dict[str, tuple[str, str]]:
-    """{commit: (%G? letter, %GS principal)} for each commit, verified against its signers text."""
+    """{commit: (%G? letter, %GS principal)} for each commit, verified against its signers text.
+
+    Results are remembered per (commit id, allowed-signers text) for the life of the process:
+    both are content, so the answer cannot change (a vote is checked by the hook, the tally,
+    trust and the audit; each verification runs ssh-keygen)."""
     groups: dict[bytes, list[str]] = defaultdict(list)
-    for commit, text in wanted.items():
-        groups[text].append(commit)
     found: dict[str, tuple[str, str]] = {}
+    for commit, text in wanted.items():
+        if (commit, text) in _SEEN:
+            found[commit] = _SEEN[(commit, text)]
+        else:
+            groups[text].append(commit)
     for text, commits in groups.items():
         with tempfile.TemporaryDirectory() as tmp:
             allowed = Path(tmp) / "allowed_signers"
@@ -40,6 +50,10 @@ def signatures(git, wanted: dict[str, bytes]) -> dict[str, tuple[str, str]]:
             if record:
                 commit, status, principal = (record.split("\x1f") + ["", ""])[:3]
                 found[commit] = (status, principal)
+                if status != "E":  # "cannot be checked" may be passing (ssh-keygen missing): not remembered
+                    if len(_SEEN) > 65536:
+                        _SEEN.clear()
+                    _SEEN[(commit, text)] = found[commit]
     return found
 
 

@@ -22,6 +22,7 @@ from woolf.errors import (
 )
 from woolf.forges.base import PullRequest
 from woolf.forges.github import forge_for
+from woolf.quorum.voter import QuorumStep
 from woolf.signing.trust import require_validator, require_validator_key
 from woolf.timing import Timer
 from woolf.validator.step import MergeStep
@@ -34,7 +35,7 @@ RETRY_AFTER = 60.0  # seconds before a PR that failed without a verdict is tried
 log = logging.getLogger("woolf.validator")
 
 
-class Validator(MergeStep):
+class Validator(QuorumStep, MergeStep):
     def __init__(self, ledger, device: str = "auto", name: str | None = None, forge=None,
                  forge_kind: str | None = None):
         self.ledger = ledger
@@ -99,6 +100,8 @@ class Validator(MergeStep):
         failure of the ledger itself (its storage, forge or outer state: StorageError, ForgeError,
         IntegrityError) ends the pass, since every PR would fail alike; `watch` retries it.
         """
+        if self.ledger.config.validators.quorum > 1:
+            return self.vote_one(sub_id)  # k signed votes must agree (woolf/quorum/voter.py)
         pr, timer = None, Timer()
         try:
             for _ in range(MAX_RACES):

@@ -175,8 +175,12 @@ class MergeStep:
             "Woolf-Device": v.device,  # None (omitted) when nothing was evaluated
         }
 
-    def merge(self, pr, main, verdict: Verdict, step: Step, timer: Timer) -> None:
-        """Upload the candidate (and outer state), then one atomic push of the version and the verdict."""
+    def merge(self, pr, main, verdict: Verdict, step: Step, timer: Timer, extra: dict | None = None,
+              also=None) -> None:
+        """Upload the candidate (and outer state), then one atomic push of the version and the verdict.
+
+        ``extra``: more trailers (the quorum's `Woolf-Votes`); ``also``: more ref updates in the
+        same push (the quorum's last vote; woolf/quorum/voter.py)."""
         cfg = self.ledger.config
         rule = Rule.from_config(cfg.merge)
         work = self.ledger.root / layout.WORK / "validator"
@@ -209,7 +213,7 @@ class MergeStep:
                   "Woolf-Weights-Sha256": sha, "Woolf-State-Sha256": state_sha,
                   "Woolf-Metrics-Probe": verdict.metrics.get("probe"),
                   "Woolf-Reverts": (pr.submission.get("reverts") or {}).get("version"),  # admission checked it
-                  **self._fields(verdict, timer)}
+                  **self._fields(verdict, timer), **(extra or {})}
         how = "buffered" if not step.applied else f"attenuation {verdict.attenuation:.3f}"
         message = format_message(
             f"woolf: version {verdict.version} from {verdict.contributor} "
@@ -218,6 +222,6 @@ class MergeStep:
                                                   parents=[main.commit, pr.head])
         _failpoint("before-push")
         with timer("push"):
-            self.forge.merge(pr, commit, main.commit)
+            self.forge.merge(pr, commit, main.commit, **({"also": also} if also else {}))
         _failpoint("after-push")
         verdict.timings = dict(timer)

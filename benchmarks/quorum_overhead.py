@@ -1,0 +1,127 @@
+"""Voting overhead per PR: quorum 2 of 2 validators against a single validator (issue 14).
+
+Usage:
+    python benchmarks/quorum_overhead.py                      # demo-sized charlm, 4 PRs per run, 2 runs per mode
+    python benchmarks/quorum_overhead.py --prs 1 --runs 1 --small    # the smoke size the tests run
+
+Both modes use a signed ledger and a hub made by `woolf hub init` (the demo's set-up).
+"single": validators.quorum = 1, one validator settles each PR (validate_one).
+"quorum": validators.quorum = 2; for each PR, v1 evaluates and votes (pending), then v2
+evaluates, votes, tallies and merges. With validators on their own machines they
+evaluate at the same time, so a PR's wall time is the settling validator's (v2's)
+validate_one; v1's is reported too (the compute a second validator adds, by design).
+Results go to benchmarks/results/quorum_overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine, write_json  # noqa: E402
+
+SMALL = {"workload.params.d_model": "32", "workload.params.n_layer": "1", "workload.params.context": "32",
+         "workload.params.benchmark_bytes": "4096"}
+
+
+def build(root: Path, quorum: int, small: bool):
+    from woolf.hub.create import init_hub
+    from woolf.ledger import Ledger
+    from woolf.signing.keys import configure, create_key
+    from woolf.signing.signers import signer_line
+    from woolf.storage.git import Git, clean_env
+
+    create_key(root / "keys" / "maintainer", "maintainer")
+    lines = []
+    for name in ("v1", "v2"):
+        _, pub = create_key(root / "keys" / name, name)
+        lines.append(signer_line(name, pub, ["validator"]))
+    overrides = {"policy.min_improvement": "-1e9", "validators.quorum": str(quorum), **(SMALL if small else {})}
+    Ledger.init(root / "work", storage=str(root / "storage"), overrides=overrides,
+                signing_key=root / "keys" / "maintainer", signer="maintainer", extra_signers=lines)
+    init_hub(root / "hub.git", root / "work")
+    for name in ("p", "v1", "v2"):
+        subprocess.run(["git", "clone", "-q", str(root / "hub.git"), str(root / name)], check=True, env=clean_env())
+    for name in ("v1", "v2"):
+        configure(Git(root / name), root / "keys" / name)
+    return Ledger.open(root / "p"), Ledger.open(root / "v1"), Ledger.open(root / "v2")
+
+
+def one_run(root: Path, quorum: int, prs: int, small: bool) -> list[dict]:
+    import torch
+    from safetensors.torch import save_file
+
+    from woolf.contribute import submit
+    from woolf.validator import Validator
+
+    p, l1, l2 = build(root, quorum, small)
+    base = p.load_weights(p.head())
+    for i in range(prs):
+        g = torch.Generator().manual_seed(i)
+        trained = {k: t + torch.randn(t.shape, generator=g).to(t.dtype) * 1e-3 for k, t in base.items()}
+        path = root / f"t{i}.safetensors"
+        save_file(trained, path)
+        submit(p, weights=path, base_version=0, contributor="p")
+    v1, v2 = Validator(l1, device="cpu", name="v1"), Validator(l2, device="cpu", name="v2")
+    out = []
+    for pr in sorted(v2.forge.list(state="open"), key=lambda x: x.id):
+        first = 0.0
+        if quorum > 1:
+            t0 = time.perf_counter()
+            assert v1.validate_one(pr.id) is None  # one vote is no quorum
+            first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        verdict = v2.validate_one(pr.id)
+        out.append({"seconds": time.perf_counter() - t0, "first_voter_seconds": first,
+                    "accepted": verdict.accepted, "timings": verdict.timings})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prs", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--small", action="store_true", help="a tiny model (smoke test)")
+    ap.add_argument("--out", default="quorum_overhead.json")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    per = {"single": [], "quorum": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.runs):
+            for mode in ("single", "quorum"):
+                per[mode] += one_run(Path(tmp) / f"{mode}{r}", 2 if mode == "quorum" else 1, args.prs, args.small)
+    summary = {}
+    for mode, rows in per.items():
+        assert all(r["accepted"] for r in rows), "every PR merges (min_improvement -1e9)"
+        phases = sorted({k for row in rows for k in row["timings"]})
+        summary[mode] = {"per_pr_median_s": statistics.median(r["seconds"] for r in rows), "prs": len(rows),
+                         # evaluation is the same work in both modes and the noisiest phase on a shared box
+                         "beyond_evaluation_median_s": statistics.median(
+                             r["seconds"] - r["timings"].get("evaluation", 0.0) for r in rows),
+                         "first_voter_median_s": statistics.median(r["first_voter_seconds"] for r in rows),
+                         "phases_median_s": {k: statistics.median(r["timings"].get(k, 0.0) for r in rows)
+                                             for k in phases}}
+    single, quorum = summary["single"]["per_pr_median_s"], summary["quorum"]["per_pr_median_s"]
+    vote = summary["quorum"]["phases_median_s"].get("vote", 0.0)
+    beyond = (summary["quorum"]["beyond_evaluation_median_s"] - summary["single"]["beyond_evaluation_median_s"])
+    result = {"machine": machine(), "model": "small" if args.small else "charlm demo defaults", "modes": summary,
+              "overhead_s": quorum - single, "overhead_pct": 100 * (quorum - single) / single,
+              "overhead_beyond_evaluation_s": beyond, "overhead_beyond_evaluation_pct": 100 * beyond / single,
+              "vote_phase_s": vote, "vote_phase_pct": 100 * vote / single}
+    path = write_json(args.out, result)
+    print(f"settle per PR: single validator {single:.3f}s, quorum 2 (the settling validator) {quorum:.3f}s: "
+          f"{result['overhead_pct']:+.1f}% (beyond evaluation {result['overhead_beyond_evaluation_pct']:+.1f}%); its vote phase {vote * 1000:.0f} ms ({result['vote_phase_pct']:.1f}%); "
+          f"first voter {summary['quorum']['first_voter_median_s']:.3f}s")
+    print(f"-> {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Validators judged by agreement, and training tasks: `woolf validators`, `woolf tasks`.
+
+Usage:
+    woolf validators [--json]      # votes, agreement with settled outcomes, median evaluation time
+    woolf tasks [--json] [--all]   # training tasks: shard, lease, state (live ones unless --all)
+"""
+
+from __future__ import annotations
+
+import click
+from rich.markup import escape
+
+from woolf.cli.app import App, json_option, pass_app
+
+
+@click.command()
+@json_option
+@pass_app
+def validators(app: App, as_json):
+    """Each validator's votes, agreement with the settled outcomes, median evaluation time."""
+    from woolf.quorum.report import validators_report
+
+    report = validators_report(app.ledger())
+    if as_json:
+        app.emit_json(report)
+        return
+    app.console.print(f"quorum {report['quorum']}, metrics agree within {report['epsilon']:g}, "
+                      f"flagged above {report['flag_rate']:.0%} disagreement")
+    for v in report["validators"]:
+        rate = "-" if v["disagreement_rate"] is None else f"{v['disagreement_rate']:.0%}"
+        secs = "-" if v["median_eval_seconds"] is None else f"{v['median_eval_seconds']:.2f}s"
+        flag = "  [red]FLAGGED[/]" if v["flagged"] else ""
+        app.console.print(f"{escape(v['name']):10} votes {v['votes']:3}  settled {v['settled']:3}  "
+                          f"disagreed {v['disagreed']:3} ({rate})  eval {secs}{flag}")
+    for item in report["ignored"]:
+        app.console.print(f"[yellow]ignored[/] {escape(item['ref'])} {item['commit'][:12]}: {escape(item['reason'])}")
+
+
+@click.command()
+@click.option("--all", "all_", is_flag=True, help="Also tasks that ended (settled, cancelled, failed, expired).")
+@json_option
+@pass_app
+def tasks(app: App, all_, as_json):
+    """Training tasks: who trains which shard from which version, and each lease's state."""
+    from woolf.tasks.lifecycle import list_tasks
+
+    views, bad = list_tasks(app.ledger())
+    if not all_:
+        views = [v for v in views if v["state"] in ("reserved", "started", "submitted", "voting", "expired")]
+    if as_json:
+        app.emit_json({"tasks": views, "ignored": [{"ref": r, "reason": w} for r, w in bad]})
+        return
+    for v in views:
+        detail = f"  ({escape(v['detail'])})" if v["detail"] else ""
+        pr = f"  PR {v['submission']}" if v["submission"] else ""
+        app.console.print(f"{v['id']}  {v['state']:9} {v['shard']} v{v['base_version']} "
+                          f"x{v['steps']}{pr}{detail}")
+    for ref, why in bad:
+        app.err.print(f"[yellow]ignored[/] {escape(ref)}: {escape(why)}")
+    if not views:
+        app.console.print("no tasks" + ("" if all_ else " in progress (--all for every task)"))
+
+
+COMMANDS = [validators, tasks]

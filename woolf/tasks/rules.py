@@ -1,0 +1,71 @@
+"""Which task-record pushes a hub accepts (called by woolf/hub/rules.py for `refs/woolf/task/<id>`).
+
+Usage:
+    errors = check_task(git, task_id, old, new, main)      # [] when the update may land
+
+- a task ref is created by a `reserved` record whose parent is a version on main,
+  and moves forward one record at a time (its parent is the old tip), never after
+  a final record (submitted, cancelled, failed), never deleted;
+- every record keeps the task's contributor, base, shard, steps and lease;
+- its commit time is within MAX_SKEW seconds of the hub's clock (leases are timed by
+  these commit times, so a participant's clock cannot move them);
+- when the contributor the task id names has a key in allowed_signers, every record
+  is signed by that key (no one else renews, cancels or rewrites its lease).
+"""
+
+from __future__ import annotations
+
+import time
+
+from woolf import layout
+from woolf.signing.authority import read_commit, signers_text
+from woolf.signing.signers import Signers
+from woolf.signing.verify import signatures
+from woolf.tasks.records import FINAL, RECORD_MAX_BYTES, parse_record
+
+ZERO = "0" * 40
+MAX_SKEW = 300  # seconds a record's commit time may differ from the hub's clock
+_KEEP = ("contributor", "base_version", "base_commit", "shard", "steps", "lease")
+
+
+def check_task(git, task_id: str, old: str, new: str, main: str | None, now: float | None = None) -> list[str]:
+    if not layout.SUBMISSION_ID.match(task_id):
+        return [f"{task_id[:80]!r} is not a task id (<time>-<contributor>-<8 hex>)"]
+    if new == ZERO:
+        return ["task records are never deleted"]
+    info = git.object_info(new)
+    if info is None or info[1] != "commit" or info[2] > RECORD_MAX_BYTES:
+        return ["a task record is a commit of at most 16 KiB"]
+    parents, message = read_commit(git, new)
+    rec, why = parse_record(message, task_id)
+    if rec is None:
+        return [f"not a record of this task: {why}"]
+    if old == ZERO:
+        if rec.state != "reserved" or parents != [rec.base_commit]:
+            return ["a task starts with a `reserved` record on its base version"]
+        if main is None or not git.is_ancestor(rec.base_commit, main):
+            return ["a task's base is a version on main"]
+    else:
+        prev, _ = parse_record(read_commit(git, old)[1], task_id)
+        if parents != [old]:
+            return ["a task record's one parent is the task's previous record (it is never rewritten)"]
+        if prev is None or prev.state in FINAL:
+            return [f"the task already ended ({prev.state if prev else 'unreadable'})"]
+        if any(getattr(prev, k) != getattr(rec, k) for k in _KEEP):
+            return ["a record keeps its task's contributor, base, shard, steps and lease"]
+    stamp = git.out("log", "-1", "--format=%ct", new)
+    skew = int(stamp) - (time.time() if now is None else now) if stamp.isdigit() else float("inf")
+    if abs(skew) > MAX_SKEW:
+        return [f"its commit time is {skew:+.0f} s off the hub's clock (at most {MAX_SKEW} s): fix this machine's clock"]
+    text = signers_text(git, main)
+    if text is None:
+        return []
+    try:
+        listed = Signers.parse(text.decode(errors="replace")).roles_of(rec.contributor)
+    except Exception:  # noqa: BLE001 - a malformed allowed_signers is the chain check's to report
+        listed = set()
+    if listed:
+        status, principal = signatures(git, {new: text}).get(new, ("N", ""))
+        if status != "G" or principal != rec.contributor:
+            return [f"a record of {rec.contributor}'s task must be signed by {rec.contributor}'s key"]
+    return []
