@@ -231,7 +231,24 @@ def test_sparse_merges_equal_the_dense_formula_bit_for_bit():
             dense = expand(parts, spec, ms, {k: v.dtype for k, v in cur.items()})
             cur = merge_step(Rule(), cur, None, dense, att).candidate
             for name, _, where, vals in entries(parts, spec, ms):
-                apply_sparse_(fast[name], where, vals, f32(1.0 * att), stale.get(name))
-                stale[name] = where
+                stale[name] = apply_sparse_(fast[name], where, vals, f32(1.0 * att), stale.get(name))
             for k in cur:
                 assert save({k: cur[k]}) == save({k: fast[k]}), (dtype, i, k)
+
+
+def test_sparse_merge_carries_a_negative_zero_it_wrote_to_the_next_merge():
+    from woolf.core.compress import apply_sparse_
+    from woolf.core.merge import apply_delta
+
+    cur = {"w": torch.tensor([-0.0, 1.0, 2.0, -3.0])}
+    fast = {"w": cur["w"].clone()}
+    # merge 1 writes -0.0 at 0 (-0.0 + -0.0); merge 2 does not touch 0: dense makes it +0.0
+    steps = [(torch.tensor([0, 3]), torch.tensor([-0.0, 3.0])), (torch.tensor([1]), torch.tensor([0.5]))]
+    stale = None
+    for where, vals in steps:
+        dense = torch.zeros(4)
+        dense[where] = vals
+        cur = apply_delta(cur, {"w": dense}, 1.0)
+        stale = apply_sparse_(fast["w"], where, vals, 1.0, stale)
+        assert save(cur) == save(fast)
+    assert stale.numel() == 0 and not torch.signbit(fast["w"][0])

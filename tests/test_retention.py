@@ -62,3 +62,9 @@ def test_gc_keeps_snapshots_and_newest_and_rebuilds_the_rest(make_net):
     [v] = Validator(val, device="cpu").run()
     assert v.accepted, v.reason
     assert collect(val, dry_run=True)["removed"] == [] and survey(val)["head"] == 5  # 4 is a snapshot
+
+    # a snapshot that is gone is the audit's problem, not a note (gc never removes one)
+    _object(net, val, 2).chmod(0o644)
+    _object(net, val, 2).unlink()
+    report = audit(val)
+    assert not report.ok and any(p["version"] == 2 and p["kind"] == "missing" for p in report.problems)

@@ -196,19 +196,22 @@ def expand(parts: dict[str, torch.Tensor], spec: CompressSpec, model_spec: dict,
 
 
 def apply_sparse_(cur: torch.Tensor, where: torch.Tensor, vals: torch.Tensor, scale: float,
-                  stale: torch.Tensor | None) -> None:
+                  stale: torch.Tensor | None) -> torch.Tensor:
     """In place, bit for bit the attenuated merge ``(delta.f32 * scale + cur.f32).to(cur.dtype)`` of a
     delta that is 0 outside ``where`` (``vals``: its float32 values there, before the cast to cur's dtype).
 
     Outside ``where`` that merge is ``cur + 0.0``: cur itself, except that -0.0 becomes +0.0. ``stale``
-    names the only places a -0.0 can be (the previous sparse merge's ``where``; None: anywhere), which
-    are cleared first. ``cur`` is contiguous.
+    names the only places a -0.0 can be (what the previous sparse merge returned; None: anywhere),
+    which are cleared outside ``where``. Returns the places this merge wrote -0.0 (almost always none).
+    ``cur`` is contiguous.
     """
     flat = cur.view(-1)
+    step = torch.mul(vals.to(cur.dtype).to(torch.float32), torch.tensor(scale, dtype=torch.float32))
+    step.add_(flat[where].to(torch.float32))  # from the values before any clearing
+    new = step.to(cur.dtype)
     if stale is None:
         flat.add_(0.0)
-    else:
+    elif stale.numel():
         flat[stale] = flat[stale].add(0.0)
-    step = torch.mul(vals.to(cur.dtype).to(torch.float32), torch.tensor(scale, dtype=torch.float32))
-    step.add_(flat[where].to(torch.float32))
-    flat[where] = step.to(cur.dtype)
+    flat[where] = new
+    return where[(new == 0) & torch.signbit(new)]

@@ -55,7 +55,7 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
     weights = load_trusted(ledger.weights_path(chain[start]))
     spec = spec_of(weights)
     pointers = delta_pointers(ledger, [v for v in chain[:start] if v.submission is not None])
-    replayed, stale = 0, {}  # stale: where the last sparse merge of each tensor wrote (None: anywhere)
+    replayed, stale = 0, {}  # stale: where the last sparse merge of each tensor wrote -0.0 (absent: anywhere)
     for i in range(start - 1, -1, -1):
         v, prev = chain[i], chain[i + 1]
         if v.submission is None:  # a change version keeps its parent's weights
@@ -73,8 +73,7 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
                 scale = f32(rule.alpha * (v.attenuation or 0.0))
                 merged = load_entries(path, declared, spec, TRUSTED_LIMITS, label, check=False)
                 for name, (where, vals) in merged.items():
-                    apply_sparse_(weights[name], where, vals, scale, stale.get(name))
-                    stale[name] = where
+                    stale[name] = apply_sparse_(weights[name], where, vals, scale, stale.get(name))
             else:
                 delta = load_delta(path, declared, spec, TRUSTED_LIMITS, label)
                 state_path = ledger.state_path(prev)
