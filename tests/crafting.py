@@ -62,3 +62,26 @@ def force_ref(hub: Path, clone: Path, commit: str, ref: str) -> None:
     from woolf.storage.git import Git
 
     Git(hub).run("fetch", "-q", str(clone), f"+{commit}:{ref}")
+
+
+def random_delta(led, scale=0.01, seed=0):
+    """A seeded random delta shaped like origin's newest version."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    w = led.load_weights(led.head("refs/remotes/origin/main"))
+    return {k: (torch.randn(v.shape, generator=g) * scale).to(v.dtype) for k, v in w.items()}
+
+
+def push(led, *refspecs: str):
+    """`git push` of raw refspecs from a clone to its hub, as an attacker would, bypassing woolf."""
+    import subprocess
+
+    from woolf.storage.git import clean_env
+
+    return subprocess.run(["git", "push", "--porcelain", "origin", *refspecs], cwd=led.root,
+                          capture_output=True, text=True, env=clean_env())
+
+
+def refused(proc, needle: str) -> bool:
+    return proc.returncode != 0 and "woolf hub: refused" in proc.stderr and needle in proc.stderr

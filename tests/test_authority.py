@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-import torch
 
 from woolf import layout
 from woolf.audit import audit
@@ -14,26 +11,10 @@ from woolf.core.trailers import format_message
 from woolf.errors import ConfigError, ForgeError, IntegrityError, UsageError
 from woolf.forges.local import LocalForge
 from woolf.signing.change import set_config
-from woolf.storage.git import clean_env
 from woolf.validator import Validator
 
 from .conftest import key_for
-from .crafting import craft_pr, force_ref
-
-
-def _delta(led, scale=0.01, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    w = led.load_weights(led.head("refs/remotes/origin/main"))
-    return {k: (torch.randn(v.shape, generator=g) * scale).to(v.dtype) for k, v in w.items()}
-
-
-def push(led, *refspecs: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "push", "--porcelain", "origin", *refspecs], cwd=led.root,
-                          capture_output=True, text=True, env=clean_env())
-
-
-def refused(proc, needle: str) -> bool:
-    return proc.returncode != 0 and "woolf hub: refused" in proc.stderr and needle in proc.stderr
+from .crafting import craft_pr, force_ref, push, random_delta, refused
 
 
 def _verdict(led, pr, state: str, key=None, extra=None) -> str:
@@ -57,7 +38,7 @@ def _forged_version(led, pr, key=None) -> str:
 @pytest.mark.slow
 def test_hub_refuses_forged_verdicts_moved_or_deleted_pr_refs_and_stray_refs(network):
     alice, mallory = network.clone("alice"), network.clone("mallory")
-    victim = craft_pr(alice, tensors=_delta(alice), who="alice", sign_key=key_for("alice"))
+    victim = craft_pr(alice, tensors=random_delta(alice), who="alice", sign_key=key_for("alice"))
     mallory.fetch()
     forge = LocalForge.for_ledger(mallory)
     pr = forge.get(victim)
@@ -73,7 +54,7 @@ def test_hub_refuses_forged_verdicts_moved_or_deleted_pr_refs_and_stray_refs(net
     v42 = _forged_version(mallory, pr, key=key_for("val"))
     assert refused(push(mallory, f"{v42}:{ref}/verdict"), "lands together with main")
     # another contributor's PR head force-pushed, or deleted; a verdict ref deleted
-    mine = craft_pr(mallory, tensors=_delta(mallory, seed=3))
+    mine = craft_pr(mallory, tensors=random_delta(mallory, seed=3))
     other_head = forge.get(mine).head
     assert refused(push(mallory, f"+{other_head}:{ref}/head"), "created once and never moved")
     assert push(mallory, f":{ref}/head").returncode != 0
@@ -89,7 +70,7 @@ def test_hub_refuses_forged_verdicts_moved_or_deleted_pr_refs_and_stray_refs(net
     # where a forge cannot refuse: a forged rejection and a forged "merged v42" are reported by the audit
     other = LocalForge.for_ledger(mallory).get(mine)
     force_ref(network.hub, mallory.root, _verdict(mallory, other, "rejected"), f"{layout.PR_PREFIX}/{mine}/verdict")
-    third = forge.get(craft_pr(mallory, tensors=_delta(mallory, seed=4)))
+    third = forge.get(craft_pr(mallory, tensors=random_delta(mallory, seed=4)))
     force_ref(network.hub, mallory.root, _forged_version(mallory, third, key=key_for("val")),
               f"{layout.PR_PREFIX}/{third.id}/verdict")
     problems = [p["problem"] for p in audit(network.clone("auditor")).problems]
@@ -99,7 +80,7 @@ def test_hub_refuses_forged_verdicts_moved_or_deleted_pr_refs_and_stray_refs(net
 
 def test_ungated_version_on_main_refused_ignored_and_audited(network):
     mallory, val = network.clone("mallory"), network.clone("val")
-    sub = craft_pr(mallory, tensors=_delta(mallory))
+    sub = craft_pr(mallory, tensors=random_delta(mallory))
     mallory.fetch()
     pr = LocalForge.for_ledger(mallory).get(sub)
     forged = _forged_version(mallory, pr)
@@ -127,7 +108,7 @@ def test_rewind_and_commit_without_trailers(network):
     v0, v1 = mallory.show(0).commit, mallory.show(1).commit
     assert refused(push(mallory, f"+{v0}:refs/heads/main"), "only moves forward")
     assert push(mallory, ":refs/heads/main").returncode != 0
-    craft_pr(mallory, tensors=_delta(mallory))  # open, so a validator has something to build
+    craft_pr(mallory, tensors=random_delta(mallory))  # open, so a validator has something to build
     plain = mallory.git.commit_tree(f"{v1}^{{tree}}", "just a commit\n", [v1])
     assert refused(push(mallory, f"{plain}:refs/heads/main"), "not a version commit")
     # where the forge cannot refuse: a commit without trailers stops validators; audit reports it
@@ -155,7 +136,7 @@ def test_config_carries_no_code(network):
         'name = "charlm"', 'name = "subprocess:run"')
     msg = format_message("woolf: change", {"Woolf-Version": head.version + 1, "Woolf-Change": "config",
                                            "Woolf-Weights-Sha256": head.weights_sha256})
-    craft_pr(mallory, tensors=_delta(mallory))  # open, so a validator has something to build
+    craft_pr(mallory, tensors=random_delta(mallory))  # open, so a validator has something to build
     for key in (None, key_for("val")):
         mallory.git.sign_key = str(key) if key else None
         change = mallory.git.commit_tree_with(head.commit, {layout.CONFIG: toml.encode()}, msg, [head.commit])
@@ -189,9 +170,9 @@ def test_maintainer_change_is_a_version_validators_build_on(network):
 def test_identity_is_one_thing(network):
     mallory, val = network.clone("mallory"), network.clone("val")
     # the id says mallory, submission.json says alice
-    claim = craft_pr(mallory, tensors=_delta(mallory), meta_patch={"contributor": "alice"})
+    claim = craft_pr(mallory, tensors=random_delta(mallory), meta_patch={"contributor": "alice"})
     # id and submission.json say alice, but the commit is signed by bob's listed key
-    stolen = craft_pr(mallory, tensors=_delta(mallory, seed=2), who="alice", sign_key=key_for("bob"))
+    stolen = craft_pr(mallory, tensors=random_delta(mallory, seed=2), who="alice", sign_key=key_for("bob"))
     verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
     assert "PR id names contributor 'mallory' but submission.json says 'alice'" in verdicts[claim].reason
     assert "signed by bob's key but claims to be from alice" in verdicts[stolen].reason
@@ -209,7 +190,7 @@ def test_required_contributor_signatures(make_net):
 
 
 def test_validator_needs_a_validator_key(network):
-    craft_pr(network.clone("sub"), tensors=_delta(network.clone("sub2")))
+    craft_pr(network.clone("sub"), tensors=random_delta(network.clone("sub2")))
     with pytest.raises(UsageError, match="needs its SSH key"):
         Validator(network.clone("dave"), device="cpu").run()
     alice = network.clone("alice")

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
-import torch
 
 from woolf.audit import audit
 from woolf.core.quorum import Ballot, tally
@@ -18,28 +16,12 @@ from woolf.quorum.dishonest import DishonestValidator
 from woolf.quorum.votes import read_votes, vote_ref
 from woolf.signing.authority import signers_text
 from woolf.signing.change import set_signer
-from woolf.storage.git import clean_env
 from woolf.validator import Validator
 
 from .conftest import run_cli
-from .crafting import craft_pr, force_ref
+from .crafting import craft_pr, force_ref, push, random_delta, refused
 
 QUORUM = {"validators.quorum": "2", "policy.min_improvement": "-10"}
-
-
-def _delta(led, scale=0.01, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    w = led.load_weights(led.head("refs/remotes/origin/main"))
-    return {k: (torch.randn(v.shape, generator=g) * scale).to(v.dtype) for k, v in w.items()}
-
-
-def push(led, *refspecs: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "push", "--porcelain", "origin", *refspecs], cwd=led.root,
-                          capture_output=True, text=True, env=clean_env())
-
-
-def refused(proc, needle: str) -> bool:
-    return proc.returncode != 0 and "woolf hub: refused" in proc.stderr and needle in proc.stderr
 
 
 def test_tally_agreement_arithmetic():
@@ -113,7 +95,7 @@ def test_dishonest_validator_alone_merges_nothing(make_net):
 def test_forged_versions_are_refused_ignored_and_audited(make_net):
     net = make_net(**QUORUM)
     mallory = net.clone("mallory")
-    sub = craft_pr(mallory, tensors=_delta(mallory))
+    sub = craft_pr(mallory, tensors=random_delta(mallory))
     liar = DishonestValidator(net.clone("v3"), device="cpu")
     liar.run()  # one (dishonest) accept vote exists
     val = net.clone("val")  # a validator key used to forge the version by hand
@@ -157,7 +139,7 @@ def test_bad_votes_are_ignored_with_a_reason_and_block_nothing(make_net):
     net = make_net(**QUORUM)
     alice = net.clone("alice")
     sub = net.train_submit(alice, "alice")["id"]
-    other = craft_pr(net.clone("mallory"), tensors=_delta(alice, seed=4))
+    other = craft_pr(net.clone("mallory"), tensors=random_delta(alice, seed=4))
     v3 = Validator(net.clone("v3"), device="cpu")
     v3.run()
     v3.ledger.fetch()
@@ -202,8 +184,8 @@ def test_a_candidate_dropped_from_memory_is_made_again_when_its_quorum_arrives(m
     monkeypatch.setattr(voter, "KEEP_STEPS", 0)
     net = make_net(**QUORUM)
     mallory = net.clone("mallory")
-    craft_pr(mallory, tensors=_delta(mallory))
-    craft_pr(mallory, tensors=_delta(mallory, seed=1))
+    craft_pr(mallory, tensors=random_delta(mallory))
+    craft_pr(mallory, tensors=random_delta(mallory, seed=1))
     v1 = Validator(net.clone("v1"), device="cpu")
     assert v1.run() == []  # votes on both; the first one's candidate is dropped from memory
     [first] = [i for i, j in v1._judged.items() if j[2] is None]

@@ -56,6 +56,13 @@ def _settings_or_problem(git, commit: str | None):
         return (None, None), f"the config it rests on cannot be read, so the quorum is unknown: {exc.message}"
 
 
+def _in_force(git, commit: str | None, fields: dict):
+    """(quorum settings, metric, named vote shas, problem) for a verdict resting on ``commit``'s config."""
+    (settings, metric), problem = _settings_or_problem(git, commit)
+    shas, bad = (None, None) if problem else named_votes(fields)
+    return settings, metric, shas, problem or bad
+
+
 def named_votes(fields: dict) -> tuple[list[str] | None, str | None]:
     raw = fields.get("Woolf-Votes")
     if raw is None:
@@ -89,14 +96,9 @@ def version_quorum_problem(git, commit: str, parents: list[str], fields: dict) -
     from woolf.signing.authority import signers_text
 
     parent = parents[0] if parents else None
-    (settings, metric), unreadable = _settings_or_problem(git, parent)
-    if unreadable:
-        return unreadable
-    shas, bad = named_votes(fields)
-    if bad:
-        return bad
-    if settings.quorum <= 1:
-        return None
+    settings, metric, shas, problem = _in_force(git, parent, fields)
+    if problem or settings.quorum <= 1:
+        return problem
     if not shas:
         return f"a merge without votes on a ledger with validators.quorum = {settings.quorum}"
     sub_id = fields.get("Woolf-Submission", "")
@@ -119,14 +121,9 @@ def rejection_quorum_problem(git, sub_id: str, fields: dict, main: str | None) -
     """A `rejected` verdict on a quorum ledger names k agreeing reject votes (keys on ``main``)."""
     from woolf.signing.authority import signers_text
 
-    (settings, metric), unreadable = _settings_or_problem(git, main)
-    if unreadable:
-        return unreadable
-    shas, bad = named_votes(fields)
-    if bad:
-        return bad
-    if settings.quorum <= 1:
-        return None
+    settings, metric, shas, problem = _in_force(git, main, fields)
+    if problem or settings.quorum <= 1:
+        return problem
     out, why = _outcome(git, sub_id, shas or [], signers_text(git, main), settings, metric)
     if out.state != "rejected":
         detail = f" ({'; '.join(why)[:400]})" if why else ""
