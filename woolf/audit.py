@@ -24,7 +24,9 @@ from safetensors.torch import save
 from woolf import layout
 from woolf.config import parse_config
 from woolf.core.outer import Rule, merge_step
+from woolf.core.scores import clip_delta
 from woolf.core.staleness import attenuation
+from woolf.core.trailers import float_field, parse_message
 from woolf.errors import StorageError, WoolfError
 from woolf.storage.outer_state import load_state, state_bytes
 from woolf.storage.pointer import Pointer
@@ -151,6 +153,9 @@ def _check_merge(ledger, report, prev, v, prev_weights, prev_state, current) -> 
         return
     if prev_weights is None or prev_state is _UNKNOWN:
         return
+    clip = float_field(parse_message(git.message(v.commit))[1], "Woolf-Delta-Clip")  # scoring.norm_action = clip
+    if clip is not None:
+        delta = clip_delta(delta, clip)
     try:
         step = merge_step(rule, prev_weights, prev_state, delta, v.attenuation or 0.0)
     except (ValueError, KeyError, RuntimeError) as exc:

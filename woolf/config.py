@@ -53,6 +53,7 @@ class PolicyConfig:
     min_improvement: float = -0.02  # required gain; negative = tolerated regression
     gate: str = "current"  # compare with: current (the version merged on) | best (best of the last `window`)
     window: int = 8  # gate = best: how many recent versions' recorded metrics count
+    max_drawdown: float = 0.03  # never more than this behind the best of the last `window` versions (0: off)
 
 
 @dataclass
@@ -79,6 +80,28 @@ class LimitsConfig:
     max_header_bytes: int = 1024 * 1024  # largest safetensors JSON header
     max_tensors: int = 10_000  # most tensors in one file
     max_delta_norm_ratio: float = 100.0  # |delta| / |weights| above this is rejected unevaluated
+    min_delta_norm_ratio: float = 1e-6  # |delta| / |weights| below this is a no-op, rejected unevaluated
+
+
+@dataclass
+class ScoringConfig:
+    """Contribution scores, copies and the norm guard (woolf/scoring/, docs/protocol.md#scoring)."""
+
+    enabled: bool = True  # measure each delta on its assigned shard and on a random one
+    sample_bytes: int = 8192  # bytes of each shard evaluated (the benchmark is usually 4x this)
+    uniqueness: str = "mark"  # random shard improved >= assigned: mark | reject | off
+    min_effect: float = 1e-5  # a delta that moves neither the benchmark nor its shard by this changes nothing
+    copy_threshold: float = 0.97  # |cosine| to a recent or earlier-received delta above this: a copy
+    copy_window: int = 16  # merged versions whose deltas a PR is compared with (plus earlier open PRs)
+    norm_multiple: float = 10.0  # |delta| over this multiple of the median recent merged |delta| (0: off)
+    norm_window: int = 8  # merged deltas the median is taken over (needs 3 or more)
+    norm_action: str = "reject"  # reject | clip
+
+
+@dataclass
+class QueueConfig:
+    max_open_per_contributor: int = 32  # PRs of one contributor beyond this many open are rejected unread
+    fair: bool = True  # round-robin by contributor, then by receive time
 
 
 @dataclass
@@ -105,6 +128,8 @@ class LedgerConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     forge: ForgeConfig = field(default_factory=ForgeConfig)
     signing: SigningConfig = field(default_factory=SigningConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    queue: QueueConfig = field(default_factory=QueueConfig)
 
 
 _SECTIONS = {
@@ -115,6 +140,8 @@ _SECTIONS = {
     "limits": LimitsConfig,
     "forge": ForgeConfig,
     "signing": SigningConfig,
+    "scoring": ScoringConfig,
+    "queue": QueueConfig,
 }
 
 
@@ -201,8 +228,35 @@ def _check(cfg: LedgerConfig, source: str) -> None:
         bad("forge.delta_timeout", "use seconds > 0", f.delta_timeout)
     if cfg.signing.contributors not in ("optional", "required"):
         bad("signing.contributors", "use 'optional' or 'required'", cfg.signing.contributors)
+    _check_scoring(cfg, bad)
     if not cfg.name or any(c in cfg.name for c in "\n\r"):
         bad("name", "use a one-line name", cfg.name)
+
+
+def _check_scoring(cfg: LedgerConfig, bad) -> None:
+    s, q, p = cfg.scoring, cfg.queue, cfg.policy
+    if not 64 <= s.sample_bytes <= 64 * 1024**2:
+        bad("scoring.sample_bytes", "use an integer in [64, 67108864]", s.sample_bytes)
+    if s.uniqueness not in ("mark", "reject", "off"):
+        bad("scoring.uniqueness", "use 'mark', 'reject' or 'off'", s.uniqueness)
+    if not 0 < s.copy_threshold <= 1:
+        bad("scoring.copy_threshold", "use a number in (0, 1]", s.copy_threshold)
+    if not 0 <= s.copy_window <= 1024:
+        bad("scoring.copy_window", "use an integer in [0, 1024]", s.copy_window)
+    if s.norm_multiple < 0 or not 3 <= s.norm_window <= 1024:
+        bad("scoring.norm_multiple/norm_window", "use a multiple >= 0 and a window in [3, 1024]",
+            (s.norm_multiple, s.norm_window))
+    if s.norm_action not in ("reject", "clip"):
+        bad("scoring.norm_action", "use 'reject' or 'clip'", s.norm_action)
+    if s.min_effect < 0:
+        bad("scoring.min_effect", "use a number >= 0", s.min_effect)
+    if q.max_open_per_contributor < 1:
+        bad("queue.max_open_per_contributor", "use an integer >= 1", q.max_open_per_contributor)
+    if p.max_drawdown < 0:
+        bad("policy.max_drawdown", "use a number >= 0 (0: off)", p.max_drawdown)
+    if not 0 <= cfg.limits.min_delta_norm_ratio < cfg.limits.max_delta_norm_ratio:
+        bad("limits.min_delta_norm_ratio", "use a number >= 0 below max_delta_norm_ratio",
+            cfg.limits.min_delta_norm_ratio)
 
 
 def parse_config(text: str, source: str = CONFIG_PATH) -> LedgerConfig:

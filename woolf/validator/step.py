@@ -23,6 +23,7 @@ from woolf.errors import (
     InvalidWeightsError,
     StorageError,
 )
+from woolf.scoring import check_queue, judge, score_delta, screen_delta, verdict_fields
 from woolf.signing.submitter import check_submitter
 from woolf.storage.files import hashes_of_file
 from woolf.storage.outer_state import load_state, save_state
@@ -52,6 +53,7 @@ class MergeStep:
             current = load_trusted(current_path)
         with timer("checks"):
             self._check_norm(current, delta)
+            adm.screened = screen_delta(self, adm, main, current, delta)  # no-op, norm guard, replay, copies
         with timer("merge"):
             return current, merge_step(Rule.from_config(cfg.merge), current, state, delta, att)
 
@@ -89,10 +91,13 @@ class MergeStep:
         cfg = self.ledger.config
         with timer("checks"):
             adm: Admitted = admit(self.ledger, pr, main, self._merged_deltas(main))
+            check_queue(self, pr)  # over its contributor's open-PR limit: rejected unread
         verdict.base_version, verdict.staleness = adm.base.version, adm.staleness
         verdict.contributor = adm.meta["contributor"]
         verdict.attenuation = attenuation(cfg.merge.staleness, adm.staleness)
         current, step = self.candidate(adm, main, verdict.attenuation, timer)
+        sc = adm.screened
+        verdict.content, verdict.delta_norm, verdict.clip, verdict.flags = sc.content, sc.norm, sc.clip, sc.flags
         wl = self.ledger.workload()
         bench = self.ledger.benchmark()
         with timer("evaluation"):
@@ -105,10 +110,16 @@ class MergeStep:
         verdict.metrics = {"before": before, "after": probe if step.applied else before}
         if not step.applied:
             verdict.metrics["probe"] = probe
+        with timer("scoring"):
+            verdict.scores = score_delta(self, adm, current, sc.delta, wl)
         reference = self._reference(before)
         decision = decide(cfg.policy, reference, probe)
         verdict.reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
         if not decision.accepted:
+            return verdict, None
+        veto = judge(self, verdict, before, probe)  # no-op, uniqueness (reject mode), drawdown
+        if veto:
+            verdict.reason = veto
             return verdict, None
         verdict.accepted, verdict.state = True, "merged"
         return verdict, step
@@ -166,7 +177,7 @@ class MergeStep:
             "Woolf-Contributor": v.contributor, "Woolf-Base-Version": v.base_version,
             "Woolf-Staleness": v.staleness, "Woolf-Attenuation": v.attenuation,
             "Woolf-Metrics-Before": v.metrics.get("before"), "Woolf-Metrics-After": v.metrics.get("after"),
-            "Woolf-Validator": self.name, "Woolf-Timings": dict(timer),
+            "Woolf-Validator": self.name, "Woolf-Timings": dict(timer), **verdict_fields(v),
         }
 
     def merge(self, pr, main, verdict: Verdict, step: Step, timer: Timer) -> None:

@@ -1,0 +1,111 @@
+"""A delta's contribution scores (Gauntlet): the loss it removes on its assigned shard and on a random one.
+
+Usage (from the validator's MergeStep):
+    verdict.scores = score_delta(validator, adm, current, screened.delta, workload)
+    reason = judge(validator, verdict, before, probe)     # None, or why the PR is rejected after all
+    fields = verdict_fields(verdict)                       # Woolf-Scores, Woolf-Flags, ... trailers
+
+The assigned shard is the workload's default data for (contributor, base version), the
+data the participant was given; the random shard is the same function of a name drawn
+from the PR id (not a contributor name any participant can have). Each is measured on
+`scoring.sample_bytes` bytes, on main's weights before and after adding the raw delta
+(scale 1: the delta's own effect, whatever the merge rule makes of it).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from woolf.core.merge import apply_delta
+from woolf.core.scores import improvement, unique
+
+log = logging.getLogger("woolf.validator")
+
+
+def sample(texts: list[bytes], size: int) -> bytes:
+    """``size`` bytes spread over the joined texts: 8 evenly spaced pieces (all of it when shorter)."""
+    joined = b"\n".join(texts)
+    if len(joined) <= size:
+        return joined
+    piece = size // 8
+    return b"".join(joined[i * len(joined) // 8:][:piece] for i in range(8))
+
+
+def random_name(pr_id: str) -> str:
+    return f"~random:{pr_id}"  # '~' and ':' are not in any contributor id
+
+
+def score_delta(v, adm, current, delta, wl) -> dict | None:
+    """{"assigned", "random", "difference", "seconds"}; None when scoring is off or the workload has no shards."""
+    cfg = v.ledger.config
+    if not cfg.scoring.enabled:
+        return None
+    t0 = time.perf_counter()
+    metric, direction = cfg.policy.metric, cfg.policy.direction
+    try:
+        own = sample(wl.default_data(adm.meta["contributor"], adm.base.version).texts, cfg.scoring.sample_bytes)
+        rnd = sample(wl.default_data(random_name(adm.meta["id"]), adm.base.version).texts, cfg.scoring.sample_bytes)
+        after = apply_delta(current, delta, 1.0)
+        out = {}
+        for name, data in (("assigned", own), ("random", rnd)):
+            b = wl.evaluate(current, data, v.device).get(metric)
+            a = wl.evaluate(after, data, v.device).get(metric)
+            out[name] = improvement(float(b), float(a), direction)
+    except Exception as exc:  # noqa: BLE001 - a workload without shards, or data too short: no scores
+        log.info("%s: no contribution scores (%s: %s)", adm.meta["id"], type(exc).__name__, str(exc)[:200])
+        return None
+    if not all(math.isfinite(x) for x in out.values()):
+        out = {k: (x if math.isfinite(x) else -1e9) for k, x in out.items()}
+    out["difference"] = out["assigned"] - out["random"]
+    out["seconds"] = round(time.perf_counter() - t0, 4)
+    return out
+
+
+def _metric(d: dict | None, metric: str) -> float | None:
+    x = (d or {}).get(metric)
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def drawdown_reason(v, probe: dict) -> str | None:
+    """The candidate may never be more than `policy.max_drawdown` behind the best of the last `window` versions."""
+    p = v.ledger.config.policy
+    got = _metric(probe, p.metric)
+    if not p.max_drawdown or got is None:
+        return None
+    recent = [m for m in (_metric(x.metrics, p.metric) for x in v.ledger.log(limit=p.window)) if m is not None]
+    recent = [m for m in recent if math.isfinite(m)]
+    if not recent:
+        return None
+    best = min(recent) if p.direction == "minimize" else max(recent)
+    behind = improvement(got, best, p.direction)  # > 0: the candidate is worse than the best
+    if behind > p.max_drawdown:
+        return (f"{p.metric} {got:.4f} is {behind:.4f} behind the best of the last {len(recent)} versions "
+                f"({best:.4f}), over policy.max_drawdown {p.max_drawdown:g}: tolerated regressions do not add up")
+    return None
+
+
+def judge(v, verdict, before: dict, probe: dict) -> str | None:
+    """After the benchmark gate accepted: a no-op, a delta that did not train on its shard, a drawdown."""
+    cfg = v.ledger.config
+    s = verdict.scores
+    b, a = _metric(before, cfg.policy.metric), _metric(probe, cfg.policy.metric)
+    if s and b is not None and a is not None and abs(s["assigned"]) < cfg.scoring.min_effect \
+            and abs(b - a) < cfg.scoring.min_effect:
+        return (f"the delta changes nothing measurable (benchmark {b - a:+.2g}, its shard {s['assigned']:+.2g}, "
+                f"under scoring.min_effect {cfg.scoring.min_effect:g})")
+    if s and cfg.scoring.uniqueness != "off" and not unique(s["assigned"], s["random"]):
+        why = (f"random data improved as much as its assigned shard (assigned {s['assigned']:+.4f}, "
+               f"random {s['random']:+.4f}): it did not train on what it was given")
+        if cfg.scoring.uniqueness == "reject":
+            return why
+        verdict.flags.append("not-unique")
+    return drawdown_reason(v, probe)
+
+
+def verdict_fields(verdict) -> dict:
+    """The scoring trailers of a verdict, merged or rejected (absent values are not written)."""
+    return {"Woolf-Scores": verdict.scores or None, "Woolf-Flags": verdict.flags or None,
+            "Woolf-Delta-Content": verdict.content, "Woolf-Delta-Norm": verdict.delta_norm,
+            "Woolf-Delta-Clip": verdict.clip}
