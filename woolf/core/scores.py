@@ -96,16 +96,18 @@ def unique(assigned: float, random: float) -> bool:
     return assigned > random
 
 
-# Tiers keep every merged, unmarked verdict above every marked one, and those above rejections.
-_TIER = {"merged": 0.0, "marked": -10.0, "rejected": -20.0, "unscored": -30.0}
+# Tiers keep every merged verdict above every rejection with scores, and those above rejections without.
+# A mark (not-unique) is not a tier of its own: honest work from a young model is often marked
+# (its first steps learn what any text teaches), and the difference itself already ranks it.
+_TIER = {"merged": 0.0, "rejected": -20.0, "unscored": -30.0}
 
 
-def rank_score(state: str, scores: dict | None, flags: list | None = None) -> float:
+def rank_score(state: str, scores: dict | None) -> float:
     """One verdict's place in its rating window: tier, then assigned-minus-random improvement."""
     diff = scores.get("difference") if isinstance(scores, dict) else None
     if not isinstance(diff, (int, float)) or isinstance(diff, bool) or not math.isfinite(diff):
-        return _TIER["unscored"] if state != "merged" else _TIER["marked" if flags else "merged"]
+        return _TIER["unscored"] if state != "merged" else _TIER["merged"]
     diff = max(-5.0, min(5.0, float(diff)))
     if state != "merged":
         return _TIER["rejected"] + min(diff, 0.0)
-    return (_TIER["marked"] if flags else _TIER["merged"]) + diff
+    return _TIER["merged"] + diff
