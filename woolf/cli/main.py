@@ -28,9 +28,16 @@ def cli(ctx: click.Context, directory: Path) -> None:
 
 
 def _register() -> None:
-    from woolf.cli import authority_cmds, contrib_cmds, ledger_cmds, network_cmds, validate_cmds
+    from woolf.cli import (
+        authority_cmds,
+        contrib_cmds,
+        ledger_cmds,
+        network_cmds,
+        score_cmds,
+        validate_cmds,
+    )
 
-    for module in (ledger_cmds, contrib_cmds, validate_cmds, network_cmds, authority_cmds):
+    for module in (ledger_cmds, contrib_cmds, validate_cmds, network_cmds, authority_cmds, score_cmds):
         for command in module.COMMANDS:
             cli.add_command(command)
 
