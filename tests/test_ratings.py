@@ -75,3 +75,9 @@ def test_leaderboard_and_credit_commands_on_a_real_ledger(network):
     assert out.returncode == 0 and data["versions"] == 2 and {r["contributor"] for r in data["rows"]} == {"alice", "bob"}
     human = run_cli("credit", cwd=val.root)
     assert human.returncode == 0 and "alice" in human.stdout and "total loss improvement" in human.stdout
+    from woolf.report import build_report
+
+    paths = build_report(val, val.root / "report")
+    page = paths["html"].read_text()
+    assert "id='leaderboard'" in page and "id='credit'" in page and "ratings.png" in str(paths["plots"][-1])
+    assert "## Leaderboard" in paths["markdown"].read_text()
