@@ -64,7 +64,6 @@ def test_leaderboard_and_credit_commands_on_a_real_ledger(network):
     craft_pr(val, tensors=_noise(val, seed=5), meta_patch={"contributor": "ＡＬＩＣＥ"})
     [v] = Validator(val, device="cpu", name="v1").run()
     assert not v.accepted and v.scores is None
-    val.pull()  # the commands read this clone's main, like `woolf log`
     out = run_cli("leaderboard", "--json", cwd=val.root)
     assert out.returncode == 0, out.stderr
     rows = {r["contributor"]: r for r in json.loads(out.stdout)["rows"]}

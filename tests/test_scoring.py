@@ -45,7 +45,8 @@ def test_scores_in_merged_and_rejected_verdicts_and_uniqueness(make_net):
     val = net.clone("val")
     # from genesis most of what any training learns is generic (scores are noisy there): warm up first
     assert _validate(val, ids=[craft_pr(val, tensors=_trained(val, "alice"), who="alice")]).popitem()[1].accepted
-    honest = craft_pr(val, tensors=_trained(val, "carol"), who="carol")
+    # fixed ids: the random shard is drawn from the id (at this tiny size one draw is noisy)
+    honest = craft_pr(val, tensors=_trained(val, "carol"), who="carol", sub_id="20261129T000000400Z-carol-00c0ffee")
     h = _validate(val)[honest]
     # a free-rider: trained on its PR's random shard, not on what it was given
     rider_id = "20261129T000000500Z-bob-0badf00d"
@@ -98,6 +99,16 @@ def test_noop_by_effect_changes_nothing(make_net):
     craft_pr(val, tensors=_noise(val, scale=1e-9), who="mallory")
     [v] = _validate(val).values()
     assert not v.accepted and "changes nothing measurable" in v.reason
+
+
+def test_random_delta_teaches_its_shard_nothing(make_net):
+    net = make_net(**{"policy.min_improvement": "-10", "scoring.min_assigned": "0.01"})
+    val = net.clone("val")
+    noise = craft_pr(val, tensors=_noise(val, scale=0.01, seed=4), who="mallory")
+    honest = craft_pr(val, tensors=_trained(val, "alice"), who="alice")
+    verdicts = _validate(val)
+    assert not verdicts[noise].accepted and "did not learn the data it was given" in verdicts[noise].reason
+    assert verdicts[honest].accepted and verdicts[honest].scores["assigned"] > 0.01
 
 
 def test_replay_by_content_and_scaled_copies(network):

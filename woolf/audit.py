@@ -28,6 +28,7 @@ from woolf.core.scores import clip_delta
 from woolf.core.staleness import attenuation
 from woolf.core.trailers import float_field, parse_message
 from woolf.errors import StorageError, WoolfError
+from woolf.scoring.hidden import hidden_note
 from woolf.storage.outer_state import load_state, state_bytes
 from woolf.storage.pointer import Pointer
 from woolf.storage.weights import load_trusted, spec_of
@@ -85,6 +86,9 @@ def audit(ledger, progress=None, reevaluate: bool = False) -> AuditReport:
             _check_merge(ledger, report, prev, v, prev_weights, prev_state, current)
         prev, prev_weights, prev_state = v, current, (state if state_ok else _UNKNOWN)
     check_authority(ledger, report, versions, reevaluate=reevaluate)
+    note = hidden_note(ledger.config)  # what cannot be checked without the validators' private benchmark
+    if note:
+        report.notes.append(note)
     return report
 
 

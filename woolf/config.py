@@ -72,6 +72,8 @@ class WorkloadConfig:
 class BenchmarkConfig:
     path: str = "ledger/benchmark/benchmark.txt"  # held-out data, committed in git
     sha256: str = ""  # pins the benchmark's bytes
+    hidden_sha256: str = ""  # validator-private held-out set: only its sha256 and size are public
+    hidden_size: int = 0
 
 
 @dataclass
@@ -91,6 +93,7 @@ class ScoringConfig:
     sample_bytes: int = 8192  # bytes of each shard evaluated (the benchmark is usually 4x this)
     uniqueness: str = "mark"  # random shard improved >= assigned: mark | reject | off
     min_effect: float = 1e-5  # a delta that moves neither the benchmark nor its shard by this changes nothing
+    min_assigned: float = float("-inf")  # least loss a delta must remove on its own shard (-inf: off; demo 0.01)
     copy_threshold: float = 0.97  # |cosine| to a recent or earlier-received delta above this: a copy
     copy_window: int = 16  # merged versions whose deltas a PR is compared with (plus earlier open PRs)
     norm_multiple: float = 10.0  # |delta| over this multiple of the median recent merged |delta| (0: off)
@@ -252,6 +255,10 @@ def _check_scoring(cfg: LedgerConfig, bad) -> None:
         bad("scoring.min_effect", "use a number >= 0", s.min_effect)
     if q.max_open_per_contributor < 1:
         bad("queue.max_open_per_contributor", "use an integer >= 1", q.max_open_per_contributor)
+    hb = cfg.benchmark
+    if hb.hidden_sha256 and (not re.fullmatch(r"[0-9a-f]{64}", hb.hidden_sha256) or hb.hidden_size <= 0):
+        bad("benchmark.hidden_sha256/hidden_size", "use a lower-case hex sha256 and its size in bytes (> 0)",
+            (hb.hidden_sha256, hb.hidden_size))
     if p.max_drawdown < 0:
         bad("policy.max_drawdown", "use a number >= 0 (0: off)", p.max_drawdown)
     if not 0 <= cfg.limits.min_delta_norm_ratio < cfg.limits.max_delta_norm_ratio:

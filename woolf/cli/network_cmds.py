@@ -23,9 +23,11 @@ from woolf.cli.app import App, json_option, pass_app
 @click.option("--quick", is_flag=True, help="Smaller run: 2 participants x 4 rounds x 15 steps, 1 validator.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="Set a key of the demo ledger's config, as `woolf init --set` (e.g. merge.rule=fedbuff).")
+@click.option("--adversaries", default="", metavar="KIND,...",
+              help="Add cheating participants: free-rider, copycat, overfitter, noise, flooder (comma-separated).")
 @json_option
 @pass_app
-def demo(app: App, participants, rounds, validators, steps, directory, quick, settings, as_json):
+def demo(app: App, participants, rounds, validators, steps, directory, quick, settings, adversaries, as_json):
     """Run a whole decentralized training network on this machine."""
     from woolf.network.demo import run_demo
 
@@ -41,7 +43,8 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, se
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
         overrides[key.strip()] = value.strip()
     r = run_demo(app.cwd / directory, participants=participants, rounds=rounds, validators=validators,
-                 steps=steps, quick=quick, console=app.err if as_json else app.console, settings=overrides)
+                 steps=steps, quick=quick, console=app.err if as_json else app.console, settings=overrides,
+                 adversaries=[a.strip() for a in adversaries.split(",") if a.strip()])
     if as_json:
         app.emit_json(r.to_json())
         if r.interrupted:
@@ -56,6 +59,8 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, se
             f"final {r.final_loss:.4f}")
     for line in comparison_lines(r):
         c.print(line)
+    for line in outcome_lines(r):
+        c.print(line)
     c.print(f"wall time: {r.wall_seconds:.1f}s (network {r.network_seconds:.0f}s, reference runs "
             f"{r.reference_seconds:.0f}s)   hub: {r.dir}")
     if r.report:
@@ -67,6 +72,22 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, se
     c.print(f"try: git clone {r.dir}/hub.git mine && cd mine && {woolf_cmd} log")
     if r.interrupted:
         click.get_current_context().exit(130)  # like any interrupted command
+
+
+def outcome_lines(r) -> list[str]:
+    """What each contributor got (merged / rejected / marked, rating), honest ones first."""
+    if not r.outcomes:
+        return []
+    out = ["contributors (rating = OpenSkill ordinal; `woolf leaderboard` in the hub):"]
+    for who, o in sorted(r.outcomes.items(), key=lambda kv: (kv[1]["adversary"], -(kv[1]["rating"] or -1e9))):
+        tag = "adversary" if o["adversary"] else "honest"
+        rating = "-" if o["rating"] is None else f"{o['rating']:.2f}"
+        out.append(f"  {who:<12} {tag:<9} merged {o['merged']:>3}  rejected {o['rejected']:>3}  "
+                   f"marked {o['marked']:>3}  rating {rating}")
+    if r.honest_above_adversaries is not None:
+        out.append("every honest participant ranks above every adversary: "
+                   + ("yes" if r.honest_above_adversaries else "NO"))
+    return out
 
 
 def comparison_lines(r) -> list[str]:

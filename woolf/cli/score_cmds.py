@@ -14,6 +14,15 @@ from rich.table import Table
 from woolf.cli.app import App, json_option, pass_app
 
 
+def _ledger(app: App):
+    """The ledger as origin has it now (fetched), like `woolf report`: verdicts and main agree."""
+    ledger = app.ledger()
+    if ledger.has_origin():
+        ledger.fetch()
+        ledger.main_ref = "refs/remotes/origin/main"
+    return ledger
+
+
 def _f(x, fmt: str = "{:.3f}") -> str:
     return "-" if x is None else fmt.format(x)
 
@@ -27,7 +36,7 @@ def leaderboard(app: App, window, as_json):
     """Contributors by OpenSkill rating (Plackett-Luce, beta 7, tau 0.1), from the verdict history."""
     from woolf.scoring.board import leaderboard as board
 
-    data = board(app.ledger(), window=window)
+    data = board(_ledger(app), window=window)
     if as_json:
         app.emit_json(data)
         return
@@ -49,7 +58,7 @@ def credit(app: App, since, as_json):
     """Each contributor's share of the ledger's benchmark improvement (regressions count against)."""
     from woolf.scoring.board import credit as shares
 
-    data = shares(app.ledger(), since=since)
+    data = shares(_ledger(app), since=since)
     if as_json:
         app.emit_json(data)
         return

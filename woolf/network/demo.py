@@ -53,6 +53,9 @@ class DemoResult:
     wall_seconds: float = 0.0
     interrupted: bool = False
     report: str | None = None
+    adversaries: list = field(default_factory=list)  # kinds of cheating participants (network/adversaries.py)
+    outcomes: dict = field(default_factory=dict)  # contributor -> merged, rejected, marked, rating, adversary
+    honest_above_adversaries: bool | None = None  # every honest participant rated above every adversary
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -86,18 +89,27 @@ def _reason_key(reason: str) -> str:
 
 def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int = 2,
              steps: int | None = None, quick: bool = False, console: Console | None = None,
-             report: bool = True, settings: dict[str, str] | None = None) -> DemoResult:
+             report: bool = True, settings: dict[str, str] | None = None,
+             adversaries: list[str] | None = None) -> DemoResult:
     if participants < 1 or validators < 1 or rounds < 1:
         raise UsageError("a demo needs at least one participant, one validator and one round")
+    from woolf.network.adversaries import KINDS
+
+    adversaries = list(dict.fromkeys(adversaries or []))
+    if set(adversaries) - set(KINDS):
+        raise UsageError(f"unknown adversaries {sorted(set(adversaries) - set(KINDS))}",
+                         hint=f"choose from {', '.join(KINDS)}")
+    if adversaries:  # a flood beyond four open PRs is rejected unread; random deltas teach their shard nothing
+        settings = {"queue.max_open_per_contributor": "4", "scoring.min_assigned": "0.01", **(settings or {})}
     console = console or Console()
     steps = steps or (15 if quick else 30)
     names = [f"p{i + 1}" for i in range(participants)]
     vnames = [f"v{i + 1}" for i in range(validators)]
     t0 = time.time()
     root = Path(root).resolve()
-    hub = create_hub(root, names, vnames, overrides={"workload.steps": str(steps), **(settings or {})})
+    hub = create_hub(root, names + adversaries, vnames, overrides={"workload.steps": str(steps), **(settings or {})})
     result = DemoResult(str(root), participants, validators, rounds, steps,
-                        total_steps=participants * rounds * steps)
+                        total_steps=participants * rounds * steps, adversaries=adversaries)
     observer = Ledger.open(hub.clone_of("observer"))
     from woolf.workloads.base import load_workload
 
@@ -114,6 +126,9 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
     parts = [_spawn(["participant", str(hub.clone_of(n)), "--name", n, "--rounds", str(rounds),
                      "--steps", str(steps), "--delay", f"{i * (0.5 if quick else 1.5):.2f}",
                      "--seed", str(i)], root / "logs" / f"{n}.log") for i, n in enumerate(names)]
+    parts += [_spawn(["adversary", str(hub.clone_of(a)), "--name", a, "--rounds", str(rounds), "--steps", str(steps),
+                      "--seed", str(100 + i), "--delay", "1.0" if quick else "2.0"], root / "logs" / f"{a}.log")
+              for i, a in enumerate(adversaries)]
     try:  # Ctrl-C or SIGTERM stop the network cleanly (see woolf/interrupts.py)
         with interruptible(), Live(console=console, refresh_per_second=2, transient=False) as live:
             while any(p.poll() is None for p in parts):
@@ -138,6 +153,7 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
         key = _reason_key(p.reason or "")
         result.rejections[key] = result.rejections.get(key, 0) + 1
     result.final_loss = snap.loss if snap.loss is not None else result.genesis_loss
+    _outcomes(observer, result, adversaries)
     console.print()
     if not result.interrupted:
         console.print(f"reference runs at the same compute: each participant alone ({rounds} x {steps} "
@@ -160,3 +176,18 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
 
         result.report = str(build_report(observer, root / "report", demo=result.to_json())["html"])
     return result
+
+
+def _outcomes(observer, result: DemoResult, adversaries: list[str]) -> None:
+    """What each contributor got, from the leaderboard (woolf/scoring), and whether honesty ranked first."""
+    from woolf.scoring.board import leaderboard
+
+    rows = leaderboard(observer)["rows"]
+    for r in rows:
+        result.outcomes[r["contributor"]] = {"merged": r["merged"], "rejected": r["rejected"], "marked": r["flagged"],
+                                             "rating": r["ordinal"], "adversary": r["contributor"] in adversaries}
+    honest = [r["ordinal"] for r in rows if r["contributor"] not in adversaries and r["ordinal"] is not None]
+    cheats = [r["ordinal"] if r["ordinal"] is not None else float("-inf") for r in rows
+              if r["contributor"] in adversaries]
+    if adversaries and honest:
+        result.honest_above_adversaries = not cheats or min(honest) > max(cheats)

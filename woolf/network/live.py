@@ -59,4 +59,9 @@ def render(snap: Snapshot, elapsed: float, genesis_loss: float | None, title: st
                       Text(p.state, style=style), str(p.base_version),
                       "" if p.staleness is None else str(p.staleness),
                       "" if p.attenuation is None else f"{p.attenuation:.2f}", losses)
-    return Group(line, table)
+    tally: dict[str, list[int]] = {}
+    for p in snap.prs:
+        t = tally.setdefault(p.contributor or "?", [0, 0])
+        t[0 if p.state == "merged" else 1] += p.state in ("merged", "rejected")
+    who = Text("   ".join(f"{w}: {m} merged, {r} rejected" for w, (m, r) in sorted(tally.items())), style="dim")
+    return Group(line, who, table)

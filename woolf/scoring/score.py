@@ -20,6 +20,7 @@ import time
 
 from woolf.core.merge import apply_delta
 from woolf.core.scores import improvement, unique
+from woolf.errors import WoolfError
 
 log = logging.getLogger("woolf.validator")
 
@@ -37,7 +38,19 @@ def random_name(pr_id: str) -> str:
     return f"~random:{pr_id}"  # '~' and ':' are not in any contributor id
 
 
-def score_delta(v, adm, current, delta, wl) -> dict | None:
+def _base_weights(v, adm, main, current):
+    """The PR's base version's weights (main's when it is not stale); the last one is kept."""
+    if adm.base.commit == main.commit:
+        return current
+    cached = getattr(v, "_score_base", None)
+    if cached and cached[0] == adm.base.commit:
+        return cached[1]
+    weights = v.ledger.load_weights(adm.base)
+    v._score_base = (adm.base.commit, weights)
+    return weights
+
+
+def score_delta(v, adm, main, current, delta, wl) -> dict | None:
     """{"assigned", "random", "difference", "seconds"}; None when scoring is off or the workload has no shards."""
     cfg = v.ledger.config
     if not cfg.scoring.enabled:
@@ -47,12 +60,15 @@ def score_delta(v, adm, current, delta, wl) -> dict | None:
     try:
         own = sample(wl.default_data(adm.meta["contributor"], adm.base.version).texts, cfg.scoring.sample_bytes)
         rnd = sample(wl.default_data(random_name(adm.meta["id"]), adm.base.version).texts, cfg.scoring.sample_bytes)
-        after = apply_delta(current, delta, 1.0)
+        base = _base_weights(v, adm, main, current)
+        after = apply_delta(base, delta, 1.0)
         out = {}
         for name, data in (("assigned", own), ("random", rnd)):
-            b = wl.evaluate(current, data, v.device).get(metric)
+            b = wl.evaluate(base, data, v.device).get(metric)
             a = wl.evaluate(after, data, v.device).get(metric)
             out[name] = improvement(float(b), float(a), direction)
+    except WoolfError:
+        raise  # the base version's weights unreadable: the ledger's storage, not the PR
     except Exception as exc:  # noqa: BLE001 - a workload without shards, or data too short: no scores
         log.info("%s: no contribution scores (%s: %s)", adm.meta["id"], type(exc).__name__, str(exc)[:200])
         return None
@@ -95,6 +111,9 @@ def judge(v, verdict, before: dict, probe: dict) -> str | None:
             and abs(b - a) < cfg.scoring.min_effect:
         return (f"the delta changes nothing measurable (benchmark {b - a:+.2g}, its shard {s['assigned']:+.2g}, "
                 f"under scoring.min_effect {cfg.scoring.min_effect:g})")
+    if s and s["assigned"] < cfg.scoring.min_assigned:
+        return (f"the delta removes {s['assigned']:+.4f} of loss on its own assigned shard, under "
+                f"scoring.min_assigned {cfg.scoring.min_assigned:g}: it did not learn the data it was given")
     if s and cfg.scoring.uniqueness != "off" and not unique(s["assigned"], s["random"]):
         why = (f"random data improved as much as its assigned shard (assigned {s['assigned']:+.4f}, "
                f"random {s['random']:+.4f}): it did not train on what it was given")
@@ -104,8 +123,10 @@ def judge(v, verdict, before: dict, probe: dict) -> str | None:
     return drawdown_reason(v, probe)
 
 
-def verdict_fields(verdict) -> dict:
+def verdict_fields(verdict, cfg=None) -> dict:
     """The scoring trailers of a verdict, merged or rejected (absent values are not written)."""
-    return {"Woolf-Scores": verdict.scores or None, "Woolf-Flags": verdict.flags or None,
+    from woolf.scoring.hidden import benchmark_label
+
+    return {"Woolf-Benchmark": benchmark_label(cfg) if cfg is not None else None, "Woolf-Scores": verdict.scores or None, "Woolf-Flags": verdict.flags or None,
             "Woolf-Delta-Content": verdict.content, "Woolf-Delta-Norm": verdict.delta_norm,
             "Woolf-Delta-Clip": verdict.clip}

@@ -24,6 +24,7 @@ from woolf.errors import (
     StorageError,
 )
 from woolf.scoring import check_queue, judge, score_delta, screen_delta, verdict_fields
+from woolf.scoring.hidden import gate_benchmark
 from woolf.signing.submitter import check_submitter
 from woolf.storage.files import hashes_of_file
 from woolf.storage.outer_state import load_state, save_state
@@ -99,7 +100,7 @@ class MergeStep:
         sc = adm.screened
         verdict.content, verdict.delta_norm, verdict.clip, verdict.flags = sc.content, sc.norm, sc.clip, sc.flags
         wl = self.ledger.workload()
-        bench = self.ledger.benchmark()
+        bench = gate_benchmark(self.ledger)  # the hidden benchmark when the config pins one (woolf/scoring)
         with timer("evaluation"):
             before = self._eval_cache.get(main.commit)
             if before is None:
@@ -111,7 +112,7 @@ class MergeStep:
         if not step.applied:
             verdict.metrics["probe"] = probe
         with timer("scoring"):
-            verdict.scores = score_delta(self, adm, current, sc.delta, wl)
+            verdict.scores = score_delta(self, adm, main, current, sc.delta, wl)
         reference = self._reference(before)
         decision = decide(cfg.policy, reference, probe)
         verdict.reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
@@ -177,7 +178,7 @@ class MergeStep:
             "Woolf-Contributor": v.contributor, "Woolf-Base-Version": v.base_version,
             "Woolf-Staleness": v.staleness, "Woolf-Attenuation": v.attenuation,
             "Woolf-Metrics-Before": v.metrics.get("before"), "Woolf-Metrics-After": v.metrics.get("after"),
-            "Woolf-Validator": self.name, "Woolf-Timings": dict(timer), **verdict_fields(v),
+            "Woolf-Validator": self.name, "Woolf-Timings": dict(timer), **verdict_fields(v, self.ledger.config),
         }
 
     def merge(self, pr, main, verdict: Verdict, step: Step, timer: Timer) -> None:
