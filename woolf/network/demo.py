@@ -28,6 +28,8 @@ from woolf.ledger import Ledger
 from woolf.network.hub import create_hub
 from woolf.network.live import render, snapshot
 from woolf.network.references import reference_losses
+from woolf.scoring.hidden import ENV as HIDDEN_ENV
+from woolf.scoring.hidden import gate_benchmark
 
 
 @dataclass
@@ -87,6 +89,21 @@ def _reason_key(reason: str) -> str:
     return reason.split(":")[0][:60]
 
 
+def _hidden_benchmark(settings: dict) -> tuple[dict, bytes | None]:
+    """With adversaries: the gate judges by held-out text only validators read (the overfitter trains on
+    the public file in git). Written beside the hub, its path given to validators (and to this process)."""
+    if "benchmark.hidden_sha256" in settings:
+        return {}, None
+    import hashlib
+
+    from woolf.workloads import corpus
+
+    size = int(settings.get("workload.params.benchmark_bytes", 32768))
+    text = corpus.benchmark_text(2 * size)[size:]  # the same held-out files, past the public part
+    return {"benchmark.hidden_sha256": f'"{hashlib.sha256(text).hexdigest()}"',
+            "benchmark.hidden_size": str(len(text))}, text
+
+
 def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int = 2,
              steps: int | None = None, quick: bool = False, console: Console | None = None,
              report: bool = True, settings: dict[str, str] | None = None,
@@ -99,8 +116,11 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
     if set(adversaries) - set(KINDS):
         raise UsageError(f"unknown adversaries {sorted(set(adversaries) - set(KINDS))}",
                          hint=f"choose from {', '.join(KINDS)}")
+    hidden = None
     if adversaries:  # a flood beyond four open PRs is rejected unread; random deltas teach their shard nothing
-        settings = {"queue.max_open_per_contributor": "4", "scoring.min_assigned": "0.01", **(settings or {})}
+        pinned, hidden = _hidden_benchmark(settings or {})
+        settings = {"queue.max_open_per_contributor": "4", "scoring.min_assigned": "0.01", **pinned,
+                    **(settings or {})}
     console = console or Console()
     steps = steps or (15 if quick else 30)
     names = [f"p{i + 1}" for i in range(participants)]
@@ -110,12 +130,17 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
     hub = create_hub(root, names + adversaries, vnames, overrides={"workload.steps": str(steps), **(settings or {})})
     result = DemoResult(str(root), participants, validators, rounds, steps,
                         total_steps=participants * rounds * steps, adversaries=adversaries)
+    if hidden is not None:  # validators (spawned below) and the reference runs read it; participants never do
+        private = root / "validators-only" / "benchmark.txt"
+        private.parent.mkdir()
+        private.write_bytes(hidden)
+        os.environ[HIDDEN_ENV] = str(private)
     observer = Ledger.open(hub.clone_of("observer"))
     from woolf.workloads.base import load_workload
 
     wl = load_workload(observer.config.workload)
     genesis = observer.load_weights(observer.head())
-    result.genesis_loss = wl.evaluate(genesis, observer.benchmark())["loss"]
+    result.genesis_loss = wl.evaluate(genesis, gate_benchmark(observer))["loss"]
     console.print(f"hub at {root}: {participants} participants x {rounds} rounds x {steps} steps, "
                   f"{validators} validators")
     stop_file = root / ".stop"
