@@ -27,7 +27,8 @@ def test_ratings_rank_by_score_and_tolerate_unscored_history():
     assert order[:2] == ["alice", "bob"] and set(order[2:]) == {"eve", "mallory", "trent"}
     assert table["alice"].windows == 6 and len(timeline) == 6
     assert rate(history, window=5)[0]["alice"].mu == table["alice"].mu  # deterministic
-    assert rank_score("merged", None) > rank_score("rejected", {"difference": 3.0}) > rank_score("rejected", None)
+    assert rank_score("rejected", {"difference": 0.3}) > rank_score("merged", None) > rank_score("rejected", None)
+    assert rank_score("merged", {"difference": 99.0}) == 5.0  # one verdict cannot buy a rating
     assert rank_score("merged", {"difference": float("nan")}) == rank_score("merged", None)
     # one contributor alone learns nothing
     alone, tl = rate([("alice", "merged", {"difference": 1.0})] * 4, window=2)

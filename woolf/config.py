@@ -103,7 +103,7 @@ class ScoringConfig:
 
 @dataclass
 class QueueConfig:
-    max_open_per_contributor: int = 32  # PRs of one contributor beyond this many open are rejected unread
+    max_open_per_contributor: int = 64  # PRs of one contributor beyond this many open are rejected unread
     fair: bool = True  # round-robin by contributor, then by receive time
 
 

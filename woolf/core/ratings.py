@@ -7,8 +7,8 @@ Usage:
 
 The history is cut into consecutive windows of ``window`` verdicts (oldest first). In each
 window every contributor who has a verdict there is one team; its score is the mean of its
-verdicts' rank scores (woolf/core/scores.py: merged above rejected, then the improvement on
-its assigned shard beyond a random one); the window is one Plackett-Luce match (Gauntlet's
+verdicts' rank scores (woolf/core/scores.py: the improvement on its assigned shard beyond a
+random one; rejections before evaluation far below); the window is one Plackett-Luce match (Gauntlet's
 beta = 7, tau = 0.1). A window with a single contributor teaches nothing and is skipped.
 The same history always gives the same ratings.
 """

@@ -96,18 +96,14 @@ def unique(assigned: float, random: float) -> bool:
     return assigned > random
 
 
-# Tiers keep every merged verdict above every rejection with scores, and those above rejections without.
-# A mark (not-unique) is not a tier of its own: honest work from a young model is often marked
-# (its first steps learn what any text teaches), and the difference itself already ranks it.
-_TIER = {"merged": 0.0, "rejected": -20.0, "unscored": -30.0}
+UNSCORED = -30.0  # a rejection before evaluation (a copy, a no-op, over the limit): below any score
 
 
 def rank_score(state: str, scores: dict | None) -> float:
-    """One verdict's place in its rating window: tier, then assigned-minus-random improvement."""
+    """One verdict's place in its rating window: the assigned-minus-random improvement when it was
+    measured, merged or not (a gate rejection is often staleness, not cheating); a rejection without
+    scores ranks below every scored verdict; a merge without scores (history from before scoring) is 0."""
     diff = scores.get("difference") if isinstance(scores, dict) else None
     if not isinstance(diff, (int, float)) or isinstance(diff, bool) or not math.isfinite(diff):
-        return _TIER["unscored"] if state != "merged" else _TIER["merged"]
-    diff = max(-5.0, min(5.0, float(diff)))
-    if state != "merged":
-        return _TIER["rejected"] + min(diff, 0.0)
-    return _TIER["merged"] + diff
+        return UNSCORED if state != "merged" else 0.0
+    return max(-5.0, min(5.0, float(diff)))

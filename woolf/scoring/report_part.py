@@ -70,8 +70,8 @@ def scoring_section(ledger, out: Path) -> Section:
         return lines + ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rs]
 
     page = ("<h2>Leaderboard</h2><p>OpenSkill Plackett-Luce ratings (beta 7, tau 0.1), one match per "
-            f"{board['window']} verdicts, ranked by assigned-minus-random shard improvement; merged above "
-            "rejected.</p>" + table("leaderboard", head, rows)
+            f"{board['window']} verdicts, ranked by assigned-minus-random shard improvement; rejections "
+            "before evaluation (copies, no-ops, floods) rank last.</p>" + table("leaderboard", head, rows)
             + f"<h2>Credit</h2><p>Shares of the total {html.escape(shares['metric'])} improvement "
             f"({shares['total']:+.4f} over {shares['versions']} versions); a regressing merge counts against "
             "its author.</p>" + table("credit", chead, crows))
