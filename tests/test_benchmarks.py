@@ -64,3 +64,13 @@ def test_signing_overhead_smoke(tmp_path):
     data = json.loads((tmp_path / "sig.json").read_text())
     assert data["modes"]["signed"]["prs"] == 1 and set(data["components_s"]) == {
         "sign_commit", "verify_head_and_key", "check_submitter"}
+
+
+def test_adversaries_smoke(tmp_path):
+    _run(tmp_path, "adversaries.py", "--participants", "2", "--rounds", "1", "--steps", "5",
+         "--validators", "1", "--runs", "1", "--out", "adv.json")
+    [pair] = json.loads((tmp_path / "adv.json").read_text())["runs"]
+    dirty = pair["adversarial"]
+    assert set(dirty["by_kind"]) == {"free-rider", "copycat", "overfitter", "noise", "flooder"}
+    assert dirty["by_kind"]["flooder"]["prs"] >= 6 and pair["clean"]["honest_prs"] == 2
+    assert dirty["by_kind"]["noise"]["merged"] == 0  # random deltas teach their shard nothing

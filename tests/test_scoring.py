@@ -41,7 +41,8 @@ def _validate(val, **kw):
 
 
 def test_scores_in_merged_and_rejected_verdicts_and_uniqueness(make_net):
-    net = make_net(**{"policy.min_improvement": "-10", "scoring.uniqueness": "mark", "scoring.norm_multiple": "0"})
+    net = make_net(**{"policy.min_improvement": "-10", "scoring.uniqueness": "mark", "scoring.norm_multiple": "0",
+                      "policy.max_drawdown": "0.05"})
     val = net.clone("val")
     # from genesis most of what any training learns is generic (scores are noisy there): warm up first
     assert _validate(val, ids=[craft_pr(val, tensors=_trained(val, "alice"), who="alice")]).popitem()[1].accepted

@@ -53,7 +53,7 @@ class PolicyConfig:
     min_improvement: float = -0.02  # required gain; negative = tolerated regression
     gate: str = "current"  # compare with: current (the version merged on) | best (best of the last `window`)
     window: int = 8  # gate = best: how many recent versions' recorded metrics count
-    max_drawdown: float = 0.03  # never more than this behind the best of the last `window` versions (0: off)
+    max_drawdown: float = -1.0  # most behind the best of the last `window` versions (0: off; -1: 2x the tolerance)
 
 
 @dataclass
@@ -259,8 +259,9 @@ def _check_scoring(cfg: LedgerConfig, bad) -> None:
     if hb.hidden_sha256 and (not re.fullmatch(r"[0-9a-f]{64}", hb.hidden_sha256) or hb.hidden_size <= 0):
         bad("benchmark.hidden_sha256/hidden_size", "use a lower-case hex sha256 and its size in bytes (> 0)",
             (hb.hidden_sha256, hb.hidden_size))
-    if p.max_drawdown < 0:
-        bad("policy.max_drawdown", "use a number >= 0 (0: off)", p.max_drawdown)
+    if p.max_drawdown < 0 and p.max_drawdown != -1:
+        bad("policy.max_drawdown", "use a number >= 0 (0: off), or -1 (twice the tolerated regression)",
+            p.max_drawdown)
     if not 0 <= cfg.limits.min_delta_norm_ratio < cfg.limits.max_delta_norm_ratio:
         bad("limits.min_delta_norm_ratio", "use a number >= 0 below max_delta_norm_ratio",
             cfg.limits.min_delta_norm_ratio)

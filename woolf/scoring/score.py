@@ -84,11 +84,18 @@ def _metric(d: dict | None, metric: str) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
+def drawdown_limit(policy) -> float:
+    """policy.max_drawdown, where -1 (the default) is twice the tolerated regression (0 when none is)."""
+    if policy.max_drawdown == -1:
+        return 2 * max(0.0, -policy.min_improvement)
+    return policy.max_drawdown
+
+
 def drawdown_reason(v, probe: dict) -> str | None:
     """The candidate may never be more than `policy.max_drawdown` behind the best of the last `window` versions."""
     p = v.ledger.config.policy
-    got = _metric(probe, p.metric)
-    if not p.max_drawdown or got is None:
+    got, limit = _metric(probe, p.metric), drawdown_limit(p)
+    if not limit or got is None:
         return None
     recent = [m for m in (_metric(x.metrics, p.metric) for x in v.ledger.log(limit=p.window)) if m is not None]
     recent = [m for m in recent if math.isfinite(m)]
@@ -96,9 +103,9 @@ def drawdown_reason(v, probe: dict) -> str | None:
         return None
     best = min(recent) if p.direction == "minimize" else max(recent)
     behind = improvement(got, best, p.direction)  # > 0: the candidate is worse than the best
-    if behind > p.max_drawdown:
+    if behind > limit:
         return (f"{p.metric} {got:.4f} is {behind:.4f} behind the best of the last {len(recent)} versions "
-                f"({best:.4f}), over policy.max_drawdown {p.max_drawdown:g}: tolerated regressions do not add up")
+                f"({best:.4f}), over policy.max_drawdown {limit:g}: tolerated regressions do not add up")
     return None
 
 

@@ -130,7 +130,7 @@ def screen_delta(v, adm: Admitted, main, current: dict[str, torch.Tensor], delta
     ledger, cfg = v.ledger, v.ledger.config
     sc = cfg.scoring
     n, w = norm(delta), norm(current)
-    if n <= cfg.limits.min_delta_norm_ratio * max(w, 1e-12):
+    if cfg.limits.min_delta_norm_ratio > 0 and n <= cfg.limits.min_delta_norm_ratio * max(w, 1e-12):
         raise Rejected(f"the delta is a no-op (norm {n:.3g}, {n / max(w, 1e-12):.3g}x the model's, under "
                        f"limits.min_delta_norm_ratio {cfg.limits.min_delta_norm_ratio:g}); it would change nothing")
     content = content_sha256(delta)
