@@ -30,7 +30,7 @@ from woolf.storage.weights import load_checked, spec_of
 
 log = logging.getLogger("woolf.validator")
 MAX_OPEN_COMPARED = 64  # open PRs a delta is compared with, at most
-CACHE_DELTAS = 64
+CACHE_BYTES = 1 << 30  # other PRs' deltas kept in memory between PRs (least recently used go first)
 
 
 @dataclass
@@ -80,8 +80,11 @@ def _load(v, pointer: Pointer, key: str, spec) -> dict | None:
         log.info("copy check: delta %s unreadable (%s)", key[:16], exc.message)
         return None
     cache[key] = delta
-    while len(cache) > CACHE_DELTAS:
-        cache.popitem(last=False)
+    sizes = {k: sum(t.numel() * t.element_size() for t in d.values()) for k, d in cache.items()}
+    total = sum(sizes.values())
+    while len(cache) > 1 and total > CACHE_BYTES:
+        old, _ = cache.popitem(last=False)
+        total -= sizes[old]
     return delta
 
 
@@ -119,6 +122,15 @@ def _earlier(v, adm: Admitted, spec):
             yield f"PR {p.id}, open and received earlier", delta, p.id
 
 
+def _contents(v, main) -> dict:
+    """{tensor content sha256: (version, PR id)} of every merged delta, read once per main head."""
+    cached = getattr(v, "_contents_cache", None)
+    if not cached or cached[0] != main.commit:
+        cached = (main.commit, {r.content: (r.version, r.id) for r in merged_records(v.ledger) if r.content})
+        v._contents_cache = cached
+    return cached[1]
+
+
 def _state_now(v, sub_id: str) -> str:
     try:
         return v.forge.refresh(sub_id).state
@@ -146,10 +158,10 @@ def screen_delta(v, adm: Admitted, main, current: dict[str, torch.Tensor], delta
         delta.update(clip_delta(delta, clip))  # the merge uses the clipped delta; the audit too (Woolf-Delta-Clip)
         flags.append("clipped")
         n = norm(delta)
-    for rec in merged_records(ledger):
-        if rec.content == content:
-            raise Rejected(f"replay: the same tensors were already merged as version {rec.version} "
-                           f"(PR {rec.id}), whatever the file's bytes")
+    seen = _contents(v, main).get(content)
+    if seen:
+        raise Rejected(f"replay: the same tensors were already merged as version {seen[0]} "
+                       f"(PR {seen[1]}), whatever the file's bytes")
     spec = spec_of(current)
     for label, other, other_id in _earlier(v, adm, spec):
         if other_id == adm.meta["id"]:
