@@ -81,3 +81,15 @@ def test_leaderboard_and_credit_commands_on_a_real_ledger(network):
     page = paths["html"].read_text()
     assert "id='leaderboard'" in page and "id='credit'" in page and "ratings.png" in str(paths["plots"][-1])
     assert "## Leaderboard" in paths["markdown"].read_text()
+
+
+def test_demo_summary_names_what_each_contributor_got():
+    from woolf.cli.network_cmds import outcome_lines
+    from woolf.network.demo import DemoResult
+
+    r = DemoResult("d", 2, 1, 1, 5, adversaries=["noise"], honest_above_adversaries=True, outcomes={
+        "p1": {"merged": 3, "rejected": 1, "marked": 0, "rating": 4.2, "adversary": False},
+        "noise": {"merged": 0, "rejected": 4, "marked": 0, "rating": None, "adversary": True}})
+    lines = outcome_lines(r)
+    assert "p1" in lines[1] and "honest" in lines[1] and "noise" in lines[2] and "rating -" in lines[2]
+    assert lines[-1].endswith("yes") and outcome_lines(DemoResult("d", 1, 1, 1, 1)) == []
