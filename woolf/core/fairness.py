@@ -3,7 +3,7 @@
 Usage:
     canonical("ＡＬＩＣＥ") == canonical("alice")          # NFKC + casefold: one contributor
     queue = fair_order(prs)                               # round-robin by contributor, then received
-    over = beyond_limit(queue, limit=4)                   # {pr id: rank} of PRs past a contributor's limit
+    over = beyond_limit(queue, limit=4)                   # {pr id: open count} of PRs older than its newest 4
 
 Pure functions over anything with ``.contributor`` and ``.queue_key()`` (PullRequest).
 """
@@ -41,5 +41,12 @@ def fair_order(prs) -> list:
 
 
 def beyond_limit(prs, limit: int) -> dict[str, int]:
-    """{id: rank} of the open PRs past each contributor's first ``limit`` (in receive order)."""
-    return {pr.id: rank for rank, pr in _ranked(prs) if rank >= limit}
+    """{id: count} of each contributor's open PRs older than its newest ``limit`` (in receive order),
+    with how many that contributor had open. The newest survive: an older PR of the same contributor
+    is the stalest, and a queue that lags behind an honest participant costs it its oldest work only."""
+    ranked = _ranked(prs)
+    count: dict[str, int] = {}
+    for _, pr in ranked:
+        count[canonical(pr.contributor)] = count.get(canonical(pr.contributor), 0) + 1
+    return {pr.id: count[canonical(pr.contributor)] for rank, pr in ranked
+            if rank < count[canonical(pr.contributor)] - limit}

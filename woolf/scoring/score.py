@@ -2,7 +2,8 @@
 
 Usage (from the validator's MergeStep):
     verdict.scores = score_delta(validator, adm, current, screened.delta, workload)
-    reason = judge(validator, verdict, before, probe)     # None, or why the PR is rejected after all
+    reason = judge_scores(validator, verdict)              # before the benchmark: learned nothing, not unique
+    reason = judge(validator, verdict, before, probe)     # after the gate: changes nothing, drawdown
     fields = verdict_fields(verdict)                       # Woolf-Scores, Woolf-Flags, ... trailers
 
 The assigned shard is the workload's default data for (contributor, base version), the
@@ -110,7 +111,7 @@ def drawdown_reason(v, probe: dict) -> str | None:
 
 
 def judge(v, verdict, before: dict, probe: dict) -> str | None:
-    """After the benchmark gate accepted: a no-op, a delta that did not train on its shard, a drawdown."""
+    """After the benchmark gate accepted: a delta that changes nothing measurable, a drawdown."""
     cfg = v.ledger.config
     s = verdict.scores
     b, a = _metric(before, cfg.policy.metric), _metric(probe, cfg.policy.metric)
@@ -118,6 +119,14 @@ def judge(v, verdict, before: dict, probe: dict) -> str | None:
             and abs(b - a) < cfg.scoring.min_effect:
         return (f"the delta changes nothing measurable (benchmark {b - a:+.2g}, its shard {s['assigned']:+.2g}, "
                 f"under scoring.min_effect {cfg.scoring.min_effect:g})")
+    return drawdown_reason(v, probe)
+
+
+def judge_scores(v, verdict) -> str | None:
+    """Before the benchmark is evaluated (so a refused delta costs no benchmark evaluation): a delta
+    that learned nothing from its own shard; one that did not train on it (uniqueness = reject, or a mark)."""
+    cfg = v.ledger.config
+    s = verdict.scores
     if s and s["assigned"] < cfg.scoring.min_assigned:
         return (f"the delta removes {s['assigned']:+.4f} of loss on its own assigned shard, under "
                 f"scoring.min_assigned {cfg.scoring.min_assigned:g}: it did not learn the data it was given")
@@ -127,7 +136,7 @@ def judge(v, verdict, before: dict, probe: dict) -> str | None:
         if cfg.scoring.uniqueness == "reject":
             return why
         verdict.flags.append("not-unique")
-    return drawdown_reason(v, probe)
+    return None
 
 
 def verdict_fields(verdict, cfg=None) -> dict:

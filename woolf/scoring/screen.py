@@ -51,12 +51,12 @@ def open_snapshot(v) -> list:
 
 
 def check_queue(v, pr) -> None:
-    """A contributor with more open PRs than `queue.max_open_per_contributor`: the later ones are rejected unread."""
+    """A contributor with more open PRs than `queue.max_open_per_contributor`: the oldest are rejected unread."""
     limit = v.ledger.config.queue.max_open_per_contributor
     over = beyond_limit(open_snapshot(v), limit)
     if pr.id in over:
-        raise Rejected(f"contributor {canonical(pr.contributor)!r} had {over[pr.id] + 1} or more open PRs when "
-                       f"the queue was read, over the limit of {limit}; this one was received after the first {limit}")
+        raise Rejected(f"contributor {canonical(pr.contributor)!r} had {over[pr.id]} open PRs when the queue was "
+                       f"read, over the limit of {limit}; only the newest {limit} are judged (superseded)")
 
 
 def _cache(v) -> OrderedDict:

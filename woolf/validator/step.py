@@ -23,7 +23,14 @@ from woolf.errors import (
     InvalidWeightsError,
     StorageError,
 )
-from woolf.scoring import check_queue, judge, score_delta, screen_delta, verdict_fields
+from woolf.scoring import (
+    check_queue,
+    judge,
+    judge_scores,
+    score_delta,
+    screen_delta,
+    verdict_fields,
+)
 from woolf.scoring.hidden import gate_benchmark
 from woolf.signing.submitter import check_submitter
 from woolf.storage.files import hashes_of_file
@@ -100,6 +107,12 @@ class MergeStep:
         sc = adm.screened
         verdict.content, verdict.delta_norm, verdict.clip, verdict.flags = sc.content, sc.norm, sc.clip, sc.flags
         wl = self.ledger.workload()
+        with timer("scoring"):  # assigned vs random shard; a delta that learned nothing is refused here
+            verdict.scores = score_delta(self, adm, main, current, sc.delta, wl)
+        veto = judge_scores(self, verdict)
+        if veto:
+            verdict.reason = veto
+            return verdict, None
         bench = gate_benchmark(self.ledger)  # the hidden benchmark when the config pins one (woolf/scoring)
         with timer("evaluation"):
             before = self._eval_cache.get(main.commit)
@@ -111,14 +124,12 @@ class MergeStep:
         verdict.metrics = {"before": before, "after": probe if step.applied else before}
         if not step.applied:
             verdict.metrics["probe"] = probe
-        with timer("scoring"):
-            verdict.scores = score_delta(self, adm, main, current, sc.delta, wl)
         reference = self._reference(before)
         decision = decide(cfg.policy, reference, probe)
         verdict.reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
         if not decision.accepted:
             return verdict, None
-        veto = judge(self, verdict, before, probe)  # no-op, uniqueness (reject mode), drawdown
+        veto = judge(self, verdict, before, probe)  # changes nothing, drawdown
         if veto:
             verdict.reason = veto
             return verdict, None
