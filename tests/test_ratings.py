@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from woolf.core.fairness import canonical
 from woolf.core.ratings import rate
 from woolf.core.scores import rank_score
@@ -56,6 +58,7 @@ def test_credit_counts_regressions_against_their_author():
     assert {r["contributor"] for r in board["rows"]} == {"alice", "bob", "eve"}
 
 
+@pytest.mark.slow  # CLI subprocesses and the HTML report
 def test_leaderboard_and_credit_commands_on_a_real_ledger(network):
     val = network.clone("val")
     for who in ("alice", "bob", "alice"):

@@ -83,10 +83,11 @@ def test_uniqueness_reject_mode(make_net):
 
 def test_noop_deltas_rejected_and_do_not_make_honest_work_stale(network):
     val, alice = network.clone("val"), network.clone("alice")
-    # the honest PR is trained on version 0; 17 no-ops with early ids follow it
+    # the honest PR is trained on version 0; no-ops with early ids follow it (17 landed in the attack;
+    # 5 show the same here, faster)
     network.train_submit(alice, "alice")
     noops = [craft_pr(val, tensors=_noise(val, scale=1e-30, seed=i), who="mallory",
-                      sub_id=f"20000101T00000{i:04d}Z-mallory-{i:08x}") for i in range(17)]
+                      sub_id=f"20000101T00000{i:04d}Z-mallory-{i:08x}") for i in range(5)]
     verdicts = _validate(val)
     assert all(not verdicts[i].accepted and "no-op" in verdicts[i].reason for i in noops)
     [honest] = [v for v in verdicts.values() if v.contributor == "alice"]
