@@ -96,3 +96,12 @@ def test_demo_summary_names_what_each_contributor_got():
     lines = outcome_lines(r)
     assert "p1" in lines[1] and "honest" in lines[1] and "noise" in lines[2] and "rating -" in lines[2]
     assert lines[-1].endswith("yes") and outcome_lines(DemoResult("d", 1, 1, 1, 1)) == []
+
+
+def test_a_pr_too_stale_by_its_turn_is_not_held_against_its_contributor():
+    stale = Record("s", "bob", "rejected", 1, reason="staleness 17 is over the ledger's max_staleness 16; train again")
+    copy = Record("c", "bob", "rejected", 2, reason="a copy of PR x, open and received earlier: cosine +0.99")
+    flood = Record("f", "bob", "rejected", 3, reason="contributor 'bob' had 6 open PRs when the queue was read, "
+                                                    "over the limit of 4; only the newest 4 are judged (superseded)")
+    assert not stale.rated and copy.rated and flood.rated
+    assert Record("m", "bob", "merged", 4).rated

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from woolf.core.fairness import canonical
 from woolf.core.trailers import float_field, int_field, json_field, parse_message
 
+UNRATED = ("is over the ledger's max_staleness",)  # rejections for the queue's lag, not held against anyone
+
 
 @dataclass
 class Record:
@@ -35,6 +37,15 @@ class Record:
     delta_sha256: str | None = None
     content: str | None = None
     delta_norm: float | None = None
+
+    @property
+    def rated(self) -> bool:
+        """Whether the verdict is a match result: a PR refused unread because it was too stale by the time
+        its turn came says nothing about its work (PRs superseded over the open-PR limit do count: a flood
+        is the contributor's choice)."""
+        if self.state != "rejected" or self.scores is not None:
+            return True
+        return not any(x in (self.reason or "") for x in UNRATED)
 
     def improvement(self, metric: str = "loss", direction: str = "minimize") -> float | None:
         if not isinstance(self.before, dict) or not isinstance(self.after, dict):
