@@ -40,15 +40,10 @@ def random_name(pr_id: str) -> str:
 
 
 def _base_weights(v, adm, main, current):
-    """The PR's base version's weights (main's when it is not stale); the last one is kept."""
+    """The PR's base version's weights (main's when it is not stale); read per PR, never kept in memory."""
     if adm.base.commit == main.commit:
         return current
-    cached = getattr(v, "_score_base", None)
-    if cached and cached[0] == adm.base.commit:
-        return cached[1]
-    weights = v.ledger.load_weights(adm.base)
-    v._score_base = (adm.base.commit, weights)
-    return weights
+    return v.ledger.load_weights(adm.base)
 
 
 def score_delta(v, adm, main, current, delta, wl) -> dict | None:

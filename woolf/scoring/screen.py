@@ -30,7 +30,7 @@ from woolf.storage.weights import load_checked, spec_of
 
 log = logging.getLogger("woolf.validator")
 MAX_OPEN_COMPARED = 64  # open PRs a delta is compared with, at most
-CACHE_BYTES = 1 << 30  # other PRs' deltas kept in memory between PRs (least recently used go first)
+CACHE_BYTES = 64 << 20  # other PRs' deltas kept between PRs (LRU); a big model's are re-read, not kept
 
 
 @dataclass
@@ -82,7 +82,7 @@ def _load(v, pointer: Pointer, key: str, spec) -> dict | None:
     cache[key] = delta
     sizes = {k: sum(t.numel() * t.element_size() for t in d.values()) for k, d in cache.items()}
     total = sum(sizes.values())
-    while len(cache) > 1 and total > CACHE_BYTES:
+    while cache and total > CACHE_BYTES:
         old, _ = cache.popitem(last=False)
         total -= sizes[old]
     return delta
