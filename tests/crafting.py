@@ -22,11 +22,11 @@ from woolf.storage.files import hashes_of_file
 
 def craft_pr(led, tensors=None, raw: bytes | None = None, extra_files=None, meta_patch=None,
              base=None, parent: str | None = None, who: str = "mallory", files_patch=None, forge=None,
-             remote: str = "storage", sign_key=None) -> str:
+             remote: str = "storage", sign_key=None, sub_id: str | None = None) -> str:
     """``sign_key``: sign the submission commit with this key (default: unsigned, whoever's clone it is)."""
     led.fetch()
     base = base or led.head("refs/remotes/origin/main")
-    sub_id = f"20261129T000000{secrets.randbelow(999):03d}Z-{who}-{secrets.token_hex(4)}"
+    sub_id = sub_id or f"20261129T000000{secrets.randbelow(999):03d}Z-{who}-{secrets.token_hex(4)}"
     data = raw if raw is not None else save(tensors)
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "delta.safetensors"

@@ -94,3 +94,13 @@ def test_quorum_overhead_smoke(tmp_path):
     data = json.loads((tmp_path / "quorum.json").read_text())
     assert data["modes"]["quorum"]["prs"] == 1 and data["modes"]["quorum"]["first_voter_median_s"] > 0
     assert data["vote_phase_s"] > 0
+
+
+def test_adversaries_smoke(tmp_path):
+    _run(tmp_path, "adversaries.py", "--participants", "2", "--rounds", "1", "--steps", "5",
+         "--validators", "1", "--runs", "1", "--out", "adv.json")
+    [pair] = json.loads((tmp_path / "adv.json").read_text())["runs"]
+    dirty = pair["adversarial"]
+    assert set(dirty["by_kind"]) == {"free-rider", "copycat", "overfitter", "noise", "flooder"}
+    assert dirty["by_kind"]["flooder"]["prs"] >= 6 and pair["clean"]["honest_prs"] == 2
+    assert dirty["by_kind"]["noise"]["merged"] == 0  # random deltas teach their shard nothing

@@ -79,13 +79,13 @@ def test_report_renders_in_headless_chromium(demo_run, tmp_path):
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert "CONSOLE" not in dom.stderr, dom.stderr  # no console errors or messages
     html = dom.stdout
-    for table in ("summary", "versions", "prs"):
+    for table in ("summary", "versions", "prs", "leaderboard", "credit"):
         assert f'id="{table}"' in html or f"id='{table}'" in html
     assert "nan" not in html.split('id="versions"')[1]  # genesis shows its recorded loss
     assert "best participant alone" in html and "synchronous data parallel" in html
     assert "best version" in html and "Benchmark loss of every merged version" in html  # words, captions
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
-    assert len(images) == 3
+    assert len(images) == 4  # loss, contributors, staleness, ratings over time
     assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
     shot = tmp_path / "shot.png"
     subprocess.run([*base, "--window-size=1000,1200", f"--screenshot={shot}", page.as_uri()],

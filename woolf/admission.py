@@ -39,6 +39,7 @@ class Admitted:
     staleness: int
     pointer: Pointer
     meta: dict
+    screened: object = None  # woolf.scoring.Screened, once the delta's tensors are checked
 
 
 def _blob(git, spec: str, limit: int, what: str) -> bytes:

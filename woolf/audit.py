@@ -24,9 +24,12 @@ from safetensors.torch import save
 from woolf import layout
 from woolf.config import parse_config
 from woolf.core.outer import Rule, merge_step
+from woolf.core.scores import clip_delta
 from woolf.core.staleness import attenuation
+from woolf.core.trailers import float_field, parse_message
 from woolf.errors import StorageError, WoolfError
 from woolf.retention.deltas import gc_removable, merged_delta
+from woolf.scoring.hidden import hidden_note
 from woolf.storage.outer_state import load_state, state_bytes
 from woolf.storage.sparse import load_delta
 from woolf.storage.weights import TRUSTED_LIMITS, load_trusted, spec_of
@@ -97,6 +100,9 @@ def audit(ledger, progress=None, reevaluate: bool = False) -> AuditReport:
         report.notes.append(f"{removed} versions' weights are not kept in storage (`woolf gc`); "
                             "each was recomputed from its parent and delta")
     check_authority(ledger, report, versions, reevaluate=reevaluate)
+    note = hidden_note(ledger.config)  # what cannot be checked without the validators' private benchmark
+    if note:
+        report.notes.append(note)
     return report
 
 
@@ -165,6 +171,9 @@ def _check_merge(ledger, report, prev, v, prev_weights, prev_state):
     except WoolfError as exc:
         report.problem(v.version, f"delta: {exc.message}", _kind(exc))
         return None
+    clip = float_field(parse_message(git.message(v.commit))[1], "Woolf-Delta-Clip")  # scoring.norm_action = clip
+    if clip is not None:
+        delta = clip_delta(delta, clip)
     try:
         step = merge_step(rule, prev_weights, prev_state, delta, v.attenuation or 0.0)
     except (ValueError, KeyError, RuntimeError) as exc:

@@ -30,9 +30,10 @@ from woolf.errors import RaceLostError, UsageError
 from woolf.timing import Timer
 from woolf.validator import Verdict
 
-SCHEMA = 3  # 3: + device, where the metrics were evaluated
+SCHEMA = 3  # 3: + device (where the metrics were evaluated), scores and flags (woolf/scoring)
 RECORD_KEYS = {"schema", "id", "head", "main", "accepted", "reason", "staleness", "attenuation",
-               "metrics", "base_version", "contributor", "timings", "candidate_sha256", "device"}
+               "metrics", "base_version", "contributor", "timings", "candidate_sha256", "device",
+               "scores", "flags"}
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -73,7 +74,8 @@ def evaluate_pr(v, ref: str) -> dict:
             "metrics": verdict.metrics, "base_version": verdict.base_version,
             "contributor": verdict.contributor, "timings": dict(timer),
             "candidate_sha256": candidate_sha256(step) if step is not None else None,
-            "device": verdict.device}
+            "device": verdict.device,
+            "scores": verdict.scores, "flags": [f for f in verdict.flags if f == "not-unique"]}
 
 
 def _num(x) -> bool:
@@ -109,7 +111,10 @@ def check_record(record) -> dict:
         "contributor": r["contributor"] is None or (isinstance(r["contributor"], str)
                                                     and layout.CONTRIBUTOR.match(r["contributor"])),
         "timings": _flat(r["timings"]),
-        "device": isinstance(r["device"], str) and 0 < len(r["device"]) <= 200 and r["device"].isprintable(),
+        "device": r["device"] is None or (isinstance(r["device"], str) and 0 < len(r["device"]) <= 200
+                                          and r["device"].isprintable()),  # None: rejected before evaluation
+        "scores": r["scores"] is None or _flat(r["scores"], 8),  # evaluation output, like the metrics
+        "flags": isinstance(r["flags"], list) and set(r["flags"]) <= {"not-unique"},
         "candidate_sha256": (r["candidate_sha256"] is None and not r["accepted"])
                             or (isinstance(r["candidate_sha256"], str) and _SHA256.match(r["candidate_sha256"])),
     }
@@ -141,7 +146,8 @@ def apply_record(v, record: dict) -> Verdict | None:
     verdict = Verdict(pr.id, record["accepted"], "merged" if record["accepted"] else "rejected",
                       record["reason"], record["contributor"], record["base_version"],
                       staleness=record["staleness"], attenuation=record["attenuation"],
-                      metrics=record["metrics"], timings=record["timings"], device=record["device"])
+                      metrics=record["metrics"], timings=record["timings"], device=record["device"],
+                      scores=record["scores"], flags=list(record["flags"]))
     with timer("checks"):
         try:
             adm = admit(v.ledger, pr, main, v._merged_deltas(main))
@@ -168,6 +174,9 @@ def apply_record(v, record: dict) -> Verdict | None:
     verdict.base_version, verdict.attenuation = adm.base.version, att
     try:
         _, step = v.candidate(adm, main, att, timer)  # recomputed, never re-evaluated
+        sc = adm.screened  # woolf/scoring: recomputed content hash, norm and clip
+        verdict.content, verdict.delta_norm, verdict.clip = sc.content, sc.norm, sc.clip
+        verdict.flags += [f for f in sc.flags if f not in verdict.flags]
     except Rejected as exc:  # e.g. the delta became unreadable since evaluation
         verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
         v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))

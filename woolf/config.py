@@ -53,6 +53,7 @@ class PolicyConfig:
     min_improvement: float = -0.02  # required gain; negative = tolerated regression
     gate: str = "current"  # compare with: current (the version merged on) | best (best of the last `window`)
     window: int = 8  # gate = best: how many recent versions' recorded metrics count
+    max_drawdown: float = -1.0  # most behind the best of the last `window` versions (0: off; -1: 2x the tolerance)
 
 
 @dataclass
@@ -71,6 +72,8 @@ class WorkloadConfig:
 class BenchmarkConfig:
     path: str = "ledger/benchmark/benchmark.txt"  # held-out data, committed in git
     sha256: str = ""  # pins the benchmark's bytes
+    hidden_sha256: str = ""  # validator-private held-out set: only its sha256 and size are public
+    hidden_size: int = 0
 
 
 @dataclass
@@ -79,6 +82,29 @@ class LimitsConfig:
     max_header_bytes: int = 1024 * 1024  # largest safetensors JSON header
     max_tensors: int = 10_000  # most tensors in one file
     max_delta_norm_ratio: float = 100.0  # |delta| / |weights| above this is rejected unevaluated
+    min_delta_norm_ratio: float = 1e-6  # |delta| / |weights| below this is a no-op, rejected unevaluated
+
+
+@dataclass
+class ScoringConfig:
+    """Contribution scores, copies and the norm guard (woolf/scoring/, docs/protocol.md#scoring)."""
+
+    enabled: bool = True  # measure each delta on its assigned shard and on a random one
+    sample_bytes: int = 8192  # bytes of each shard evaluated (the benchmark is usually 4x this)
+    uniqueness: str = "mark"  # random shard improved >= assigned: mark | reject | off
+    min_effect: float = 1e-5  # a delta that moves neither the benchmark nor its shard by this changes nothing
+    min_assigned: float = float("-inf")  # least loss a delta must remove on its own shard (-inf: off; demo 0.01)
+    copy_threshold: float = 0.97  # |cosine| to a recent or earlier-received delta above this: a copy
+    copy_window: int = 16  # merged versions whose deltas a PR is compared with (plus earlier open PRs)
+    norm_multiple: float = 10.0  # |delta| over this multiple of the median recent merged |delta| (0: off)
+    norm_window: int = 8  # merged deltas the median is taken over (needs 3 or more)
+    norm_action: str = "reject"  # reject | clip
+
+
+@dataclass
+class QueueConfig:
+    max_open_per_contributor: int = 64  # PRs of one contributor beyond this many open are rejected unread
+    fair: bool = True  # round-robin by contributor, then by receive time
 
 
 @dataclass
@@ -133,6 +159,8 @@ class LedgerConfig:
     signing: SigningConfig = field(default_factory=SigningConfig)
     validators: ValidatorsConfig = field(default_factory=ValidatorsConfig)
     tasks: TasksConfig = field(default_factory=TasksConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    queue: QueueConfig = field(default_factory=QueueConfig)
 
 
 _SECTIONS = {
@@ -147,6 +175,8 @@ _SECTIONS = {
     "signing": SigningConfig,
     "validators": ValidatorsConfig,
     "tasks": TasksConfig,
+    "scoring": ScoringConfig,
+    "queue": QueueConfig,
 }
 
 
@@ -241,6 +271,7 @@ def _check(cfg: LedgerConfig, source: str) -> None:
         bad("validators", "epsilon in [0, 1e6), vote_timeout > 0, flag_rate in [0, 1]", dataclasses.asdict(v))
     if not 1 <= cfg.tasks.lease <= 7 * 86400:
         bad("tasks.lease", "use seconds in [1, 604800]", cfg.tasks.lease)
+    _check_scoring(cfg, bad)
     if not cfg.name or any(c in cfg.name for c in "\n\r"):
         bad("name", "use a one-line name", cfg.name)
 
@@ -259,6 +290,37 @@ def _check_delta(cfg: LedgerConfig, bad) -> None:
         bad("delta.compress", f"use a kind in delta.accept ({', '.join(d.accept)})", d.compress)
     if not 1 <= cfg.storage.snapshot_every <= 1_000_000:
         bad("storage.snapshot_every", "use an integer in [1, 1000000]", cfg.storage.snapshot_every)
+
+
+def _check_scoring(cfg: LedgerConfig, bad) -> None:
+    s, q, p = cfg.scoring, cfg.queue, cfg.policy
+    if not 64 <= s.sample_bytes <= 64 * 1024**2:
+        bad("scoring.sample_bytes", "use an integer in [64, 67108864]", s.sample_bytes)
+    if s.uniqueness not in ("mark", "reject", "off"):
+        bad("scoring.uniqueness", "use 'mark', 'reject' or 'off'", s.uniqueness)
+    if not 0 < s.copy_threshold <= 1:
+        bad("scoring.copy_threshold", "use a number in (0, 1]", s.copy_threshold)
+    if not 0 <= s.copy_window <= 1024:
+        bad("scoring.copy_window", "use an integer in [0, 1024]", s.copy_window)
+    if s.norm_multiple < 0 or not 3 <= s.norm_window <= 1024:
+        bad("scoring.norm_multiple/norm_window", "use a multiple >= 0 and a window in [3, 1024]",
+            (s.norm_multiple, s.norm_window))
+    if s.norm_action not in ("reject", "clip"):
+        bad("scoring.norm_action", "use 'reject' or 'clip'", s.norm_action)
+    if s.min_effect < 0:
+        bad("scoring.min_effect", "use a number >= 0", s.min_effect)
+    if q.max_open_per_contributor < 1:
+        bad("queue.max_open_per_contributor", "use an integer >= 1", q.max_open_per_contributor)
+    hb = cfg.benchmark
+    if hb.hidden_sha256 and (not re.fullmatch(r"[0-9a-f]{64}", hb.hidden_sha256) or hb.hidden_size <= 0):
+        bad("benchmark.hidden_sha256/hidden_size", "use a lower-case hex sha256 and its size in bytes (> 0)",
+            (hb.hidden_sha256, hb.hidden_size))
+    if p.max_drawdown < 0 and p.max_drawdown != -1:
+        bad("policy.max_drawdown", "use a number >= 0 (0: off), or -1 (twice the tolerated regression)",
+            p.max_drawdown)
+    if not 0 <= cfg.limits.min_delta_norm_ratio < cfg.limits.max_delta_norm_ratio:
+        bad("limits.min_delta_norm_ratio", "use a number >= 0 below max_delta_norm_ratio",
+            cfg.limits.min_delta_norm_ratio)
 
 
 def parse_config(text: str, source: str = CONFIG_PATH) -> LedgerConfig:

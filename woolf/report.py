@@ -19,6 +19,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from woolf.forges.local import LocalForge  # noqa: E402
 from woolf.network.story import facts_sentence, rejection_kinds, version_facts  # noqa: E402
+from woolf.scoring.report_part import scoring_section  # noqa: E402
 
 
 def _collect(ledger) -> tuple[list, list]:
@@ -229,8 +230,10 @@ def build_report(ledger, out: Path, demo: dict | None = None) -> dict:
     versions, prs = _collect(ledger)
     name = ledger.config.name
     plots = [_plot_loss(versions, out, demo), _plot_contributors(prs, out), _plot_staleness(prs, out)]
+    scoring = scoring_section(ledger, out)  # leaderboard, ratings over time, credit (woolf/scoring)
+    plots += [scoring.plot] if scoring.plot else []
     md = out / "summary.md"
-    md.write_text(_markdown(name, versions, prs, demo))
+    md.write_text(_markdown(name, versions, prs, demo) + scoring.markdown)
     page = out / "index.html"
-    page.write_text(_html(name, versions, prs, plots, demo))
+    page.write_text(_html(name, versions, prs, plots, demo).replace("</body>", scoring.html + "</body>"))
     return {"html": page, "markdown": md, "plots": plots}

@@ -55,12 +55,13 @@ def _register() -> None:
         ledger_cmds,
         network_cmds,
         quorum_cmds,
+        score_cmds,
         storage_cmds,
         validate_cmds,
     )
 
     for module in (ledger_cmds, contrib_cmds, validate_cmds, network_cmds, authority_cmds, history_cmds,
-                   storage_cmds, quorum_cmds):
+                   storage_cmds, quorum_cmds, score_cmds):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -27,10 +27,12 @@ from woolf.cli.app import App, json_option, pass_app
               help="The last validator votes to accept everything with invented metrics.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="Set a key of the demo ledger's config, as `woolf init --set` (e.g. merge.rule=fedbuff).")
+@click.option("--adversaries", default="", metavar="KIND,...",
+              help="Add cheating participants: free-rider, copycat, overfitter, noise, flooder (comma-separated).")
 @json_option
 @pass_app
 def demo(app: App, participants, rounds, validators, steps, directory, quick, quorum, dishonest, settings,
-         as_json):
+         adversaries, as_json):
     """Run a whole decentralized training network on this machine."""
     from woolf.network.demo import run_demo
 
@@ -47,7 +49,8 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, qu
         overrides[key.strip()] = value.strip()
     r = run_demo(app.cwd / directory, participants=participants, rounds=rounds, validators=validators,
                  steps=steps, quick=quick, console=app.err if as_json else app.console, settings=overrides,
-                 quorum=quorum, dishonest=dishonest)
+                 quorum=quorum, dishonest=dishonest,
+                 adversaries=[a.strip() for a in adversaries.split(",") if a.strip()])
     if as_json:
         app.emit_json(r.to_json())
         if r.interrupted:
@@ -75,6 +78,8 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, qu
                 + (f" (dishonest: {r.dishonest})" if r.dishonest else ""))
     for line in comparison_lines(r):
         c.print(line)
+    for line in outcome_lines(r):
+        c.print(line)
     c.print(f"wall time: {r.wall_seconds:.1f}s: the network {r.network_seconds:.0f}s, then the reference "
             f"runs {r.reference_seconds:.0f}s   hub: {r.dir}")
     if r.report:
@@ -86,6 +91,22 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, qu
     c.print(f"try: git clone {r.dir}/hub.git mine && cd mine && {woolf_cmd} log")
     if r.interrupted:
         click.get_current_context().exit(130)  # like any interrupted command
+
+
+def outcome_lines(r) -> list[str]:
+    """What each contributor got (merged / rejected / marked, rating), honest ones first."""
+    if not r.outcomes:
+        return []
+    out = ["contributors (rating = OpenSkill ordinal; `woolf leaderboard` in the hub):"]
+    for who, o in sorted(r.outcomes.items(), key=lambda kv: (kv[1]["adversary"], -(kv[1]["rating"] or -1e9))):
+        tag = "adversary" if o["adversary"] else "honest"
+        rating = "-" if o["rating"] is None else f"{o['rating']:.2f}"
+        out.append(f"  {who:<12} {tag:<9} merged {o['merged']:>3}  rejected {o['rejected']:>3}  "
+                   f"marked {o['marked']:>3}  rating {rating}")
+    if r.honest_above_adversaries is not None:
+        out.append("every honest participant ranks above every adversary: "
+                   + ("yes" if r.honest_above_adversaries else "NO"))
+    return out
 
 
 def comparison_lines(r) -> list[str]:

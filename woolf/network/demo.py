@@ -29,6 +29,8 @@ from woolf.network.hub import create_hub
 from woolf.network.live import render, snapshot
 from woolf.network.references import reference_losses
 from woolf.network.story import activity, rejection_kinds, version_facts
+from woolf.scoring.hidden import ENV as HIDDEN_ENV
+from woolf.scoring.hidden import gate_benchmark
 
 
 @dataclass
@@ -63,6 +65,9 @@ class DemoResult:
     dishonest: str | None = None  # the validator that votes accept on everything (--dishonest-validator)
     merges_without_honest_quorum: int = 0  # merged versions resting on fewer than k honest votes (target 0)
     flagged: list = field(default_factory=list)  # validators `woolf validators` flags
+    adversaries: list = field(default_factory=list)  # kinds of cheating participants (network/adversaries.py)
+    outcomes: dict = field(default_factory=dict)  # contributor -> merged, rejected, marked, rating, adversary
+    honest_above_adversaries: bool | None = None  # every honest participant rated above every adversary
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -107,10 +112,25 @@ def _judge_validators(observer, result: DemoResult, liar: str | None) -> None:
             result.merges_without_honest_quorum += 1
 
 
+def _hidden_benchmark(settings: dict) -> tuple[dict, bytes | None]:
+    """With adversaries: the gate judges by held-out text only validators read (the overfitter trains on
+    the public file in git). Written beside the hub, its path given to validators (and to this process)."""
+    if "benchmark.hidden_sha256" in settings:
+        return {}, None
+    import hashlib
+
+    from woolf.workloads import corpus
+
+    size = int(settings.get("workload.params.benchmark_bytes", 32768))
+    text = corpus.benchmark_text(2 * size)[size:]  # the same held-out files, past the public part
+    return {"benchmark.hidden_sha256": f'"{hashlib.sha256(text).hexdigest()}"',
+            "benchmark.hidden_size": str(len(text))}, text
+
+
 def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int = 2,
              steps: int | None = None, quick: bool = False, console: Console | None = None,
              report: bool = True, settings: dict[str, str] | None = None, quorum: int = 1,
-             dishonest: bool = False) -> DemoResult:
+             dishonest: bool = False, adversaries: list[str] | None = None) -> DemoResult:
     if participants < 1 or validators < 1 or rounds < 1:
         raise UsageError("a demo needs at least one participant, one validator and one round")
     if quorum < 1 or quorum > validators - dishonest:
@@ -118,21 +138,37 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
                          f"({validators} validators{', one of them dishonest' if dishonest else ''})",
                          hint="raise --validators or lower --quorum")
     settings = {**(settings or {}), **({"validators.quorum": str(quorum)} if quorum > 1 else {})}
+    from woolf.network.adversaries import KINDS
+
+    adversaries = list(dict.fromkeys(adversaries or []))
+    if set(adversaries) - set(KINDS):
+        raise UsageError(f"unknown adversaries {sorted(set(adversaries) - set(KINDS))}",
+                         hint=f"choose from {', '.join(KINDS)}")
+    hidden = None
+    if adversaries:  # a flood beyond four open PRs is rejected unread; random deltas teach their shard nothing
+        pinned, hidden = _hidden_benchmark(settings or {})
+        settings = {"queue.max_open_per_contributor": "4", "scoring.min_assigned": "0.01", **pinned,
+                    **(settings or {})}
     console = console or Console()
     steps = steps or (15 if quick else 30)
     names = [f"p{i + 1}" for i in range(participants)]
     vnames = [f"v{i + 1}" for i in range(validators)]
     t0 = time.time()
     root = Path(root).resolve()
-    hub = create_hub(root, names, vnames, overrides={"workload.steps": str(steps), **(settings or {})})
+    hub = create_hub(root, names + adversaries, vnames, overrides={"workload.steps": str(steps), **(settings or {})})
     result = DemoResult(str(root), participants, validators, rounds, steps,
-                        total_steps=participants * rounds * steps, quorum=quorum)
+                        total_steps=participants * rounds * steps, quorum=quorum, adversaries=adversaries)
+    if hidden is not None:  # validators (spawned below) and the reference runs read it; participants never do
+        private = root / "validators-only" / "benchmark.txt"
+        private.parent.mkdir()
+        private.write_bytes(hidden)
+        os.environ[HIDDEN_ENV] = str(private)
     observer = Ledger.open(hub.clone_of("observer"))
     from woolf.workloads.base import load_workload
 
     wl = load_workload(observer.config.workload)
     genesis = observer.load_weights(observer.head())
-    result.genesis_loss = wl.evaluate(genesis, observer.benchmark())["loss"]
+    result.genesis_loss = wl.evaluate(genesis, gate_benchmark(observer))["loss"]
     console.print(f"hub at {root}: {participants} participants x {rounds} rounds x {steps} steps, "
                   f"{validators} validators")
     stop_file = root / ".stop"
@@ -144,6 +180,9 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
     parts = [_spawn(["participant", str(hub.clone_of(n)), "--name", n, "--rounds", str(rounds),
                      "--steps", str(steps), "--delay", f"{i * (0.5 if quick else 1.5):.2f}",
                      "--seed", str(i)], root / "logs" / f"{n}.log") for i, n in enumerate(names)]
+    parts += [_spawn(["adversary", str(hub.clone_of(a)), "--name", a, "--rounds", str(rounds), "--steps", str(steps),
+                      "--seed", str(100 + i), "--delay", "1.0" if quick else "2.0"], root / "logs" / f"{a}.log")
+              for i, a in enumerate(adversaries)]
     try:  # Ctrl-C or SIGTERM stop the network cleanly (see woolf/interrupts.py)
         with interruptible(), Live(console=console, refresh_per_second=2, transient=False) as live:
             while any(p.poll() is None for p in parts):
@@ -172,6 +211,7 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
     result.best_loss, result.regressing_merges = facts["best_loss"], facts["regressing_merges"]
     if quorum > 1 or dishonest:
         _judge_validators(observer, result, liar)
+    _outcomes(observer, result, adversaries)
     console.print()
     if not result.interrupted:
         console.print(f"reference runs at the same compute: each participant alone ({rounds} x {steps} "
@@ -194,3 +234,18 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
 
         result.report = str(build_report(observer, root / "report", demo=result.to_json())["html"])
     return result
+
+
+def _outcomes(observer, result: DemoResult, adversaries: list[str]) -> None:
+    """What each contributor got, from the leaderboard (woolf/scoring), and whether honesty ranked first."""
+    from woolf.scoring.board import leaderboard
+
+    rows = leaderboard(observer)["rows"]
+    for r in rows:
+        result.outcomes[r["contributor"]] = {"merged": r["merged"], "rejected": r["rejected"], "marked": r["flagged"],
+                                             "rating": r["ordinal"], "adversary": r["contributor"] in adversaries}
+    honest = [r["ordinal"] for r in rows if r["contributor"] not in adversaries and r["ordinal"] is not None]
+    cheats = [r["ordinal"] if r["ordinal"] is not None else float("-inf") for r in rows
+              if r["contributor"] in adversaries]
+    if adversaries and honest:
+        result.honest_above_adversaries = not cheats or min(honest) > max(cheats)

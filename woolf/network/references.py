@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from woolf.scoring.hidden import gate_benchmark
 from woolf.workloads.base import TrainData, load_workload
 
 
@@ -73,7 +74,7 @@ def _run(task: tuple) -> tuple[str, float | None]:
 def reference_losses(ledger, names: list[str], rounds: int, steps: int, device: str = "cpu",
                      jobs: int = 2, progress=None) -> References:
     genesis = ledger.load_weights(ledger.show(0))
-    bench = ledger.benchmark()
+    bench = gate_benchmark(ledger)  # the benchmark the validators judge by (hidden when configured)
     wcfg = ledger.config.workload
     tasks = [("centralized", "", wcfg, genesis, bench, names, rounds, steps, device),
              ("parallel", "", wcfg, genesis, bench, names, rounds, steps, device)]

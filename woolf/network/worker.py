@@ -66,7 +66,7 @@ def validator(clone: Path, name: str, stop_file: Path, interval: float, dishones
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="woolf.network.worker")
-    ap.add_argument("role", choices=["participant", "validator"])
+    ap.add_argument("role", choices=["participant", "validator", "adversary"])
     ap.add_argument("clone", type=Path)
     ap.add_argument("--name", required=True)
     ap.add_argument("--rounds", type=int, default=4)
@@ -81,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.role == "participant":
             participant(args.clone, args.name, args.rounds, args.steps, args.delay, args.seed)
+        elif args.role == "adversary":  # woolf/network/adversaries.py: the name is the kind of cheat
+            from woolf.network.adversaries import adversary
+
+            adversary(args.clone, args.name, args.rounds, args.steps, args.seed, args.delay or 2.0)
         else:
             validator(args.clone, args.name, args.stop_file, args.interval, args.dishonest)
     except KeyboardInterrupt:

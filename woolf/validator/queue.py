@@ -13,6 +13,7 @@ import os
 import socket
 import time
 
+from woolf.core.fairness import fair_order
 from woolf.errors import (
     ForgeError,
     IntegrityError,
@@ -48,11 +49,15 @@ class Validator(QuorumStep, MergeStep):
         self._merged_cache: tuple[str, set[str]] | None = None
         self._retry_at: dict[str, float] = {}  # PR id -> monotonic time before which it is not retried
         self._reported: set[str] = set()  # malformed refs already reported
+        self._open_snapshot: list[PullRequest] | None = None  # open PRs as the current pass read them
 
     # -- queue -----------------------------------------------------------------
     def run(self, ids: list[str] | None = None, on_verdict=None) -> list[Verdict]:
         """One pass over the open PRs in queue order; one PR's failure never ends the pass."""
         prs = sorted(self.forge.list(state="open"), key=PullRequest.queue_key)  # list() syncs the forge
+        self._open_snapshot = prs  # the queue as read: per-contributor limits and copies (woolf/scoring)
+        if self.ledger.config.queue.fair:
+            prs = fair_order(prs)  # round-robin by contributor, then by receive time
         for ref, why in getattr(self.forge, "skipped", []):  # malformed refs: reported once, never queued
             if ref not in self._reported:
                 self._reported.add(ref)

@@ -23,6 +23,15 @@ from woolf.errors import (
     InvalidWeightsError,
     StorageError,
 )
+from woolf.scoring import (
+    check_queue,
+    judge,
+    judge_scores,
+    score_delta,
+    screen_delta,
+    verdict_fields,
+)
+from woolf.scoring.hidden import gate_benchmark
 from woolf.signing.submitter import check_submitter
 from woolf.storage.files import hashes_of_file
 from woolf.storage.outer_state import load_state, save_state
@@ -54,6 +63,7 @@ class MergeStep:
             current = load_trusted(current_path)
         with timer("checks"):
             self._check_norm(current, delta)
+            adm.screened = screen_delta(self, adm, main, current, delta)  # no-op, norm guard, replay, copies
         with timer("merge"):
             return current, merge_step(Rule.from_config(cfg.merge), current, state, delta, att)
 
@@ -91,12 +101,21 @@ class MergeStep:
         cfg = self.ledger.config
         with timer("checks"):
             adm: Admitted = admit(self.ledger, pr, main, self._merged_deltas(main))
+            check_queue(self, pr)  # over its contributor's open-PR limit: rejected unread
         verdict.base_version, verdict.staleness = adm.base.version, adm.staleness
         verdict.contributor = adm.meta["contributor"]
         verdict.attenuation = attenuation(cfg.merge.staleness, adm.staleness)
         current, step = self.candidate(adm, main, verdict.attenuation, timer)
+        sc = adm.screened
+        verdict.content, verdict.delta_norm, verdict.clip, verdict.flags = sc.content, sc.norm, sc.clip, sc.flags
         wl = self.ledger.workload()
-        bench = self.ledger.benchmark()
+        with timer("scoring"):  # assigned vs random shard; a delta that learned nothing is refused here
+            verdict.scores = score_delta(self, adm, main, current, sc.delta, wl)
+        veto = judge_scores(self, verdict)
+        if veto:
+            verdict.reason = veto
+            return verdict, None
+        bench = gate_benchmark(self.ledger)  # the hidden benchmark when the config pins one (woolf/scoring)
         with timer("evaluation"):
             before = self._eval_cache.get(main.commit)
             if before is None:
@@ -112,6 +131,10 @@ class MergeStep:
         decision = decide(cfg.policy, reference, probe)
         verdict.reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
         if not decision.accepted:
+            return verdict, None
+        veto = judge(self, verdict, before, probe)  # changes nothing, drawdown
+        if veto:
+            verdict.reason = veto
             return verdict, None
         verdict.accepted, verdict.state = True, "merged"
         return verdict, step
@@ -173,6 +196,7 @@ class MergeStep:
             "Woolf-Metrics-Before": v.metrics.get("before"), "Woolf-Metrics-After": v.metrics.get("after"),
             "Woolf-Validator": self.name, "Woolf-Timings": dict(timer),
             "Woolf-Device": v.device,  # None (omitted) when nothing was evaluated
+            **verdict_fields(v, self.ledger.config),
         }
 
     def merge(self, pr, main, verdict: Verdict, step: Step, timer: Timer, extra: dict | None = None,

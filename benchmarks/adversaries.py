@@ -1,0 +1,93 @@
+"""Adversaries in the demo (§7): honest merges with and without cheaters, what each cheat got, ranks,
+and the scoring overhead per PR against the benchmark evaluation, measured in the same runs.
+
+Usage:
+    python benchmarks/adversaries.py                      # the demo's defaults, 3 runs of each
+    python benchmarks/adversaries.py --quick --runs 1     # 2 participants x 4 rounds x 15 steps, 1 validator
+    python benchmarks/adversaries.py --participants 2 --rounds 1 --steps 5 --validators 1 --runs 1  # smoke
+
+Per run pair: the share of honest PRs merged without adversaries and with them (target:
+with >= 0.9 x without), every adversary's merged / rejected / marked counts and rating,
+whether every honest participant is rated above every adversary, and the ratio of the
+time spent scoring (two shards, before and after) to the benchmark evaluation per PR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine, write_json  # noqa: E402
+
+KINDS = ["free-rider", "copycat", "overfitter", "noise", "flooder"]
+
+
+def one_run(args, adversaries: list[str]) -> dict:
+    from rich.console import Console
+
+    from woolf.forges.local import LocalForge
+    from woolf.ledger import Ledger
+    from woolf.network.demo import run_demo
+
+    with tempfile.TemporaryDirectory(prefix="woolf-adv-") as tmp:
+        res = run_demo(Path(tmp) / "hub", participants=args.participants, rounds=args.rounds,
+                       validators=args.validators, steps=args.steps, console=Console(quiet=True),
+                       report=False, adversaries=adversaries)
+        obs = Ledger.open(Path(tmp) / "hub" / "clones" / "observer")
+        obs.fetch()
+        prs = LocalForge.for_ledger(obs).list(local_only=True)
+    honest = [p for p in prs if p.contributor not in KINDS]
+    timed = [p.timings for p in prs if p.timings and "scoring" in p.timings and p.timings.get("evaluation")]
+    by_kind = {}
+    for k in adversaries:
+        mine = [p for p in prs if p.contributor == k]
+        by_kind[k] = {"prs": len(mine), "merged": sum(p.state == "merged" for p in mine),
+                      "rejected": sum(p.state == "rejected" for p in mine),
+                      "over_limit": sum("over the limit" in (p.reason or "") for p in mine),
+                      "copies": sum("copy of" in (p.reason or "") or "negation of" in (p.reason or "") for p in mine),
+                      **{f"outcome_{x}": y for x, y in res.outcomes.get(k, {}).items()}}
+    return {"adversaries": adversaries, "honest_prs": len(honest),
+            "honest_merged": sum(p.state == "merged" for p in honest),
+            "honest_rejections": [p.reason[:80] for p in honest if p.state == "rejected" and p.reason],
+            "by_kind": by_kind, "outcomes": res.outcomes, "honest_above_adversaries": res.honest_above_adversaries,
+            "scoring_over_evaluation": (sum(t["scoring"] for t in timed) / sum(t["evaluation"] for t in timed))
+            if timed else None, "scored_prs": len(timed),
+            "final_loss": res.final_loss, "alone_loss": res.alone_loss, "network_seconds": res.network_seconds}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--participants", type=int, default=3)
+    ap.add_argument("--validators", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--quick", action="store_true", help="the demo's --quick sizes")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--out", default="adversaries.json")
+    args = ap.parse_args()
+    if args.quick:
+        args.participants, args.validators, args.rounds, args.steps = 2, 1, 4, 15
+    pairs = []
+    for i in range(args.runs):
+        clean, dirty = one_run(args, []), one_run(args, KINDS)
+        ratio = None
+        if clean["honest_prs"] and dirty["honest_prs"] and clean["honest_merged"]:
+            ratio = (dirty["honest_merged"] / dirty["honest_prs"]) / (clean["honest_merged"] / clean["honest_prs"])
+        pairs.append({"clean": clean, "adversarial": dirty, "honest_merge_ratio": ratio})
+        kinds = "  ".join(f"{k} {v['merged']}/{v['prs']} merged" for k, v in dirty["by_kind"].items())
+        print(f"run {i + 1}: honest merged {clean['honest_merged']}/{clean['honest_prs']} clean, "
+              f"{dirty['honest_merged']}/{dirty['honest_prs']} with adversaries (ratio {ratio})  {kinds}  "
+              f"honest above all adversaries: {dirty['honest_above_adversaries']}  scoring/evaluation "
+              f"{dirty['scoring_over_evaluation']}", flush=True)
+    ratios = [p["adversarial"]["scoring_over_evaluation"] for p in pairs if p["adversarial"]["scoring_over_evaluation"]]
+    out = {"machine": machine(), "settings": vars(args), "runs": pairs,
+           "median_scoring_over_evaluation": statistics.median(ratios) if ratios else None}
+    print(write_json(args.out, out))
+
+
+if __name__ == "__main__":
+    main()

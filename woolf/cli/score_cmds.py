@@ -1,0 +1,74 @@
+"""Who helped: `woolf leaderboard` (OpenSkill ratings) and `woolf credit` (shares of the improvement).
+
+Usage:
+    woolf leaderboard [--json] [--window 8]
+    woolf credit [--json] [--since V]
+"""
+
+from __future__ import annotations
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from woolf.cli.app import App, json_option, pass_app
+
+
+def _ledger(app: App):
+    """The ledger as origin has it now (fetched), like `woolf report`: verdicts and main agree."""
+    ledger = app.ledger()
+    if ledger.has_origin():
+        ledger.fetch()
+        ledger.main_ref = "refs/remotes/origin/main"
+    return ledger
+
+
+def _f(x, fmt: str = "{:.3f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+@click.command()
+@click.option("--window", type=click.IntRange(1, 10_000), default=8, show_default=True,
+              help="Verdicts per rating match.")
+@json_option
+@pass_app
+def leaderboard(app: App, window, as_json):
+    """Contributors by OpenSkill rating (Plackett-Luce, beta 7, tau 0.1), from the verdict history."""
+    from woolf.scoring.board import leaderboard as board
+
+    data = board(_ledger(app), window=window)
+    if as_json:
+        app.emit_json(data)
+        return
+    table = Table("contributor", "ordinal", "mu", "sigma", "merged", "rejected", "marked", "improvement",
+                  "assigned-random")
+    for r in data["rows"]:
+        table.add_row(escape(r["contributor"]), _f(r["ordinal"], "{:.2f}"), _f(r["mu"], "{:.2f}"),
+                      _f(r["sigma"], "{:.2f}"), str(r["merged"]), str(r["rejected"]), str(r["flagged"]),
+                      _f(r["improvement"], "{:+.4f}"), _f(r["mean_difference"], "{:+.4f}"))
+    app.console.print(table)
+    app.console.print(f"{data['verdicts']} verdicts in {len(data['timeline'])} rated windows of {window}")
+
+
+@click.command()
+@click.option("--since", type=click.IntRange(0), help="Count only versions after version V.")
+@json_option
+@pass_app
+def credit(app: App, since, as_json):
+    """Each contributor's share of the ledger's benchmark improvement (regressions count against)."""
+    from woolf.scoring.board import credit as shares
+
+    data = shares(_ledger(app), since=since)
+    if as_json:
+        app.emit_json(data)
+        return
+    table = Table("contributor", "share", "improvement", "versions", "regressions")
+    for r in data["rows"]:
+        table.add_row(escape(r["contributor"]), _f(r["share"], "{:.1%}"), _f(r["improvement"], "{:+.4f}"),
+                      str(r["versions"]), str(r["regressions"]))
+    app.console.print(table)
+    app.console.print(f"total {data['metric']} improvement {data['total']:+.4f} over {data['versions']} versions"
+                      + (f" after version {since}" if since is not None else ""))
+
+
+COMMANDS = [leaderboard, credit]

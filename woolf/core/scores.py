@@ -1,0 +1,109 @@
+"""Arithmetic of contribution scores, copies and norms (no I/O).
+
+Usage:
+    sim = similarity(delta, other)          # Similarity(cosine, copied_share)
+    sim.is_copy(0.97)                        # scaled, noised, negated or partial copy
+    content_sha256(delta)                    # the tensors' content, whatever the file's bytes
+    norm(delta); norm_limit([norms...], multiple=10.0)   # Templar's guard: a multiple of the median
+    improvement(before_loss, after_loss)     # positive = the delta helped
+    rank_score(record)                       # the number a verdict is ranked by in a rating window
+
+A delta is compared tensor by tensor in float32: the whole-delta cosine catches
+scaled and noised copies (and, by its sign, negations); the share of the delta's
+squared norm carried by tensors that are each a copy catches partial copies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+import struct
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Similarity:
+    cosine: float  # of the whole deltas, flattened
+    copied_share: float  # share of |delta|^2 in tensors whose own |cosine| passes the threshold
+
+    def is_copy(self, threshold: float) -> bool:
+        return abs(self.cosine) >= threshold or self.copied_share >= 0.5
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(torch.float32).reshape(-1)
+
+
+def similarity(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], threshold: float) -> Similarity:
+    dot = na = nb = copied = 0.0
+    for name in sorted(set(a) & set(b)):
+        x, y = _f32(a[name]), _f32(b[name])
+        if x.numel() != y.numel() or not a[name].is_floating_point():
+            continue
+        d, xx, yy = float(x @ y), float(x @ x), float(y @ y)
+        dot, na, nb = dot + d, na + xx, nb + yy
+        if xx > 0 and yy > 0 and abs(d) / math.sqrt(xx * yy) >= threshold:
+            copied += xx
+    if na <= 0 or nb <= 0 or not math.isfinite(dot + na + nb):
+        return Similarity(0.0, 0.0)
+    return Similarity(dot / math.sqrt(na * nb), copied / na)
+
+
+def f32(x: float) -> float:
+    """``x`` rounded to float32, as the arithmetic uses it."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def clip_delta(delta: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+    """Each floating tensor times ``scale`` (float32, one rounding): the validator and the audit alike."""
+    s = torch.tensor(f32(scale), dtype=torch.float32)
+    return {k: torch.mul(t.to(torch.float32), s).to(t.dtype).contiguous() if t.is_floating_point() else t
+            for k, t in delta.items()}
+
+
+def norm(delta: dict[str, torch.Tensor]) -> float:
+    return math.sqrt(sum(float(torch.linalg.vector_norm(t, dtype=torch.float32)) ** 2
+                         for t in delta.values() if t.is_floating_point()))
+
+
+def norm_limit(recent: list[float], multiple: float) -> float | None:
+    """The largest norm allowed: ``multiple`` x the median of recent merged norms (None: too few)."""
+    usable = [n for n in recent if math.isfinite(n) and n > 0]
+    if multiple <= 0 or len(usable) < 3:
+        return None
+    return multiple * statistics.median(usable)
+
+
+def content_sha256(delta: dict[str, torch.Tensor]) -> str:
+    """sha256 of names, dtypes, shapes and raw bytes in name order: a re-saved file hashes alike."""
+    h = hashlib.sha256()
+    for name in sorted(delta):
+        t = delta[name].detach().contiguous().cpu()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def improvement(before: float, after: float, direction: str = "minimize") -> float:
+    return (before - after) if direction == "minimize" else (after - before)
+
+
+def unique(assigned: float, random: float) -> bool:
+    """Gauntlet's check: a delta must help the data it was given more than random data."""
+    return assigned > random
+
+
+UNSCORED = -30.0  # a rejection before evaluation (a copy, a no-op, over the limit): below any score
+
+
+def rank_score(state: str, scores: dict | None) -> float:
+    """One verdict's place in its rating window: the assigned-minus-random improvement when it was
+    measured, merged or not (a gate rejection is often staleness, not cheating); a rejection without
+    scores ranks below every scored verdict; a merge without scores (history from before scoring) is 0."""
+    diff = scores.get("difference") if isinstance(scores, dict) else None
+    if not isinstance(diff, (int, float)) or isinstance(diff, bool) or not math.isfinite(diff):
+        return UNSCORED if state != "merged" else 0.0
+    return max(-5.0, min(5.0, float(diff)))

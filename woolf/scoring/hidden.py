@@ -1,0 +1,68 @@
+"""A validator-private benchmark: the config pins only its sha256 and size; participants never see it.
+
+Usage:
+    bench = gate_benchmark(ledger)     # the hidden benchmark when configured, else the public one in git
+    note = hidden_note(ledger.config)  # what an audit without it can and cannot check (None: not hidden)
+
+A validator points WOOLF_HIDDEN_BENCHMARK at its private copy (on GitHub: a step
+fetches it from a secret-protected location into a file). The file is read only
+if it is a regular file of exactly `benchmark.hidden_size` bytes whose sha256 is
+`benchmark.hidden_sha256`. Without it a validator refuses to judge (a
+StorageError: the validator's own problem, never a PR's rejection). The public
+benchmark in git stays, for participants' own checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+
+from woolf.errors import StorageError
+
+ENV = "WOOLF_HIDDEN_BENCHMARK"
+
+
+def hidden_benchmark(cfg) -> bytes:
+    b = cfg.benchmark
+    path = os.environ.get(ENV)
+    if not path:
+        raise StorageError(f"this ledger's gate uses a hidden benchmark (sha256 {b.hidden_sha256[:16]}...) and "
+                           f"{ENV} is not set",
+                           hint=f"point {ENV} at the validators' private copy (the maintainers hand it out)")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise StorageError(f"{ENV}={path}: cannot open ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != b.hidden_size:
+            raise StorageError(f"{ENV}={path}: not a regular file of {b.hidden_size} bytes "
+                               f"(benchmark.hidden_size)")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(b.hidden_size + 1)
+    finally:
+        os.close(fd)
+    if len(data) != b.hidden_size or hashlib.sha256(data).hexdigest() != b.hidden_sha256:
+        raise StorageError(f"{ENV}={path}: its bytes do not match benchmark.hidden_sha256",
+                           hint="fetch the hidden benchmark again from the validators' private location")
+    return data
+
+
+def gate_benchmark(ledger) -> bytes:
+    cfg = ledger.config
+    return hidden_benchmark(cfg) if cfg.benchmark.hidden_sha256 else ledger.benchmark()
+
+
+def benchmark_label(cfg) -> str | None:
+    """The Woolf-Benchmark trailer: which benchmark the recorded metrics are on (None: the public one)."""
+    return f"hidden:{cfg.benchmark.hidden_sha256}" if cfg.benchmark.hidden_sha256 else None
+
+
+def hidden_note(cfg) -> str | None:
+    if not cfg.benchmark.hidden_sha256:
+        return None
+    return ("the gate's metrics come from a hidden benchmark (sha256 "
+            f"{cfg.benchmark.hidden_sha256[:16]}..., {cfg.benchmark.hidden_size} bytes): the audit checks "
+            "every merge, signature, decision and score trailer it can, but re-evaluates the recorded metrics "
+            f"only with {ENV} set to a copy")

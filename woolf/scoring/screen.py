@@ -1,0 +1,177 @@
+"""Checks on a delta's tensors before it is merged: no-ops, Templar's norm guard, replays and copies.
+
+Usage (from the validator's MergeStep):
+    check_queue(validator, pr)                              # over its contributor's open-PR limit?
+    screened = screen_delta(validator, adm, main, current, delta)   # raises Rejected
+
+Copies: a delta whose |cosine| to another delta passes `scoring.copy_threshold` (or whose
+tensors that are each copies carry half its squared norm) is a copy of the earlier one:
+merged versions among the last `scoring.copy_window`, and open PRs the forge received
+before this one (queue order, never the id's self-chosen timestamp). Earliest received wins.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+
+from woolf import layout
+from woolf.admission import Admitted, Rejected
+from woolf.core.fairness import beyond_limit, canonical
+from woolf.core.scores import clip_delta, content_sha256, f32, norm, norm_limit, similarity
+from woolf.errors import WoolfError
+from woolf.scoring.history import merged_records
+from woolf.storage.git import BlobTooLargeError
+from woolf.storage.pointer import Pointer
+from woolf.storage.weights import load_checked, spec_of
+
+log = logging.getLogger("woolf.validator")
+MAX_OPEN_COMPARED = 64  # open PRs a delta is compared with, at most
+CACHE_BYTES = 64 << 20  # other PRs' deltas kept between PRs (LRU); a big model's are re-read, not kept
+
+
+@dataclass
+class Screened:
+    delta: dict
+    norm: float
+    content: str
+    flags: list = field(default_factory=list)
+    clip: float | None = None  # the factor the delta was scaled by (scoring.norm_action = clip)
+
+
+def open_snapshot(v) -> list:
+    """The open PRs as this validator's current pass read them (the queue's own view)."""
+    snap = getattr(v, "_open_snapshot", None)
+    if snap is None:
+        snap = v.forge.list(state="open")
+    return snap
+
+
+def check_queue(v, pr) -> None:
+    """A contributor with more open PRs than `queue.max_open_per_contributor`: the oldest are rejected unread."""
+    limit = v.ledger.config.queue.max_open_per_contributor
+    over = beyond_limit(open_snapshot(v), limit)
+    if pr.id in over:
+        raise Rejected(f"contributor {canonical(pr.contributor)!r} had {over[pr.id]} open PRs when the queue was "
+                       f"read, over the limit of {limit}; only the newest {limit} are judged (superseded)")
+
+
+def _cache(v) -> OrderedDict:
+    if getattr(v, "_delta_cache", None) is None:
+        v._delta_cache = OrderedDict()
+    return v._delta_cache
+
+
+def _load(v, pointer: Pointer, key: str, spec) -> dict | None:
+    """Another PR's delta (hostile like any), bounded and checked; None when it cannot be read."""
+    cache = _cache(v)
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    cfg = v.ledger.config
+    try:
+        path = v.ledger.store.fetch_object(pointer, max_bytes=cfg.limits.max_delta_bytes,
+                                           deadline=cfg.forge.delta_timeout)
+        delta = load_checked(path, cfg.limits, expect=spec, label="delta")
+    except WoolfError as exc:
+        log.info("copy check: delta %s unreadable (%s)", key[:16], exc.message)
+        return None
+    cache[key] = delta
+    sizes = {k: sum(t.numel() * t.element_size() for t in d.values()) for k, d in cache.items()}
+    total = sum(sizes.values())
+    while cache and total > CACHE_BYTES:
+        old, _ = cache.popitem(last=False)
+        total -= sizes[old]
+    return delta
+
+
+def _earlier(v, adm: Admitted, spec):
+    """(label, delta) of merged recent deltas, then of open PRs received before this one."""
+    cfg, ledger = v.ledger.config.scoring, v.ledger
+    for rec in merged_records(ledger, limit=cfg.copy_window):
+        if not rec.id or not rec.head:
+            continue
+        _, ptr_rel, _ = layout.submission_paths(rec.id)
+        try:
+            ptr = Pointer.parse(ledger.git.show_bytes(f"{rec.head}:{ptr_rel}", max_bytes=4096) or b"", ptr_rel)
+        except (WoolfError, BlobTooLargeError):
+            continue
+        d = _load(v, ptr, rec.delta_sha256 or ptr.md5, spec)
+        if d is not None:
+            yield f"merged PR {rec.id} (version {rec.version})", d, rec.id
+    snapshot = open_snapshot(v)
+    mine = next((p for p in snapshot if p.id == adm.meta["id"]), None)
+    if mine is None:
+        return
+    over = beyond_limit(snapshot, v.ledger.config.queue.max_open_per_contributor)
+    earlier = [p for p in snapshot if p.queue_key() < mine.queue_key() and p.id not in over]
+    for p in earlier[:MAX_OPEN_COMPARED]:
+        d = (p.submission or {}).get("delta")
+        if not isinstance(d, dict) or "url" in d or not isinstance(d.get("md5"), str) \
+                or not isinstance(d.get("size"), int) or not isinstance(d.get("sha256"), str):
+            continue
+        try:
+            ptr = Pointer(d["md5"], d["size"], "delta.safetensors")
+        except (WoolfError, ValueError, TypeError):
+            continue
+        delta = _load(v, ptr, d["sha256"], spec)
+        if delta is not None:
+            yield f"PR {p.id}, open and received earlier", delta, p.id
+
+
+def _contents(v, main) -> dict:
+    """{tensor content sha256: (version, PR id)} of every merged delta, read once per main head."""
+    cached = getattr(v, "_contents_cache", None)
+    if not cached or cached[0] != main.commit:
+        cached = (main.commit, {r.content: (r.version, r.id) for r in merged_records(v.ledger) if r.content})
+        v._contents_cache = cached
+    return cached[1]
+
+
+def _state_now(v, sub_id: str) -> str:
+    try:
+        return v.forge.refresh(sub_id).state
+    except WoolfError:
+        return "unknown"
+
+
+def screen_delta(v, adm: Admitted, main, current: dict[str, torch.Tensor], delta: dict[str, torch.Tensor]) -> Screened:
+    ledger, cfg = v.ledger, v.ledger.config
+    sc = cfg.scoring
+    n, w = norm(delta), norm(current)
+    if cfg.limits.min_delta_norm_ratio > 0 and n <= cfg.limits.min_delta_norm_ratio * max(w, 1e-12):
+        raise Rejected(f"the delta is a no-op (norm {n:.3g}, {n / max(w, 1e-12):.3g}x the model's, under "
+                       f"limits.min_delta_norm_ratio {cfg.limits.min_delta_norm_ratio:g}); it would change nothing")
+    content = content_sha256(delta)
+    recent = merged_records(ledger, limit=max(sc.copy_window, sc.norm_window))
+    norms = [r.delta_norm for r in recent[: sc.norm_window] if r.delta_norm is not None]
+    limit = norm_limit(norms, sc.norm_multiple)
+    flags, clip = [], None
+    if limit is not None and n > limit:
+        if sc.norm_action == "reject":
+            raise Rejected(f"delta norm {n:.4g} is over {sc.norm_multiple:g}x the median norm of the last "
+                           f"{len(norms)} merged deltas ({limit / sc.norm_multiple:.4g})")
+        clip = f32(limit / n)
+        delta.update(clip_delta(delta, clip))  # the merge uses the clipped delta; the audit too (Woolf-Delta-Clip)
+        flags.append("clipped")
+        n = norm(delta)
+    seen = _contents(v, main).get(content)
+    if seen:
+        raise Rejected(f"replay: the same tensors were already merged as version {seen[0]} "
+                       f"(PR {seen[1]}), whatever the file's bytes")
+    spec = spec_of(current)
+    for label, other, other_id in _earlier(v, adm, spec):
+        if other_id == adm.meta["id"]:
+            continue
+        sim = similarity(delta, other, sc.copy_threshold)
+        if not sim.is_copy(sc.copy_threshold):
+            continue
+        if not label.startswith("merged") and _state_now(v, other_id) not in ("open", "merged"):
+            continue  # the earlier one was rejected or withdrawn since: it protects nothing
+        what = "a negation" if sim.cosine <= -sc.copy_threshold else "a copy"
+        raise Rejected(f"{what} of {label}: cosine {sim.cosine:+.4f}, {sim.copied_share:.0%} of its norm in "
+                       f"copied tensors (threshold {sc.copy_threshold:g}); the earliest received submission wins")
+    return Screened(delta, n, content, flags, clip)
