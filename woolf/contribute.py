@@ -30,6 +30,7 @@ from woolf.storage.dvcstore import REMOTE_NAME
 from woolf.storage.files import hashes_of_file, write_bytes_atomic
 from woolf.storage.sparse import save_delta
 from woolf.storage.weights import check_finite, load_checked, save_atomic, spec_of
+from woolf.tasks.participant import record_submitted, reserve_for_training, take_shard_data
 from woolf.timing import Timer
 from woolf.workloads.base import resolve_device
 
@@ -91,7 +92,7 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
     if fresh:
         shutil.rmtree(state_dir(ledger), ignore_errors=True)
     steps = _auto_steps(ledger, fingerprint) if steps == "auto" else (steps or cfg.workload.steps)
-    task = _reserve_task(ledger, who, head, steps, take) if task else None
+    task = reserve_for_training(ledger, who, head, steps, take) if task else None
     if take and not data and not cfg.workload.command:  # an expired task's shard: its owner's files
         owner, version = take_shard_data(task.rec.shard)
         data = ("shard", owner, version)
@@ -161,39 +162,6 @@ def _compression(cfg, text: str | None):
         raise UsageError(f"this ledger does not accept {kind} deltas (delta.accept: {', '.join(cfg.delta.accept)})",
                          hint=f"--compress {cfg.delta.compress}")
     return spec
-
-
-def _reserve_task(ledger, who: str, head, steps: int, take: str | None):
-    from woolf.tasks.lifecycle import reserve, take_shard
-
-    if not ledger.has_origin() or ledger.config.forge.kind != "local":
-        if take:
-            raise UsageError("--take needs a ledger with an origin on the git-native forge")
-        return None
-    return reserve(ledger, who, head, take_shard(ledger, take) if take else f"{who}@v{head.version}", steps)
-
-
-def _task_submitted(ledger, task_id: str, sub_id: str) -> None:
-    """The task's final record names its PR (a failure here leaves only a lease to expire)."""
-    import logging
-
-    from woolf.errors import WoolfError
-    from woolf.tasks.lifecycle import Task, fetch_tasks
-    from woolf.tasks.records import parse_record, task_ref
-
-    try:
-        fetch_tasks(ledger)
-        tip = ledger.git.rev_parse(task_ref(task_id))
-        rec, _ = parse_record(ledger.git.message(tip), task_id) if tip else (None, None)
-        if rec is not None:
-            Task(ledger, rec, tip).finish("submitted", submission=sub_id)
-    except WoolfError as exc:
-        logging.getLogger("woolf.tasks").warning("task %s: submitted not recorded: %s", task_id, exc.message)
-
-
-def take_shard_data(shard: str) -> tuple[str, int]:
-    owner, _, version = shard.partition("@v")
-    return owner, int(version)
 
 
 def _new_id(who: str) -> str:
@@ -326,7 +294,7 @@ def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, t
         )
         pr = the_forge.open(sub_id, commit)
     if record.get("task"):
-        _task_submitted(ledger, record["task"], sub_id)
+        record_submitted(ledger, record["task"], sub_id)
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
             "delta_sha256": sha, "delta_size": size, "delta_kind": meta["delta"]["kind"], "number": pr.number,
             "timings": dict(timer), "pointer": pointer, "declared": meta["delta"]}
