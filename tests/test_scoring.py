@@ -186,6 +186,14 @@ def test_norm_guard_median(make_net, action):
     assert v.accepted and v.flags == ["clipped"] and 0 < v.clip < 0.5
     assert abs(v.delta_norm - 5 * median) < 1e-3 * median
     assert audit(val).ok
+    # storage that grows by deltas: a clipped merge is rebuilt as the validator clipped it
+    from woolf.retention.gc import collect
+
+    craft_pr(val, tensors=_noise(val, scale=0.003, seed=9), who="p9")
+    assert all(x.accepted for x in _validate(val).values())
+    assert [r["version"] for r in collect(val)["removed"]] == [1, 2, 3, 4]  # snapshots: 0 and the newest
+    val.checkout(4)  # rebuilt from version 0 through the clipped merge, sha256 checked
+    assert val.last_rebuild == {"version": 4, "from": 0, "deltas": 4}
 
 
 def test_flood_limit_and_round_robin_queue(make_net):
