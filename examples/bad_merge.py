@@ -30,7 +30,10 @@ from woolf.cli.main import main as woolf
 from woolf.workloads import corpus
 
 TINY = ["workload.params.d_model=32", "workload.params.n_layer=1", "workload.params.context=32",
-        "workload.params.batch_size=8", "workload.params.benchmark_bytes=4096", "workload.params.shard_files=2"]
+        "workload.params.batch_size=8", "workload.params.benchmark_bytes=4096", "workload.params.shard_files=2",
+        # a poison that neither the benchmark nor its contributor's shard can measure is refused by
+        # scoring.min_effect; the story turns that off to have one merged
+        "scoring.min_effect=0"]
 GREEK = ("Η γρήγορη καφέ αλεπού πηδάει πάνω από τον τεμπέλη σκύλο. Ένα, δύο, τρία, τέσσερα. "
          "Σήμερα ο ουρανός είναι καθαρός και η θάλασσα ήρεμη. ")
 

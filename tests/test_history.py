@@ -42,7 +42,10 @@ GREEK = ("Η γρήγορη καφέ αλεπού πηδάει πάνω από �
 @pytest.fixture(scope="module")
 def story(tmp_path_factory):
     root = tmp_path_factory.mktemp("history")
-    net = make_network(root)  # the default gate: a merge may cost at most 0.02 nats on the benchmark
+    # the default gate: a merge may cost at most 0.02 nats on the benchmark. A poison that neither the
+    # benchmark nor its contributor's shard can measure is refused by scoring.min_effect; this story
+    # turns that off to have one merged (as one could before scoring existed, or below the threshold)
+    net = make_network(root, **{"scoring.min_effect": "0"})
     alice, bob, carol, val = (net.clone(n) for n in ("alice", "bob", "carol", "val"))
     v = Validator(val, device="cpu", name="v1")
     mixed = root / "mixed"

@@ -222,3 +222,26 @@ def test_contributor_identity_and_fair_order_pure():
            for i, who in enumerate(["Alice", "alice", "ａｌｉｃｅ", "bob", "alice"])]
     assert [p.id for p in fair_order(prs)] == ["id0", "id3", "id1", "id2", "id4"]
     assert beyond_limit(prs, 2) == {"id0": 4, "id1": 4}  # the newest two of four survive
+
+
+def test_a_revert_label_earns_nothing_unless_the_delta_is_exact(make_net):
+    """A verified revert (exactly parent(V) − V) passes the norm guard and is no 'negation' of its
+    target; a PR that only claims `reverts` is judged like any other."""
+    from woolf.history import revert
+
+    net = make_net(**{"policy.min_improvement": "-10", "scoring.norm_multiple": "5", "scoring.norm_window": "3"})
+    val = net.clone("val")
+    craft_pr(val, tensors=_noise(val, scale=0.03, seed=0), who="p0")  # version 1: large, no history yet
+    assert all(v.accepted for v in _validate(val).values())
+    for i in range(1, 4):
+        craft_pr(val, tensors=_noise(val, scale=0.002, seed=i), who=f"p{i}")
+        assert all(v.accepted for v in _validate(val).values())
+    v1 = val.show(1, ref="refs/remotes/origin/main")
+    fake = craft_pr(val, tensors=_noise(val, scale=0.03, seed=9), who="mallory",
+                    meta_patch={"reverts": {"version": 1, "commit": v1.commit}})
+    verdict = _validate(val)[fake]
+    assert not verdict.accepted and "median norm" in verdict.reason  # the label alone earns nothing
+    carol = net.clone("carol")
+    pr = revert(carol, 1, contributor="carol")
+    verdict = _validate(val)[pr["id"]]
+    assert verdict.accepted and "revert" in verdict.flags, verdict.reason

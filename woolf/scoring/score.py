@@ -110,7 +110,7 @@ def judge(v, verdict, before: dict, probe: dict) -> str | None:
     cfg = v.ledger.config
     s = verdict.scores
     b, a = _metric(before, cfg.policy.metric), _metric(probe, cfg.policy.metric)
-    if s and b is not None and a is not None and abs(s["assigned"]) < cfg.scoring.min_effect \
+    if s and "revert" not in verdict.flags and b is not None and a is not None and abs(s["assigned"]) < cfg.scoring.min_effect \
             and abs(b - a) < cfg.scoring.min_effect:
         return (f"the delta changes nothing measurable (benchmark {b - a:+.2g}, its shard {s['assigned']:+.2g}, "
                 f"under scoring.min_effect {cfg.scoring.min_effect:g})")
@@ -122,6 +122,8 @@ def judge_scores(v, verdict) -> str | None:
     that learned nothing from its own shard; one that did not train on it (uniqueness = reject, or a mark)."""
     cfg = v.ledger.config
     s = verdict.scores
+    if "revert" in verdict.flags:  # a verified revert trained on nothing: it takes back a merge
+        return None
     if s and s["assigned"] < cfg.scoring.min_assigned:
         return (f"the delta removes {s['assigned']:+.4f} of loss on its own assigned shard, under "
                 f"scoring.min_assigned {cfg.scoring.min_assigned:g}: it did not learn the data it was given")

@@ -40,6 +40,7 @@ class Screened:
     content: str
     flags: list = field(default_factory=list)
     clip: float | None = None  # the factor the delta was scaled by (scoring.norm_action = clip)
+    revert_of: str | None = None  # the merged PR this delta exactly takes back (a verified revert)
 
 
 def open_snapshot(v) -> list:
@@ -138,9 +139,51 @@ def _state_now(v, sub_id: str) -> str:
         return "unknown"
 
 
+def verified_revert(v, adm: Admitted, delta: dict[str, torch.Tensor]):
+    """The version (V) whose merge this delta takes back, if it is exactly parent(V) − V; else None.
+
+    A `reverts` claim (admission checked it names version V on main at or before the base)
+    is only a label; a delta that is bit for bit what `woolf revert` computes earns the
+    exemptions a revert needs (the norm guard, the negation of its own target, no measurable
+    effect on the benchmark or a shard); any other delta is judged like every PR.
+    """
+    from woolf.core.merge import compute_delta
+
+    claim = adm.meta.get("reverts")
+    if not isinstance(claim, dict) or not isinstance(claim.get("version"), int):
+        return None
+    ledger, number = v.ledger, claim["version"]
+    target = ledger.version_at(claim.get("commit", ""))
+    if target is None or target.version != number or number < 1 or not target.submission:
+        return None
+    parent = ledger.version_at(target.parents[0]) if target.parents else None
+    if parent is None:
+        return None
+    expected = compute_delta(ledger.load_weights(parent), ledger.load_weights(target))
+    if set(expected) != set(delta) or not all(torch.equal(expected[k], delta[k]) for k in delta):
+        return None
+    return target
+
+
+def _revert_family(ledger, target) -> set:
+    """The PRs a verified revert of ``target`` may resemble: the target's, and, when the target was
+    itself a revert, the merge that one took back (a revert of a revert restores it), and so on."""
+    family, version = {target.submission}, target.reverts
+    for _ in range(16):
+        if version is None:
+            break
+        v = ledger.show(version)
+        family.add(v.submission)
+        version = v.reverts
+    return family
+
+
 def screen_delta(v, adm: Admitted, main, current: dict[str, torch.Tensor], delta: dict[str, torch.Tensor]) -> Screened:
     ledger, cfg = v.ledger, v.ledger.config
     sc = cfg.scoring
+    target = verified_revert(v, adm, delta)
+    revert_of = target.submission if target else None
+    family = _revert_family(ledger, target) if target else set()
     n, w = norm(delta), norm(current)
     if cfg.limits.min_delta_norm_ratio > 0 and n <= cfg.limits.min_delta_norm_ratio * max(w, 1e-12):
         raise Rejected(f"the delta is a no-op (norm {n:.3g}, {n / max(w, 1e-12):.3g}x the model's, under "
@@ -149,8 +192,8 @@ def screen_delta(v, adm: Admitted, main, current: dict[str, torch.Tensor], delta
     recent = merged_records(ledger, limit=max(sc.copy_window, sc.norm_window))
     norms = [r.delta_norm for r in recent[: sc.norm_window] if r.delta_norm is not None]
     limit = norm_limit(norms, sc.norm_multiple)
-    flags, clip = [], None
-    if limit is not None and n > limit:
+    flags, clip = ["revert"] if revert_of else [], None
+    if limit is not None and n > limit and not revert_of:  # a revert is as large as the merge it undoes
         if sc.norm_action == "reject":
             raise Rejected(f"delta norm {n:.4g} is over {sc.norm_multiple:g}x the median norm of the last "
                            f"{len(norms)} merged deltas ({limit / sc.norm_multiple:.4g})")
@@ -164,7 +207,7 @@ def screen_delta(v, adm: Admitted, main, current: dict[str, torch.Tensor], delta
                        f"(PR {seen[1]}), whatever the file's bytes")
     spec = spec_of(current)
     for label, other, other_id in _earlier(v, adm, spec):
-        if other_id == adm.meta["id"]:
+        if other_id == adm.meta["id"] or other_id in family:  # a verified revert negates its target
             continue
         sim = similarity(delta, other, sc.copy_threshold)
         if not sim.is_copy(sc.copy_threshold):
@@ -174,4 +217,4 @@ def screen_delta(v, adm: Admitted, main, current: dict[str, torch.Tensor], delta
         what = "a negation" if sim.cosine <= -sc.copy_threshold else "a copy"
         raise Rejected(f"{what} of {label}: cosine {sim.cosine:+.4f}, {sim.copied_share:.0%} of its norm in "
                        f"copied tensors (threshold {sc.copy_threshold:g}); the earliest received submission wins")
-    return Screened(delta, n, content, flags, clip)
+    return Screened(delta, n, content, flags, clip, revert_of)
