@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save
 
+from woolf import layout
 from woolf.audit import audit
 from woolf.core.merge import compute_delta
 from woolf.forges.local import LocalForge
@@ -245,3 +246,23 @@ def test_a_revert_label_earns_nothing_unless_the_delta_is_exact(make_net):
     pr = revert(carol, 1, contributor="carol")
     verdict = _validate(val)[pr["id"]]
     assert verdict.accepted and "revert" in verdict.flags, verdict.reason
+
+
+def test_a_dense_copy_of_a_compressed_delta_is_caught(make_net):
+    from woolf.storage.sparse import load_delta
+    from woolf.storage.weights import spec_of
+
+    net = make_net(**{"policy.min_improvement": "-10"})
+    alice, val = net.clone("alice"), net.clone("val")
+    sub = net.train_submit(alice, "alice", compress="topk:0.1,bits:8")
+    pr = LocalForge.for_ledger(val).get(sub["id"])  # val receives alice's PR first
+    time.sleep(1.1)
+    declared = pr.submission["delta"]
+    _, ptr_rel, _ = layout.submission_paths(sub["id"])
+    path = val.store.fetch_object(val.pointer(pr.head, ptr_rel))
+    spec = spec_of(val.load_weights(val.head("refs/remotes/origin/main")))
+    stolen = {k: t * 0.9 for k, t in load_delta(path, declared, spec, val.config.limits).items()}
+    copy = craft_pr(val, tensors=stolen, who="mallory")
+    verdicts = _validate(val)
+    assert verdicts[sub["id"]].accepted
+    assert not verdicts[copy].accepted and f"a copy of merged PR {sub['id']}" in verdicts[copy].reason

@@ -18,15 +18,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from woolf import layout
 from woolf.admission import Admitted, Rejected
 from woolf.core.fairness import beyond_limit, canonical
 from woolf.core.scores import clip_delta, content_sha256, f32, norm, norm_limit, similarity
 from woolf.errors import WoolfError
+from woolf.retention.deltas import delta_pointer
 from woolf.scoring.history import merged_records
 from woolf.storage.git import BlobTooLargeError
 from woolf.storage.pointer import Pointer
-from woolf.storage.weights import load_checked, spec_of
+from woolf.storage.sparse import load_delta
+from woolf.storage.weights import spec_of
 
 log = logging.getLogger("woolf.validator")
 MAX_OPEN_COMPARED = 64  # open PRs a delta is compared with, at most
@@ -66,8 +67,9 @@ def _cache(v) -> OrderedDict:
     return v._delta_cache
 
 
-def _load(v, pointer: Pointer, key: str, spec) -> dict | None:
-    """Another PR's delta (hostile like any), bounded and checked; None when it cannot be read."""
+def _load(v, pointer: Pointer, key: str, spec, declared: dict | None = None) -> dict | None:
+    """Another PR's delta (hostile like any), bounded and checked, a compressed one expanded
+    (``declared``: its submission's delta kind and parameters); None when it cannot be read."""
     cache = _cache(v)
     if key in cache:
         cache.move_to_end(key)
@@ -76,7 +78,7 @@ def _load(v, pointer: Pointer, key: str, spec) -> dict | None:
     try:
         path = v.ledger.store.fetch_object(pointer, max_bytes=cfg.limits.max_delta_bytes,
                                            deadline=cfg.forge.delta_timeout)
-        delta = load_checked(path, cfg.limits, expect=spec, label="delta")
+        delta = load_delta(path, declared or {"kind": "dense"}, spec, cfg.limits, "delta")
     except WoolfError as exc:
         log.info("copy check: delta %s unreadable (%s)", key[:16], exc.message)
         return None
@@ -93,14 +95,13 @@ def _earlier(v, adm: Admitted, spec):
     """(label, delta) of merged recent deltas, then of open PRs received before this one."""
     cfg, ledger = v.ledger.config.scoring, v.ledger
     for rec in merged_records(ledger, limit=cfg.copy_window):
-        if not rec.id or not rec.head:
+        if not rec.id or not rec.head or rec.version is None:
             continue
-        _, ptr_rel, _ = layout.submission_paths(rec.id)
         try:
-            ptr = Pointer.parse(ledger.git.show_bytes(f"{rec.head}:{ptr_rel}", max_bytes=4096) or b"", ptr_rel)
+            ptr, declared = delta_pointer(ledger, ledger.show(rec.version))
         except (WoolfError, BlobTooLargeError):
             continue
-        d = _load(v, ptr, rec.delta_sha256 or ptr.md5, spec)
+        d = _load(v, ptr, rec.delta_sha256 or ptr.md5, spec, declared)
         if d is not None:
             yield f"merged PR {rec.id} (version {rec.version})", d, rec.id
     snapshot = open_snapshot(v)
@@ -118,7 +119,7 @@ def _earlier(v, adm: Admitted, spec):
             ptr = Pointer(d["md5"], d["size"], "delta.safetensors")
         except (WoolfError, ValueError, TypeError):
             continue
-        delta = _load(v, ptr, d["sha256"], spec)
+        delta = _load(v, ptr, d["sha256"], spec, d)
         if delta is not None:
             yield f"PR {p.id}, open and received earlier", delta, p.id
 
