@@ -18,12 +18,13 @@ import contextlib
 import io
 import logging
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 from woolf.errors import IntegrityError, StorageError
 from woolf.storage.bounded import copy_bounded
-from woolf.storage.files import copy_atomic, hashes_of_file, md5_file
+from woolf.storage.files import Digests, copy_atomic, hashes_of_file, link_readonly, md5_file
 from woolf.storage.pointer import Pointer
 from woolf.storage.verified import VerifiedHashes
 
@@ -201,11 +202,39 @@ class DvcStore:
         fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".fetch.")
         os.close(fd)
         try:
-            copy_bounded(odb.fs, src, Path(tmp), pointer, deadline, where=self.remote_url())
-            self._admit(Path(tmp), pointer, "in storage does not match its hash (corrupted or tampered)")
+            digests = None
+            if not self._link_local(odb, src, Path(tmp), pointer):  # same filesystem: no copy at all
+                digests = Digests()  # any other storage: one streamed read, hashed on the way
+                copy_bounded(odb.fs, src, Path(tmp), pointer, deadline, where=self.remote_url(),
+                             on_block=digests.update)
+            self._admit(Path(tmp), pointer, "in storage does not match its hash (corrupted or tampered)",
+                        digests.hexdigests() if digests else None)
         finally:
             Path(tmp).unlink(missing_ok=True)
         return dest
+
+    @staticmethod
+    def _local_path(odb, oid_path: str) -> Path | None:
+        """The object's path when the remote is a local directory (DVC's files/md5/<2>/<30> layout)."""
+        return Path(oid_path) if getattr(odb.fs, "protocol", None) == "local" else None
+
+    def _link_local(self, odb, src: str, tmp: Path, pointer: Pointer) -> bool:
+        """A local storage object of the pointer's size hard-linked at ``tmp`` (read-only); False: copy it."""
+        path = self._local_path(odb, src)
+        if path is None:
+            return False
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False  # the copy path reports what is wrong
+        if not stat.S_ISREG(st.st_mode) or st.st_size != pointer.size:
+            return False
+        tmp.unlink(missing_ok=True)
+        if link_readonly(path, tmp) and tmp.stat().st_size == pointer.size:
+            return True
+        tmp.unlink(missing_ok=True)
+        tmp.touch()
+        return False
 
     def ensure_remote(self, pointer: Pointer, remote: str = REMOTE_NAME) -> None:
         """``pointer``'s object is in storage, whole; if not, uploaded again from this clone's verified cache."""
@@ -246,9 +275,9 @@ class DvcStore:
                                hint="gc needs write and delete access to the storage") from None
         self.cache_path(pointer.md5).unlink(missing_ok=True)
 
-    def _admit(self, tmp: Path, pointer: Pointer, problem: str) -> None:
-        """Hash a downloaded file; if it is the object, make it the read-only cache entry."""
-        md5, sha = hashes_of_file(tmp)
+    def _admit(self, tmp: Path, pointer: Pointer, problem: str, digests: tuple[str, str] | None = None) -> None:
+        """Hash a downloaded file (or take the hashes made on the way); if it is the object, cache it read-only."""
+        md5, sha = digests or hashes_of_file(tmp)
         if tmp.stat().st_size != pointer.size or md5 != pointer.md5:
             raise IntegrityError(f"object {pointer.md5} {problem}",
                                  hint="the object must be re-uploaded by whoever holds the original")
@@ -280,6 +309,9 @@ class DvcStore:
         from dvc_objects.fs.local import LocalFileSystem
 
         odb = self._remote_odb(remote)
+        if self._link_upload(odb, pointer, replace):
+            self.verify_remote(pointer, remote)
+            return
         try:
             with quiet():
                 odb.add(str(self.cache_path(pointer.md5)), LocalFileSystem(), pointer.md5,
@@ -288,6 +320,21 @@ class DvcStore:
             raise StorageError(f"upload to {self.remote_url(remote)} failed: {exc}",
                                hint=_upload_hint(exc)) from None
         self.verify_remote(pointer, remote)
+
+    def _link_upload(self, odb, pointer: Pointer, replace: bool) -> bool:
+        """A local storage on the cache's filesystem gets a read-only hard link of the cache object."""
+        dest = self._local_path(odb, odb.oid_to_path(pointer.md5))
+        if dest is None or not Path(odb.path).is_dir():  # never recreate a missing (unmounted?) share
+            return False
+        if not replace and dest.is_file() and dest.stat().st_size == pointer.size:
+            return True  # as DVC's check_exists: already there
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.parent / f".link.{os.getpid()}.{dest.name}"
+        tmp.unlink(missing_ok=True)
+        if not link_readonly(self.cache_path(pointer.md5), tmp):
+            return False
+        os.replace(tmp, dest)
+        return True
 
     def materialize(self, pointer: Pointer, out: Path) -> None:
         """Copy the cached object to ``out`` by temp file + rename (never a link to the cache)."""
