@@ -108,6 +108,9 @@ def link_readonly(src: Path, dest: Path) -> bool:
     Only for content-addressed objects nobody writes again: the inode is made
     read-only (0444), so the cache and a same-filesystem storage share bytes but
     no workspace file ever does (checkouts copy). A symbolic link is never followed.
+    Only a file this user owns is linked: another user's object (a participant's
+    delta in a shared directory) could be rewritten by its owner, mtime and all,
+    so it is copied, and this clone's cache stays a copy of its own.
     """
     try:
         os.link(src, dest, follow_symlinks=False)
@@ -116,7 +119,7 @@ def link_readonly(src: Path, dest: Path) -> bool:
     import stat
 
     st = os.lstat(dest)
-    if not stat.S_ISREG(st.st_mode):
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
         os.unlink(dest)
         return False
     if st.st_mode & 0o222:
