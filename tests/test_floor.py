@@ -17,7 +17,7 @@ from woolf.core.finite import first_nonfinite, scan
 from woolf.core.merge import compute_delta
 from woolf.core.outer import Rule, merge_step
 from woolf.errors import IntegrityError
-from woolf.storage.stwrite import write_hashed
+from woolf.storage.stwrite import sha256_of, write_hashed
 from woolf.storage.weights import save_atomic
 from woolf.validator import Validator
 
@@ -39,6 +39,7 @@ def test_write_hashed_is_safetensors_bytes_and_their_hashes(tmp_path, tensors, m
     ref = (tmp_path / "ref").read_bytes()
     assert (tmp_path / "ours").read_bytes() == ref
     assert (md5, sha) == (hashlib.md5(ref).hexdigest(), hashlib.sha256(ref).hexdigest())
+    assert sha256_of(tensors, metadata) == sha
     assert save_atomic(tensors, tmp_path / "atomic", metadata=metadata, durable=False, hashed=True) == (md5, sha)
     assert (tmp_path / "atomic").read_bytes() == ref
 

@@ -2,6 +2,7 @@
 
 Usage:
     md5, sha = write_hashed(tensors, path, metadata=None)   # path is written whole (caller renames)
+    sha = sha256_of(tensors)                                # the same file's sha256, nothing written
 
 The bytes are exactly ``safetensors.torch.save_file``'s (tests compare): the
 header's tensor order and key layout are taken from safetensors itself, by
@@ -49,6 +50,15 @@ def _bytes_of(t: torch.Tensor) -> memoryview:
     if flat.numel() == 0:
         return memoryview(b"")
     return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+
+
+def sha256_of(tensors: dict[str, torch.Tensor], metadata: dict | None = None) -> str:
+    """sha256 of the file safetensors would write, from the tensors' memory (no file, no bytes copy)."""
+    head, order = _layout(tensors, metadata)
+    sha = hashlib.sha256(head)
+    for name in order:
+        sha.update(_bytes_of(tensors[name]))
+    return sha.hexdigest()
 
 
 def write_hashed(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | None = None) -> tuple[str, str]:
