@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +20,7 @@ from woolf.core.finite import first_nonfinite, scan
 from woolf.core.merge import compute_delta
 from woolf.core.outer import Rule, merge_step
 from woolf.errors import IntegrityError
+from woolf.storage.git import clean_env
 from woolf.storage.stwrite import sha256_of, write_hashed
 from woolf.storage.weights import save_atomic
 from woolf.validator import Validator
@@ -137,3 +141,20 @@ def test_storage_on_another_path_kind_is_copied_and_hashed_on_the_way(network, t
     with pytest.raises(IntegrityError, match="symbolic link"):
         c.checkout(0, tmp_path / "o")
     git("status", cwd=c.root)
+
+
+def test_local_storage_is_read_and_written_without_opening_dvcs_repo(network, tmp_path):
+    """files/md5/<2>/<30> under a local storage directory: DVC's layout, reached directly, read by `dvc pull`."""
+    alice, val = network.clone("alice"), network.clone("val")
+    network.train_submit(alice, "alice")
+    assert alice.store._repo is None  # uploaded by a link, verified by a stat
+    [verdict] = Validator(val, device="cpu").run()
+    assert verdict.accepted, verdict.reason
+    d = network.clone("d")
+    d.checkout(1, tmp_path / "v1")
+    assert d.store._repo is None
+    plain = tmp_path / "plain"  # a clone that never ran woolf: plain git + dvc pull
+    git("clone", "-q", str(network.hub), str(plain), cwd=tmp_path)
+    subprocess.run([str(Path(sys.executable).parent / "dvc"), "pull", "-q"], cwd=plain, check=True,
+                   env=clean_env(), capture_output=True)
+    assert (plain / layout.WEIGHTS).read_bytes() == (tmp_path / "v1").read_bytes()

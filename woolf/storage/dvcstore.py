@@ -74,10 +74,42 @@ def init_dvc(root: Path, storage_url: str) -> None:
         repo.close()
 
 
+class _LocalFs:
+    """The part of DVC's local filesystem the store uses on a local storage directory."""
+
+    protocol = "local"
+
+    @staticmethod
+    def info(path: str) -> dict:
+        st = os.stat(path)
+        return {"size": st.st_size, "type": "file" if stat.S_ISREG(st.st_mode) else "other"}
+
+    @staticmethod
+    def exists(path: str) -> bool:
+        return os.path.lexists(path)
+
+    @staticmethod
+    def rm(path: str) -> None:
+        os.unlink(path)
+
+
+class _LocalObjects:
+    """A local DVC remote's objects at ``files/md5/<2>/<30>``, reached without opening the DVC repo."""
+
+    fs = _LocalFs()
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def oid_to_path(self, oid: str) -> str:
+        return os.path.join(self.path, oid[:2], oid[2:])
+
+
 class DvcStore:
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
         self._repo = None
+        self._config = None
         self.verified = VerifiedHashes(self.root / ".woolf" / "verified")
 
     def hashes(self, path: Path) -> tuple[str, str]:
@@ -100,7 +132,29 @@ class DvcStore:
     def cache_path(self, md5: str) -> Path:
         return self.root / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]
 
+    @property
+    def config(self):
+        """DVC's merged config (system, global, repo, local), without opening the repo when it is closed."""
+        if self._repo is not None:
+            return self._repo.config
+        if self._config is None:
+            from dvc.config import Config
+
+            try:
+                self._config = Config(dvc_dir=str(self.root / ".dvc"))
+            except Exception as exc:  # DVC's config errors, all alike
+                raise StorageError(f"DVC config is not usable: {exc}",
+                                   hint="check `.dvc/config` and `.dvc/config.local`") from None
+        return self._config
+
     def _remote_odb(self, name: str = REMOTE_NAME):
+        """The remote's object store: a local directory is used directly (DVC's layout, no repo set-up)."""
+        url = self.remote_url(name)
+        if "://" not in url and os.path.isabs(url):
+            return _LocalObjects(Path(url) / "files" / "md5")
+        return self._dvc_odb(name)
+
+    def _dvc_odb(self, name: str = REMOTE_NAME):
         try:
             return self.repo.cloud.get_remote_odb(name)
         except Exception as exc:  # DVC raises many config/remote errors; report them all alike
@@ -109,7 +163,7 @@ class DvcStore:
 
     def remote_url(self, name: str = REMOTE_NAME) -> str:
         try:
-            return self.repo.config["remote"][name]["url"]
+            return self.config["remote"][name]["url"]
         except KeyError:
             raise StorageError(f"no DVC remote named '{name}'",
                                hint=f"add it: dvc remote add --local {name} URL") from None
@@ -312,6 +366,7 @@ class DvcStore:
         if self._link_upload(odb, pointer, replace):
             self.verify_remote(pointer, remote)
             return
+        odb = self._dvc_odb(remote)  # DVC copies (and makes read-only) what cannot be linked
         try:
             with quiet():
                 odb.add(str(self.cache_path(pointer.md5)), LocalFileSystem(), pointer.md5,
