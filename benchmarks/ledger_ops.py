@@ -38,7 +38,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, peak_rss_mib, timed, write_json  # noqa: E402
+from common import machine, timed, write_json  # noqa: E402
+
+
+def peak_rss_mib() -> float:
+    """This process's own high-water mark (VmHWM; ru_maxrss would keep the parent's across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    from common import peak_rss_mib as fallback
+
+    return fallback()
 
 OPS = ["submit", "validate", "checkout_cached", "checkout_storage", "pull", "audit", "submit_command"]
 _FRESH = [0]
@@ -148,8 +158,9 @@ def child(op: str, root: Path, repeat: int) -> dict:
         cur = led.weights_path(led.show(0))
         size_of = cur
         reads, writes, hashes = [cur, led.store.cache_path(json.loads(led.git.show_bytes(
-            f"{led.show(1).commit}^2:submissions/{verdict.id}/submission.json"))["delta"]["md5"])], 1, 2
-        out["floor_is"] = "read current + delta, write the candidate, md5 of the candidate and of the delta"
+            f"{led.show(1).commit}^2:submissions/{verdict.id}/submission.json"))["delta"]["md5"])], 1, 3
+        out["floor_is"] = ("read current + delta, write the candidate, md5 of the candidate, the delta and "
+                           "current (a cold validator fetches current from storage too)")
     elif op in ("checkout_cached", "checkout_storage"):
         q = Ledger.open(root / "q")
         q.fetch()
