@@ -18,13 +18,13 @@ import contextlib
 import io
 import logging
 import os
-import stat
 import tempfile
 from pathlib import Path
 
 from woolf.errors import IntegrityError, StorageError
 from woolf.storage.bounded import copy_bounded
-from woolf.storage.files import Digests, copy_atomic, hashes_of_file, link_readonly, md5_file
+from woolf.storage.files import Digests, copy_atomic, hashes_of_file, md5_file
+from woolf.storage.localobjects import LocalObjects, link_from, link_into
 from woolf.storage.pointer import Pointer
 from woolf.storage.verified import VerifiedHashes
 
@@ -74,37 +74,6 @@ def init_dvc(root: Path, storage_url: str) -> None:
         repo.close()
 
 
-class _LocalFs:
-    """The part of DVC's local filesystem the store uses on a local storage directory."""
-
-    protocol = "local"
-
-    @staticmethod
-    def info(path: str) -> dict:
-        st = os.stat(path)
-        return {"size": st.st_size, "type": "file" if stat.S_ISREG(st.st_mode) else "other"}
-
-    @staticmethod
-    def exists(path: str) -> bool:
-        return os.path.lexists(path)
-
-    @staticmethod
-    def rm(path: str) -> None:
-        os.unlink(path)
-
-
-class _LocalObjects:
-    """A local DVC remote's objects at ``files/md5/<2>/<30>``, reached without opening the DVC repo."""
-
-    fs = _LocalFs()
-
-    def __init__(self, path: Path):
-        self.path = str(path)
-
-    def oid_to_path(self, oid: str) -> str:
-        return os.path.join(self.path, oid[:2], oid[2:])
-
-
 class DvcStore:
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
@@ -151,7 +120,7 @@ class DvcStore:
         """The remote's object store: a local directory is used directly (DVC's layout, no repo set-up)."""
         url = self.remote_url(name)
         if "://" not in url and os.path.isabs(url):
-            return _LocalObjects(Path(url) / "files" / "md5")
+            return LocalObjects(Path(url) / "files" / "md5")
         return self._dvc_odb(name)
 
     def _dvc_odb(self, name: str = REMOTE_NAME):
@@ -257,7 +226,7 @@ class DvcStore:
         os.close(fd)
         try:
             digests = None
-            if not self._link_local(odb, src, Path(tmp), pointer):  # same filesystem: no copy at all
+            if not link_from(odb, src, Path(tmp), pointer):  # same filesystem: no copy at all
                 digests = Digests()  # any other storage: one streamed read, hashed on the way
                 copy_bounded(odb.fs, src, Path(tmp), pointer, deadline, where=self.remote_url(),
                              on_block=digests.update)
@@ -266,29 +235,6 @@ class DvcStore:
         finally:
             Path(tmp).unlink(missing_ok=True)
         return dest
-
-    @staticmethod
-    def _local_path(odb, oid_path: str) -> Path | None:
-        """The object's path when the remote is a local directory (DVC's files/md5/<2>/<30> layout)."""
-        return Path(oid_path) if getattr(odb.fs, "protocol", None) == "local" else None
-
-    def _link_local(self, odb, src: str, tmp: Path, pointer: Pointer) -> bool:
-        """A local storage object of the pointer's size hard-linked at ``tmp`` (read-only); False: copy it."""
-        path = self._local_path(odb, src)
-        if path is None:
-            return False
-        try:
-            st = os.lstat(path)
-        except OSError:
-            return False  # the copy path reports what is wrong
-        if not stat.S_ISREG(st.st_mode) or st.st_size != pointer.size:
-            return False
-        tmp.unlink(missing_ok=True)
-        if link_readonly(path, tmp) and tmp.stat().st_size == pointer.size:
-            return True
-        tmp.unlink(missing_ok=True)
-        tmp.touch()
-        return False
 
     def ensure_remote(self, pointer: Pointer, remote: str = REMOTE_NAME) -> None:
         """``pointer``'s object is in storage, whole; if not, uploaded again from this clone's verified cache."""
@@ -363,7 +309,7 @@ class DvcStore:
         from dvc_objects.fs.local import LocalFileSystem
 
         odb = self._remote_odb(remote)
-        if self._link_upload(odb, pointer, replace):
+        if link_into(odb, self.cache_path(pointer.md5), pointer, replace):
             self.verify_remote(pointer, remote)
             return
         odb = self._dvc_odb(remote)  # DVC copies (and makes read-only) what cannot be linked
@@ -375,21 +321,6 @@ class DvcStore:
             raise StorageError(f"upload to {self.remote_url(remote)} failed: {exc}",
                                hint=_upload_hint(exc)) from None
         self.verify_remote(pointer, remote)
-
-    def _link_upload(self, odb, pointer: Pointer, replace: bool) -> bool:
-        """A local storage on the cache's filesystem gets a read-only hard link of the cache object."""
-        dest = self._local_path(odb, odb.oid_to_path(pointer.md5))
-        if dest is None or not Path(odb.path).is_dir():  # never recreate a missing (unmounted?) share
-            return False
-        if not replace and dest.is_file() and dest.stat().st_size == pointer.size:
-            return True  # as DVC's check_exists: already there
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.parent / f".link.{os.getpid()}.{dest.name}"
-        tmp.unlink(missing_ok=True)
-        if not link_readonly(self.cache_path(pointer.md5), tmp):
-            return False
-        os.replace(tmp, dest)
-        return True
 
     def materialize(self, pointer: Pointer, out: Path) -> None:
         """Copy the cached object to ``out`` by temp file + rename (never a link to the cache)."""
