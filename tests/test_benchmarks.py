@@ -26,7 +26,7 @@ def test_ledger_ops_smoke(tmp_path):
     _run(tmp_path, "ledger_ops.py", "--sizes", "2e5", "--out", "ops.json")
     data = json.loads((tmp_path / "ops.json").read_text())
     ops = {r["op"] for r in data["sizes"]["200000"]["ops"]}
-    assert ops == {"submit", "validate", "checkout_cached", "checkout_storage", "pull", "audit"}
+    assert ops == {"submit", "validate", "checkout_cached", "checkout_storage", "pull", "audit", "submit_command"}
 
 
 def test_scale_smoke(tmp_path):

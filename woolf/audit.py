@@ -19,8 +19,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from safetensors.torch import save
-
 from woolf import layout
 from woolf.config import parse_config
 from woolf.core.outer import Rule, merge_step
@@ -32,6 +30,7 @@ from woolf.retention.deltas import gc_removable, merged_delta
 from woolf.scoring.hidden import hidden_note
 from woolf.storage.outer_state import load_state, state_bytes
 from woolf.storage.sparse import load_delta
+from woolf.storage.stwrite import sha256_of
 from woolf.storage.weights import TRUSTED_LIMITS, load_trusted, spec_of
 
 
@@ -175,11 +174,11 @@ def _check_merge(ledger, report, prev, v, prev_weights, prev_state):
     if clip is not None:
         delta = clip_delta(delta, clip)
     try:
-        step = merge_step(rule, prev_weights, prev_state, delta, v.attenuation or 0.0)
+        step = merge_step(rule, prev_weights, prev_state, delta, v.attenuation or 0.0, reuse_delta=True)
     except (ValueError, KeyError, RuntimeError) as exc:
         report.problem(v.version, f"delta does not fit the model: {exc}")
         return None
-    ok = hashlib.sha256(save(step.candidate)).hexdigest() == v.weights_sha256
+    ok = sha256_of(step.candidate) == v.weights_sha256  # safetensors' bytes, hashed without building them
     if not ok:
         report.problem(v.version, "recomputed weights differ from the recorded sha256 (forged or wrong merge)")
     want_state = hashlib.sha256(state_bytes(step.state)).hexdigest() if step.state is not None else None

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from woolf import layout
+from woolf.core.finite import scan
 from woolf.core.merge import compute_delta
 from woolf.errors import InvalidWeightsError, UsageError
 from woolf.feedback import clear_residual, remember, settle
@@ -27,9 +28,9 @@ from woolf.identity import contributor_id
 from woolf.residual import compress_with_feedback, keep_residual
 from woolf.signing.trust import require_command_trust, require_trusted_head
 from woolf.storage.dvcstore import REMOTE_NAME
-from woolf.storage.files import hashes_of_file, write_bytes_atomic
+from woolf.storage.files import write_bytes_atomic
 from woolf.storage.sparse import save_delta
-from woolf.storage.weights import check_finite, load_checked, save_atomic, spec_of
+from woolf.storage.weights import load_checked, save_atomic, spec_of
 from woolf.tasks.participant import record_submitted, reserve_for_training, take_shard_data
 from woolf.timing import Timer
 from woolf.workloads.base import resolve_device
@@ -164,6 +165,15 @@ def _compression(cfg, text: str | None):
     return spec
 
 
+def _check_delta(delta: dict, zeros: str, hint: str | None = None) -> None:
+    """NaN/Inf or all zeros are refused; one norm per tensor proves both (woolf/core/finite.py)."""
+    bad, nonzero = scan(delta)
+    if bad is not None:
+        raise InvalidWeightsError(f"delta: tensor {bad!r} holds NaN or Inf values")
+    if not nonzero:
+        raise InvalidWeightsError(zeros, hint=hint)
+
+
 def _new_id(who: str) -> str:
     now = datetime.datetime.now(datetime.timezone.utc)
     return f"{now:%Y%m%dT%H%M%S}{now.microsecond // 1000:03d}Z-{who}-{secrets.token_hex(4)}"
@@ -205,20 +215,20 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
     timer = Timer()
     with timer("load"):
         base_w = ledger.load_weights(base)
-        trained = load_checked(Path(weights), cfg.limits, expect=spec_of(base_w), label="trained weights")
+        # finiteness is proven on the delta (base is the ledger's, finite; trained is finite iff the delta is)
+        trained = load_checked(Path(weights), cfg.limits, expect=spec_of(base_w), label="trained weights",
+                               finite=False)
     the_forge = forge_for(ledger, forge)
     feedback_note = ""
     with timer("delta"):
-        delta = compute_delta(trained, base_w)
+        delta = compute_delta(trained, base_w, into=trained)  # trained's memory is reused
         if cfg.workload.error_feedback if error_feedback is None else error_feedback:
             residual, feedback_note = settle(ledger, the_forge, spec_of(base_w))
             if residual is not None:  # what earlier PRs did not get merged rides along
                 delta = {k: (v.to(torch.float32) + residual[k]).to(v.dtype) for k, v in delta.items()}
         del trained, base_w
-        check_finite(delta, "delta")
-        if all(not bool(t.any()) for t in delta.values()):
-            raise InvalidWeightsError("the trained weights equal the base: the delta is all zeros",
-                                      hint="train first (`woolf train`)")
+        _check_delta(delta, "the trained weights equal the base: the delta is all zeros",
+                     hint="train first (`woolf train`)")
     parts = kept = None
     if cspec is not None:
         with timer("compress"):
@@ -228,7 +238,8 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
             parts, kept, note = compress_with_feedback(ledger, delta, cspec, spec_of(delta), compress_feedback)
             feedback_note = "; ".join(x for x in (feedback_note, note) if x)
     result = submit_delta(ledger, delta, base, who, message, the_forge, timer, record=record,
-                          delta_url_base=delta_url_base, delta_remote=delta_remote, cspec=cspec, parts=parts)
+                          delta_url_base=delta_url_base, delta_remote=delta_remote, cspec=cspec, parts=parts,
+                          checked=delta)
     del delta, parts
     remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
     keep_residual(ledger, kept, cspec)  # what top-k dropped rides in the next delta
@@ -239,31 +250,29 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
 
 def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, timer: Timer,
                  record: dict | None = None, delta_url_base: str | None = None,
-                 delta_remote: str | None = None, reverts=None, cspec=None, parts=None) -> dict:
+                 delta_remote: str | None = None, reverts=None, cspec=None, parts=None, checked=None) -> dict:
     """Open a PR carrying ``delta`` on version ``base``: upload and verify it, then push the ref.
 
     ``cspec``/``parts``: the delta goes as a compressed (topk) file of those parts.
     ``reverts`` (a Version): the PR takes back that merge (woolf/history/revert.py); it is
     named in submission.json and in a ``Woolf-Reverts`` trailer, and judged like any PR.
+    ``checked``: the same object as ``delta`` when the caller already ran _check_delta on it.
     """
     record = record or {}
     cfg = ledger.config
-    check_finite(delta, "delta")
-    if all(not bool(t.any()) for t in delta.values()):
-        raise InvalidWeightsError("the delta is all zeros: it would change nothing")
+    if checked is not delta:
+        _check_delta(delta, "the delta is all zeros: it would change nothing")
     sub_id = _new_id(who)
     delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
     tmp = ledger.root / layout.WORK / "outgoing" / f"{sub_id}.safetensors"
-    with timer("save"):
-        save_delta(delta, tmp, cspec, parts)
-        del delta, parts
+    with timer("save"):  # hashed while written: md5 for DVC, sha256 for the record
+        md5, sha = save_delta(delta, tmp, cspec, parts)
+        del delta, parts, checked
     size = tmp.stat().st_size
     if size > cfg.limits.max_delta_bytes:
         tmp.unlink()
         raise InvalidWeightsError(f"the delta is {size} bytes, over the ledger's limit of "
                                   f"{cfg.limits.max_delta_bytes}")
-    with timer("hash"):
-        md5, sha = hashes_of_file(tmp)
     with timer("upload"):
         # uploaded and verified; a fork's contributor uploads to a DVC remote of their own
         pointer = ledger.store.put(tmp, Path(delta_rel).name, md5=md5, sha256=sha,

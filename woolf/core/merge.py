@@ -39,14 +39,24 @@ def apply_delta(
 
 
 def compute_delta(
-    trained: dict[str, torch.Tensor], base: dict[str, torch.Tensor]
+    trained: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
+    into: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """trained - base per tensor, in the base's dtype (float32 arithmetic)."""
+    """trained - base per tensor, in the base's dtype (float32 arithmetic).
+
+    ``into`` (normally ``trained`` itself, when the caller drops it): a float32
+    contiguous tensor there of the right shape receives the result in place, the
+    same single rounded subtraction, so no second model-sized tensor is made.
+    """
     if set(trained) != set(base):
         raise ValueError("trained and base name different tensors")
-    return {
-        name: torch.sub(trained[name].to(torch.float32), base[name].to(torch.float32))
-        .to(base[name].dtype)
-        .contiguous()
-        for name in sorted(base)
-    }
+    out = {}
+    for name in sorted(base):
+        b, t = base[name], trained[name]
+        buf = None if into is None else into.get(name)
+        if (buf is not None and b.dtype == torch.float32 and t.dtype == torch.float32
+                and buf.dtype == torch.float32 and buf.shape == b.shape and buf.is_contiguous()):
+            out[name] = torch.sub(t, b, out=buf)
+        else:
+            out[name] = torch.sub(t.to(torch.float32), b.to(torch.float32)).to(b.dtype).contiguous()
+    return out

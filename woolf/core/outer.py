@@ -113,8 +113,16 @@ def _float_names(current: dict[str, torch.Tensor]) -> list[str]:
     return [n for n in sorted(current) if current[n].is_floating_point()]
 
 
-def _axpy(y: torch.Tensor, a: float, x: torch.Tensor) -> torch.Tensor:
-    """y + a*x as two rounded float32 operations (a already float32)."""
+def _axpy(y: torch.Tensor, a: float, x: torch.Tensor, reuse: bool = False) -> torch.Tensor:
+    """y + a*x as two rounded float32 operations (a already float32).
+
+    ``reuse``: x's own memory receives the result when x is float32 and contiguous
+    (the same two operations, so the same bits; x is overwritten).
+    """
+    if reuse and x.dtype == torch.float32 and x.is_contiguous():
+        out = torch.mul(x, torch.tensor(a, dtype=torch.float32), out=x)
+        out.add_(y.to(torch.float32))
+        return out
     out = torch.mul(x.to(torch.float32), torch.tensor(a, dtype=torch.float32))
     out.add_(y.to(torch.float32))
     return out
@@ -124,12 +132,16 @@ def _scaled(x: torch.Tensor, a: float) -> torch.Tensor:
     return torch.mul(x.to(torch.float32), torch.tensor(a, dtype=torch.float32))
 
 
-def _apply(current: dict[str, torch.Tensor], step: dict[str, torch.Tensor], a: float) -> dict:
-    """current + a*step for every tensor in ``step`` (others copied), in current's dtypes."""
+def _apply(current: dict[str, torch.Tensor], step: dict[str, torch.Tensor], a: float,
+           reuse: bool = False) -> dict:
+    """current + a*step for every tensor in ``step`` (others copied), in current's dtypes.
+
+    ``reuse``: ``step``'s tensors are overwritten with the result where they can hold it.
+    """
     out = {}
     for name in sorted(current):
         cur = current[name]
-        out[name] = _axpy(cur, a, step[name]).to(cur.dtype).contiguous() if name in step else cur
+        out[name] = _axpy(cur, a, step[name], reuse).to(cur.dtype).contiguous() if name in step else cur
     return out
 
 
@@ -159,13 +171,17 @@ def carry_over(rule: Rule, previous: OuterState | None, current: dict[str, torch
 
 
 def merge_step(rule: Rule, current: dict[str, torch.Tensor], state: OuterState | None,
-               delta: dict[str, torch.Tensor], attenuation: float) -> Step:
-    """One accepted delta under ``rule``; ``state`` is the parent version's outer state."""
+               delta: dict[str, torch.Tensor], attenuation: float, reuse_delta: bool = False) -> Step:
+    """One accepted delta under ``rule``; ``state`` is the parent version's outer state.
+
+    ``reuse_delta``: the caller drops ``delta`` afterwards, so the attenuated rule writes
+    the candidate into its memory (one model-sized tensor less; the same bits).
+    """
     if set(current) != set(delta):
         raise ValueError("current and delta name different tensors")
     g_scale = f32(rule.alpha * attenuation)
     if rule.kind == "attenuated":
-        cand = _apply(current, delta, g_scale)
+        cand = _apply(current, delta, g_scale, reuse=reuse_delta)
         return Step(cand, None, cand, True, g_scale)
     current, state = carry_over(rule, state, current)
     assert state is not None and state.momentum is not None

@@ -61,15 +61,21 @@ def open_object(fs, src: str, pointer: Pointer, where: str):
                            hint=f"is {where} reachable? ({exc})") from None
 
 
-def copy_bounded(fs, src: str, dest: Path, pointer: Pointer, deadline: float | None, where: str) -> None:
-    """Copy at most ``pointer.size`` + 1 bytes of ``src`` to ``dest``; refuse any other size or a late read."""
+def copy_bounded(fs, src: str, dest: Path, pointer: Pointer, deadline: float | None, where: str,
+                 on_block=None) -> None:
+    """Copy at most ``pointer.size`` + 1 bytes of ``src`` to ``dest``; refuse any other size or a late read.
+
+    ``on_block(bytes)`` sees every block written (hashing on the way: no re-read).
+    """
     start = time.monotonic()
     written = 0
     with open_object(fs, src, pointer, where) as fh, open(dest, "wb") as out:
         while written <= pointer.size:
-            block = fh.read(min(pointer.size + 1 - written, 1 << 20))
+            block = fh.read(min(pointer.size + 1 - written, 8 << 20))
             if not block:
                 break
+            if on_block is not None:
+                on_block(block)
             out.write(block)
             written += len(block)
             if deadline is not None and time.monotonic() - start > deadline:

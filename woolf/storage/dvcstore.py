@@ -23,7 +23,8 @@ from pathlib import Path
 
 from woolf.errors import IntegrityError, StorageError
 from woolf.storage.bounded import copy_bounded
-from woolf.storage.files import copy_atomic, hashes_of_file, md5_file
+from woolf.storage.files import Digests, copy_atomic, hashes_of_file, md5_file
+from woolf.storage.localobjects import LocalObjects, link_from, link_into
 from woolf.storage.pointer import Pointer
 from woolf.storage.verified import VerifiedHashes
 
@@ -77,6 +78,7 @@ class DvcStore:
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
         self._repo = None
+        self._config = None
         self.verified = VerifiedHashes(self.root / ".woolf" / "verified")
 
     def hashes(self, path: Path) -> tuple[str, str]:
@@ -99,7 +101,29 @@ class DvcStore:
     def cache_path(self, md5: str) -> Path:
         return self.root / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]
 
+    @property
+    def config(self):
+        """DVC's merged config (system, global, repo, local), without opening the repo when it is closed."""
+        if self._repo is not None:
+            return self._repo.config
+        if self._config is None:
+            from dvc.config import Config
+
+            try:
+                self._config = Config(dvc_dir=str(self.root / ".dvc"))
+            except Exception as exc:  # DVC's config errors, all alike
+                raise StorageError(f"DVC config is not usable: {exc}",
+                                   hint="check `.dvc/config` and `.dvc/config.local`") from None
+        return self._config
+
     def _remote_odb(self, name: str = REMOTE_NAME):
+        """The remote's object store: a local directory is used directly (DVC's layout, no repo set-up)."""
+        url = self.remote_url(name)
+        if "://" not in url and os.path.isabs(url):
+            return LocalObjects(Path(url) / "files" / "md5")
+        return self._dvc_odb(name)
+
+    def _dvc_odb(self, name: str = REMOTE_NAME):
         try:
             return self.repo.cloud.get_remote_odb(name)
         except Exception as exc:  # DVC raises many config/remote errors; report them all alike
@@ -108,7 +132,7 @@ class DvcStore:
 
     def remote_url(self, name: str = REMOTE_NAME) -> str:
         try:
-            return self.repo.config["remote"][name]["url"]
+            return self.config["remote"][name]["url"]
         except KeyError:
             raise StorageError(f"no DVC remote named '{name}'",
                                hint=f"add it: dvc remote add --local {name} URL") from None
@@ -201,8 +225,13 @@ class DvcStore:
         fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".fetch.")
         os.close(fd)
         try:
-            copy_bounded(odb.fs, src, Path(tmp), pointer, deadline, where=self.remote_url())
-            self._admit(Path(tmp), pointer, "in storage does not match its hash (corrupted or tampered)")
+            digests = None
+            if not link_from(odb, src, Path(tmp), pointer):  # same filesystem: no copy at all
+                digests = Digests()  # any other storage: one streamed read, hashed on the way
+                copy_bounded(odb.fs, src, Path(tmp), pointer, deadline, where=self.remote_url(),
+                             on_block=digests.update)
+            self._admit(Path(tmp), pointer, "in storage does not match its hash (corrupted or tampered)",
+                        digests.hexdigests() if digests else None)
         finally:
             Path(tmp).unlink(missing_ok=True)
         return dest
@@ -246,9 +275,9 @@ class DvcStore:
                                hint="gc needs write and delete access to the storage") from None
         self.cache_path(pointer.md5).unlink(missing_ok=True)
 
-    def _admit(self, tmp: Path, pointer: Pointer, problem: str) -> None:
-        """Hash a downloaded file; if it is the object, make it the read-only cache entry."""
-        md5, sha = hashes_of_file(tmp)
+    def _admit(self, tmp: Path, pointer: Pointer, problem: str, digests: tuple[str, str] | None = None) -> None:
+        """Hash a downloaded file (or take the hashes made on the way); if it is the object, cache it read-only."""
+        md5, sha = digests or hashes_of_file(tmp)
         if tmp.stat().st_size != pointer.size or md5 != pointer.md5:
             raise IntegrityError(f"object {pointer.md5} {problem}",
                                  hint="the object must be re-uploaded by whoever holds the original")
@@ -280,6 +309,10 @@ class DvcStore:
         from dvc_objects.fs.local import LocalFileSystem
 
         odb = self._remote_odb(remote)
+        if link_into(odb, self.cache_path(pointer.md5), pointer, replace):
+            self.verify_remote(pointer, remote)
+            return
+        odb = self._dvc_odb(remote)  # DVC copies (and makes read-only) what cannot be linked
         try:
             with quiet():
                 odb.add(str(self.cache_path(pointer.md5)), LocalFileSystem(), pointer.md5,

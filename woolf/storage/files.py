@@ -55,26 +55,80 @@ def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> str:
 _HASH_POOL: ThreadPoolExecutor | None = None
 
 
+def hash_pool() -> ThreadPoolExecutor:
+    """The one helper thread md5 runs in beside sha256 (hashlib releases the GIL on large buffers)."""
+    global _HASH_POOL
+    if _HASH_POOL is None:
+        _HASH_POOL = ThreadPoolExecutor(1, thread_name_prefix="woolf-md5")
+    return _HASH_POOL
+
+
 def hashes_of_file(path: Path, chunk: int = 8 * 1024 * 1024) -> tuple[str, str]:
     """(md5, sha256) in one read: DVC addresses by md5, the ledger records sha256.
 
     md5 runs in a helper thread beside sha256 (hashlib releases the GIL on large
     buffers), so the pair costs about as much as md5 alone.
     """
-    global _HASH_POOL
-    if _HASH_POOL is None:
-        _HASH_POOL = ThreadPoolExecutor(1, thread_name_prefix="woolf-md5")
     md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
     pending = None
     with open(path, "rb") as fh:
         while block := fh.read(chunk):
             if pending is not None:
                 pending.result()
-            pending = _HASH_POOL.submit(md5.update, block)
+            pending = hash_pool().submit(md5.update, block)
             sha.update(block)
     if pending is not None:
         pending.result()
     return md5.hexdigest(), sha.hexdigest()
+
+
+class Digests:
+    """md5 and sha256 of a stream fed block by block (md5 in the helper thread): hash bytes on their way."""
+
+    def __init__(self):
+        self.md5, self.sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+        self._pending = None
+
+    def update(self, block) -> None:
+        if self._pending is not None:
+            self._pending.result()
+        self._pending = hash_pool().submit(self.md5.update, block)
+        self.sha.update(block)
+
+    def hexdigests(self) -> tuple[str, str]:
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+        return self.md5.hexdigest(), self.sha.hexdigest()
+
+
+def link_readonly(src: Path, dest: Path) -> bool:
+    """Hard-link the regular file ``src`` at ``dest`` (which must not exist); False where it cannot be.
+
+    Only for content-addressed objects nobody writes again: the inode is made
+    read-only (0444), so the cache and a same-filesystem storage share bytes but
+    no workspace file ever does (checkouts copy). A symbolic link is never followed.
+    Only a file this user owns is linked: another user's object (a participant's
+    delta in a shared directory) could be rewritten by its owner, mtime and all,
+    so it is copied, and this clone's cache stays a copy of its own.
+    """
+    try:
+        os.link(src, dest, follow_symlinks=False)
+    except (OSError, NotImplementedError):
+        return False
+    import stat
+
+    st = os.lstat(dest)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        os.unlink(dest)
+        return False
+    if st.st_mode & 0o222:
+        try:
+            os.chmod(dest, 0o444)
+        except OSError:  # not ours to protect: use a copy instead
+            os.unlink(dest)
+            return False
+    return True
 
 
 def md5_file(path: Path, chunk: int = 8 * 1024 * 1024) -> str:

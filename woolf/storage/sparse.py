@@ -53,10 +53,11 @@ def size_bound(declared: dict, model_spec: dict) -> int | None:
 
 
 def load_delta(path: Path, declared: dict, model_spec: dict, limits: LimitsConfig,
-               label: str = "delta") -> dict[str, torch.Tensor]:
+               label: str = "delta", finite: bool = True) -> dict[str, torch.Tensor]:
+    """``finite=False``: a dense delta is not scanned for NaN/Inf here (the caller's norm proves it)."""
     spec = declared_spec(declared, label)
     if spec is None:
-        return load_checked(path, limits, expect=model_spec, label=label)
+        return load_checked(path, limits, expect=model_spec, label=label, finite=finite)
     parts = _parts(path, spec, model_spec, limits, label)
     try:
         return expand(parts, spec, model_spec, {n: _TORCH_DTYPES[dt] for n, (dt, _) in model_spec.items()})
@@ -87,11 +88,13 @@ def _parts(path: Path, spec: CompressSpec, model_spec: dict, limits: LimitsConfi
 
 
 def save_delta(delta: dict[str, torch.Tensor], path: Path, spec: CompressSpec | None = None,
-               parts: dict[str, torch.Tensor] | None = None) -> None:
-    """A dense delta as it is, or its compressed parts (``parts``, else computed from ``delta``)."""
+               parts: dict[str, torch.Tensor] | None = None) -> tuple[str, str]:
+    """A dense delta as it is, or its compressed parts (``parts``, else computed from ``delta``).
+
+    Returns (md5, sha256) of the file, hashed while it was written.
+    """
     if spec is None:
-        save_atomic(delta, path, durable=False)
-        return
+        return save_atomic(delta, path, durable=False, hashed=True)
     from woolf.core.compress import compress
 
-    save_atomic(parts if parts is not None else compress(delta, spec), path, durable=False)
+    return save_atomic(parts if parts is not None else compress(delta, spec), path, durable=False, hashed=True)

@@ -166,16 +166,23 @@ def compare_spec(got: Spec, expect: Spec, label: str) -> None:
 
 
 def check_finite(tensors: dict[str, torch.Tensor], label: str) -> None:
-    for name in sorted(tensors):
-        t = tensors[name]
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise InvalidWeightsError(f"{label}: tensor {name!r} holds NaN or Inf values")
+    """NaN/Inf anywhere is an InvalidWeightsError (a norm proves finiteness; exact check only if it cannot)."""
+    from woolf.core.finite import first_nonfinite
+
+    name = first_nonfinite(tensors)
+    if name is not None:
+        raise InvalidWeightsError(f"{label}: tensor {name!r} holds NaN or Inf values")
 
 
 def load_checked(
-    path: Path, limits: LimitsConfig, expect: Spec | None = None, label: str = "weights"
+    path: Path, limits: LimitsConfig, expect: Spec | None = None, label: str = "weights",
+    finite: bool = True,
 ) -> dict[str, torch.Tensor]:
-    """Header checks, then the tensors; shape/dtype against ``expect``; finiteness."""
+    """Header checks, then the tensors; shape/dtype against ``expect``; finiteness.
+
+    ``finite=False``: the caller proves finiteness itself from a later pass (a
+    delta's norm), so the tensors are not scanned here.
+    """
     spec = read_spec(path, limits, label)
     if expect is not None:
         compare_spec(spec, expect, label)
@@ -183,7 +190,8 @@ def load_checked(
         tensors = _read_tensors(path, limits, label)
     except OSError as exc:
         raise InvalidWeightsError(f"{label}: cannot read the file: {exc.strerror}") from None
-    check_finite(tensors, label)
+    if finite:
+        check_finite(tensors, label)
     return tensors
 
 
@@ -203,18 +211,26 @@ def spec_of(tensors: dict[str, torch.Tensor]) -> Spec:
 
 
 def save_atomic(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | None = None,
-                durable: bool = True) -> None:
+                durable: bool = True, hashed: bool = False) -> tuple[str, str] | None:
     """Write by temp file (+ fsync) + rename, so a reader never sees half a file.
 
     ``durable=False`` skips the fsync for files that are hashed and uploaded right
     away (a torn file after a power cut fails its hash and is fetched again).
+    ``hashed=True`` hashes the bytes while writing them (woolf/storage/stwrite.py,
+    the same bytes as safetensors' own writer) and returns (md5, sha256): no re-read.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    digests = None
     try:
-        save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
+        if hashed:
+            from woolf.storage.stwrite import write_hashed
+
+            digests = write_hashed(tensors, Path(tmp), metadata=metadata)
+        else:
+            save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
         if durable:
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -222,6 +238,7 @@ def save_atomic(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | N
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return digests
 
 
 TRUSTED_LIMITS = _TRUSTED  # for files whose hash was checked against the ledger's record

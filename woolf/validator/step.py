@@ -37,7 +37,7 @@ from woolf.storage.files import hashes_of_file
 from woolf.storage.outer_state import load_state, save_state
 from woolf.storage.pointer import Pointer
 from woolf.storage.sparse import load_delta, size_bound
-from woolf.storage.weights import load_trusted, read_spec, save_atomic
+from woolf.storage.weights import check_finite, load_trusted, read_spec, save_atomic
 from woolf.timing import Timer
 from woolf.validator.verdict import Verdict, _failpoint
 from woolf.workloads.base import describe_device
@@ -65,7 +65,10 @@ class MergeStep:
             self._check_norm(current, delta)
             adm.screened = screen_delta(self, adm, main, current, delta)  # no-op, norm guard, replay, copies
         with timer("merge"):
-            return current, merge_step(Rule.from_config(cfg.merge), current, state, delta, att)
+            # without scoring the delta is not needed after the merge: the candidate is written into its
+            # memory; scoring (woolf/scoring/score.py) still reads the delta after the merge
+            return current, merge_step(Rule.from_config(cfg.merge), current, state, delta, att,
+                                       reuse_delta=not cfg.scoring.enabled)
 
     def _load_state(self, main, model_spec):
         path = self.ledger.state_path(main)
@@ -160,7 +163,8 @@ class MergeStep:
         if sha != adm.meta["delta"]["sha256"]:
             raise Rejected("delta bytes do not match the sha256 in submission.json")
         try:
-            return load_delta(path, adm.meta["delta"], expect_spec, cfg.limits)
+            # finiteness is proven by _check_norm's norm (exact check only when that is not finite)
+            return load_delta(path, adm.meta["delta"], expect_spec, cfg.limits, finite=False)
         except InvalidWeightsError as exc:
             raise Rejected(exc.message) from None
 
@@ -185,6 +189,11 @@ class MergeStep:
 
         w2 = sum(sq(t) for t in current.values() if t.is_floating_point())
         d2 = sum(sq(t) for t in delta.values() if t.is_floating_point())
+        if not math.isfinite(d2):  # NaN/Inf, or finite values whose squares overflow: the exact check decides
+            try:
+                check_finite(delta, "delta")
+            except InvalidWeightsError as exc:
+                raise Rejected(exc.message) from None
         ratio = math.sqrt(d2) / max(math.sqrt(w2), 1e-12)
         if not math.isfinite(ratio) or ratio > limit:
             raise Rejected(f"delta norm is {ratio:.3g}x the model's norm, over the limit of {limit:g}")
@@ -211,8 +220,7 @@ class MergeStep:
         files: dict[str, bytes | None] = {}
         with timer("upload"):
             tmp = work / f"candidate-{pr.id}.safetensors"
-            save_atomic(step.candidate, tmp, durable=False)
-            md5, sha = hashes_of_file(tmp)
+            md5, sha = save_atomic(step.candidate, tmp, durable=False, hashed=True)
             files[layout.POINTER] = self.ledger.store.put(tmp, "model.safetensors", md5=md5, sha256=sha).render()
             state_sha = None
             if step.state is not None:

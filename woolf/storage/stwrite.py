@@ -1,0 +1,82 @@
+"""Write a safetensors file and hash it on the way out: md5 (DVC's address) and sha256 with no re-read.
+
+Usage:
+    md5, sha = write_hashed(tensors, path, metadata=None)   # path is written whole (caller renames)
+    sha = sha256_of(tensors)                                # the same file's sha256, nothing written
+
+The bytes are exactly ``safetensors.torch.save_file``'s (tests compare): the
+header's tensor order and key layout are taken from safetensors itself, by
+saving one-element stand-ins with the same names and dtypes, then given the
+real shapes and offsets. Tensor data is written from the tensors' own memory
+in 16 MiB slices; md5 runs in a helper thread beside sha256 and the write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+
+import torch
+from safetensors.torch import save as st_save
+
+from woolf.storage.files import hash_pool
+
+CHUNK = 16 << 20
+
+
+def _layout(tensors: dict[str, torch.Tensor], metadata: dict | None) -> tuple[bytes, list[str]]:
+    """(header bytes incl. length prefix and padding, names in data order), as safetensors lays them out."""
+    stand_ins = {k: torch.zeros(1, dtype=v.dtype) for k, v in tensors.items()}
+    probe = st_save(stand_ins, metadata=metadata)
+    (n,) = struct.unpack("<Q", probe[:8])
+    header = json.loads(probe[8:8 + n], object_pairs_hook=dict)
+    order = sorted((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][0])
+    at = 0
+    for name in order:
+        t = tensors[name]
+        size = t.numel() * t.element_size()
+        header[name]["shape"] = list(t.shape)
+        header[name]["data_offsets"] = [at, at + size]
+        at += size
+    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    raw += b" " * ((8 - len(raw) % 8) % 8)
+    return struct.pack("<Q", len(raw)) + raw, order
+
+
+def _bytes_of(t: torch.Tensor) -> memoryview:
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return memoryview(b"")
+    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+
+
+def sha256_of(tensors: dict[str, torch.Tensor], metadata: dict | None = None) -> str:
+    """sha256 of the file safetensors would write, from the tensors' memory (no file, no bytes copy)."""
+    head, order = _layout(tensors, metadata)
+    sha = hashlib.sha256(head)
+    for name in order:
+        sha.update(_bytes_of(tensors[name]))
+    return sha.hexdigest()
+
+
+def write_hashed(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | None = None) -> tuple[str, str]:
+    head, order = _layout(tensors, metadata)
+    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    pool = hash_pool()
+    pending = None
+    with open(path, "wb", buffering=0) as fh:
+        for block in [memoryview(head), *(_bytes_of(tensors[n]) for n in order)]:
+            for i in range(0, len(block), CHUNK):
+                piece = block[i:i + CHUNK]
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(md5.update, piece)
+                sha.update(piece)
+                view = piece
+                while view:
+                    view = view[fh.write(view):]
+    if pending is not None:
+        pending.result()
+    return md5.hexdigest(), sha.hexdigest()
