@@ -84,7 +84,10 @@ def queue(n_prs: int) -> dict:
         root = Path(tmp)
         Ledger.init(root / "work", storage=str(root / "storage"), workload="synthetic",
                     overrides={"workload.params.n_params": "10000", "policy.min_improvement": "-1e9",
-                               "merge.max_staleness": str(n_prs + 10)})
+                               "merge.max_staleness": str(n_prs + 10),
+                               # one synthetic step from the same base gives every PR nearly the same
+                               # delta (cosine 0.995): the copy check would take them for copies
+                               "scoring.copy_threshold": "1.0"})
         _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
         for name in ("p", "v"):
             _git("clone", "-q", str(root / "hub.git"), str(root / name), cwd=root)
