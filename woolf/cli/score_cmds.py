@@ -8,8 +8,6 @@ Usage:
 from __future__ import annotations
 
 import click
-from rich.markup import escape
-from rich.table import Table
 
 from woolf.cli.app import App, json_option, pass_app
 
@@ -40,13 +38,11 @@ def leaderboard(app: App, window, as_json):
     if as_json:
         app.emit_json(data)
         return
-    table = Table("contributor", "ordinal", "mu", "sigma", "merged", "rejected", "marked", "improvement",
-                  "assigned-random")
-    for r in data["rows"]:
-        table.add_row(escape(r["contributor"]), _f(r["ordinal"], "{:.2f}"), _f(r["mu"], "{:.2f}"),
-                      _f(r["sigma"], "{:.2f}"), str(r["merged"]), str(r["rejected"]), str(r["flagged"]),
-                      _f(r["improvement"], "{:+.4f}"), _f(r["mean_difference"], "{:+.4f}"))
-    app.console.print(table)
+    app.table(["contributor", "ordinal", "mu", "sigma", "merged", "rejected", "marked", "improvement",
+               "assigned-random"],
+              [[r["contributor"], _f(r["ordinal"], "{:.2f}"), _f(r["mu"], "{:.2f}"), _f(r["sigma"], "{:.2f}"),
+                str(r["merged"]), str(r["rejected"]), str(r["flagged"]), _f(r["improvement"], "{:+.4f}"),
+                _f(r["mean_difference"], "{:+.4f}")] for r in data["rows"]])
     app.console.print(f"{data['verdicts']} verdicts in {len(data['timeline'])} rated windows of {window}")
 
 
@@ -62,11 +58,9 @@ def credit(app: App, since, as_json):
     if as_json:
         app.emit_json(data)
         return
-    table = Table("contributor", "share", "improvement", "versions", "regressions")
-    for r in data["rows"]:
-        table.add_row(escape(r["contributor"]), _f(r["share"], "{:.1%}"), _f(r["improvement"], "{:+.4f}"),
-                      str(r["versions"]), str(r["regressions"]))
-    app.console.print(table)
+    app.table(["contributor", "share", "improvement", "versions", "regressions"],
+              [[r["contributor"], _f(r["share"], "{:.1%}"), _f(r["improvement"], "{:+.4f}"), str(r["versions"]),
+                str(r["regressions"])] for r in data["rows"]])
     app.console.print(f"total {data['metric']} improvement {data['total']:+.4f} over {data['versions']} versions"
                       + (f" after version {since}" if since is not None else ""))
 

@@ -8,7 +8,6 @@ Usage:
 from __future__ import annotations
 
 import click
-from rich.table import Table
 
 from woolf.cli.app import App, json_option, pass_app
 
@@ -28,10 +27,9 @@ def storage(app: App, as_json):
     if as_json:
         app.emit_json(data)
         return
-    table = Table("kind", "objects", "bytes")
-    for kind in ("snapshots", "deltas", "states", "reclaimable", "removed", "missing"):
-        table.add_row(kind, str(data[kind]["count"]), _mib(data[kind]["bytes"]))
-    app.console.print(table)
+    app.table(["kind", "objects", "bytes"],
+              [[kind, str(data[kind]["count"]), _mib(data[kind]["bytes"])]
+               for kind in ("snapshots", "deltas", "states", "reclaimable", "removed", "missing")])
     app.console.print(f"{data['versions']} versions, a snapshot every {data['snapshot_every']}; "
                       f"stored {_mib(data['stored_bytes'])}, after `woolf gc` {_mib(data['after_gc_bytes'])}")
     if data["missing"]["count"]:
