@@ -3,7 +3,7 @@
 Usage:
     python examples/make_tiny_model.py my-model                  # 2-layer GPT-2, ~0.1M parameters
     python examples/make_tiny_model.py my-model --arch llama --layers 4 --width 64
-    woolf init my-ledger --workload transformers --weights my-model
+    woolf init my-ledger --key keys/me --workload transformers --weights my-model
 
 It trains a byte-level BPE tokenizer with `tokenizers` on the Python standard
 library's own sources (every Python install has them), builds the model from a
