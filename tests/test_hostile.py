@@ -60,10 +60,10 @@ def test_any_failure_inside_one_pr_becomes_its_rejection(network):
     second = craft_pr(val, tensors=delta(val, seed=2), who="bob")
 
     class Buggy(Validator):
-        def candidate(self, adm, main, att, timer):
+        def candidate(self, adm, main, att, timer, before_merge=None):
             if adm.meta["contributor"] == "alice":
                 raise RecursionError("maximum recursion depth exceeded")
-            return super().candidate(adm, main, att, timer)
+            return super().candidate(adm, main, att, timer, before_merge)
 
     verdicts = {v.id: v for v in Buggy(val, device="cpu").run()}
     assert not verdicts[first].accepted and "RecursionError" in verdicts[first].reason

@@ -48,8 +48,12 @@ log = logging.getLogger("woolf.validator")
 class MergeStep:
     """Evaluation and merge of one PR; needs ledger, device, name, forge and _eval_cache."""
 
-    def candidate(self, adm: Admitted, main, att: float, timer: Timer):
+    def candidate(self, adm: Admitted, main, att: float, timer: Timer, before_merge=None):
         """(current weights, merge Step) after the data checks; raises Rejected.
+
+        ``before_merge(current, delta)``: runs after the checks and before the merge (scoring reads
+        the delta there); a reason it returns vetoes the merge: (current, None). The merge then
+        writes the candidate into the delta's memory (the delta is not needed after it).
 
         A parent version whose outer state is missing or does not fit raises
         IntegrityError/StorageError: nothing is merged on top of it (not the PR's fault).
@@ -64,11 +68,10 @@ class MergeStep:
         with timer("checks"):
             self._check_norm(current, delta)
             adm.screened = screen_delta(self, adm, main, current, delta)  # no-op, norm guard, replay, copies
+        if before_merge is not None and before_merge(current, adm.screened.delta):
+            return current, None
         with timer("merge"):
-            # without scoring the delta is not needed after the merge: the candidate is written into its
-            # memory; scoring (woolf/scoring/score.py) still reads the delta after the merge
-            return current, merge_step(Rule.from_config(cfg.merge), current, state, delta, att,
-                                       reuse_delta=not cfg.scoring.enabled)
+            return current, merge_step(Rule.from_config(cfg.merge), current, state, delta, att, reuse_delta=True)
 
     def _load_state(self, main, model_spec):
         path = self.ledger.state_path(main)
@@ -108,15 +111,18 @@ class MergeStep:
         verdict.base_version, verdict.staleness = adm.base.version, adm.staleness
         verdict.contributor = adm.meta["contributor"]
         verdict.attenuation = attenuation(cfg.merge.staleness, adm.staleness)
-        current, step = self.candidate(adm, main, verdict.attenuation, timer)
-        sc = adm.screened
-        verdict.content, verdict.delta_norm, verdict.clip, verdict.flags = sc.content, sc.norm, sc.clip, sc.flags
         wl = self.ledger.workload()
-        with timer("scoring"):  # assigned vs random shard; a delta that learned nothing is refused here
-            verdict.scores = score_delta(self, adm, main, current, sc.delta, wl)
-        veto = judge_scores(self, verdict)
-        if veto:
-            verdict.reason = veto
+
+        def score(current, delta):  # before the merge, which reuses the delta's memory
+            sc = adm.screened
+            verdict.content, verdict.delta_norm, verdict.clip, verdict.flags = sc.content, sc.norm, sc.clip, sc.flags
+            with timer("scoring"):  # assigned vs random shard; a delta that learned nothing is refused here
+                verdict.scores = score_delta(self, adm, main, current, delta, wl)
+            verdict.reason = judge_scores(self, verdict) or ""
+            return verdict.reason
+
+        current, step = self.candidate(adm, main, verdict.attenuation, timer, before_merge=score)
+        if step is None:  # vetoed by the scores (verdict.reason says why)
             return verdict, None
         bench = gate_benchmark(self.ledger)  # the hidden benchmark when the config pins one (woolf/scoring)
         with timer("evaluation"):
