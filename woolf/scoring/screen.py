@@ -22,7 +22,7 @@ from woolf.admission import Admitted, Rejected
 from woolf.core.fairness import beyond_limit, canonical
 from woolf.core.scores import clip_delta, content_sha256, f32, norm, norm_limit, similarity
 from woolf.errors import WoolfError
-from woolf.retention.deltas import delta_pointer
+from woolf.retention.deltas import delta_pointers
 from woolf.scoring.history import merged_records
 from woolf.storage.git import BlobTooLargeError
 from woolf.storage.pointer import Pointer
@@ -94,13 +94,17 @@ def _load(v, pointer: Pointer, key: str, spec, declared: dict | None = None) -> 
 def _earlier(v, adm: Admitted, spec):
     """(label, delta) of merged recent deltas, then of open PRs received before this one."""
     cfg, ledger = v.ledger.config.scoring, v.ledger
-    for rec in merged_records(ledger, limit=cfg.copy_window):
-        if not rec.id or not rec.head or rec.version is None:
+    recs = [r for r in merged_records(ledger, limit=cfg.copy_window) if r.id and r.head and r.version is not None]
+    merges = {x.version: x for x in ledger.log(limit=cfg.copy_window) if x.submission}
+    try:  # every pointer and declared kind in two git calls, not a few per merged PR
+        pointers = delta_pointers(ledger, [merges[r.version] for r in recs if r.version in merges])
+    except (WoolfError, BlobTooLargeError) as exc:
+        log.info("copy check: merged deltas unreadable (%s)", getattr(exc, "message", exc))
+        pointers = {}
+    for rec in recs:
+        if rec.version not in pointers:
             continue
-        try:
-            ptr, declared = delta_pointer(ledger, ledger.show(rec.version))
-        except (WoolfError, BlobTooLargeError):
-            continue
+        ptr, declared = pointers[rec.version]
         d = _load(v, ptr, rec.delta_sha256 or ptr.md5, spec, declared)
         if d is not None:
             yield f"merged PR {rec.id} (version {rec.version})", d, rec.id
