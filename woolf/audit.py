@@ -24,7 +24,6 @@ from woolf.config import parse_config
 from woolf.core.outer import Rule, merge_step
 from woolf.core.scores import clip_delta
 from woolf.core.staleness import attenuation
-from woolf.core.trailers import float_field, parse_message
 from woolf.errors import StorageError, WoolfError
 from woolf.retention.deltas import gc_removable, merged_delta
 from woolf.scoring.hidden import hidden_note
@@ -170,9 +169,8 @@ def _check_merge(ledger, report, prev, v, prev_weights, prev_state):
     except WoolfError as exc:
         report.problem(v.version, f"delta: {exc.message}", _kind(exc))
         return None
-    clip = float_field(parse_message(git.message(v.commit))[1], "Woolf-Delta-Clip")  # scoring.norm_action = clip
-    if clip is not None:
-        delta = clip_delta(delta, clip)
+    if v.delta_clip is not None:  # scoring.norm_action = clip: merged as the validator clipped it
+        delta = clip_delta(delta, v.delta_clip)
     try:
         step = merge_step(rule, prev_weights, prev_state, delta, v.attenuation or 0.0, reuse_delta=True)
     except (ValueError, KeyError, RuntimeError) as exc:

@@ -38,6 +38,7 @@ class Version:
     device: str | None = None  # where the validator evaluated: "cpu; torch 2.13.0", "cuda:<name>; ..."
     timings: dict | None = None
     reverts: int | None = None  # the version whose merge this one takes back (woolf revert)
+    delta_clip: float | None = None  # the factor the validator scaled the delta by (scoring.norm_action = clip)
     parents: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -71,6 +72,7 @@ def version_from_message(commit: str, parents: list[str], time: int, message: st
         device=f.get("Woolf-Device") if isinstance(f.get("Woolf-Device"), str) else None,
         timings=json_field(f, "Woolf-Timings"),
         reverts=int_field(f, "Woolf-Reverts"),
+        delta_clip=float_field(f, "Woolf-Delta-Clip"),
         parents=parents,
     )
 

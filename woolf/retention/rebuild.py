@@ -26,7 +26,6 @@ from pathlib import Path
 from woolf.core.compress import apply_sparse_
 from woolf.core.outer import Rule, f32, merge_step
 from woolf.core.scores import clip_delta
-from woolf.core.trailers import float_field, parse_message
 from woolf.errors import IntegrityError, StorageError, WoolfError
 from woolf.retention.deltas import delta_pointers, weights_pointers
 from woolf.storage.outer_state import load_state
@@ -70,8 +69,7 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
                 raise IntegrityError(f"{label}: its bytes are not the merged submission's sha256",
                                      hint="run `woolf audit`")
             rule = Rule.from_record(v.rule, v.alpha or 0.0, v.rule_params)
-            clip = float_field(parse_message(ledger.git.message(v.commit))[1], "Woolf-Delta-Clip")
-            if rule.kind == "attenuated" and declared.get("kind") == "topk" and clip is None:
+            if rule.kind == "attenuated" and declared.get("kind") == "topk" and v.delta_clip is None:
                 # the same bytes as merge_step on the expanded delta, touching only the kept values
                 scale = f32(rule.alpha * (v.attenuation or 0.0))
                 merged = load_entries(path, declared, spec, TRUSTED_LIMITS, label, check=False)
@@ -79,8 +77,8 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
                     stale[name] = apply_sparse_(weights[name], where, vals, scale, stale.get(name))
             else:
                 delta = load_delta(path, declared, spec, TRUSTED_LIMITS, label)
-                if clip is not None:  # scoring.norm_action = clip: merged as the validator clipped it
-                    delta = clip_delta(delta, clip)
+                if v.delta_clip is not None:  # scoring.norm_action = clip: merged as the validator clipped it
+                    delta = clip_delta(delta, v.delta_clip)
                 state_path = ledger.state_path(prev)
                 state = None if state_path is None else load_state(state_path, spec, ledger.config.limits)
                 weights = merge_step(rule, weights, state, delta, v.attenuation or 0.0).candidate
