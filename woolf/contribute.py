@@ -25,7 +25,7 @@ from woolf.feedback import clear_residual, remember, settle
 from woolf.follow import Follower
 from woolf.forges.github import forge_for
 from woolf.identity import contributor_id
-from woolf.residual import compress_with_feedback, keep_residual
+from woolf.residual import compress_with_feedback, compression_spec, keep_residual
 from woolf.signing.trust import require_command_trust, require_trusted_head
 from woolf.storage.dvcstore import REMOTE_NAME
 from woolf.storage.files import write_bytes_atomic
@@ -149,22 +149,6 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
     return {**record, "weights": str(out / "trained.safetensors")}
 
 
-def _compression(cfg, text: str | None):
-    """The CompressSpec to send with (None: dense), checked against what the ledger accepts."""
-    from woolf.core.compress import parse_spec
-
-    text = cfg.delta.compress if text is None else text
-    try:
-        spec = parse_spec(text)
-    except ValueError as exc:
-        raise UsageError(f"--compress {text!r}: {exc}", hint="e.g. --compress topk:0.02,bits:2, or dense") from None
-    kind = "dense" if spec is None else "topk"
-    if kind not in cfg.delta.accept:
-        raise UsageError(f"this ledger does not accept {kind} deltas (delta.accept: {', '.join(cfg.delta.accept)})",
-                         hint=f"--compress {cfg.delta.compress}")
-    return spec
-
-
 def _check_delta(delta: dict, zeros: str, hint: str | None = None) -> None:
     """NaN/Inf or all zeros are refused; one norm per tensor proves both (woolf/core/finite.py)."""
     bad, nonzero = scan(delta)
@@ -211,7 +195,7 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
             f"the weights were trained from {record.get('base_commit', '?')[:12]}, which is no longer "
             f"version {base_version} on origin's main", hint="`woolf train` again from the current version")
     cfg = ledger.config
-    cspec = _compression(cfg, compress)
+    cspec = compression_spec(cfg, compress)
     timer = Timer()
     with timer("load"):
         base_w = ledger.load_weights(base)

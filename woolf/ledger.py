@@ -252,18 +252,7 @@ class Ledger:
 
     def last_fetch(self) -> float | None:
         """When this clone last fetched from origin (or was cloned); None if it has no origin."""
-        if not self.has_origin():
-            return None
-        fetch_head = Path(self.git.out("rev-parse", "--git-path", "FETCH_HEAD"))
-        fetch_head = fetch_head if fetch_head.is_absolute() else self.root / fetch_head
-        if fetch_head.exists():
-            return fetch_head.stat().st_mtime
-        log = Path(self.git.out("rev-parse", "--git-path", "logs/refs/remotes/origin/HEAD"))
-        log = log if log.is_absolute() else self.root / log
-        try:  # a fresh clone: its first reflog line ("clone: from ...") carries the time
-            return float(log.read_text(errors="replace").split("\n", 1)[0].split("\t")[0].split()[-2])
-        except (OSError, IndexError, ValueError):
-            return None
+        return self.git.last_fetch_time() if self.has_origin() else None
 
     def has_pr_refs(self) -> bool:
         return bool(self.git.out("for-each-ref", "--count=1", "--format=%(refname)", layout.PR_PREFIX))

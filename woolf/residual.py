@@ -4,6 +4,7 @@ Usage:
     parts, residual, note = compress_with_feedback(ledger, delta, spec)   # delta + kept residual, compressed
     ... the PR is open ...
     keep_residual(ledger, residual)                                       # only after the submission succeeded
+    spec = compression_spec(cfg, "topk:0.02,bits:2")                      # None: dense; checked against delta.accept
 
 Error feedback as Templar and SparseLoCo run it: ``e = residual + delta``;
 the participant sends ``C(e)`` and keeps ``e - expand(C(e))`` in
@@ -25,7 +26,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save
 
-from woolf.core.compress import CompressSpec, compress, expand
+from woolf.core.compress import CompressSpec, compress, expand, parse_spec
+from woolf.errors import UsageError
 from woolf.storage.files import write_bytes_atomic
 
 FILE = "residual.safetensors"
@@ -86,3 +88,17 @@ def keep_residual(ledger, residual: dict[str, torch.Tensor] | None, spec: Compre
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"compress": spec.text()} if spec is not None else None
     write_bytes_atomic(save({k: v.contiguous() for k, v in residual.items()}, metadata=meta), path)
+
+
+def compression_spec(cfg, text: str | None):
+    """The CompressSpec to send with (None: dense), checked against what the ledger accepts."""
+    text = cfg.delta.compress if text is None else text
+    try:
+        spec = parse_spec(text)
+    except ValueError as exc:
+        raise UsageError(f"--compress {text!r}: {exc}", hint="e.g. --compress topk:0.02,bits:2, or dense") from None
+    kind = "dense" if spec is None else "topk"
+    if kind not in cfg.delta.accept:
+        raise UsageError(f"this ledger does not accept {kind} deltas (delta.accept: {', '.join(cfg.delta.accept)})",
+                         hint=f"--compress {cfg.delta.compress}")
+    return spec

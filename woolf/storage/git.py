@@ -249,6 +249,17 @@ class Git:
         raise ForgeError(f"push to {remote} failed: {text.strip()[-800:]}",
                          hint="is the origin reachable and writable?")
 
+    def last_fetch_time(self) -> float | None:
+        """FETCH_HEAD's mtime, or for a clone never fetched since, the time its first reflog line records."""
+        fetch_head, log = (self.cwd / p for p in self.out(
+            "rev-parse", "--git-path", "FETCH_HEAD", "--git-path", "logs/refs/remotes/origin/HEAD").splitlines())
+        if fetch_head.exists():
+            return fetch_head.stat().st_mtime
+        try:  # "<old> <new> <name> <email> <unix time> <tz>\tclone: from ..."
+            return float(log.read_text(errors="replace").split("\n", 1)[0].split("\t")[0].split()[-2])
+        except (OSError, IndexError, ValueError):
+            return None
+
     def fetch(self, remote: str, *refspecs: str) -> None:
         # every fetched ref gets a reflog: its first entry is when this clone received it (queue order)
         proc = self.run("-c", "core.logAllRefUpdates=always", "fetch", "--quiet", "--no-tags", "--prune",
