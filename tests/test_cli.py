@@ -165,6 +165,10 @@ def test_tables_fit_a_terminal_and_stay_whole_on_a_pipe():
     App(cwd=Path("."), console=Console(file=buf, force_terminal=False)).table(headers, rows, "reason")
     piped = buf.getvalue().splitlines()
     assert len(piped) == 2 and piped[1].endswith("by more than the tolerance 0.01")
+    buf = io.StringIO()  # a reason written by whoever could push a ref: no escape sequence gets through
+    App(cwd=Path("."), console=Console(file=buf, force_terminal=True, width=100)).table(
+        ["id", "reason"], [["x", "evil \x1b]0;pwned\x07 \x1b[2J"]], "reason")
+    assert "\x1b]0" not in buf.getvalue() and "\x1b[2J" not in buf.getvalue() and "\ufffd]0;pwned" in buf.getvalue()
 
 
 def test_every_command_and_option_has_help_and_every_env_var_is_named(capsys):

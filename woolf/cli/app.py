@@ -51,6 +51,8 @@ class App:
         """
         from rich.text import Text
 
+        # cells may come from refs anyone can push: no control characters reach the terminal
+        rows = [["".join(ch if ch.isprintable() else "\ufffd" for ch in c) for c in r] for r in rows]
         cut = headers.index(yielding) if yielding in headers else None
         widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
 
