@@ -60,6 +60,7 @@ BASE = {"persistent": False, "rule": "attenuated", "stale": "inverse", "gate": "
 ARMS = {
     "A0": {},
     "A1": {"persistent": True},
+    "A1-ls": {"persistent": True, "ls": True},  # the validator picks the best of att x {0.5, 1, 2} on the benchmark
     "A2": {"persistent": True, "gate": "best"},
     "A3": {"persistent": True, "gate": "best", "rule": "fedbuff", "stale": "constant"},
     "A4": {"persistent": True, "gate": "best", "rule": "delayed_nesterov", "olr": 0.5},
@@ -170,6 +171,11 @@ def run_async(world: World, arm: dict, n: int, total: int, k: int, seed: int) ->
         att = attenuation(scfg, s)
         step = merge_step(rule, cur, state, delta, att)
         probe_loss = world.loss(step.probe)
+        for scale in sorted({att * 0.5, min(1.5, att * 2.0)}) if a.get("ls") else ():
+            other = merge_step(rule, cur, state, delta, scale)  # a line search along the delta
+            other_loss = world.loss(other.probe)
+            if other_loss < probe_loss:
+                step, probe_loss = other, other_loss
         ref = min(history[-8:]) if a["gate"] == "best" else cur_loss
         ok = decide(policy, {"loss": ref}, {"loss": probe_loss}).accepted
         judged += 1
