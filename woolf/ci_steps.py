@@ -14,6 +14,12 @@ taken from the evaluation (apply never evaluates). If the PR's head or main
 moved since evaluation, or the push loses a race, nothing is merged and the
 PR stays open: the verdict is "requeued" and the scheduled sweeper
 (`woolf-sweep.yml`) validates it again.
+
+With `validators.quorum = k > 1` each validator's runner evaluates in its own job
+and applies its own record: after the same re-checks, apply casts this
+validator's signed vote from the record (never evaluating) and settles the PR
+when that vote completes k agreeing votes (woolf/quorum/voter.py, `fixed=`); a
+vote that does not is the verdict "voted", and the PR waits for the others.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from woolf.admission import Rejected, admit
 from woolf.core.policy import decide
 from woolf.core.staleness import attenuation
 from woolf.errors import RaceLostError, UsageError
+from woolf.quorum.voter import _requeued
+from woolf.quorum.voter import candidate_sha256 as weights_sha256
 from woolf.timing import Timer
 from woolf.validator import Verdict
 
@@ -125,11 +133,6 @@ def check_record(record) -> dict:
     return record
 
 
-def _requeued(pr, why: str) -> Verdict:
-    return Verdict(pr.id, False, "requeued", f"{why}; it stays open and is validated again "
-                   "(next push to the PR, or the scheduled sweeper)", pr.contributor, pr.base_version)
-
-
 def apply_record(v, record: dict) -> Verdict | None:
     record = check_record(record)
     pr, main = v.fresh(record["id"])
@@ -139,10 +142,8 @@ def apply_record(v, record: dict) -> Verdict | None:
         return _requeued(pr, "the PR's head moved since evaluation")
     if main.commit != record["main"]:
         return _requeued(pr, "main moved since evaluation")
-    if v.ledger.config.validators.quorum > 1:  # one job's record is one validator's opinion: no quorum
-        raise UsageError("validators.quorum > 1: a verdict record cannot be applied; every validator runner "
-                         "runs `woolf validate` with its own key and votes (docs/github.md)")
     cfg, timer = v.ledger.config, Timer()
+    quorum = cfg.validators.quorum > 1  # one job's record is one validator's opinion: it becomes its vote
     verdict = Verdict(pr.id, record["accepted"], "merged" if record["accepted"] else "rejected",
                       record["reason"], record["contributor"], record["base_version"],
                       staleness=record["staleness"], attenuation=record["attenuation"],
@@ -154,6 +155,8 @@ def apply_record(v, record: dict) -> Verdict | None:
         except Rejected as exc:
             verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
     if not verdict.accepted:
+        if quorum:
+            return v.vote_one(pr.id, fixed=(main.commit, verdict, None, None, pr.head))
         try:
             v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
         except RaceLostError:
@@ -179,10 +182,16 @@ def apply_record(v, record: dict) -> Verdict | None:
         verdict.flags += [f for f in sc.flags if f not in verdict.flags]
     except Rejected as exc:  # e.g. the delta became unreadable since evaluation
         verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
+        if quorum:  # storage that cannot serve the delta now is no vote (the voter's rule too)
+            if exc.message.startswith("delta object unavailable"):
+                return _requeued(pr, "its delta is unavailable in storage now")
+            return v.vote_one(pr.id, fixed=(main.commit, verdict, None, None, pr.head))
         v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
         return verdict
     if candidate_sha256(step) != record["candidate_sha256"]:
         raise UsageError("the recomputed candidate differs from the evaluated one (sha256)")
+    if quorum:
+        return v.vote_one(pr.id, fixed=(main.commit, verdict, step, weights_sha256(step), pr.head))
     try:
         v.merge(pr, main, verdict, step, timer)
     except RaceLostError:
