@@ -24,7 +24,6 @@ vote that does not is the verdict "voted", and the PR waits for the others.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 
@@ -61,11 +60,10 @@ def candidate_sha256(step) -> str:
 
     The state counts: a FedBuff merge that only buffers leaves the weights as they were.
     """
-    from safetensors.torch import save
-
     from woolf.storage.outer_state import state_bytes
+    from woolf.storage.stwrite import sha256_hasher
 
-    h = hashlib.sha256(save({k: t.contiguous() for k, t in step.candidate.items()}))
+    h = sha256_hasher(step.candidate)  # the file's bytes from the tensors' memory, no serialised copy
     if step.state is not None:
         h.update(state_bytes(step.state))
     return h.hexdigest()

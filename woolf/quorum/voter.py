@@ -27,18 +27,16 @@ returns a "voted" verdict (after one more look, in case another runner voted at 
 from __future__ import annotations
 
 # woolf.validator.queue imports this module: Verdict is imported where it is used
-import hashlib
 import logging
 import time
 from typing import TYPE_CHECKING
-
-from safetensors.torch import save
 
 from woolf.core.quorum import Ballot, tally
 from woolf.errors import ForgeError, IntegrityError, RaceLostError, StorageError, UsageError
 from woolf.forges.local import LocalForge
 from woolf.quorum.votes import make_vote, push_vote, read_votes, vote_ref
 from woolf.signing.authority import signers_text
+from woolf.storage.stwrite import sha256_of
 from woolf.timing import Timer
 
 if TYPE_CHECKING:
@@ -51,8 +49,9 @@ KEEP_STEPS = 2  # candidates kept in memory for PRs still waiting for votes (the
 
 
 def candidate_sha256(step) -> str:
-    """sha256 of the bytes the merge will upload (save_atomic writes the same safetensors bytes)."""
-    return hashlib.sha256(save({k: v.contiguous() for k, v in step.candidate.items()})).hexdigest()
+    """sha256 of the file the merge will upload, hashed from the tensors' memory (no serialised copy;
+    woolf/storage/stwrite.py lays out the same bytes as safetensors, which save_atomic writes)."""
+    return sha256_of(step.candidate)
 
 
 class QuorumStep:

@@ -22,6 +22,8 @@ allowed_signers is unsigned and only the shape rules apply.
 
 from __future__ import annotations
 
+import re
+
 from woolf import layout
 from woolf.core.trailers import int_field, parse_message
 from woolf.errors import ConfigError
@@ -29,6 +31,7 @@ from woolf.quorum.check import version_quorum_problem
 from woolf.signing.signers import SIGNERS_PATH, Signers
 from woolf.signing.verify import role_problem, signatures
 
+_COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
 CHANGEABLE = (layout.CONFIG, SIGNERS_PATH, "ledger/benchmark/")
 ROLE_OF = {"genesis": "maintainer", "merge": "validator", "change": "maintainer"}
 
@@ -51,7 +54,20 @@ def read_commit(git, commit: str) -> tuple[list[str], str]:
 
 
 def signers_text(git, commit: str | None) -> bytes | None:
-    return git.show_bytes(f"{commit}:{SIGNERS_PATH}") if commit else None
+    """ledger/allowed_signers at ``commit``; remembered per commit id (its content cannot change)."""
+    if not commit:
+        return None
+    if not _COMMIT_ID.match(commit):  # a ref name moves: read it every time
+        return git.show_bytes(f"{commit}:{SIGNERS_PATH}")
+    cache = git.__dict__.setdefault("_signers_at", {})
+    text = cache.get(commit)
+    if text is None:  # None (no file, or the commit not fetched yet) is never remembered
+        text = git.show_bytes(f"{commit}:{SIGNERS_PATH}")
+        if text is not None:
+            if len(cache) >= 256:
+                cache.clear()
+            cache[commit] = text
+    return text
 
 
 def shape_problem(git, commit: str, parents: list[str], fields: dict, kind: str | None) -> str | None:
