@@ -27,7 +27,7 @@ import re
 from woolf import layout
 from woolf.core.trailers import int_field, parse_message
 from woolf.errors import ConfigError
-from woolf.quorum.check import version_quorum_problem
+from woolf.quorum.check import MAX_NAMED, named_votes, version_quorum_problem
 from woolf.signing.signers import SIGNERS_PATH, Signers
 from woolf.signing.verify import role_problem, signatures
 
@@ -91,10 +91,13 @@ def shape_problem(git, commit: str, parents: list[str], fields: dict, kind: str 
 
 
 def chain_problems(git, commits: list[str], first_number: int | None = None) -> dict[str, list[str]]:
-    """Shape, numbering and signature of each commit of a first-parent chain, oldest first."""
+    """Shape, numbering and signature of each commit of a first-parent chain, oldest first.
+
+    Every signature to check (the commits', and under a quorum the votes each merge names) is
+    verified in one batch per allowed-signers text before the quorum checks read the results."""
     problems: dict[str, list[str]] = {c: [] for c in commits}
     wanted: dict[str, bytes] = {}
-    roles: dict[str, tuple[str, Signers]] = {}
+    read: list[tuple[str, list[str], dict, str | None]] = []
     expect = first_number
     for commit in commits:
         parents, message = read_commit(git, commit)
@@ -104,13 +107,21 @@ def chain_problems(git, commits: list[str], first_number: int | None = None) -> 
         if expect is not None and number != expect:
             problems[commit].append(f"numbered {number}, expected {expect} (versions must be consecutive)")
         expect = (number if number is not None else (expect or 0)) + 1
+        read.append((commit, parents, fields, kind))
+        text = signers_text(git, parents[0] if parents else commit)
+        if text is not None and kind is not None:
+            wanted[commit] = text
+            if kind == "merge":  # the votes it names, checked in the same batch (a malformed list: none)
+                wanted.update({sha: text for sha in (named_votes(fields)[0] or [])[:MAX_NAMED]})
+    found = signatures(git, wanted) if wanted else {}  # remembered: the quorum checks below reuse them
+    for commit, parents, fields, kind in read:
         shape = shape_problem(git, commit, parents, fields, kind)
         if not shape and kind == "merge":  # validators.quorum > 1: a quorum of signed votes (woolf/quorum/)
             shape = version_quorum_problem(git, commit, parents, fields)
         if shape:
             problems[commit].append(shape)
             continue
-        text = signers_text(git, parents[0] if parents else commit)
+        text = wanted.get(commit)
         if text is None:
             continue  # unsigned ledger: shape rules only
         try:
@@ -118,11 +129,7 @@ def chain_problems(git, commits: list[str], first_number: int | None = None) -> 
         except ConfigError as exc:
             problems[commit].append(f"allowed_signers before it is malformed: {exc.message}")
             continue
-        wanted[commit] = text
-        roles[commit] = (ROLE_OF[kind], signers)
-    found = signatures(git, wanted) if wanted else {}
-    for commit, (role, signers) in roles.items():
-        problem = role_problem(found.get(commit), signers, role)
+        problem = role_problem(found.get(commit), signers, ROLE_OF[kind])
         if problem:
             problems[commit].append(problem)
     return problems
