@@ -36,14 +36,29 @@ def vote_ref(sub_id: str, voter: str) -> str:
     return f"{layout.PR_PREFIX}/{sub_id}/votes/{voter}"
 
 
+_PARSED: dict[tuple[str, str, str], tuple[Ballot | None, str | None]] = {}  # a commit id names its bytes
+
+
 def parse_vote(git, sha: str, sub_id: str, metric: str) -> tuple[Ballot | None, str | None]:
-    """(Ballot with the voter the commit names, None) or (None, why it is no vote). Unsigned-checked."""
+    """(Ballot with the voter the commit names, None) or (None, why it is no vote). Unsigned-checked.
+
+    Remembered per (commit id, PR, metric) for the life of the process: the tally, the trust
+    check and the hook's rules read the same votes again; a missing object is never remembered."""
+    key = (sha, sub_id, metric)
+    if key in _PARSED:
+        return _PARSED[key]
     info = git.object_info(sha)
     if info is None or info[1] != "commit":
         return None, f"not a commit ({info[1] if info else 'missing'})"
     if info[2] > VOTE_MAX_BYTES:
-        return None, f"a vote commit of {info[2]} bytes (limit {VOTE_MAX_BYTES})"
-    return ballot_of(git.message(sha), sha, sub_id, metric)
+        out = None, f"a vote commit of {info[2]} bytes (limit {VOTE_MAX_BYTES})"
+    else:
+        out = ballot_of(git.message(sha), sha, sub_id, metric)
+    if _HEX40.match(sha):
+        if len(_PARSED) > 65536:
+            _PARSED.clear()
+        _PARSED[key] = out
+    return out
 
 
 def ballot_of(message: str, sha: str, sub_id: str, metric: str) -> tuple[Ballot | None, str | None]:

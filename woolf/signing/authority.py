@@ -46,11 +46,22 @@ def version_kind(fields: dict) -> str | None:
     return "genesis" if int_field(fields, "Woolf-Version") == 0 else None
 
 
+_READ: dict[str, tuple[list[str], str]] = {}  # commit id -> (parents, message): a commit id names its bytes
+
+
 def read_commit(git, commit: str) -> tuple[list[str], str]:
-    """(parents, message) of a commit in one git call."""
+    """(parents, message) of a commit in one git call; remembered per commit id for the process."""
+    if commit in _READ:
+        parents, message = _READ[commit]
+        return list(parents), message
     raw = git.run("cat-file", "commit", commit).stdout.decode(errors="replace")
     header, _, message = raw.partition("\n\n")
-    return [ln.split()[1] for ln in header.splitlines() if ln.startswith("parent ")], message
+    parents = [ln.split()[1] for ln in header.splitlines() if ln.startswith("parent ")]
+    if _COMMIT_ID.match(commit) and len(message) <= 65536:  # a hostile giant is read again, never kept
+        if len(_READ) > 4096:
+            _READ.clear()
+        _READ[commit] = (list(parents), message)
+    return parents, message
 
 
 def signers_text(git, commit: str | None) -> bytes | None:
