@@ -118,16 +118,44 @@ def test_two_records_are_two_votes_and_one_merge(signed_world):
     assert apply_record(_validator(w, "v1"), r1) is None  # settled: a late job has nothing to do
 
 
-def test_a_reject_record_and_an_accept_record_merge_nothing(signed_world):
+def test_a_reject_record_and_an_accept_record_merge_nothing(signed_world, monkeypatch, capsys):
+    from woolf.cli.main import main
+
     w = signed_world
     n, main0 = w["pr"]("split", seed=1)["number"], _main(w)
     r1 = _record(w, "v1", n)
     # a reject from v2's evaluation (a record may always say reject: it is that validator's opinion)
     r2 = {**_record(w, "v2", n), "accepted": False, "candidate_sha256": None, "reason": "v2 measured worse"}
     assert apply_record(_validator(w, "v1"), r1).state == "voted"
-    second = apply_record(_validator(w, "v2"), r2)
-    assert second.state == "voted" and "voted reject" in second.reason
+    # v2's vote job, as ci/merge.sh runs it: its name from WOOLF_VALIDATOR, the record from the artifact
+    (w["root"] / "verdict.json").write_text(json.dumps(r2))
+    monkeypatch.setenv("WOOLF_VALIDATOR", "v2")
+    capsys.readouterr()
+    assert main(["-C", str(w["v2"].root), "validate", "--forge", "github", "--apply",
+                 str(w["root"] / "verdict.json"), "--json"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["state"] == "voted" and "voted reject" in second["reason"]
     assert _main(w) == main0 and w["gh"].pulls["owner/ledger"][n]["closed"] is False
     head = w["gh"].pulls["owner/ledger"][n]["head_sha"]
     assert [(s["context"], s["state"]) for s in w["gh"].statuses[head]] == [
         ("woolf/vote/v1", "success"), ("woolf/vote/v2", "failure")]
+
+
+def test_two_jobs_voting_at_the_same_moment_still_settle(signed_world, monkeypatch):
+    """Each job read the votes before the other's vote landed: the later one looks again after its push."""
+    import woolf.quorum.voter as voter
+
+    w = signed_world
+    n = w["pr"]("at once", seed=2)["number"]
+    r1, r2 = _record(w, "v1", n), _record(w, "v2", n)
+    assert apply_record(_validator(w, "v2"), r2).state == "voted"
+    real, calls = voter.read_votes, []
+
+    def before_v2_landed(git, sub_id, text, metric):  # v1's first read saw no vote yet
+        calls.append(sub_id)
+        return ([], []) if len(calls) == 1 else real(git, sub_id, text, metric)
+
+    monkeypatch.setattr(voter, "read_votes", before_v2_landed)
+    done = apply_record(_validator(w, "v1"), r1)
+    assert len(calls) == 2 and done.state == "merged" and done.version == 1
+    assert w["gh"].pulls["owner/ledger"][n]["labels"] == ["woolf:merged"]
