@@ -186,10 +186,11 @@ def apply_record(v, record: dict) -> Verdict | None:
             return v.vote_one(pr.id, fixed=(main.commit, verdict, None, None, pr.head))
         v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
         return verdict
-    if candidate_sha256(step) != record["candidate_sha256"]:
+    weights = weights_sha256(step) if quorum else None  # what the vote names: the weights file's sha256
+    if (weights if quorum and step.state is None else candidate_sha256(step)) != record["candidate_sha256"]:
         raise UsageError("the recomputed candidate differs from the evaluated one (sha256)")
     if quorum:
-        return v.vote_one(pr.id, fixed=(main.commit, verdict, step, weights_sha256(step), pr.head))
+        return v.vote_one(pr.id, fixed=(main.commit, verdict, step, weights, pr.head))
     try:
         v.merge(pr, main, verdict, step, timer)
     except RaceLostError:

@@ -182,8 +182,8 @@ class QuorumStep:
                 if expired is not None or fixed is None:
                     return expired
                 return _voted(pr, verdict, mine, q.quorum)
-            if not settles:
-                return None  # a member of the quorum that holds the candidate writes the verdict
+            if not settles:  # a member of the quorum that holds the candidate writes the verdict
+                return None if fixed is None else _voted(pr, verdict, mine, q.quorum)
             extra = {"Woolf-Votes": [b.commit for b in out.votes], "Woolf-Main": main.commit}
             also = [(unpushed[0].commit, vote_ref(pr.id, me), unpushed[1])] if unpushed else None
             try:
