@@ -93,6 +93,10 @@ def test_two_records_are_two_votes_and_one_merge(signed_world):
         apply_record(_validator(w, "v2"), worse)
     with pytest.raises(UsageError, match="candidate differs"):
         apply_record(_validator(w, "v2"), {**r2, "candidate_sha256": "0" * 64})
+    # a job named v2 that holds v1's key (a secret in the wrong environment) casts nobody's vote
+    wrong = Validator(Ledger.open(w["v1"].root), device="cpu", name="v2", forge_kind="github")
+    with pytest.raises(UsageError, match="votes as v1"):
+        apply_record(wrong, r2)
     # v1's record alone is one vote: no merge, the PR stays open, its vote shows on the PR
     first = apply_record(_validator(w, "v1"), r1)
     assert first.state == "voted" and not first.accepted and "waiting for 2 agreeing votes" in first.reason

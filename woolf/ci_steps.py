@@ -142,6 +142,10 @@ def apply_record(v, record: dict) -> Verdict | None:
         return _requeued(pr, "main moved since evaluation")
     cfg, timer = v.ledger.config, Timer()
     quorum = cfg.validators.quorum > 1  # one job's record is one validator's opinion: it becomes its vote
+    if quorum and layout.CONTRIBUTOR.match(v.name) and v.voter(main) != v.name:  # a job named by WOOLF_VALIDATOR
+        raise UsageError(f"this vote job is {v.name}'s, but its key votes as {v.voter(main)}",
+                         hint=f"the secret WOOLF_VALIDATOR_KEY of the environment woolf-validator-{v.name} "
+                              "holds that validator's own key (docs/github.md)")
     verdict = Verdict(pr.id, record["accepted"], "merged" if record["accepted"] else "rejected",
                       record["reason"], record["contributor"], record["base_version"],
                       staleness=record["staleness"], attenuation=record["attenuation"],
