@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def signed_world(tmp_path, monkeypatch):
+def signed_world(tmp_path, monkeypatch, request):
     spec = spec_path()
     if spec is None:
         pytest.skip("GitHub's OpenAPI description (npm @octokit/openapi) is not available")
@@ -45,7 +45,7 @@ def signed_world(tmp_path, monkeypatch):
         Ledger.init(tmp_path / "work", storage=str(tmp_path / "storage"), overrides={
             **SMALL, "forge.kind": "github", "forge.repo": "owner/ledger", "forge.api_url": gh.url,
             "forge.delta_schemes": '["https", "http"]', "policy.min_improvement": "-10",
-            "validators.quorum": "2"},
+            "validators.quorum": "2", **getattr(request, "param", {})},
             signing_key=key_for("work"), signer="work", extra_signers=signer_lines())
         git("clone", "-q", "--bare", str(tmp_path / "work"), str(hub), cwd=tmp_path)
         git("clone", "-q", "--bare", str(hub), str(fork), cwd=tmp_path)
@@ -80,6 +80,8 @@ def _main(world) -> str:
     return git("rev-parse", "main", cwd=world["hub"])
 
 
+# nesterov: a rule with outer state, where the record hashes weights and state, and the vote the weights
+@pytest.mark.parametrize("signed_world", [{}, {"merge.rule": "nesterov"}], indirect=True, ids=["plain", "state"])
 def test_two_records_are_two_votes_and_one_merge(signed_world):
     w = signed_world
     sub = w["pr"]("good", seed=0)
@@ -114,6 +116,7 @@ def test_two_records_are_two_votes_and_one_merge(signed_world):
     ballots, ignored = read_votes(hub, sub["id"], signers_text(hub, main0), "loss")
     assert ignored == [] and sorted(json.loads(fields["Woolf-Votes"])) == sorted(b.commit for b in ballots)
     assert {b.validator for b in ballots} == {"v1", "v2"}
+    assert (fields.get("Woolf-State-Sha256") is not None) == (fields["Woolf-Rule"] == "nesterov")
     assert all(b.seconds and b.seconds > 0 for b in ballots)  # the records' evaluation time, for `woolf validators`
     contexts = [s["context"] for s in w["gh"].statuses[head]]
     assert contexts[:2] == ["woolf/vote/v1", "woolf/vote/v2"] and contexts[-1] == "woolf/validate"
