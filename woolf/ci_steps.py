@@ -32,8 +32,8 @@ from woolf.admission import Rejected, admit
 from woolf.core.policy import decide
 from woolf.core.staleness import attenuation
 from woolf.errors import RaceLostError, UsageError
-from woolf.quorum.voter import _requeued
 from woolf.quorum.voter import candidate_sha256 as weights_sha256
+from woolf.quorum.voter import requeued
 from woolf.timing import Timer
 from woolf.validator import Verdict
 
@@ -137,9 +137,9 @@ def apply_record(v, record: dict) -> Verdict | None:
     if pr.state != "open":
         return None
     if pr.head != record["head"]:
-        return _requeued(pr, "the PR's head moved since evaluation")
+        return requeued(pr, "the PR's head moved since evaluation")
     if main.commit != record["main"]:
-        return _requeued(pr, "main moved since evaluation")
+        return requeued(pr, "main moved since evaluation")
     cfg, timer = v.ledger.config, Timer()
     quorum = cfg.validators.quorum > 1  # one job's record is one validator's opinion: it becomes its vote
     if quorum and layout.CONTRIBUTOR.match(v.name) and v.voter(main) != v.name:  # a job named by WOOLF_VALIDATOR
@@ -186,7 +186,7 @@ def apply_record(v, record: dict) -> Verdict | None:
         verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
         if quorum:  # storage that cannot serve the delta now is no vote (the voter's rule too)
             if exc.message.startswith("delta object unavailable"):
-                return _requeued(pr, "its delta is unavailable in storage now")
+                return requeued(pr, "its delta is unavailable in storage now")
             return v.vote_one(pr.id, fixed=(main.commit, verdict, None, None, pr.head))
         v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
         return verdict
@@ -198,5 +198,5 @@ def apply_record(v, record: dict) -> Verdict | None:
     try:
         v.merge(pr, main, verdict, step, timer)
     except RaceLostError:
-        return _requeued(pr, "main moved or the PR got a verdict while merging")
+        return requeued(pr, "main moved or the PR got a verdict while merging")
     return verdict

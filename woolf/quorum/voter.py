@@ -133,9 +133,9 @@ class QuorumStep:
             judged = self._judged.get(sub_id)
             if fixed is not None:  # (main, verdict, step, sha, head) from a re-checked CI record
                 if fixed[4] != pr.head:
-                    return _requeued(pr, "the PR's head moved since evaluation")
+                    return requeued(pr, "the PR's head moved since evaluation")
                 if fixed[0] != main.commit:
-                    return _requeued(pr, "main moved since evaluation")
+                    return requeued(pr, "main moved since evaluation")
                 judged = fixed[:4]
             elif judged is None or judged[0] != main.commit:
                 verdict, step, sha = self._judge(pr, main, timer)
@@ -220,7 +220,7 @@ class QuorumStep:
         return Verdict(pr.id, False, "expired", reason, verdict.contributor, verdict.base_version)
 
 
-def _requeued(pr, why: str) -> Verdict:
+def requeued(pr, why: str) -> Verdict:
     from woolf.validator.verdict import Verdict
 
     return Verdict(pr.id, False, "requeued", f"{why}; it stays open and is validated again "
