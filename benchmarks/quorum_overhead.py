@@ -1,7 +1,7 @@
 """Voting overhead per PR: quorum 2 of 2 validators against a single validator (issue 14).
 
 Usage:
-    python benchmarks/quorum_overhead.py                      # demo-sized charlm, 4 PRs per run, 2 runs per mode
+    python benchmarks/quorum_overhead.py                      # demo-sized charlm, 8 PRs per mode per run, 2 runs
     python benchmarks/quorum_overhead.py --prs 1 --runs 1 --small    # the smoke size the tests run
 
 Both modes use a signed ledger and a hub made by `woolf hub init` (the demo's set-up).
@@ -10,6 +10,8 @@ Both modes use a signed ledger and a hub made by `woolf hub init` (the demo's se
 evaluates, votes, tallies and merges. With validators on their own machines they
 evaluate at the same time, so a PR's wall time is the settling validator's (v2's)
 validate_one; v1's is reported too (the compute a second validator adds, by design).
+The two modes run side by side: their PRs are settled alternately, so that load from other
+jobs falls on both alike, and the median of the paired per-PR differences is reported too.
 Results go to benchmarks/results/quorum_overhead.json.
 """
 
@@ -53,7 +55,8 @@ def build(root: Path, quorum: int, small: bool):
     return Ledger.open(root / "p"), Ledger.open(root / "v1"), Ledger.open(root / "v2")
 
 
-def one_run(root: Path, quorum: int, prs: int, small: bool) -> list[dict]:
+def prepare(root: Path, quorum: int, prs: int, small: bool):
+    """A ledger with ``prs`` open PRs, and its two validators."""
     import torch
     from safetensors.torch import save_file
 
@@ -69,23 +72,37 @@ def one_run(root: Path, quorum: int, prs: int, small: bool) -> list[dict]:
         save_file(trained, path)
         submit(p, weights=path, base_version=0, contributor="p")
     v1, v2 = Validator(l1, device="cpu", name="v1"), Validator(l2, device="cpu", name="v2")
-    out = []
-    for pr in sorted(v2.forge.list(state="open"), key=lambda x: x.id):
-        first = 0.0
-        if quorum > 1:
-            t0 = time.perf_counter()
-            assert v1.validate_one(pr.id) is None  # one vote is no quorum
-            first = time.perf_counter() - t0
+    return v1, v2, sorted(pr.id for pr in v2.forge.list(state="open"))
+
+
+def settle(v1, v2, sub_id: str, quorum: int) -> dict:
+    first = 0.0
+    if quorum > 1:
         t0 = time.perf_counter()
-        verdict = v2.validate_one(pr.id)
-        out.append({"seconds": time.perf_counter() - t0, "first_voter_seconds": first,
-                    "accepted": verdict.accepted, "timings": verdict.timings})
+        assert v1.validate_one(sub_id) is None  # one vote is no quorum
+        first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    verdict = v2.validate_one(sub_id)
+    return {"seconds": time.perf_counter() - t0, "first_voter_seconds": first,
+            "accepted": verdict.accepted, "timings": verdict.timings}
+
+
+def one_run(root: Path, prs: int, small: bool) -> dict[str, list[dict]]:
+    """Both modes side by side: their PRs are settled alternately (single, quorum, single, ...), so
+    load from other jobs on a shared box falls on both alike."""
+    modes = {"single": 1, "quorum": 2}
+    ready = {mode: prepare(root / mode, k, prs, small) for mode, k in modes.items()}
+    out: dict[str, list[dict]] = {mode: [] for mode in modes}
+    for i in range(prs):
+        for mode, k in (modes.items() if i % 2 == 0 else reversed(modes.items())):
+            v1, v2, ids = ready[mode]
+            out[mode].append(settle(v1, v2, ids[i], k))
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--prs", type=int, default=4)
+    ap.add_argument("--prs", type=int, default=8)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--small", action="store_true", help="a tiny model (smoke test)")
     ap.add_argument("--out", default="quorum_overhead.json")
@@ -96,8 +113,8 @@ def main() -> None:
     per = {"single": [], "quorum": []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.runs):
-            for mode in ("single", "quorum"):
-                per[mode] += one_run(Path(tmp) / f"{mode}{r}", 2 if mode == "quorum" else 1, args.prs, args.small)
+            for mode, rows in one_run(Path(tmp) / f"run{r}", args.prs, args.small).items():
+                per[mode] += rows
     summary = {}
     for mode, rows in per.items():
         assert all(r["accepted"] for r in rows), "every PR merges (min_improvement -1e9)"
@@ -106,20 +123,33 @@ def main() -> None:
                          # evaluation is the same work in both modes and the noisiest phase on a shared box
                          "beyond_evaluation_median_s": statistics.median(
                              r["seconds"] - r["timings"].get("evaluation", 0.0) for r in rows),
+                         # scoring evaluates too (assigned vs random shard): model compute, alike in both modes
+                         "beyond_model_compute_median_s": statistics.median(
+                             r["seconds"] - r["timings"].get("evaluation", 0.0) - r["timings"].get("scoring", 0.0)
+                             for r in rows),
                          "first_voter_median_s": statistics.median(r["first_voter_seconds"] for r in rows),
                          "phases_median_s": {k: statistics.median(r["timings"].get(k, 0.0) for r in rows)
                                              for k in phases}}
     single, quorum = summary["single"]["per_pr_median_s"], summary["quorum"]["per_pr_median_s"]
     vote = summary["quorum"]["phases_median_s"].get("vote", 0.0)
     beyond = (summary["quorum"]["beyond_evaluation_median_s"] - summary["single"]["beyond_evaluation_median_s"])
+    fixed = (summary["quorum"]["beyond_model_compute_median_s"]
+             - summary["single"]["beyond_model_compute_median_s"])
+    # the same PR index in both modes ran back to back: the median of those paired differences
+    paired = statistics.median(q["seconds"] - s["seconds"] for q, s in zip(per["quorum"], per["single"], strict=True))
     result = {"machine": machine(), "model": "small" if args.small else "charlm demo defaults", "modes": summary,
               "overhead_s": quorum - single, "overhead_pct": 100 * (quorum - single) / single,
               "overhead_beyond_evaluation_s": beyond, "overhead_beyond_evaluation_pct": 100 * beyond / single,
+              "overhead_beyond_model_compute_s": fixed, "overhead_beyond_model_compute_pct": 100 * fixed / single,
+              "paired_overhead_median_s": paired, "paired_overhead_median_pct": 100 * paired / single,
               "vote_phase_s": vote, "vote_phase_pct": 100 * vote / single}
     path = write_json(args.out, result)
     print(f"settle per PR: single validator {single:.3f}s, quorum 2 (the settling validator) {quorum:.3f}s: "
           f"{result['overhead_pct']:+.1f}% (beyond evaluation {result['overhead_beyond_evaluation_pct']:+.1f}%); its vote phase {vote * 1000:.0f} ms ({result['vote_phase_pct']:.1f}%); "
           f"first voter {summary['quorum']['first_voter_median_s']:.3f}s")
+    print(f"paired per-PR difference {paired * 1000:+.0f} ms ({result['paired_overhead_median_pct']:+.1f}%); "
+          f"beyond model compute (evaluation, scoring) {fixed * 1000:+.0f} ms "
+          f"({result['overhead_beyond_model_compute_pct']:+.1f}%)")
     print(f"-> {path}")
 
 

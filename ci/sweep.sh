@@ -8,4 +8,9 @@ auth=$(printf 'x-access-token:%s' "$GITHUB_TOKEN" | base64 -w0)
 git config --local "http.https://github.com/.extraheader" "AUTHORIZATION: basic $auth"
 git config --local user.name "woolf-validator"
 git config --local user.email "woolf-validator@users.noreply.github.com"
-woolf validate --forge github --all --name "sweeper"
+if [ -n "${WOOLF_VALIDATOR_KEY:-}" ]; then  # a signed ledger: the validator's SSH key signs merges and votes
+  key_file=$(mktemp) && chmod 600 "$key_file" && printf '%s\n' "$WOOLF_VALIDATOR_KEY" > "$key_file"
+  export WOOLF_SIGNING_KEY="$key_file"
+fi
+# with a quorum, each validator's sweep leg (WOOLF_VALIDATOR) evaluates and casts that validator's vote
+woolf validate --forge github --all --name "${WOOLF_VALIDATOR:-sweeper}"

@@ -78,8 +78,20 @@ def test_workflow_hardening_by_hand(new_ledger):
     assert "contents" in wf["jobs"]["merge"]["permissions"]
     # one merge group per PR: a burst of PRs never cancels another PR's pending merge
     assert "pull_request.number" in wf["jobs"]["merge"]["concurrency"]["group"]
+    # a quorum (WOOLF_VALIDATORS): one evaluate leg and one vote job per validator, each vote job in
+    # that validator's own environment (its key), in a group of its own so that votes run side by side
+    vote, legs = wf["jobs"]["vote"], "fromJSON(vars.WOOLF_VALIDATORS"
+    assert legs in wf["jobs"]["evaluate"]["strategy"]["matrix"]["validator"] and legs in vote["strategy"]["matrix"]["validator"]
+    assert "environment" not in wf["jobs"]["evaluate"] and "environment" not in wf["jobs"]["merge"]
+    assert vote["environment"] == "woolf-validator-${{ matrix.validator }}"
+    assert "matrix.validator" in vote["concurrency"]["group"] and "pull_request.number" in vote["concurrency"]["group"]
+    assert "WOOLF_VALIDATORS == ''" in wf["jobs"]["merge"]["if"] and "WOOLF_VALIDATORS != ''" in vote["if"]
+    [step] = [s for s in vote["steps"] if "run" in s]
+    assert step["run"] == "bash ci/merge.sh" and step["env"]["WOOLF_VALIDATOR"] == "${{ matrix.validator }}"
     sweep = yaml.safe_load((new_ledger / ".github/workflows/woolf-sweep.yml").read_text())
     assert sweep[True]["schedule"] and "workflow_dispatch" in sweep[True]  # YAML 1.1 reads `on:` as True
     assert "pull_request_target" not in sweep[True] and "pull_request" not in sweep[True]
     [step] = [s for s in sweep["jobs"]["sweep"]["steps"] if "run" in s]
     assert step["run"] == "bash ci/sweep.sh" and (new_ledger / "ci/sweep.sh").stat().st_mode & 0o111
+    leg = sweep["jobs"]["sweep-vote"]
+    assert leg["environment"] == "woolf-validator-${{ matrix.validator }}" and "WOOLF_VALIDATORS != ''" in leg["if"]

@@ -14,11 +14,16 @@ taken from the evaluation (apply never evaluates). If the PR's head or main
 moved since evaluation, or the push loses a race, nothing is merged and the
 PR stays open: the verdict is "requeued" and the scheduled sweeper
 (`woolf-sweep.yml`) validates it again.
+
+With `validators.quorum = k > 1` each validator's runner evaluates in its own job
+and applies its own record: after the same re-checks, apply casts this
+validator's signed vote from the record (never evaluating) and settles the PR
+when that vote completes k agreeing votes (woolf/quorum/voter.py, `fixed=`); a
+vote that does not is the verdict "voted", and the PR waits for the others.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 
@@ -27,6 +32,8 @@ from woolf.admission import Rejected, admit
 from woolf.core.policy import decide
 from woolf.core.staleness import attenuation
 from woolf.errors import RaceLostError, UsageError
+from woolf.quorum.voter import candidate_sha256 as weights_sha256
+from woolf.quorum.voter import requeued
 from woolf.timing import Timer
 from woolf.validator import Verdict
 
@@ -53,11 +60,10 @@ def candidate_sha256(step) -> str:
 
     The state counts: a FedBuff merge that only buffers leaves the weights as they were.
     """
-    from safetensors.torch import save
-
     from woolf.storage.outer_state import state_bytes
+    from woolf.storage.stwrite import sha256_hasher
 
-    h = hashlib.sha256(save({k: t.contiguous() for k, t in step.candidate.items()}))
+    h = sha256_hasher(step.candidate)  # the file's bytes from the tensors' memory, no serialised copy
     if step.state is not None:
         h.update(state_bytes(step.state))
     return h.hexdigest()
@@ -125,24 +131,21 @@ def check_record(record) -> dict:
     return record
 
 
-def _requeued(pr, why: str) -> Verdict:
-    return Verdict(pr.id, False, "requeued", f"{why}; it stays open and is validated again "
-                   "(next push to the PR, or the scheduled sweeper)", pr.contributor, pr.base_version)
-
-
 def apply_record(v, record: dict) -> Verdict | None:
     record = check_record(record)
     pr, main = v.fresh(record["id"])
     if pr.state != "open":
         return None
     if pr.head != record["head"]:
-        return _requeued(pr, "the PR's head moved since evaluation")
+        return requeued(pr, "the PR's head moved since evaluation")
     if main.commit != record["main"]:
-        return _requeued(pr, "main moved since evaluation")
-    if v.ledger.config.validators.quorum > 1:  # one job's record is one validator's opinion: no quorum
-        raise UsageError("validators.quorum > 1: a verdict record cannot be applied; every validator runner "
-                         "runs `woolf validate` with its own key and votes (docs/github.md)")
+        return requeued(pr, "main moved since evaluation")
     cfg, timer = v.ledger.config, Timer()
+    quorum = cfg.validators.quorum > 1  # one job's record is one validator's opinion: it becomes its vote
+    if quorum and layout.CONTRIBUTOR.match(v.name) and v.voter(main) != v.name:  # a job named by WOOLF_VALIDATOR
+        raise UsageError(f"this vote job is {v.name}'s, but its key votes as {v.voter(main)}",
+                         hint=f"the secret WOOLF_VALIDATOR_KEY of the environment woolf-validator-{v.name} "
+                              "holds that validator's own key (docs/github.md)")
     verdict = Verdict(pr.id, record["accepted"], "merged" if record["accepted"] else "rejected",
                       record["reason"], record["contributor"], record["base_version"],
                       staleness=record["staleness"], attenuation=record["attenuation"],
@@ -154,6 +157,8 @@ def apply_record(v, record: dict) -> Verdict | None:
         except Rejected as exc:
             verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
     if not verdict.accepted:
+        if quorum:
+            return v.vote_one(pr.id, fixed=(main.commit, verdict, None, None, pr.head))
         try:
             v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
         except RaceLostError:
@@ -179,12 +184,19 @@ def apply_record(v, record: dict) -> Verdict | None:
         verdict.flags += [f for f in sc.flags if f not in verdict.flags]
     except Rejected as exc:  # e.g. the delta became unreadable since evaluation
         verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
+        if quorum:  # storage that cannot serve the delta now is no vote (the voter's rule too)
+            if exc.message.startswith("delta object unavailable"):
+                return requeued(pr, "its delta is unavailable in storage now")
+            return v.vote_one(pr.id, fixed=(main.commit, verdict, None, None, pr.head))
         v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
         return verdict
-    if candidate_sha256(step) != record["candidate_sha256"]:
+    weights = weights_sha256(step) if quorum else None  # what the vote names: the weights file's sha256
+    if (weights if quorum and step.state is None else candidate_sha256(step)) != record["candidate_sha256"]:
         raise UsageError("the recomputed candidate differs from the evaluated one (sha256)")
+    if quorum:
+        return v.vote_one(pr.id, fixed=(main.commit, verdict, step, weights, pr.head))
     try:
         v.merge(pr, main, verdict, step, timer)
     except RaceLostError:
-        return _requeued(pr, "main moved or the PR got a verdict while merging")
+        return requeued(pr, "main moved or the PR got a verdict while merging")
     return verdict

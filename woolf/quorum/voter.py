@@ -17,23 +17,26 @@ timestamp, which a validator signed) it is settled as `expired`.
 A delta that storage cannot serve, and any failure of the ledger's own storage
 or forge, is no vote: the PR stays open and is retried. Any other failure while
 judging a PR is a reject vote naming it.
+
+CI (woolf/ci_steps.py): `vote_one(sub_id, fixed=(main, verdict, step, sha, head))` votes a
+verdict judged elsewhere (a re-checked verdict record) and never evaluates; if main
+moved it returns a "requeued" verdict, and a vote that does not complete a quorum
+returns a "voted" verdict (after one more look, in case another runner voted at once).
 """
 
 from __future__ import annotations
 
 # woolf.validator.queue imports this module: Verdict is imported where it is used
-import hashlib
 import logging
 import time
 from typing import TYPE_CHECKING
-
-from safetensors.torch import save
 
 from woolf.core.quorum import Ballot, tally
 from woolf.errors import ForgeError, IntegrityError, RaceLostError, StorageError, UsageError
 from woolf.forges.local import LocalForge
 from woolf.quorum.votes import make_vote, push_vote, read_votes, vote_ref
 from woolf.signing.authority import signers_text
+from woolf.storage.stwrite import sha256_of
 from woolf.timing import Timer
 
 if TYPE_CHECKING:
@@ -46,8 +49,9 @@ KEEP_STEPS = 2  # candidates kept in memory for PRs still waiting for votes (the
 
 
 def candidate_sha256(step) -> str:
-    """sha256 of the bytes the merge will upload (save_atomic writes the same safetensors bytes)."""
-    return hashlib.sha256(save({k: v.contiguous() for k, v in step.candidate.items()})).hexdigest()
+    """sha256 of the file the merge will upload, hashed from the tensors' memory (no serialised copy;
+    woolf/storage/stwrite.py lays out the same bytes as safetensors, which save_atomic writes)."""
+    return sha256_of(step.candidate)
 
 
 class QuorumStep:
@@ -103,12 +107,14 @@ class QuorumStep:
             return make_vote(self.ledger, pr, main.commit, self.voter(main), fields,
                              f"woolf: vote {fields['Woolf-Vote']} {pr.id}")
 
-    def vote_one(self, sub_id: str) -> Verdict | None:
+    def vote_one(self, sub_id: str, fixed: tuple | None = None) -> Verdict | None:
         if not hasattr(self, "_judged"):
             self._judged: dict[str, tuple] = {}  # PR id -> (main commit, verdict, step, candidate sha)
             self._ignored_votes: set[str] = set()
+        looked_again = False
         for _ in range(MAX_ROUNDS):
-            timer = Timer()
+            pushed = False
+            timer = Timer(fixed[1].timings if fixed else {})  # a record's vote carries its evaluation's timings
             with timer("fetch"):
                 pr, main = self.fresh(sub_id)
                 if pr.state != "open":
@@ -125,7 +131,13 @@ class QuorumStep:
             current = [b for b in ballots if b.main == main.commit]
             mine = next((b for b in current if b.validator == me), None)
             judged = self._judged.get(sub_id)
-            if judged is None or judged[0] != main.commit:
+            if fixed is not None:  # (main, verdict, step, sha, head) from a re-checked CI record
+                if fixed[4] != pr.head:
+                    return requeued(pr, "the PR's head moved since evaluation")
+                if fixed[0] != main.commit:
+                    return requeued(pr, "main moved since evaluation")
+                judged = fixed[:4]
+            elif judged is None or judged[0] != main.commit:
                 verdict, step, sha = self._judge(pr, main, timer)
                 if verdict is None:
                     self._retry_at[sub_id] = time.monotonic() + RETRY_UNAVAILABLE
@@ -156,16 +168,22 @@ class QuorumStep:
                         push_vote(self.ledger, pr, *unpushed)
                 except RaceLostError:
                     continue
-                unpushed = None
+                unpushed, pushed = None, True
                 from woolf.validator.verdict import _failpoint
 
                 _failpoint("after-vote")
                 if hasattr(self.forge, "vote_status"):  # GitHub: the vote shows on the PR, one status per validator
                     self.forge.vote_status(pr, me, mine.decision, verdict.reason)
             if out.state == "pending":
-                return self._maybe_expire(pr, ballots, q, verdict, timer)
-            if not settles:
-                return None  # a member of the quorum that holds the candidate writes the verdict
+                if fixed is not None and pushed and not looked_again:
+                    looked_again = True  # another runner may have voted at the same moment: look once more
+                    continue
+                expired = self._maybe_expire(pr, ballots, q, verdict, timer)
+                if expired is not None or fixed is None:
+                    return expired
+                return _voted(pr, verdict, mine, q.quorum)
+            if not settles:  # a member of the quorum that holds the candidate writes the verdict
+                return None if fixed is None else _voted(pr, verdict, mine, q.quorum)
             extra = {"Woolf-Votes": [b.commit for b in out.votes], "Woolf-Main": main.commit}
             also = [(unpushed[0].commit, vote_ref(pr.id, me), unpushed[1])] if unpushed else None
             try:
@@ -200,3 +218,18 @@ class QuorumStep:
         from woolf.validator.verdict import Verdict
 
         return Verdict(pr.id, False, "expired", reason, verdict.contributor, verdict.base_version)
+
+
+def requeued(pr, why: str) -> Verdict:
+    from woolf.validator.verdict import Verdict
+
+    return Verdict(pr.id, False, "requeued", f"{why}; it stays open and is validated again "
+                   "(next push to the PR, or the scheduled sweeper)", pr.contributor, pr.base_version)
+
+
+def _voted(pr, verdict: Verdict, mine, k: int) -> Verdict:
+    """This validator's vote is cast and counted; the PR waits for the quorum's other votes."""
+    from dataclasses import replace
+
+    return replace(verdict, accepted=False, state="voted",
+                   reason=f"voted {mine.decision} ({verdict.reason}); waiting for {k} agreeing votes")

@@ -36,14 +36,34 @@ def vote_ref(sub_id: str, voter: str) -> str:
     return f"{layout.PR_PREFIX}/{sub_id}/votes/{voter}"
 
 
+_PARSED: dict[tuple[str, str, str], tuple[Ballot | None, str | None]] = {}  # a commit id names its bytes
+
+
 def parse_vote(git, sha: str, sub_id: str, metric: str) -> tuple[Ballot | None, str | None]:
-    """(Ballot with the voter the commit names, None) or (None, why it is no vote). Unsigned-checked."""
+    """(Ballot with the voter the commit names, None) or (None, why it is no vote). Unsigned-checked.
+
+    Remembered per (commit id, PR, metric) for the life of the process: the tally, the trust
+    check and the hook's rules read the same votes again; a missing object is never remembered."""
+    key = (sha, sub_id, metric)
+    if key in _PARSED:
+        return _PARSED[key]
     info = git.object_info(sha)
     if info is None or info[1] != "commit":
         return None, f"not a commit ({info[1] if info else 'missing'})"
     if info[2] > VOTE_MAX_BYTES:
-        return None, f"a vote commit of {info[2]} bytes (limit {VOTE_MAX_BYTES})"
-    _, f = parse_message(git.message(sha))
+        out = None, f"a vote commit of {info[2]} bytes (limit {VOTE_MAX_BYTES})"
+    else:
+        out = ballot_of(git.message(sha), sha, sub_id, metric)
+    if _HEX40.match(sha):
+        if len(_PARSED) > 65536:
+            _PARSED.clear()
+        _PARSED[key] = out
+    return out
+
+
+def ballot_of(message: str, sha: str, sub_id: str, metric: str) -> tuple[Ballot | None, str | None]:
+    """parse_vote's reading of a vote commit's message (its size already checked)."""
+    _, f = parse_message(message)
     decision, voter = f.get("Woolf-Vote"), f.get("Woolf-Voter") or ""
     if decision not in DECISIONS:
         return None, "no Woolf-Vote: accept|reject trailer"
@@ -116,7 +136,11 @@ def make_vote(ledger, pr, main_commit: str, voter: str, fields: dict, subject: s
     message = format_message(subject, {**fields, "Woolf-Submission": pr.id, "Woolf-Main": main_commit,
                                        "Woolf-Voter": voter})
     commit = git.commit_tree(f"{pr.head}^{{tree}}", message, [old or pr.head])  # signed when keyed
-    ballot, why = parse_vote(git, commit, pr.id, ledger.config.policy.metric)
+    if len(message) > VOTE_MAX_BYTES // 2:  # a signature adds < 1 KiB; a vote near the limit is read back
+        ballot, why = parse_vote(git, commit, pr.id, ledger.config.policy.metric)
+    else:  # its own message, just written: read as every reader will, without reading it back
+        ballot, why = ballot_of(message, commit, pr.id, ledger.config.policy.metric)
+        _PARSED[(commit, pr.id, ledger.config.policy.metric)] = (ballot, why)  # the trust check reads it next
     if ballot is None:
         raise ForgeError(f"this validator's own vote does not parse: {why}")
     return ballot, old

@@ -22,13 +22,16 @@ allowed_signers is unsigned and only the shape rules apply.
 
 from __future__ import annotations
 
+import re
+
 from woolf import layout
 from woolf.core.trailers import int_field, parse_message
 from woolf.errors import ConfigError
-from woolf.quorum.check import version_quorum_problem
+from woolf.quorum.check import MAX_NAMED, named_votes, version_quorum_problem
 from woolf.signing.signers import SIGNERS_PATH, Signers
 from woolf.signing.verify import role_problem, signatures
 
+_COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
 CHANGEABLE = (layout.CONFIG, SIGNERS_PATH, "ledger/benchmark/")
 ROLE_OF = {"genesis": "maintainer", "merge": "validator", "change": "maintainer"}
 
@@ -43,15 +46,39 @@ def version_kind(fields: dict) -> str | None:
     return "genesis" if int_field(fields, "Woolf-Version") == 0 else None
 
 
+_READ: dict[str, tuple[list[str], str]] = {}  # commit id -> (parents, message): a commit id names its bytes
+
+
 def read_commit(git, commit: str) -> tuple[list[str], str]:
-    """(parents, message) of a commit in one git call."""
+    """(parents, message) of a commit in one git call; remembered per commit id for the process."""
+    if commit in _READ:
+        parents, message = _READ[commit]
+        return list(parents), message
     raw = git.run("cat-file", "commit", commit).stdout.decode(errors="replace")
     header, _, message = raw.partition("\n\n")
-    return [ln.split()[1] for ln in header.splitlines() if ln.startswith("parent ")], message
+    parents = [ln.split()[1] for ln in header.splitlines() if ln.startswith("parent ")]
+    if _COMMIT_ID.match(commit) and len(message) <= 65536:  # a hostile giant is read again, never kept
+        if len(_READ) > 4096:
+            _READ.clear()
+        _READ[commit] = (list(parents), message)
+    return parents, message
 
 
 def signers_text(git, commit: str | None) -> bytes | None:
-    return git.show_bytes(f"{commit}:{SIGNERS_PATH}") if commit else None
+    """ledger/allowed_signers at ``commit``; remembered per commit id (its content cannot change)."""
+    if not commit:
+        return None
+    if not _COMMIT_ID.match(commit):  # a ref name moves: read it every time
+        return git.show_bytes(f"{commit}:{SIGNERS_PATH}")
+    cache = git.__dict__.setdefault("_signers_at", {})
+    text = cache.get(commit)
+    if text is None:  # None (no file, or the commit not fetched yet) is never remembered
+        text = git.show_bytes(f"{commit}:{SIGNERS_PATH}")
+        if text is not None:
+            if len(cache) >= 256:
+                cache.clear()
+            cache[commit] = text
+    return text
 
 
 def shape_problem(git, commit: str, parents: list[str], fields: dict, kind: str | None) -> str | None:
@@ -75,10 +102,13 @@ def shape_problem(git, commit: str, parents: list[str], fields: dict, kind: str 
 
 
 def chain_problems(git, commits: list[str], first_number: int | None = None) -> dict[str, list[str]]:
-    """Shape, numbering and signature of each commit of a first-parent chain, oldest first."""
+    """Shape, numbering and signature of each commit of a first-parent chain, oldest first.
+
+    Every signature to check (the commits', and under a quorum the votes each merge names) is
+    verified in one batch per allowed-signers text before the quorum checks read the results."""
     problems: dict[str, list[str]] = {c: [] for c in commits}
     wanted: dict[str, bytes] = {}
-    roles: dict[str, tuple[str, Signers]] = {}
+    read: list[tuple[str, list[str], dict, str | None]] = []
     expect = first_number
     for commit in commits:
         parents, message = read_commit(git, commit)
@@ -88,13 +118,21 @@ def chain_problems(git, commits: list[str], first_number: int | None = None) -> 
         if expect is not None and number != expect:
             problems[commit].append(f"numbered {number}, expected {expect} (versions must be consecutive)")
         expect = (number if number is not None else (expect or 0)) + 1
+        read.append((commit, parents, fields, kind))
+        text = signers_text(git, parents[0] if parents else commit)
+        if text is not None and kind is not None:
+            wanted[commit] = text
+            if kind == "merge":  # the votes it names, checked in the same batch (a malformed list: none)
+                wanted.update({sha: text for sha in (named_votes(fields)[0] or [])[:MAX_NAMED]})
+    found = signatures(git, wanted) if wanted else {}  # remembered: the quorum checks below reuse them
+    for commit, parents, fields, kind in read:
         shape = shape_problem(git, commit, parents, fields, kind)
         if not shape and kind == "merge":  # validators.quorum > 1: a quorum of signed votes (woolf/quorum/)
             shape = version_quorum_problem(git, commit, parents, fields)
         if shape:
             problems[commit].append(shape)
             continue
-        text = signers_text(git, parents[0] if parents else commit)
+        text = wanted.get(commit)
         if text is None:
             continue  # unsigned ledger: shape rules only
         try:
@@ -102,11 +140,7 @@ def chain_problems(git, commits: list[str], first_number: int | None = None) -> 
         except ConfigError as exc:
             problems[commit].append(f"allowed_signers before it is malformed: {exc.message}")
             continue
-        wanted[commit] = text
-        roles[commit] = (ROLE_OF[kind], signers)
-    found = signatures(git, wanted) if wanted else {}
-    for commit, (role, signers) in roles.items():
-        problem = role_problem(found.get(commit), signers, role)
+        problem = role_problem(found.get(commit), signers, ROLE_OF[kind])
         if problem:
             problems[commit].append(problem)
     return problems

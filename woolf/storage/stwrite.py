@@ -3,6 +3,7 @@
 Usage:
     md5, sha = write_hashed(tensors, path, metadata=None)   # path is written whole (caller renames)
     sha = sha256_of(tensors)                                # the same file's sha256, nothing written
+    h = sha256_hasher(tensors); h.update(more)              # the same, then more bytes
 
 The bytes are exactly ``safetensors.torch.save_file``'s (tests compare): the
 header's tensor order and key layout are taken from safetensors itself, by
@@ -54,11 +55,16 @@ def _bytes_of(t: torch.Tensor) -> memoryview:
 
 def sha256_of(tensors: dict[str, torch.Tensor], metadata: dict | None = None) -> str:
     """sha256 of the file safetensors would write, from the tensors' memory (no file, no bytes copy)."""
+    return sha256_hasher(tensors, metadata).hexdigest()
+
+
+def sha256_hasher(tensors: dict[str, torch.Tensor], metadata: dict | None = None):
+    """A sha256 object fed that file's bytes, to hash more after them (woolf/ci_steps.py: + outer state)."""
     head, order = _layout(tensors, metadata)
     sha = hashlib.sha256(head)
     for name in order:
         sha.update(_bytes_of(tensors[name]))
-    return sha.hexdigest()
+    return sha
 
 
 def write_hashed(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | None = None) -> tuple[str, str]:

@@ -2,6 +2,8 @@
 # Privileged CI step: carry out the verdict in verdict.json. `woolf validate --apply`
 # re-checks the PR head and main, reruns the cheap checks, recomputes the merge,
 # uploads the weights, then fast-forwards main (or closes the PR with its reason).
+# With validators.quorum > 1 it casts this validator's (WOOLF_VALIDATOR's) signed vote
+# from the record instead, and settles the PR when that vote completes the quorum.
 set -euo pipefail
 : "${GITHUB_TOKEN:?GITHUB_TOKEN must be set}"
 bash ci/install.sh
