@@ -44,8 +44,8 @@ def version_kind(fields: dict) -> str | None:
 
 
 def read_commit(git, commit: str) -> tuple[list[str], str]:
-    """(parents, message) of a commit in one git call."""
-    raw = git.run("cat-file", "commit", commit).stdout.decode(errors="replace")
+    """(parents, message) of a commit in one git call; over git.COMMIT_MAX_BYTES raises BlobTooLargeError unread."""
+    raw = git.commit_bytes(commit).decode(errors="replace")
     header, _, message = raw.partition("\n\n")
     return [ln.split()[1] for ln in header.splitlines() if ln.startswith("parent ")], message
 
