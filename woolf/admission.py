@@ -81,7 +81,7 @@ def _meta(raw: bytes, pr_id: str, max_bytes: int, schemes: list[str], accept: li
         raise Rejected("submission.json does not follow schema 1 (unknown or missing keys)")
     who = meta["contributor"]
     if not isinstance(who, str) or not layout.CONTRIBUTOR.match(who):
-        raise Rejected(f"submission.json's contributor {str(who)[:60]!r} is not a contributor name "
+        raise Rejected(f"submission.json does not follow schema 1: contributor {str(who)[:60]!r} is not a contributor name "
                        "(1-39 lower-case letters, digits, . _ -; no spaces, newlines or control characters)")
     d = meta["delta"]
     ok = (type(meta["schema"]) is int and meta["schema"] == 1 and meta["id"] == pr_id and isinstance(meta["contributor"], str)
