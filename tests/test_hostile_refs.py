@@ -12,6 +12,7 @@ import os
 import subprocess
 
 from woolf import layout
+from woolf.audit import audit
 from woolf.core.trailers import float_field, format_message, int_field, json_field, parse_message
 from woolf.forges.local import LocalForge
 from woolf.quorum.votes import read_votes
@@ -65,6 +66,8 @@ def test_f14_a_hostile_withdrawal_never_stops_listing_or_validation(network):
     assert prs[honest]["state"] == "withdrawn" and prs[good]["state"] == "open"
     verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
     assert list(verdicts) == [good] and verdicts[good].accepted, verdicts
+    notes = audit(network.clone("auditor")).notes  # the audit reads verdicts size-first too
+    assert any(huge in n and "unreadable" in n for n in notes), notes
 
 
 def test_f1_a_contributor_name_with_a_newline_is_rejected_and_votes_go_on(make_net):
