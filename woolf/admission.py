@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from woolf import layout
 from woolf.errors import IntegrityError, WoolfError
-from woolf.storage.git import BlobTooLargeError
+from woolf.storage.git import COMMIT_MAX_BYTES, BlobTooLargeError
 from woolf.storage.pointer import MAX_BYTES as POINTER_MAX_BYTES
 from woolf.storage.pointer import Pointer
 from woolf.storage.safejson import loads_untrusted
@@ -79,6 +79,10 @@ def _meta(raw: bytes, pr_id: str, max_bytes: int, schemes: list[str], accept: li
     if not isinstance(meta, dict) or set(meta) - _META_KEYS or not {"schema", "id", "contributor",
                                                                     "base_version", "base_commit", "delta"} <= set(meta):
         raise Rejected("submission.json does not follow schema 1 (unknown or missing keys)")
+    who = meta["contributor"]
+    if not isinstance(who, str) or not layout.CONTRIBUTOR.match(who):
+        raise Rejected(f"submission.json does not follow schema 1: contributor {str(who)[:60]!r} is not a contributor name "
+                       "(1-39 lower-case letters, digits, . _ -; no spaces, newlines or control characters)")
     d = meta["delta"]
     ok = (type(meta["schema"]) is int and meta["schema"] == 1 and meta["id"] == pr_id and isinstance(meta["contributor"], str)
           and layout.CONTRIBUTOR.match(meta["contributor"])
@@ -119,7 +123,11 @@ def admit(ledger, pr, main: Version, merged_deltas: set[str]) -> Admitted:
     parents = git.parents(pr.head)
     if len(parents) != 1:
         raise Rejected(f"the PR head has {len(parents)} parents; a submission is one plain commit")
-    base = ledger.version_at(parents[0])
+    try:  # the parent is PR-supplied: its size is checked before its message is read
+        base = ledger.version_at(parents[0])
+    except BlobTooLargeError as exc:
+        raise Rejected(f"the PR's parent commit is {exc.size} bytes, over the limit of {COMMIT_MAX_BYTES} "
+                       "(a version commit is a few KiB)") from None
     if base is None:
         raise Rejected("the PR is not one commit on top of a version commit "
                        "(more than one commit, or based on something else)")

@@ -31,6 +31,7 @@ from woolf.signing.authority import chain_problems, signers_text
 from woolf.signing.signers import Signers
 from woolf.signing.submitter import contributor_in_id
 from woolf.signing.verify import role_problem, signatures
+from woolf.storage.git import BlobTooLargeError
 
 REL_TOL = 1e-4  # evaluation on another machine may differ in the last bits
 
@@ -85,7 +86,12 @@ def _check_verdicts(ledger, report, versions, head) -> None:
         if kinds.get(sha) != "commit":  # shown as quarantined by `pr list`: junk, not a claim
             report.notes.append(f"PR {sub_id}'s verdict ref is a {kinds.get(sha, 'missing object')}, not a commit")
             continue
-        _, f = parse_message(git.message(sha))
+        try:
+            _, f = parse_message(git.message(sha))
+        except BlobTooLargeError as exc:  # read size-first: quarantined by `pr list` too
+            report.notes.append(f"PR {sub_id}'s verdict {sha[:12]} is unreadable ({exc.message}; quarantined, "
+                                "claims nothing)")
+            continue
         number = int_field(f, "Woolf-Version")
         if number is not None:
             if sha not in on_main:

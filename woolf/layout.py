@@ -19,8 +19,9 @@ WORK = ".woolf"  # local, git-ignored work area (trained weights, checkouts, par
 MAIN = "refs/heads/main"
 PR_PREFIX = "refs/woolf/pr"  # local forge: refs/woolf/pr/<id>/{head,verdict}
 
-SUBMISSION_ID = re.compile(r"^[0-9]{8}T[0-9]{9}Z-[a-z0-9][a-z0-9_.-]{0,38}-[0-9a-f]{8}$")
-CONTRIBUTOR = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,38}$")
+# \Z, not $: `$` also matches before a final newline, and "alice\n" is no name
+SUBMISSION_ID = re.compile(r"^[0-9]{8}T[0-9]{9}Z-[a-z0-9][a-z0-9_.-]{0,38}-[0-9a-f]{8}\Z")
+CONTRIBUTOR = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,38}\Z")
 
 GITIGNORE = f"/{WORK}/\n/{SUBMISSIONS}/\n"
 

@@ -78,19 +78,15 @@ def version_from_message(commit: str, parents: list[str], time: int, message: st
 
 
 def read_versions(git: Git, ref: str, limit: int | None = None, skip: int = 0) -> list[Version]:
-    args = ["log", "--first-parent", "--format=%H%x1f%P%x1f%ct%x1f%B%x1e"]
+    """main's first-parent chain from ``ref``, newest first; commits read framed by size (Git.commit_records)."""
+    args = ["rev-list", "--first-parent"]
     if limit is not None:
         args.append(f"-n{limit}")
     if skip:
         args.append(f"--skip={skip}")
-    raw = git.run(*args, ref).stdout.decode("utf-8", errors="replace")
     versions = []
-    for record in raw.split("\x1e"):
-        record = record.strip("\n")
-        if not record:
-            continue
-        commit, parents, time, message = record.split("\x1f", 3)
-        v = version_from_message(commit, parents.split(), int(time), message)
+    for commit, parents, time, message in git.commit_records(git.out(*args, ref).split()):
+        v = version_from_message(commit, parents, time, message)
         if v is not None:
             versions.append(v)
     return versions

@@ -18,6 +18,13 @@ import click
 from rich.console import Console
 
 
+def printable(text) -> str:
+    """``text`` with every character that is not printable (ESC, newline, NUL, ...) as U+FFFD: what
+    is shown of attacker-written text (reasons, messages, names) never moves or retitles a terminal."""
+    text = str(text)
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else "\ufffd" for ch in text)
+
+
 @dataclass
 class App:
     cwd: Path
@@ -52,7 +59,7 @@ class App:
         from rich.text import Text
 
         # cells may come from refs anyone can push: no control characters reach the terminal
-        rows = [["".join(ch if ch.isprintable() else "\ufffd" for ch in c) for c in r] for r in rows]
+        rows = [[printable(c) for c in r] for r in rows]
         cut = headers.index(yielding) if yielding in headers else None
         widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
 
@@ -83,6 +90,14 @@ class App:
             if r[cut]:
                 free = r[cut] if len(r[cut]) <= width - 4 else r[cut][:width - 5] + "…"
                 self.console.print(Text("    " + free, style="dim"), no_wrap=True, overflow="crop")
+
+    def say(self, *parts, err: bool = False) -> None:
+        """One line of ``parts`` (text, or (text, style)), each through printable() and shown as rich
+        Text, never markup: for lines that quote refs anyone can push."""
+        from rich.text import Text
+
+        line = Text.assemble(*((printable(p[0]), p[1]) if isinstance(p, tuple) else printable(p) for p in parts))
+        (self.err if err else self.console).print(line, soft_wrap=True)  # one line: no wrap can start a fake one
 
     def emit_json(self, data) -> None:
         # indented for a terminal; compact (C encoder, ~10x faster at 10k versions) for pipes

@@ -60,9 +60,11 @@ def hub():
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--from", "source", help="The ledger to serve (a path or git URL).")
 @click.option("--hook-only", is_flag=True, help="Only (re)install the hook in the existing hub at PATH.")
+@click.option("--max-push-mb", type=click.IntRange(min=1), default=None,
+              help="Largest pack one push may send (git receive.maxInputSize)  [default: 16; kept by --hook-only]")
 @json_option
 @pass_app
-def hub_init(app: App, path, source, hook_only, as_json):
+def hub_init(app: App, path, source, hook_only, max_push_mb, as_json):
     """Create a bare hub at PATH from a ledger, with hooks that enforce who may move which ref."""
     from woolf.hub.create import init_hub, install_hook
 
@@ -70,10 +72,11 @@ def hub_init(app: App, path, source, hook_only, as_json):
         from woolf.errors import UsageError
 
         raise UsageError("--from LEDGER is required to create a hub", hint="or --hook-only for an existing hub")
+    max_push = max_push_mb << 20 if max_push_mb else None
     if hook_only:
-        info = {"path": str(path.resolve()), "hook": str(install_hook(path))}
+        info = {"path": str(path.resolve()), "hook": str(install_hook(path, max_push))}
     else:
-        info = init_hub(path, source)
+        info = init_hub(path, source, max_push)
     if as_json:
         app.emit_json(info)
         return

@@ -6,6 +6,7 @@ Usage:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -177,8 +178,9 @@ def pr_show(app: App, sub_id, forge, as_json):
     if as_json:
         app.emit_json(data)
         return
-    for key, value in data.items():
-        app.console.print(f"[bold]{key:>15}[/] {value}")
+    for key, value in data.items():  # every value may be attacker-written: one line of printable text, no markup
+        text = json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
+        app.say((f"{key:>15}", "bold"), " " + " ".join(text.split()))
 
 
 @pr.command("close")

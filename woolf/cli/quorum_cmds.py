@@ -8,7 +8,6 @@ Usage:
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
 from woolf.cli.app import App, json_option, pass_app
 
@@ -29,11 +28,10 @@ def validators(app: App, as_json):
     for v in report["validators"]:
         rate = "-" if v["disagreement_rate"] is None else f"{v['disagreement_rate']:.0%}"
         secs = "-" if v["median_eval_seconds"] is None else f"{v['median_eval_seconds']:.2f}s"
-        flag = "  [red]FLAGGED[/]" if v["flagged"] else ""
-        app.console.print(f"{escape(v['name']):10} votes {v['votes']:3}  settled {v['settled']:3}  "
-                          f"disagreed {v['disagreed']:3} ({rate})  eval {secs}{flag}")
+        app.say(f"{v['name']:10} votes {v['votes']:3}  settled {v['settled']:3}  "
+                f"disagreed {v['disagreed']:3} ({rate})  eval {secs}", ("  FLAGGED" if v["flagged"] else "", "red"))
     for item in report["ignored"]:
-        app.console.print(f"[yellow]ignored[/] {escape(item['ref'])} {item['commit'][:12]}: {escape(item['reason'])}")
+        app.say(("ignored", "yellow"), f" {item['ref']} {item['commit'][:12]}: {item['reason']}")
 
 
 @click.command()
@@ -51,12 +49,11 @@ def tasks(app: App, all_, as_json):
         app.emit_json({"tasks": views, "ignored": [{"ref": r, "reason": w} for r, w in bad]})
         return
     for v in views:
-        detail = f"  ({escape(v['detail'])})" if v["detail"] else ""
+        detail = f"  ({v['detail']})" if v["detail"] else ""  # a task's reason: pushed text
         pr = f"  PR {v['submission']}" if v["submission"] else ""
-        app.console.print(f"{v['id']}  {v['state']:9} {v['shard']} v{v['base_version']} "
-                          f"x{v['steps']}{pr}{detail}")
+        app.say(f"{v['id']}  {v['state']:9} {v['shard']} v{v['base_version']} x{v['steps']}{pr}{detail}")
     for ref, why in bad:
-        app.err.print(f"[yellow]ignored[/] {escape(ref)}: {escape(why)}")
+        app.say(("ignored", "yellow"), f" {ref}: {why}", err=True)
     if not views:
         app.console.print("no tasks" + ("" if all_ else " in progress (--all for every task)"))
 

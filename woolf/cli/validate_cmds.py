@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.markup import escape
 
 from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
 
@@ -18,8 +17,8 @@ def _print_verdict(app: App, v) -> None:
     colour = "green" if v.accepted else "red"
     where = f"-> version {v.version}" if v.accepted else v.state
     att = "-" if v.attenuation is None else f"{v.attenuation:.3f}"
-    reason = escape(v.reason)  # a reason can quote PR paths: text, never markup
-    app.console.print(f"[{colour}]{v.id}[/] {where}  staleness {v.staleness}  attenuation {att}  {reason}")
+    # a reason can quote PR paths and names: printable text, never markup
+    app.say((v.id, colour), f" {where}  staleness {v.staleness}  attenuation {att}  {v.reason}")
 
 
 @click.command()
@@ -105,10 +104,10 @@ def audit(app: App, reevaluate, as_json):
         app.emit_json(report.to_json())
     else:
         for note in report.notes:
-            app.console.print(f"[yellow]note[/]: {escape(note)}")
+            app.say(("note", "yellow"), f": {note}")
         for p in report.problems:
             where = "ledger" if p["version"] is None else f"version {p['version']}"
-            app.console.print(f"[red]{where}[/]: {escape(p['problem'])}")
+            app.say((where, "red"), f": {p['problem']}")
         app.console.print(f"{report.versions_checked} versions checked: "
                           + ("[green]ok[/]" if report.ok else f"[red]{len(report.problems)} problem(s)[/]"))
     if not report.ok:

@@ -5,12 +5,23 @@ Usage:
     subject, fields = parse_message(msg)    # fields["Woolf-Version"] == "1"
 
 Values are one line each; dicts and lists are written as compact JSON.
+
+Reading never raises on what an attacker wrote: an integer longer than
+INT_MAX_DIGITS digits (Python refuses int() over 4300), JSON over
+JSON_MAX_CHARS or nested deeper than JSON_MAX_DEPTH, or anything else that does
+not parse reads as None, like a missing trailer.
 """
 
 from __future__ import annotations
 
 import json
 import re
+
+from woolf.storage.safejson import depth
+
+INT_MAX_DIGITS = 30  # a version, a staleness, a time: never near this
+JSON_MAX_CHARS = 1 << 20  # metrics, timings, scores of a large network
+JSON_MAX_DEPTH = 32
 
 _KEY = re.compile(r"^(Woolf-[A-Za-z0-9-]+): (.*)$")
 
@@ -54,10 +65,13 @@ def json_field(fields: dict, key: str):
     raw = fields.get(key)
     if raw is None:
         return None
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
+    if len(raw) > JSON_MAX_CHARS:
         return None
+    try:
+        doc = json.loads(raw)  # NaN stays readable: a validator may record a non-finite loss
+    except (ValueError, RecursionError):
+        return None
+    return None if depth(doc, JSON_MAX_DEPTH) > JSON_MAX_DEPTH else doc
 
 
 def int_field(fields: dict, key: str) -> int | None:
@@ -65,12 +79,16 @@ def int_field(fields: dict, key: str) -> int | None:
     if raw is None:
         return None
     digits = raw[1:] if raw.startswith("-") else raw
-    return int(raw) if digits.isascii() and digits.isdigit() else None
+    if len(digits) > INT_MAX_DIGITS or not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(raw)
 
 
 def float_field(fields: dict, key: str) -> float | None:
     raw = fields.get(key)
+    if raw is None or len(raw) > 64:
+        return None
     try:
-        return float(raw) if raw is not None else None
+        return float(raw)
     except ValueError:
         return None

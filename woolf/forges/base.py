@@ -90,6 +90,10 @@ _META_CACHE: dict[str, dict | None] = {}  # submission.json blob id -> parsed me
 def fill_from_submission(git, pr: PullRequest) -> PullRequest:
     """Contributor, base and message from the head's submission.json, read as data.
 
+    The contributor is kept only when it is a valid name (layout.CONTRIBUTOR): a
+    newline or a separator in it would otherwise reach the trailers of the PR's
+    verdict and votes (admission rejects such a PR, with that reason).
+
     The blob's size is checked before it is read, and what it parses to is kept
     per blob id, so a 300 MB submission.json costs one `cat-file -s` per listing.
     """
@@ -114,7 +118,8 @@ def fill_from_submission(git, pr: PullRequest) -> PullRequest:
     meta = _META_CACHE[oid]
     if meta is not None:
         pr.submission = meta
-        pr.contributor = meta.get("contributor") if isinstance(meta.get("contributor"), str) else None
+        who = meta.get("contributor")  # only a valid name: it goes into verdicts, votes and tables
+        pr.contributor = who if isinstance(who, str) and layout.CONTRIBUTOR.match(who) else None
         bv = meta.get("base_version")
         pr.base_version = bv if isinstance(bv, int) and not isinstance(bv, bool) else None
         pr.base_commit = meta.get("base_commit") if isinstance(meta.get("base_commit"), str) else None

@@ -14,7 +14,8 @@ trailers carry the state, reason and metrics. State is derived from git alone.
 Every ref is read as attacker-written: refs that are not
 `refs/woolf/pr/<id>/{head,verdict,comments}` are skipped and reported
 (`forge.skipped`); a head or verdict that is not a commit, or a verdict
-without trailers, makes the PR "quarantined" (shown, never queued). The
+without trailers, makes the PR "quarantined" (shown, never queued), and so does any failure
+while reading its objects (an oversized verdict commit, a bug a parser missed). The
 queue is ordered by when this clone first received the head ref (the first
 entry of its reflog, written by our own fetch), not by the id's text, whose
 timestamp the submitter chooses; PRs first seen in the same fetch keep id order.
@@ -147,7 +148,7 @@ class LocalForge(Forge):
         if not local_only:
             self.sync()
         found = self._scan(self.git.refs_typed(f"{layout.PR_PREFIX}/"))
-        prs = [self._read(i, kinds) for i, kinds in found.items()]
+        prs = [self._read_or_quarantine(i, kinds) for i, kinds in found.items()]
         prs.sort(key=PullRequest.queue_key)
         return [p for p in prs if state is None or p.state == state]
 
@@ -161,7 +162,18 @@ class LocalForge(Forge):
         found = self._scan(self.git.refs_typed(f"{layout.PR_PREFIX}/{sub_id}/"))
         if sub_id not in found:
             raise UsageError(f"no pull request {sub_id}", hint="see `woolf pr list`")
-        return self._read(sub_id, found[sub_id])
+        return self._read_or_quarantine(sub_id, found[sub_id])
+
+    def _read_or_quarantine(self, sub_id: str, kinds: dict[str, tuple[str, str]]) -> PullRequest:
+        """_read, where any failure on the PR's attacker-written objects makes this one PR
+        "quarantined" (shown with the failure, never queued) instead of failing every listing."""
+        try:
+            return self._read(sub_id, kinds)
+        except Exception as exc:  # noqa: BLE001 - one PR's bytes must never stop `pr list` or a validator
+            why = " ".join(str(exc).split())[:200]
+            log.warning("%s: its refs could not be read (%s: %s); quarantined", sub_id, type(exc).__name__, why)
+            return PullRequest(id=sub_id, state="quarantined", head=kinds["head"][0],
+                               reason=f"its refs could not be read ({type(exc).__name__}: {why})")
 
     def _read(self, sub_id: str, kinds: dict[str, tuple[str, str]]) -> PullRequest:
         head, head_type = kinds["head"]

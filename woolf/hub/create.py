@@ -7,6 +7,8 @@ Usage:
 The hook runs this Python (`sys.executable`, recorded now) without site-packages,
 with woolf's source directory (recorded now) on its path; re-run
 `woolf hub init PATH --from X --hook-only` after moving the virtualenv or the source.
+Git itself refuses a push whose pack is over receive.maxInputSize (MAX_PUSH_BYTES,
+`--max-push-mb`), before the hook runs.
 """
 
 from __future__ import annotations
@@ -30,7 +32,12 @@ exec {python} -S -c {code}
 _CODE = "import sys; sys.path.append({root!r}); from woolf.hub.hook import main; sys.exit(main())"
 
 
-def install_hook(hub: Path) -> Path:
+MAX_PUSH_BYTES = 16 << 20  # receive.maxInputSize: ours are commits and pointers (KiB); deltas go to storage
+
+
+def install_hook(hub: Path, max_push_bytes: int | None = None) -> Path:
+    """Install the hook and the receive settings; ``max_push_bytes`` (git's receive.maxInputSize,
+    the largest pack one push may send): MAX_PUSH_BYTES when the hub has none yet, else kept."""
     hub = Path(hub).resolve()
     if not (hub / "HEAD").exists() or (hub / ".git").exists():
         raise UsageError(f"{hub} is not a bare git repository")
@@ -45,10 +52,12 @@ def install_hook(hub: Path) -> Path:
     for key, value in (("receive.denyDeletes", "true"), ("receive.denyNonFastForwards", "true"),
                        ("receive.fsckObjects", "true"), ("core.logAllRefUpdates", "true")):
         git.run("config", key, value)
+    if max_push_bytes is not None or not git.out("config", "--get", "receive.maxInputSize", check=False):
+        git.run("config", "receive.maxInputSize", str(max_push_bytes or MAX_PUSH_BYTES))
     return hook
 
 
-def init_hub(path: Path, source: Path | str) -> dict:
+def init_hub(path: Path, source: Path | str, max_push_bytes: int | None = None) -> dict:
     """A bare hub cloned from the ledger at ``source`` (main only), with the hook installed."""
     path = Path(path).resolve()
     if path.exists() and any(path.iterdir()):
@@ -61,7 +70,7 @@ def init_hub(path: Path, source: Path | str) -> dict:
                            "--no-tags", str(source), str(path)], capture_output=True, env=clean_env())
     if proc.returncode != 0:
         raise UsageError(f"cannot clone {source}: {proc.stderr.decode(errors='replace').strip()}")
-    install_hook(path)
+    install_hook(path, max_push_bytes)
     hub = Git(path)
     head = hub.rev_parse(layout.MAIN)
     return {"path": str(path), "main": head, "signed": signers_text(hub, head) is not None}

@@ -10,7 +10,8 @@ Usage:
 - `refs/woolf/pr/<id>/head`: created once, never moved or deleted;
 - `refs/woolf/pr/<id>/verdict`: created once, for an existing PR; `merged` is the
   version commit landing on main; `rejected` is a commit on the head signed by a
-  validator; `withdrawn` is signed by a validator or by the PR's own contributor;
+  validator; `withdrawn` is signed by a validator or by the PR's own contributor, and carries only the
+  trailers `woolf pr withdraw` writes (Verdict, Submission, Reason, Closed-By; short, printable);
 - `refs/woolf/pr/<id>/comments`: created, or moved forward;
 - `refs/woolf/pr/<id>/votes/<name>`: a validator's votes (woolf/quorum/votes.py), for an
   existing PR; each new vote's one parent is the head (first vote) or the ref's old tip, and
@@ -20,7 +21,10 @@ Usage:
   k > 1 `rejected` ones name k agreeing reject votes (woolf/quorum/check.py);
 - `refs/woolf/task/<id>`: a training task's records (woolf/tasks/rules.py);
 - `refs/heads/woolf/<id>` (forge.kind = "github" only: the PR branch): created once;
-- nothing else.
+- nothing else;
+- and outside main, a push adds at most PUSH_MAX_OBJECTS new objects of PUSH_MAX_BYTES
+  together, no commit over COMMIT_MAX_BYTES (git's receive.maxInputSize, set by
+  `woolf hub init`, bounds the pack itself before this hook runs).
 
 "Signed by" is checked against the allowed_signers on main before the push.
 """
@@ -38,10 +42,13 @@ from woolf.quorum.votes import parse_vote, verify_voters
 from woolf.signing.authority import chain_problems, read_commit, signers_text
 from woolf.signing.signers import Signers
 from woolf.signing.verify import role_problem, signatures
+from woolf.storage.git import COMMIT_MAX_BYTES
 from woolf.tasks.records import TASK_PREFIX
 from woolf.tasks.rules import check_task
 
 ZERO = "0" * 40
+PUSH_MAX_BYTES = 32 << 20  # all new objects of one push under PR, vote and task refs, uncompressed
+PUSH_MAX_OBJECTS = 10_000
 _PR_REF = re.compile(r"^refs/woolf/pr/([^/]+)/(head|verdict|comments)$")
 _VOTE_REF = re.compile(r"^refs/woolf/pr/([^/]+)/votes/([^/]+)$")
 _GH_BRANCH = re.compile(r"^refs/heads/woolf/([^/]+)$")
@@ -51,10 +58,39 @@ def check_push(git, updates: list[tuple[str, str, str]]) -> list[str]:
     main = git.rev_parse(layout.MAIN)
     new_main = next((new for old, new, ref in updates if ref == layout.MAIN), None)
     pushed = {ref: new for _, new, ref in updates}
-    errors: list[str] = []
+    errors = _size_problems(git, [new for _, new, ref in updates if ref != layout.MAIN and new != ZERO])
+    if errors:
+        return errors  # nothing of an oversized push is read further
     for old, new, ref in updates:
         errors += [f"{ref}: {e}" for e in _check_one(git, old, new, ref, main, new_main, pushed)]
     return errors
+
+
+def _size_problems(git, tips: list[str]) -> list[str]:
+    """What a push adds under PR, vote and task refs is bounded: at most PUSH_MAX_OBJECTS new objects
+    of PUSH_MAX_BYTES together (uncompressed), each new commit at most COMMIT_MAX_BYTES. An honest PR
+    adds one commit, two trees and two small files; its delta goes to storage, never into git."""
+    tips = [t for t in tips if re.fullmatch(r"[0-9a-f]{40}", t)]
+    if not tips:
+        return []
+    proc = git.run("rev-list", "--objects", "--no-object-names", *tips, "--not", "--all", check=False)
+    oids = proc.stdout.split()
+    if proc.returncode != 0:
+        return ["the pushed objects cannot be listed (a missing object?)"]
+    if len(oids) > PUSH_MAX_OBJECTS:
+        return [f"this push adds {len(oids)} objects, over the limit of {PUSH_MAX_OBJECTS}"]
+    sizes = git.run("cat-file", "--batch-check", input=b"\n".join(oids) + b"\n").stdout.split(b"\n")
+    total, problems = 0, []
+    for line in sizes:
+        parts = line.split()
+        if len(parts) == 3 and parts[2].isdigit():
+            total += int(parts[2])
+            if parts[1] == b"commit" and int(parts[2]) > COMMIT_MAX_BYTES:
+                problems.append(f"commit {parts[0].decode()[:12]} is {int(parts[2])} bytes, over the limit of "
+                                f"{COMMIT_MAX_BYTES}")
+    if total > PUSH_MAX_BYTES:
+        problems.append(f"this push adds {total} bytes of objects, over the limit of {PUSH_MAX_BYTES}")
+    return problems
 
 
 def _check_one(git, old, new, ref, main, new_main, pushed) -> list[str]:
@@ -124,6 +160,8 @@ def _check_verdict(git, sub_id, new, main, new_main, pushed) -> list[str]:
         return ["a verdict commit carries Woolf-Verdict (rejected|withdrawn|expired) and this Woolf-Submission"]
     if parents != [head]:
         return ["a verdict commit's one parent is the PR's head"]
+    if state == "withdrawn" and (problem := _withdrawal_problem(message, fields)):
+        return [problem]
     if state in ("rejected", "expired"):
         problem = (rejection_quorum_problem(git, sub_id, fields, main) if state == "rejected"
                    else expiry_problem(git, sub_id, fields, new, main, time.time()))
@@ -141,6 +179,25 @@ def _check_verdict(git, sub_id, new, main, new_main, pushed) -> list[str]:
             return []
         problem += f"; a withdrawal may also be signed by {contributor}'s own key"
     return [problem] if problem else []
+
+
+_WITHDRAWAL_KEYS = ("Woolf-Verdict", "Woolf-Submission", "Woolf-Reason", "Woolf-Closed-By")
+WITHDRAWAL_MAX_BYTES = 4096
+
+
+def _withdrawal_problem(message: str, fields: dict) -> str | None:
+    """A withdrawal (its own contributor may push it) carries only the trailers `woolf pr withdraw`
+    writes, short and printable: nothing a reader must parse as a number or JSON."""
+    extra = sorted(set(fields) - set(_WITHDRAWAL_KEYS))
+    if extra:
+        return f"a withdrawal carries only {', '.join(_WITHDRAWAL_KEYS)} (not {', '.join(extra)[:200]})"
+    if len(message.encode()) > WITHDRAWAL_MAX_BYTES:
+        return f"a withdrawal's message is at most {WITHDRAWAL_MAX_BYTES} bytes"
+    if any(len(v) > 300 or not v.isprintable() for v in fields.values()):
+        return "a withdrawal's trailers are one printable line of at most 300 characters each"
+    if "Woolf-Closed-By" in fields and not layout.CONTRIBUTOR.match(fields["Woolf-Closed-By"]):
+        return "Woolf-Closed-By names a contributor (lower-case letters, digits, . _ -)"
+    return None
 
 
 def _check_vote(git, sub_id, name, old, new, main, pushed) -> list[str]:

@@ -108,6 +108,21 @@ class QuorumStep:
                              f"woolf: vote {fields['Woolf-Vote']} {pr.id}")
 
     def vote_one(self, sub_id: str, fixed: tuple | None = None) -> Verdict | None:
+        """_vote_one, where a failure on one PR (not the ledger's own) is logged and retried later,
+        never the end of the pass: the PRs behind it still get their votes. A vote from a CI record
+        (``fixed``) is one PR's job: its failure is the job's."""
+        if fixed is not None:
+            return self._vote_one(sub_id, fixed)
+        try:
+            return self._vote_one(sub_id)
+        except (StorageError, ForgeError, IntegrityError):
+            raise  # the ledger's own storage or forge: this pass stops, as in validate_one
+        except Exception as exc:  # noqa: BLE001 - one hostile PR must never stop the queue
+            log.warning("%s: voting failed with %s: %s; retried later", sub_id, type(exc).__name__, str(exc)[:400])
+            self._retry_at[sub_id] = time.monotonic() + RETRY_UNAVAILABLE * 6
+            return None
+
+    def _vote_one(self, sub_id: str, fixed: tuple | None = None) -> Verdict | None:
         if not hasattr(self, "_judged"):
             self._judged: dict[str, tuple] = {}  # PR id -> (main commit, verdict, step, candidate sha)
             self._ignored_votes: set[str] = set()

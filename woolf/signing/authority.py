@@ -50,11 +50,13 @@ _READ: dict[str, tuple[list[str], str]] = {}  # commit id -> (parents, message):
 
 
 def read_commit(git, commit: str) -> tuple[list[str], str]:
-    """(parents, message) of a commit in one git call; remembered per commit id for the process."""
+    """(parents, message) of a commit in one git call; remembered per commit id for the process.
+
+    Over git.COMMIT_MAX_BYTES raises BlobTooLargeError unread."""
     if commit in _READ:
         parents, message = _READ[commit]
         return list(parents), message
-    raw = git.run("cat-file", "commit", commit).stdout.decode(errors="replace")
+    raw = git.commit_bytes(commit).decode(errors="replace")
     header, _, message = raw.partition("\n\n")
     parents = [ln.split()[1] for ln in header.splitlines() if ln.startswith("parent ")]
     if _COMMIT_ID.match(commit) and len(message) <= 65536:  # a hostile giant is read again, never kept

@@ -58,6 +58,7 @@ def _text(raw: bytes) -> str:
 
 
 _UNSET = object()
+COMMIT_MAX_BYTES = 1 << 20  # ours carry a few KiB of trailers; a bigger commit is hand-made, refused unread
 
 
 class Git:
@@ -133,8 +134,21 @@ class Git:
         proc = self.run("cat-file", "blob", spec, check=False)
         return proc.stdout if proc.returncode == 0 else None
 
-    def message(self, commit: str) -> str:
-        raw = _text(self.run("cat-file", "commit", commit).stdout)
+    def commit_bytes(self, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> bytes:
+        """A commit object's bytes, its size read first (woolf/storage/commits.py)."""
+        from woolf.storage.commits import commit_bytes
+
+        return commit_bytes(self, commit, max_bytes)
+
+    def commit_records(self, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> list[tuple[str, list[str], int, str]]:
+        """(sha, parents, committer time, message) of each commit, framed by size (woolf/storage/commits.py)."""
+        from woolf.storage.commits import commit_records
+
+        return commit_records(self, shas, max_bytes)
+
+    def message(self, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> str:
+        """A commit's message; a commit over ``max_bytes`` raises BlobTooLargeError unread."""
+        raw = _text(self.commit_bytes(commit, max_bytes))
         return raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
 
     def parents(self, commit: str) -> list[str]:

@@ -7,8 +7,10 @@ Usage:
     found, bad = read_tasks(git)                       # {task id: (TaskRecord, tip sha, commit time)}, [(ref, why)]
 
 Every record carries the whole task (base, shard, steps, contributor, lease), so a
-reader needs only the ref's tip: one `git for-each-ref` and one `git log` for all
-tasks. Record states: reserved, started, heartbeat, submitted (with the PR id),
+reader needs only the ref's tip: one `git for-each-ref` and one `git cat-file
+--batch` for all tasks (framed by object size: no byte of a message can split a
+record). A record with a control character in its message is no record: the hub
+refuses it, and a reader skips it (reported in `bad`). Record states: reserved, started, heartbeat, submitted (with the PR id),
 cancelled, failed. A record's tree is its base version's; its first parent is the
 previous record, or the base version commit for the first one.
 """
@@ -16,6 +18,7 @@ previous record, or the base version commit for the first one.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import asdict, dataclass
 
 from woolf import layout
@@ -25,8 +28,8 @@ TASK_PREFIX = "refs/woolf/task"
 RECORD_STATES = ("reserved", "started", "heartbeat", "submitted", "cancelled", "failed")
 FINAL = ("submitted", "cancelled", "failed")
 RECORD_MAX_BYTES = 16 * 1024
-SHARD = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,38}@v[0-9]{1,9}$")  # <owner>@v<version>: whose shard, of which version
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+SHARD = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,38}@v[0-9]{1,9}\Z")  # <owner>@v<version>: whose shard, of which version
+_HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 
 
 @dataclass
@@ -60,6 +63,8 @@ def task_ref(task_id: str) -> str:
 
 def parse_record(message: str, task_id: str) -> tuple[TaskRecord | None, str | None]:
     """(record, None) or (None, why the commit is no record of this task)."""
+    if any(unicodedata.category(c) == "Cc" for c in message.replace("\n", "")):
+        return None, "a control character in its message (records are printable lines)"
     _, f = parse_message(message)
     if f.get("Woolf-Task") != task_id:
         return None, "its Woolf-Task is not this task's id"
@@ -105,23 +110,14 @@ def read_tasks(git) -> tuple[dict[str, tuple[TaskRecord, str, int]], list[tuple[
         else:
             tips[sha] = task_id
     found = {}
-    if tips:
-        sizes = git.run("cat-file", "--batch-check=%(objectname) %(objectsize)",
-                        input=("\n".join(tips) + "\n").encode()).stdout.decode(errors="replace")
-        small = [p[0] for p in (ln.split() for ln in sizes.splitlines()) if len(p) == 2
-                 and p[1].isdigit() and int(p[1]) <= RECORD_MAX_BYTES]
-        bad += [(task_ref(tips[s]), "a record over the size limit") for s in tips if s not in small]
-        if small:
-            out = git.run("log", "--no-walk=unsorted", "--stdin", "--format=%H%x1f%ct%x1f%B%x1e",
-                          input=("\n".join(small) + "\n").encode()).stdout.decode(errors="replace")
-            for record in out.split("\x1e"):
-                record = record.strip("\n")
-                if not record:
-                    continue
-                sha, ct, message = record.split("\x1f", 2)
-                rec, why = parse_record(message, tips[sha])
-                if rec is None:
-                    bad.append((task_ref(tips[sha]), why))
-                else:
-                    found[rec.id] = (rec, sha, int(ct))
+    records = {sha: (ct, message) for sha, _, ct, message in git.commit_records(list(tips), RECORD_MAX_BYTES)}
+    for sha, task_id in tips.items():
+        if sha not in records:
+            bad.append((task_ref(task_id), "a record over the size limit, or unreadable"))
+            continue
+        rec, why = parse_record(records[sha][1], task_id)
+        if rec is None:
+            bad.append((task_ref(task_id), why))
+        else:
+            found[rec.id] = (rec, sha, records[sha][0])
     return found, bad
