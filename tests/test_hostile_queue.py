@@ -15,6 +15,7 @@ from woolf.errors import IntegrityError
 from woolf.forges.local import LocalForge
 from woolf.validator import Validator
 
+from .conftest import key_for
 from .crafting import craft_pr, random_delta
 
 
@@ -46,3 +47,44 @@ def test_f8_corrupted_base_weights_reject_that_pr_and_the_pass_goes_on(network):
     # the bad bytes are not kept: reading version 0 again fetches and checks again, and fails again
     with pytest.raises(IntegrityError):
         val2.load_weights(v0)
+
+
+def _seen(val) -> None:
+    """The validator's clone receives what is pushed so far; the next push is received a second later."""
+    LocalForge.for_ledger(val).list()
+    time.sleep(1.1)
+
+
+def test_f4_claims_on_a_name_never_cost_its_owner_her_pr_or_her_rating(make_net):
+    net = make_net(**{"policy.min_improvement": "-10", "queue.max_open_per_contributor": "1"})
+    val, alice, mallory = net.clone("val"), net.clone("alice"), net.clone("mallory")
+    early = craft_pr(mallory, raw=b"x" * 10, who="alice")  # unsigned, claims alice, received first
+    _seen(val)
+    honest = craft_pr(alice, tensors=random_delta(alice, scale=0.001, seed=3), who="alice", sign_key=key_for("alice"))
+    _seen(val)
+    mismatch = craft_pr(mallory, raw=b"x" * 10, meta_patch={"contributor": "alice"})  # id says mallory
+    _seen(val)
+    later = craft_pr(mallory, raw=b"x" * 10, who="alice")  # unsigned, claims alice, received after hers
+    verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
+    assert verdicts[honest].accepted, verdicts[honest].reason  # signed: unsigned claims use none of her limit
+    assert "over the open-PR limit: contributor 'alice'" in verdicts[later].reason
+    assert "withdraw one of your own open PRs" in verdicts[later].reason
+    assert "submission.json says 'alice'" in verdicts[mismatch].reason and verdicts[mismatch].contributor is None
+    prs = {p.id: p for p in LocalForge.for_ledger(net.clone("obs")).list()}
+    assert prs[mismatch].contributor is None and prs[later].contributor == "alice"
+    from woolf.scoring.history import verdict_history
+
+    rated = {r.id for r in verdict_history(val) if r.rated and r.contributor == "alice"}
+    assert honest in rated and later not in rated and mismatch not in rated
+    assert early in rated  # an unsigned claim with a matching id is still hers: see signing.contributors
+
+
+def test_f4_the_first_received_are_kept_without_keys(make_net):
+    net = make_net(**{"policy.min_improvement": "-10", "queue.max_open_per_contributor": "1"})
+    val, alice, mallory = net.clone("val"), net.clone("alice"), net.clone("mallory")
+    honest = craft_pr(alice, tensors=random_delta(alice, scale=0.001, seed=3), who="alice")  # unsigned
+    _seen(val)
+    junk = craft_pr(mallory, raw=b"x" * 10, who="alice")
+    verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
+    assert verdicts[honest].accepted, verdicts[honest].reason  # was: rejected as "superseded" by the junk
+    assert "over the open-PR limit" in verdicts[junk].reason
