@@ -7,6 +7,7 @@ delta never serves), F11 (the fair queue and Sybil names: documented, cheap per 
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -88,3 +89,23 @@ def test_f4_the_first_received_are_kept_without_keys(make_net):
     verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
     assert verdicts[honest].accepted, verdicts[honest].reason  # was: rejected as "superseded" by the junk
     assert "over the open-PR limit" in verdicts[junk].reason
+
+
+def test_f13_under_quorum_a_delta_storage_never_serves_is_settled(make_net):
+    net = make_net(**{"validators.quorum": "2", "validators.vote_timeout": "2", "policy.min_improvement": "-10"})
+    mallory = net.clone("mallory")
+    sub = craft_pr(mallory, raw=b"\0" * 100)
+    md5 = mallory.git.out("show", f"refs/woolf/pr/{sub}/head:submissions/{sub}/submission.json")
+    md5 = json.loads(md5)["delta"]["md5"]
+    (net.root / "storage" / "files" / "md5" / md5[:2] / md5[2:]).unlink()  # never served again
+    v1, v2 = Validator(net.clone("v1"), device="cpu"), Validator(net.clone("v2"), device="cpu")
+    assert v1.run() == [] and v2.run() == []  # young: storage may be back soon, no vote
+    assert not v1.ledger.git.out("ls-remote", "origin", f"refs/woolf/pr/{sub}/votes/*")
+    time.sleep(2.2)
+    v1._retry_at.clear()
+    v2._retry_at.clear()
+    assert v1.run() == []  # a reject vote naming the unavailable delta
+    [verdict] = v2.run()  # the second agreeing reject vote settles it
+    assert verdict.state == "rejected" and "delta object unavailable" in verdict.reason
+    assert "over validators.vote_timeout 2 s" in verdict.reason
+    assert LocalForge.for_ledger(net.clone("obs")).get(sub).state == "rejected"
