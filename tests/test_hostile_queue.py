@@ -109,3 +109,26 @@ def test_f13_under_quorum_a_delta_storage_never_serves_is_settled(make_net):
     assert verdict.state == "rejected" and "delta object unavailable" in verdict.reason
     assert "over validators.vote_timeout 2 s" in verdict.reason
     assert LocalForge.for_ledger(net.clone("obs")).get(sub).state == "rejected"
+
+
+def test_f11_names_claimed_against_the_id_share_one_turn_in_the_fair_queue(network):
+    val, mallory, alice = network.clone("val"), network.clone("mallory"), network.clone("alice")
+    flood = [craft_pr(mallory, raw=b"x" * 10, meta_patch={"contributor": f"sybil{i}"}) for i in range(6)]
+    _seen(val)  # the validator receives the flood first
+    good = craft_pr(alice, tensors=random_delta(alice, scale=0.001, seed=3), who="alice")
+    order = [v.id for v in Validator(val, device="cpu").run()]
+    assert sorted(order) == sorted(flood + [good]) and order.index(good) <= 1, order.index(good)
+
+
+def test_f11_rejections_are_pushed_together_and_a_lost_race_loses_none(network):
+    val, mallory = network.clone("val"), network.clone("mallory")
+    junk = [craft_pr(mallory, raw=b"x" * 10) for _ in range(3)]
+    a = Validator(val, device="cpu")
+    a._batching = True  # as run() does on the git-native forge
+    assert all(a.validate_one(j) is None for j in junk) and len(a._pending) == 3
+    [first] = Validator(network.clone("val2"), device="cpu").run(ids=[junk[0]])  # decides one meanwhile
+    assert first.id == junk[0]
+    assert sorted(v.id for v in a._flush()) == sorted(junk[1:])  # the atomic push lost; one each
+    prs = {p.id: p for p in LocalForge.for_ledger(network.clone("obs")).list()}
+    assert all(prs[j].state == "rejected" and "safetensors" in prs[j].reason for j in junk), \
+        [prs[j].reason for j in junk]
