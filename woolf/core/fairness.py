@@ -35,7 +35,9 @@ def fair_order(prs) -> list:
     """Each contributor's first PR (by receive order), then each one's second, and so on.
 
     A contributor who floods the queue with N PRs delays the others by one PR per round,
-    never by N.
+    never by N. A name is a claim: N PRs under N fresh names all sit in the first round
+    (PRs whose id and submission.json disagree have no contributor and share one turn);
+    only `signing.contributors = "required"` makes names as scarce as keys.
     """
     return [pr for _, pr in sorted(_ranked(prs), key=lambda rp: (rp[0], rp[1].queue_key()))]
 
