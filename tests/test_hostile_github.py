@@ -43,3 +43,9 @@ def test_f7_a_strangers_verdict_comment_is_ignored(world):  # noqa: F811
     shown = GitHubForge(val.git, replace(only, verdict_authors=["ci-bot"]),
                         api=GitHubAPI(gh.url, token="ghp_alice")).get(sub)
     assert shown.reason is None and shown.version is None
+    # the repository's own workflow (woolf-validate.yml comments as github-actions[bot]) is read by default
+    gh.add_user("ghs_workflow", "github-actions[bot]", "NONE")
+    GitHubAPI(gh.url, token="ghs_workflow").json("POST", f"/repos/owner/ledger/issues/{number}/comments",
+                                                 json={"body": fake.replace("REJECTED: backdoor", "from CI")})
+    shown = GitHubForge(val.git, val.config.forge, api=GitHubAPI(gh.url, token="ghp_alice")).get(sub)
+    assert shown.reason.startswith("from CI")

@@ -32,6 +32,7 @@ LOCAL_PREFIX = "refs/woolf/gh"
 MARKER = re.compile(r"<!-- woolf-verdict (\{.*?\}) -->", re.S)
 STATUS_CONTEXT = "woolf/validate"
 WRITE_ROLES = ("OWNER", "MEMBER", "COLLABORATOR")  # comment authors who may write verdicts by default
+ACTIONS_BOT = "github-actions[bot]"  # the repository's own workflows (the validate workflow's comments)
 VOTE_CONTEXT = "woolf/vote"  # validators.quorum > 1: one status per validator, woolf/vote/<name>
 
 
@@ -125,13 +126,15 @@ class GitHubForge(Forge):
 
     def _by_validator(self, c: dict) -> bool:
         """Whether a comment may carry a verdict: anyone can comment on a public PR. Its author is one
-        of `forge.verdict_authors` when the config lists them; otherwise this clone's own account or an
-        account with write access to the repository (author_association OWNER/MEMBER/COLLABORATOR)."""
+        of `forge.verdict_authors` when the config lists them; otherwise this clone's own account, the
+        repository's own workflows (github-actions[bot]: woolf-validate.yml posts with the workflow's
+        token, which a fork's PR does not get with write access) or an account with write access to
+        the repository (author_association OWNER/MEMBER/COLLABORATOR)."""
         login = (c.get("user") or {}).get("login") if isinstance(c.get("user"), dict) else None
         allowed = list(getattr(self.cfg, "verdict_authors", None) or [])
         if allowed:
             return isinstance(login, str) and login in allowed
-        if isinstance(login, str) and login == self._me():
+        if isinstance(login, str) and login in (self._me(), ACTIONS_BOT):
             return True
         return c.get("author_association") in WRITE_ROLES
 
