@@ -112,6 +112,9 @@ class GitHubServer:
         self.api = OpenAPI.from_dict(self.spec, config=Config(spec_validator_cls=None))
         self.faker = SchemaFaker(self.spec)
         self.token, self.repos = token, {k: Path(v).resolve() for k, v in repos.items()}
+        # token -> (login, author_association on the repos' comments); add_user for more accounts
+        self.users: dict[str, tuple[str, str]] = {token: ("woolf-bot", "OWNER")}
+        self._who: tuple[str, str] = self.users[token]
         self.pulls: dict[str, dict[int, dict]] = {name: {} for name in self.repos}
         self.comments: dict[tuple[str, int], list] = {}
         self.statuses: dict[str, list] = {}
@@ -120,6 +123,10 @@ class GitHubServer:
         self.log: list[tuple[str, str, int]] = []
         self._lock = threading.Lock()
         self._counter = 0
+
+    def add_user(self, token: str, login: str, association: str = "NONE") -> None:
+        """Another account: its token, its login and how it relates to the repositories."""
+        self.users[token] = (login, association)
 
     # -- schema helpers ---------------------------------------------------------
     def _schema(self, template: str, method: str, status: int) -> dict:
@@ -159,9 +166,14 @@ class GitHubServer:
             if fault["method"] == method and re.search(fault["path"], path) and fault["times"] > 0:
                 fault["times"] -= 1
                 return fault["status"], fault.get("headers", {}), fault.get("body", {"message": "injected"}), None
-        if headers.get("Authorization") != f"Bearer {self.token}":
+        auth = headers.get("Authorization", "")
+        who = self.users.get(auth[len("Bearer "):]) if auth.startswith("Bearer ") else None
+        if who is None:
             return 401, {}, {"message": "Bad credentials", "documentation_url": "https://docs.github.com"}, None
         data = json.loads(body) if body else None
+        if method == "GET" and path == "/user":
+            user = self.faker.resolve({"$ref": "#/components/schemas/private-user"})
+            return 200, {}, merge(self.faker.make(user), {"login": who[0], "user_view_type": "private"}), "/user"
         m = re.fullmatch(r"/repos/([^/]+/[^/]+)/(.*)", path)
         if not m or m.group(1) not in self.repos:
             return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com"}, None
@@ -182,6 +194,7 @@ class GitHubServer:
                 return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com"}, None
             if verb == method and mm:
                 with self._lock:
+                    self._who = who
                     return fn(repo, template, status, query, data, *mm.groups())
         return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com"}, None
 
@@ -226,7 +239,8 @@ class GitHubServer:
 
     def _comment(self, repo, template, status, query, data, n):
         self._counter += 1
-        c = self._fake(template, "POST", status, {"id": self._counter, "body": data["body"]})
+        c = self._fake(template, "POST", status, {"id": self._counter, "body": data["body"],
+                                                  "user": {"login": self._who[0]}, "author_association": self._who[1]})
         self.comments.setdefault((repo, int(n)), []).append(c)
         return status, {}, c, template
 

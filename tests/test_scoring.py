@@ -222,7 +222,7 @@ def test_contributor_identity_and_fair_order_pure():
     prs = [PullRequest(f"id{i}", "open", "h", contributor=who, received=i)
            for i, who in enumerate(["Alice", "alice", "ａｌｉｃｅ", "bob", "alice"])]
     assert [p.id for p in fair_order(prs)] == ["id0", "id3", "id1", "id2", "id4"]
-    assert beyond_limit(prs, 2) == {"id0": 4, "id1": 4}  # the newest two of four survive
+    assert beyond_limit(prs, 2) == {"id2": 4, "id4": 4}  # the first two of four received are kept
 
 
 def test_a_revert_label_earns_nothing_unless_the_delta_is_exact(make_net):

@@ -125,6 +125,7 @@ class ForgeConfig:
     repo: str = ""  # owner/name of the ledger's repository on the forge
     delta_schemes: list = field(default_factory=lambda: ["https"])  # where fork deltas may be read
     delta_timeout: float = 300.0  # seconds allowed to download one delta
+    verdict_authors: list = field(default_factory=list)  # GitHub logins whose comments carry verdicts
 
 
 @dataclass

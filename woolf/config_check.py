@@ -66,6 +66,9 @@ def check_config(cfg: LedgerConfig, source: str) -> None:
         bad("forge.repo", "use 'owner/name' of the ledger's repository", f.repo)
     if not f.delta_schemes or not all(x in ("https", "http") for x in f.delta_schemes):
         bad("forge.delta_schemes", "use a list drawn from 'https', 'http'", f.delta_schemes)
+    if not all(isinstance(x, str) and re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?", x)
+               for x in f.verdict_authors):
+        bad("forge.verdict_authors", "use a list of GitHub logins (the validators' accounts)", f.verdict_authors)
     if f.delta_timeout <= 0:
         bad("forge.delta_timeout", "use seconds > 0", f.delta_timeout)
     if cfg.signing.contributors not in ("optional", "required"):

@@ -3,7 +3,7 @@
 Usage:
     canonical("ＡＬＩＣＥ") == canonical("alice")          # NFKC + casefold: one contributor
     queue = fair_order(prs)                               # round-robin by contributor, then received
-    over = beyond_limit(queue, limit=4)                   # {pr id: open count} of PRs older than its newest 4
+    over = beyond_limit(queue, limit=4)                   # {pr id: open count} of PRs after its first 4
 
 Pure functions over anything with ``.contributor`` and ``.queue_key()`` (PullRequest).
 """
@@ -35,18 +35,21 @@ def fair_order(prs) -> list:
     """Each contributor's first PR (by receive order), then each one's second, and so on.
 
     A contributor who floods the queue with N PRs delays the others by one PR per round,
-    never by N.
+    never by N. A name is a claim: N PRs under N fresh names all sit in the first round
+    (PRs whose id and submission.json disagree have no contributor and share one turn);
+    only `signing.contributors = "required"` makes names as scarce as keys.
     """
     return [pr for _, pr in sorted(_ranked(prs), key=lambda rp: (rp[0], rp[1].queue_key()))]
 
 
 def beyond_limit(prs, limit: int) -> dict[str, int]:
-    """{id: count} of each contributor's open PRs older than its newest ``limit`` (in receive order),
-    with how many that contributor had open. The newest survive: an older PR of the same contributor
-    is the stalest, and a queue that lags behind an honest participant costs it its oldest work only."""
-    ranked = _ranked(prs)
+    """{id: count} of each contributor's open PRs received after its first ``limit`` (in receive
+    order), with how many that contributor had open. The oldest are kept: a name is a claim, and PRs
+    received later (junk claiming an honest contributor's name, or her own flood) never evict work
+    that was already waiting. A contributor replaces one of its PRs by withdrawing it. PRs without
+    a contributor (unreadable, or whose id names another) are not counted: they are rejected anyway."""
+    ranked = _ranked(pr for pr in prs if canonical(pr.contributor))
     count: dict[str, int] = {}
     for _, pr in ranked:
         count[canonical(pr.contributor)] = count.get(canonical(pr.contributor), 0) + 1
-    return {pr.id: count[canonical(pr.contributor)] for rank, pr in ranked
-            if rank < count[canonical(pr.contributor)] - limit}
+    return {pr.id: count[canonical(pr.contributor)] for rank, pr in ranked if rank >= limit}

@@ -84,6 +84,17 @@ class Forge(ABC):
         return self.get(sub_id, fetch=True)
 
 
+def claimed_contributor(sub_id: str, claim) -> str | None:
+    """The contributor a PR is counted, queued, listed and rated as: the name in submission.json only
+    when its id names the same one (a mismatch is rejected by the validator and charged to nobody,
+    so junk that claims someone else's name costs her neither a queue slot nor a rating)."""
+    from woolf import layout
+
+    if not isinstance(claim, str) or not layout.SUBMISSION_ID.match(sub_id):
+        return None
+    return claim if sub_id.split("-", 1)[1].rsplit("-", 1)[0] == claim else None
+
+
 _META_CACHE: dict[str, dict | None] = {}  # submission.json blob id -> parsed metadata (None: unusable)
 
 
@@ -118,8 +129,7 @@ def fill_from_submission(git, pr: PullRequest) -> PullRequest:
     meta = _META_CACHE[oid]
     if meta is not None:
         pr.submission = meta
-        who = meta.get("contributor")  # only a valid name: it goes into verdicts, votes and tables
-        pr.contributor = who if isinstance(who, str) and layout.CONTRIBUTOR.match(who) else None
+        pr.contributor = claimed_contributor(pr.id, meta.get("contributor"))  # a valid name the id agrees with
         bv = meta.get("base_version")
         pr.base_version = bv if isinstance(bv, int) and not isinstance(bv, bool) else None
         pr.base_commit = meta.get("base_commit") if isinstance(meta.get("base_commit"), str) else None

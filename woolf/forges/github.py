@@ -31,6 +31,8 @@ BRANCH_PREFIX = "woolf/"
 LOCAL_PREFIX = "refs/woolf/gh"
 MARKER = re.compile(r"<!-- woolf-verdict (\{.*?\}) -->", re.S)
 STATUS_CONTEXT = "woolf/validate"
+WRITE_ROLES = ("OWNER", "MEMBER", "COLLABORATOR")  # comment authors who may write verdicts by default
+ACTIONS_BOT = "github-actions[bot]"  # the repository's own workflows (the validate workflow's comments)
 VOTE_CONTEXT = "woolf/vote"  # validators.quorum > 1: one status per validator, woolf/vote/<name>
 
 
@@ -112,9 +114,35 @@ class GitHubForge(Forge):
             self._read_verdict(pr)
         return pr
 
+    def _me(self) -> str | None:
+        """The authenticated account's login (GET /user, asked once); None without a usable token."""
+        if not hasattr(self, "_login"):
+            try:
+                me = self.api.json("GET", "/user")
+                self._login = me.get("login") if isinstance(me, dict) and isinstance(me.get("login"), str) else None
+            except ForgeError:
+                self._login = None
+        return self._login
+
+    def _by_validator(self, c: dict) -> bool:
+        """Whether a comment may carry a verdict: anyone can comment on a public PR. Its author is one
+        of `forge.verdict_authors` when the config lists them; otherwise this clone's own account, the
+        repository's own workflows (github-actions[bot]: woolf-validate.yml posts with the workflow's
+        token, which a fork's PR does not get with write access) or an account with write access to
+        the repository (author_association OWNER/MEMBER/COLLABORATOR)."""
+        login = (c.get("user") or {}).get("login") if isinstance(c.get("user"), dict) else None
+        allowed = list(getattr(self.cfg, "verdict_authors", None) or [])
+        if allowed:
+            return isinstance(login, str) and login in allowed
+        if isinstance(login, str) and login in (self._me(), ACTIONS_BOT):
+            return True
+        return c.get("author_association") in WRITE_ROLES
+
     def _read_verdict(self, pr: PullRequest) -> None:
         comments = self.api.paginate("GET", f"{self.repo_path}/issues/{pr.number}/comments")
         for c in reversed(comments):
+            if not isinstance(c, dict) or not self._by_validator(c):
+                continue  # a stranger's comment with a verdict marker says nothing about the PR
             m = MARKER.search(c.get("body") or "")
             if m:
                 try:

@@ -63,16 +63,25 @@ class LocalForge(Forge):
         self.git.run("update-ref", "--create-reflog", self._ref(sub_id, "head"), head)
         return self.get(sub_id, fetch=False)
 
-    def _close(self, pr: PullRequest, state: str, reason: str, fields: dict, also=None) -> str:
+    def verdict_commit(self, pr: PullRequest, state: str, reason: str, fields: dict) -> tuple[str, str]:
+        """(commit, ref) of a verdict on ``pr``, made and signed here, not pushed yet."""
         message = format_message(
             f"woolf: {state} {pr.id}",
             {"Woolf-Verdict": state, "Woolf-Submission": pr.id, "Woolf-Reason": " ".join(reason.split()),
              **fields},
         )
         commit = self.git.commit_tree(f"{pr.head}^{{tree}}", message, [pr.head])  # signed if keyed
-        ref = self._ref(pr.id, "verdict")
+        return commit, self._ref(pr.id, "verdict")
+
+    def _close(self, pr: PullRequest, state: str, reason: str, fields: dict, also=None) -> str:
+        commit, ref = self.verdict_commit(pr, state, reason, fields)
         self._push([(commit, ref)], {ref: None}, also)
         return commit
+
+    def push_verdicts(self, verdicts: list[tuple[str, str]]) -> None:
+        """Several verdicts from verdict_commit in one atomic push (one run of the hub's hook);
+        RaceLostError when any PR already has a verdict, ForgeError when the hub refuses one."""
+        self._push(verdicts, {ref: None for _, ref in verdicts}, None)
 
     def _push(self, updates: list[tuple[str, str]], leases: dict, also) -> None:
         """One atomic push; ``also``: more (commit, ref, expected old) updates in it (a quorum's last vote)."""

@@ -14,8 +14,11 @@ atomic push (one push, one run of the hub's hook, instead of two). Otherwise the
 `validators.vote_timeout` seconds from its first vote (the vote commit's own
 timestamp, which a validator signed) it is settled as `expired`.
 
-A delta that storage cannot serve, and any failure of the ledger's own storage
-or forge, is no vote: the PR stays open and is retried. Any other failure while
+A delta that storage cannot serve is no vote while the PR is younger than
+`validators.vote_timeout` (since this validator received it), then a reject
+vote naming that, so such a PR is settled (rejected by quorum, or expired)
+instead of staying open forever. Any failure of the ledger's own storage or
+forge is no vote: the PR stays open and is retried. Any other failure while
 judging a PR is a reject vote naming it.
 
 CI (woolf/ci_steps.py): `vote_one(sub_id, fixed=(main, verdict, step, sha, head))` votes a
@@ -92,10 +95,24 @@ class QuorumStep:
             verdict, step = Verdict(pr.id, False, "rejected", f"the validator could not process this PR "
                                     f"({type(exc).__name__})", pr.contributor, pr.base_version), None
         if not verdict.accepted and verdict.reason.startswith("delta object unavailable"):
-            return None, None, None  # storage could not serve it now: retried, not rejected
+            age, limit = self._unavailable_for(pr), self.ledger.config.validators.vote_timeout
+            if age < limit:
+                return None, None, None  # storage could not serve it now: retried, not rejected
+            verdict.reason = (f"{verdict.reason} (for {age:.0f} s since this validator received the PR, "
+                              f"over validators.vote_timeout {limit:g} s)")  # a reject vote: it gets settled
         with timer("vote"):  # the candidate's hash, which the vote carries
             sha = candidate_sha256(step) if step is not None else None
         return verdict, step, sha
+
+    def _unavailable_for(self, pr) -> float:
+        """Seconds since this validator received ``pr`` (its first sight of the head ref, kept in the
+        reflog across restarts; else the first time it found the delta unavailable)."""
+        if not hasattr(self, "_unavailable_since"):
+            self._unavailable_since: dict[str, float] = {}
+        first = self._unavailable_since.setdefault(pr.id, time.time())
+        if isinstance(pr.received, (int, float)):
+            first = min(first, float(pr.received))
+        return time.time() - first
 
     def _vote(self, pr, main, verdict: Verdict, sha: str | None, timer: Timer) -> tuple[Ballot, str | None]:
         fields = {"Woolf-Vote": "accept" if verdict.accepted else "reject",

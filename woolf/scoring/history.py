@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from woolf.core.fairness import canonical
 from woolf.core.trailers import float_field, int_field, json_field, parse_message
 
-UNRATED = ("is over the ledger's max_staleness",)  # rejections for the queue's lag, not held against anyone
+# rejections not held against anyone: the queue's lag, and the open-PR limit (a name without a key is
+# a claim: junk claiming alice's name must not cost her rating; woolf/scoring/screen.py OVER_LIMIT)
+UNRATED = ("is over the ledger's max_staleness", "over the open-PR limit: contributor")
 
 
 @dataclass
@@ -41,8 +43,8 @@ class Record:
     @property
     def rated(self) -> bool:
         """Whether the verdict is a match result: a PR refused unread because it was too stale by the time
-        its turn came says nothing about its work (PRs superseded over the open-PR limit do count: a flood
-        is the contributor's choice)."""
+        its turn came says nothing about its work, nor does a PR over the open-PR limit (its name may be
+        another's claim)."""
         if self.state != "rejected" or self.scores is not None:
             return True
         return not any(x in (self.reason or "") for x in UNRATED)

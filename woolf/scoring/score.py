@@ -19,9 +19,10 @@ import logging
 import math
 import time
 
+from woolf.admission import Rejected
 from woolf.core.merge import apply_delta
 from woolf.core.scores import improvement, unique
-from woolf.errors import WoolfError
+from woolf.errors import IntegrityError, StorageError, WoolfError
 
 log = logging.getLogger("woolf.validator")
 
@@ -40,10 +41,28 @@ def random_name(pr_id: str) -> str:
 
 
 def _base_weights(v, adm, main, current):
-    """The PR's base version's weights (main's when it is not stale); read per PR, never kept in memory."""
+    """The PR's base version's weights (main's when it is not stale); read per PR, never kept in memory.
+
+    Weights that storage does not serve or that fail their recorded hash (anyone who may write
+    storage can overwrite an old version's object) reject this PR with the reason; they never
+    stop the pass. The bad copy is not kept (Ledger.weights_path unlinks it): every later read
+    fetches and checks again."""
     if adm.base.commit == main.commit:
         return current
-    return v.ledger.load_weights(adm.base)
+    try:
+        return v.ledger.load_weights(adm.base)
+    except (IntegrityError, StorageError) as exc:
+        raise Rejected(base_unreadable(adm.base.version, exc)) from None
+
+
+BASE_UNREADABLE = "weights of its base version"
+
+
+def base_unreadable(version: int, exc: WoolfError) -> str:
+    """The reason a PR is rejected when its base version's weights cannot be read (also: a revert's)."""
+    kind = "unavailable" if isinstance(exc, StorageError) else "fail their recorded hash"
+    return (f"the {BASE_UNREADABLE} {version} {kind} in storage ({exc.message[:200]}); it cannot be "
+            "scored against them: train on the current version and submit again")
 
 
 def score_delta(v, adm, main, current, delta, wl) -> dict | None:
@@ -64,7 +83,7 @@ def score_delta(v, adm, main, current, delta, wl) -> dict | None:
             a = wl.evaluate(after, data, v.device).get(metric)
             out[name] = improvement(float(b), float(a), direction)
     except WoolfError:
-        raise  # the base version's weights unreadable: the ledger's storage, not the PR
+        raise  # a Rejected (base weights unreadable) or the ledger's own failure
     except Exception as exc:  # noqa: BLE001 - a workload without shards, or data too short: no scores
         log.info("%s: no contribution scores (%s: %s)", adm.meta["id"], type(exc).__name__, str(exc)[:200])
         return None

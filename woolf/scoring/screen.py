@@ -52,13 +52,40 @@ def open_snapshot(v) -> list:
     return snap
 
 
+OVER_LIMIT = "over the open-PR limit: contributor"  # the reason's start; unrated (woolf/scoring/history.py)
+
+
 def check_queue(v, pr) -> None:
-    """A contributor with more open PRs than `queue.max_open_per_contributor`: the oldest are rejected unread."""
+    """A contributor with more open PRs than `queue.max_open_per_contributor`: those received after its
+    first that many are rejected unread (not held against its rating: the name may be someone's claim)."""
     limit = v.ledger.config.queue.max_open_per_contributor
-    over = beyond_limit(open_snapshot(v), limit)
+    snapshot = open_snapshot(v)
+    over = beyond_limit(snapshot, limit)
     if pr.id in over:
-        raise Rejected(f"contributor {canonical(pr.contributor)!r} had {over[pr.id]} open PRs when the queue was "
-                       f"read, over the limit of {limit}; only the newest {limit} are judged (superseded)")
+        signed = _signed_alike(v, pr, snapshot)
+        if signed is not None:  # signed by the contributor's own key: only its signed PRs count
+            over = beyond_limit(signed, limit)
+    if pr.id in over:
+        raise Rejected(f"{OVER_LIMIT} {canonical(pr.contributor)!r} had {over[pr.id]} open PRs when the queue "
+                       f"was read, over the limit of {limit}; the {limit} received first are judged, this later one "
+                       "is not (withdraw one of your own open PRs to make room, then submit again)")
+
+
+def _signed_alike(v, pr, snapshot) -> list | None:
+    """When ``pr`` is signed by the key its contributor has in main's allowed_signers: that contributor's
+    open PRs signed alike (unsigned PRs claiming the name cannot use up its open-PR limit); else None."""
+    from woolf.signing.authority import signers_text
+    from woolf.signing.verify import signatures
+
+    text = signers_text(v.ledger.git, v.ledger.head().commit)
+    if text is None:
+        return None
+    who = canonical(pr.contributor)
+    mine = [p for p in snapshot if canonical(p.contributor) == who][:256]
+    found = signatures(v.ledger.git, {p.head: text for p in mine + [pr]})
+    if found.get(pr.head) != ("G", pr.contributor):
+        return None
+    return [p for p in mine if found.get(p.head) == ("G", p.contributor)]
 
 
 def _cache(v) -> OrderedDict:
@@ -164,7 +191,11 @@ def verified_revert(v, adm: Admitted, delta: dict[str, torch.Tensor]):
     parent = ledger.version_at(target.parents[0]) if target.parents else None
     if parent is None:
         return None
-    expected = compute_delta(ledger.load_weights(parent), ledger.load_weights(target))
+    try:  # weights storage cannot serve or that fail their hash grant no exemption (never stop the pass)
+        expected = compute_delta(ledger.load_weights(parent), ledger.load_weights(target))
+    except WoolfError as exc:
+        log.info("revert check: weights of version %d or %d unreadable (%s)", parent.version, number, exc.message)
+        return None
     if set(expected) != set(delta) or not all(torch.equal(expected[k], delta[k]) for k in delta):
         return None
     return target

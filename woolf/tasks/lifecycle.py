@@ -11,12 +11,14 @@ States a reader derives (task_state): reserved, started (a heartbeat renews the 
 submitted, voting (its PR has votes), settled (merged or rejected), expired (the lease
 ran out, or its PR expired without quorum), cancelled (Ctrl-C, `woolf pr close`), failed.
 
-Time is the origin's, not this machine's: a lease runs out when the newest commit time
-among origin's task records and main's head passes the task's last record time plus
-its lease. The hub refuses records whose commit time is more than MAX_SKEW seconds off
-its own clock (woolf/tasks/rules.py), so a participant whose clock jumps can neither
-expire others' leases nor keep its own alive; a reservation is itself such a record,
-so the reserver's fresh record moves the origin's clock forward before it looks.
+Time is the origin's, bounded by this machine's: a lease runs out when the newest commit
+time among origin's task records and main's head, or this machine's clock if that is
+earlier, passes the task's last record time plus its lease. The hub refuses records
+whose commit time is more than MAX_SKEW seconds off its own clock (woolf/tasks/rules.py),
+so a participant whose clock jumps cannot keep its own lease alive, and one record dated
+into the future does not expire other readers' leases; a participant who sets its own
+clock ahead sees others' tasks expired, but the hub refuses its reservation of their
+shards until they expire by the hub's own clock.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ import datetime
 import logging
 import secrets
 import threading
+import time as _time
 
 from woolf.errors import UsageError, WoolfError
 from woolf.tasks.records import FINAL, TASK_PREFIX, TaskRecord, push_record, read_tasks, task_ref
+from woolf.tasks.rules import LIVE
 
 log = logging.getLogger("woolf.tasks")
-LIVE = ("reserved", "started", "heartbeat")
 
 
 def fetch_tasks(ledger) -> None:
@@ -43,11 +46,15 @@ def _new_id(who: str) -> str:
     return f"{now:%Y%m%dT%H%M%S}{now.microsecond // 1000:03d}Z-{who}-{secrets.token_hex(4)}"
 
 
-def origin_now(ledger, found) -> int:
-    """The origin's clock: the newest commit time among its task records and main's head."""
+def origin_now(ledger, found, clock=None) -> int:
+    """The origin's clock: the newest commit time among its task records and main's head, but never
+    past this machine's own clock. The hub lets a record be dated up to MAX_SKEW s ahead of it, so
+    the newest record alone would let one participant's future-dated record expire everyone's
+    leases; a reader trusts it only as far as its own clock goes (a slow clock only keeps leases
+    alive longer). The hub itself judges a taken shard by its own clock (woolf/tasks/rules.py)."""
     main = ledger.git.out("log", "-1", "--format=%ct", "refs/remotes/origin/main", check=False)
     times = [t for _, _, t in found.values()] + ([int(main)] if main.isdigit() else [])
-    return max(times, default=0)
+    return min(max(times, default=0), int(_time.time() if clock is None else clock))
 
 
 def task_state(rec: TaskRecord, time: int, now: int, prs: dict) -> tuple[str, str | None]:

@@ -8,6 +8,7 @@ Usage:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -23,6 +24,7 @@ from woolf.errors import (
 )
 from woolf.forges.base import PullRequest
 from woolf.forges.github import forge_for
+from woolf.forges.local import LocalForge
 from woolf.quorum.voter import QuorumStep
 from woolf.signing.trust import require_validator, require_validator_key
 from woolf.timing import Timer
@@ -33,6 +35,7 @@ from woolf.workloads.base import resolve_device
 ORIGIN_MAIN = "refs/remotes/origin/main"
 MAX_RACES = 8
 RETRY_AFTER = 60.0  # seconds before a PR that failed without a verdict is tried again by the same validator
+BATCH = 64  # rejections pushed together in one atomic push (one run of the hub's hook) on the git-native forge
 log = logging.getLogger("woolf.validator")
 
 
@@ -50,6 +53,8 @@ class Validator(QuorumStep, MergeStep):
         self._retry_at: dict[str, float] = {}  # PR id -> monotonic time before which it is not retried
         self._reported: set[str] = set()  # malformed refs already reported
         self._open_snapshot: list[PullRequest] | None = None  # open PRs as the current pass read them
+        self._batching = False  # run() on the git-native forge: rejections wait in _pending for one push
+        self._pending: list[tuple[Verdict, str, str]] = []  # (verdict, commit, ref) not pushed yet
 
     # -- queue -----------------------------------------------------------------
     def run(self, ids: list[str] | None = None, on_verdict=None) -> list[Verdict]:
@@ -72,15 +77,50 @@ class Validator(QuorumStep, MergeStep):
             self.ledger.workload()
         verdicts = []
         now = time.monotonic()
-        for sub_id in queue:  # when the forge received each PR, never the id's self-chosen timestamp
-            if not ids and self._retry_at.get(sub_id, 0.0) > now:
-                continue  # failed without a verdict moments ago (its rejection could not be written): later
-            verdict = self.validate_one(sub_id)
-            if verdict is not None:
+
+        def landed(done):
+            for verdict in done:
                 verdicts.append(verdict)
                 if on_verdict:
                     on_verdict(verdict)
+
+        self._batching = isinstance(self.forge, LocalForge) and self.ledger.config.validators.quorum == 1
+        try:
+            for sub_id in queue:  # when the forge received each PR, never the id's self-chosen timestamp
+                if not ids and self._retry_at.get(sub_id, 0.0) > now:
+                    continue  # failed without a verdict moments ago (its rejection could not be written): later
+                verdict = self.validate_one(sub_id)
+                landed([verdict] if verdict is not None else [])
+                if len(self._pending) >= BATCH:
+                    landed(self._flush())
+            landed(self._flush())
+        except BaseException:
+            with contextlib.suppress(WoolfError):
+                self._flush()  # the rejections decided before the failure are not lost
+            raise
+        finally:
+            self._batching = False
         return verdicts
+
+    def _flush(self) -> list[Verdict]:
+        """Push the rejections waiting in _pending: one atomic push, or one each when that loses a race
+        (another validator decided one of them) or the hub refuses one; the verdicts that landed."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return []
+        try:
+            self.forge.push_verdicts([(commit, ref) for _, commit, ref in pending])
+            return [v for v, _, _ in pending]
+        except (RaceLostError, ForgeError):
+            pass
+        done = []
+        for verdict, commit, ref in pending:
+            try:
+                self.forge.push_verdicts([(commit, ref)])
+            except RaceLostError:
+                continue  # another validator decided it meanwhile
+            done.append(verdict)
+        return done
 
     def watch(self, interval: float = 2.0, stop=lambda: False, on_verdict=None) -> list[Verdict]:
         verdicts: list[Verdict] = []
@@ -116,6 +156,13 @@ class Validator(QuorumStep, MergeStep):
                     if pr.state != "open":
                         return None
                 verdict, step = self.evaluate(pr, main, timer)
+                if not verdict.accepted and self._batching:  # pushed with others by run(): one hook run
+                    with timer("push"):
+                        commit, ref = self.forge.verdict_commit(pr, "rejected", verdict.reason,
+                                                                self._fields(verdict, timer))
+                    verdict.timings = dict(timer)
+                    self._pending.append((verdict, commit, ref))
+                    return None
                 if not verdict.accepted:
                     with timer("push"):
                         try:
