@@ -64,14 +64,16 @@ def test_leaderboard_and_credit_commands_on_a_real_ledger(network):
     for who in ("alice", "bob", "alice"):
         craft_pr(val, tensors=_trained(val, who), who=who)
         Validator(val, device="cpu", name="v1").run()
-    # a contributor id in another case and Unicode form is the same contributor (rejected by schema here)
+    # a submission.json whose contributor is not the id's (here alice in another case and Unicode form) is
+    # rejected by schema and charged to nobody: junk claiming a name costs its owner nothing
     craft_pr(val, tensors=_noise(val, seed=5), meta_patch={"contributor": "ＡＬＩＣＥ"})
     [v] = Validator(val, device="cpu", name="v1").run()
     assert not v.accepted and v.scores is None
     out = run_cli("leaderboard", "--json", cwd=val.root)
     assert out.returncode == 0, out.stderr
     rows = {r["contributor"]: r for r in json.loads(out.stdout)["rows"]}
-    assert rows["alice"]["merged"] == 2 and rows["alice"]["rejected"] == 1 and rows["bob"]["merged"] == 1
+    assert rows["alice"]["merged"] == 2 and rows["alice"]["rejected"] == 0 and rows["bob"]["merged"] == 1
+    assert "ＡＬＩＣＥ" not in rows
     assert all(rows[w]["ordinal"] is not None for w in ("alice", "bob"))
     out = run_cli("credit", "--json", "--since", "1", cwd=val.root)
     data = json.loads(out.stdout)
