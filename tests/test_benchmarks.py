@@ -104,3 +104,9 @@ def test_adversaries_smoke(tmp_path):
     assert set(dirty["by_kind"]) == {"free-rider", "copycat", "overfitter", "noise", "flooder"}
     assert dirty["by_kind"]["flooder"]["prs"] >= 6 and pair["clean"]["honest_prs"] == 2
     assert dirty["by_kind"]["noise"]["merged"] == 0  # random deltas teach their shard nothing
+
+
+def test_flood_cost_smoke(tmp_path):
+    _run(tmp_path, "flood_cost.py", "--n", "2", "--small", "--out", "flood.json")
+    [row] = json.loads((tmp_path / "flood.json").read_text())["rows"]
+    assert row["n"] == 2 and row["rejected"] == 2 and row["validate_s"] > 0  # every junk PR gets its verdict

@@ -1,0 +1,99 @@
+"""What a flood of junk PRs costs a validator: N PR heads in one push, then one validation pass.
+
+Usage:
+    python benchmarks/flood_cost.py                      # N = 60 and 150, the demo's charlm
+    python benchmarks/flood_cost.py --n 2 --small        # the smoke size the tests run
+
+A signed ledger with a hub made by `woolf hub init` (its hook checks every
+push). A participant pushes N PR heads in one push, all pointing at one commit
+without a submission: it costs the pusher one push. Then a fresh clone runs
+`woolf pr list` and a fresh validator clone runs one `woolf validate --all`
+pass (real processes), which must reject every one of them with a signed
+verdict. Reported: seconds per junk PR for each. Names cost nothing without
+contributor keys, so this cost is linear in N (docs/protocol.md, floods);
+RESULTS.md §11. Results go to benchmarks/results/flood_cost.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine, write_json  # noqa: E402
+
+SMALL = {"workload.params.d_model": "32", "workload.params.n_layer": "1", "workload.params.context": "32",
+         "workload.params.benchmark_bytes": "4096"}
+
+
+def build(root: Path, small: bool) -> None:
+    from woolf.hub.create import init_hub
+    from woolf.ledger import Ledger
+    from woolf.signing.keys import configure, create_key
+    from woolf.signing.signers import signer_line
+    from woolf.storage.git import Git, clean_env
+
+    create_key(root / "keys" / "maintainer", "maintainer")
+    _, vpub = create_key(root / "keys" / "v", "v")
+    Ledger.init(root / "work", storage=str(root / "storage"), overrides=SMALL if small else {},
+                signing_key=root / "keys" / "maintainer", signer="maintainer",
+                extra_signers=[signer_line("v", vpub, ["validator"])])
+    init_hub(root / "hub.git", root / "work")
+    for name in ("mallory", "obs", "v"):
+        subprocess.run(["git", "clone", "-q", str(root / "hub.git"), str(root / name)], check=True, env=clean_env())
+    configure(Git(root / "v"), root / "keys" / "v")
+
+
+def woolf(*args: str, cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "woolf", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=3600, env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+    if proc.returncode != 0:
+        raise SystemExit(f"woolf {' '.join(args)} failed: {proc.stderr[-2000:]}")
+    return time.perf_counter() - t0, proc
+
+
+def one(n: int, small: bool) -> dict:
+    from woolf import layout
+    from woolf.storage.git import Git
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        build(root, small)
+        git = Git(root / "mallory")
+        head = git.rev_parse("refs/remotes/origin/main")
+        junk = git.out("commit-tree", f"{head}^{{tree}}", "-p", head, input=b"junk\n")
+        refs = [f"{junk}:{layout.PR_PREFIX}/20261130T000000{i:03d}Z-m{i}-{os.urandom(4).hex()}/head"
+                for i in range(n)]
+        t0 = time.perf_counter()
+        git.run("push", "-q", "origin", *refs)
+        pushed = time.perf_counter() - t0
+        listed, _ = woolf("pr", "list", "--json", cwd=root / "obs")
+        validated, proc = woolf("validate", "--all", "--json", "--device", "cpu", cwd=root / "v")
+        verdicts = json.loads(proc.stdout or "[]")
+        rejected = sum(1 for v in verdicts if not v.get("accepted"))
+    row = {"n": n, "push_s": pushed, "pr_list_s": listed, "validate_s": validated, "rejected": rejected,
+           "validate_per_pr_s": validated / n, "pr_list_per_pr_s": listed / n}
+    print(f"N={n:4d}  push {pushed:5.2f} s   pr list {listed:6.2f} s ({listed / n:.3f} s/PR)   "
+          f"validate --all {validated:6.2f} s ({validated / n:.3f} s/PR), {rejected} rejected")
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", default="60,150", help="comma-separated numbers of junk PRs")
+    ap.add_argument("--small", action="store_true", help="a tiny charlm (smoke runs)")
+    ap.add_argument("--out", default="flood_cost.json")
+    args = ap.parse_args()
+    rows = [one(int(n), args.small) for n in args.n.split(",")]
+    write_json(args.out, {"machine": machine(), "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
