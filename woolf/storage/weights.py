@@ -3,23 +3,26 @@
 Usage:
     spec = read_spec(path, limits)                 # {name: (dtype, shape)}, header only
     tensors = load_checked(path, limits, expect=base_spec)
+    arrays = load_checked(path, limits, numpy=True)   # numpy arrays: no torch import (numpy_dtypes only)
     save_atomic(tensors, out_path)                 # temp file + fsync + rename
 
 Weights are never read with pickle or torch.load. Every header value is
 type-checked before it is used (a dtype that is a list, offsets that are
 strings, a shape of `[Infinity]`, a header nested 200k deep are refusals).
+torch is imported only when torch tensors are asked for: a command that only
+moves, hashes or subtracts float32 weights (`woolf submit`) reads numpy arrays.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import struct
 import tempfile
 from pathlib import Path
 
-import torch
-from safetensors.torch import save_file
+import numpy as np
 
 from woolf.config import LimitsConfig
 from woolf.errors import InvalidWeightsError
@@ -121,24 +124,59 @@ def _header(path: Path, limits: LimitsConfig, label: str) -> tuple[Spec, dict[st
     return spec, offsets, 8 + n
 
 
-_TORCH_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-    "BOOL": torch.bool,
+_NUMPY_DTYPES = {
+    "F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+    "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
 }
+_NUMPY_NAMES = {np.dtype(v): k for k, v in _NUMPY_DTYPES.items()}
 
 
-def _read_tensors(path: Path, limits: LimitsConfig, label: str) -> dict[str, torch.Tensor]:
+def numpy_dtypes(spec: Spec) -> bool:
+    """Whether every tensor of ``spec`` has a numpy dtype (all but BF16), so it can be read as numpy arrays."""
+    return all(dtype in _NUMPY_DTYPES for dtype, _ in spec.values())
+
+
+@functools.cache
+def torch_dtypes() -> dict:
+    import torch
+
+    return {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+            "BOOL": torch.bool}
+
+
+def __getattr__(name: str):
+    if name == "_TORCH_DTYPES":  # the old constant, for importers that use torch anyway
+        return torch_dtypes()
+    raise AttributeError(name)
+
+
+def _torch_alloc(dtype: str, shape: tuple[int, ...]):
+    import torch
+
+    t = torch.empty(shape, dtype=torch_dtypes()[dtype])
+    return t, memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+
+def _numpy_alloc(dtype: str, shape: tuple[int, ...]):
+    a = np.empty(shape, dtype=_NUMPY_DTYPES[dtype])
+    return a, memoryview(a.reshape(-1).view(np.uint8))
+
+
+def _read_tensors(path: Path, limits: LimitsConfig, label: str, numpy: bool = False) -> dict:
     """Each tensor read straight into its own memory: the file costs its size once (no mmap beside a copy)."""
     spec, offsets, start = _header(path, limits, label)
+    if numpy and not numpy_dtypes(spec):
+        raise InvalidWeightsError(f"{label}: a BF16 tensor cannot be read as a numpy array")
+    alloc = _numpy_alloc if numpy else _torch_alloc
     out = {}
     with open(path, "rb") as fh:
         for name in sorted(spec, key=lambda k: offsets[k]):
             dtype, shape = spec[name]
-            t = torch.empty(shape, dtype=_TORCH_DTYPES[dtype])
+            t, view = alloc(dtype, shape)
             begin, end = offsets[name]
             fh.seek(start + begin)
-            if end > begin and fh.readinto(memoryview(t.reshape(-1).view(torch.uint8).numpy())) != end - begin:
+            if end > begin and fh.readinto(view) != end - begin:
                 raise InvalidWeightsError(f"{label}: the file changed while it was read")
             out[name] = t
     return {k: out[k] for k in sorted(out)}
@@ -165,7 +203,7 @@ def compare_spec(got: Spec, expect: Spec, label: str) -> None:
             )
 
 
-def check_finite(tensors: dict[str, torch.Tensor], label: str) -> None:
+def check_finite(tensors: dict, label: str) -> None:
     """NaN/Inf anywhere is an InvalidWeightsError (a norm proves finiteness; exact check only if it cannot)."""
     from woolf.core.finite import first_nonfinite
 
@@ -176,18 +214,19 @@ def check_finite(tensors: dict[str, torch.Tensor], label: str) -> None:
 
 def load_checked(
     path: Path, limits: LimitsConfig, expect: Spec | None = None, label: str = "weights",
-    finite: bool = True,
-) -> dict[str, torch.Tensor]:
+    finite: bool = True, numpy: bool = False,
+) -> dict:
     """Header checks, then the tensors; shape/dtype against ``expect``; finiteness.
 
     ``finite=False``: the caller proves finiteness itself from a later pass (a
-    delta's norm), so the tensors are not scanned here.
+    delta's norm), so the tensors are not scanned here. ``numpy``: numpy arrays,
+    not torch tensors (no BF16).
     """
     spec = read_spec(path, limits, label)
     if expect is not None:
         compare_spec(spec, expect, label)
     try:
-        tensors = _read_tensors(path, limits, label)
+        tensors = _read_tensors(path, limits, label, numpy=numpy)
     except OSError as exc:
         raise InvalidWeightsError(f"{label}: cannot read the file: {exc.strerror}") from None
     if finite:
@@ -198,19 +237,33 @@ def load_checked(
 _TRUSTED = LimitsConfig(max_delta_bytes=1 << 50, max_header_bytes=1 << 30, max_tensors=1 << 24)
 
 
-def load_trusted(path: Path) -> dict[str, torch.Tensor]:
+def load_trusted(path: Path, numpy: bool = False) -> dict:
     """Weights whose hash was already checked against the ledger's record (read as load_checked reads)."""
-    return _read_tensors(path, _TRUSTED, "weights")
+    return _read_tensors(path, _TRUSTED, "weights", numpy=numpy)
 
 
-def spec_of(tensors: dict[str, torch.Tensor]) -> Spec:
-    names = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",
-             torch.bfloat16: "BF16", torch.int64: "I64", torch.int32: "I32",
-             torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL"}
-    return {k: (names[v.dtype], tuple(v.shape)) for k, v in tensors.items()}
+def spec_of(tensors: dict) -> Spec:
+    """{name: (dtype, shape)} of torch tensors or numpy arrays."""
+    out = {}
+    names = None
+    for k, v in tensors.items():
+        if isinstance(v, np.ndarray):
+            out[k] = (_NUMPY_NAMES[v.dtype], tuple(v.shape))
+            continue
+        if names is None:
+            names = {t: n for n, t in torch_dtypes().items()}
+        out[k] = (names[v.dtype], tuple(v.shape))
+    return out
 
 
-def save_atomic(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | None = None,
+def to_torch(tensors: dict) -> dict:
+    """numpy arrays as torch tensors sharing their memory (torch tensors pass through)."""
+    import torch
+
+    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in tensors.items()}
+
+
+def save_atomic(tensors: dict, path: Path, metadata: dict | None = None,
                 durable: bool = True, hashed: bool = False) -> tuple[str, str] | None:
     """Write by temp file (+ fsync) + rename, so a reader never sees half a file.
 
@@ -229,7 +282,13 @@ def save_atomic(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | N
             from woolf.storage.stwrite import write_hashed
 
             digests = write_hashed(tensors, Path(tmp), metadata=metadata)
+        elif tensors and all(isinstance(v, np.ndarray) for v in tensors.values()):
+            from safetensors.numpy import save_file
+
+            save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, tmp, metadata=metadata)
         else:
+            from safetensors.torch import save_file
+
             save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
         if durable:
             with open(tmp, "rb") as fh:
