@@ -28,10 +28,7 @@ from woolf.storage.dvcstore import REMOTE_NAME
 from woolf.storage.files import write_bytes_atomic
 from woolf.storage.sparse import save_delta
 from woolf.storage.weights import (
-    TRUSTED_LIMITS,
     load_checked,
-    load_trusted,
-    read_spec,
     save_atomic,
     spec_of,
     to_torch,
@@ -207,10 +204,9 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
     cspec = compression_spec(cfg, compress)
     timer = Timer()
     with timer("load"):
-        base_path = ledger.weights_path(base)
         # a float32 model is read and subtracted in numpy: torch is imported only if a step needs it
-        as_numpy = npdelta.all_float32(read_spec(base_path, TRUSTED_LIMITS))
-        base_w = load_trusted(base_path, numpy=as_numpy)
+        base_w = ledger.load_weights(base, numpy="float32")  # hashed as it is read, if not verified yet
+        as_numpy = npdelta.is_numpy(base_w)
         # finiteness is proven on the delta (base is the ledger's, finite; trained is finite iff the delta is)
         trained = load_checked(Path(weights), cfg.limits, expect=spec_of(base_w), label="trained weights",
                                finite=False, numpy=as_numpy)

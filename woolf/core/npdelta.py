@@ -1,7 +1,7 @@
 """The delta of float32 weights in numpy: the same bytes as woolf/core/merge.py's torch arithmetic.
 
 Usage:
-    if all_float32(spec):                              # {name: (dtype, shape)}
+    if is_numpy(base):                                 # read with numpy="float32" (storage/weights.py)
         delta = subtract(trained, base, into=trained)  # numpy arrays; trained's memory is reused
 
 ``trained - base`` is one IEEE-754 float32 subtraction per element, rounded
@@ -14,6 +14,10 @@ importing torch (1-4 s per command). Other dtypes go through merge.compute_delta
 from __future__ import annotations
 
 import numpy as np
+
+
+def is_numpy(tensors: dict) -> bool:
+    return bool(tensors) and all(isinstance(v, np.ndarray) for v in tensors.values())
 
 
 def all_float32(spec: dict) -> bool:

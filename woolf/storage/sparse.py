@@ -46,14 +46,15 @@ def size_bound(declared: dict, model_spec: dict) -> int | None:
 
 
 def load_delta(path: Path, declared: dict, model_spec: dict, limits: LimitsConfig,
-               label: str = "delta", finite: bool = True) -> dict:
-    """``finite=False``: a dense delta is not scanned for NaN/Inf here (the caller's norm proves it)."""
+               label: str = "delta", finite: bool = True, on_block=None) -> dict:
+    """``finite=False``: a dense delta is not scanned for NaN/Inf here (the caller's norm proves it).
+    ``on_block``: every byte of the file as it is read (weights.load_checked), to hash it on the way."""
     spec = declared_spec(declared, label)
     if spec is None:
-        return load_checked(path, limits, expect=model_spec, label=label, finite=finite)
+        return load_checked(path, limits, expect=model_spec, label=label, finite=finite, on_block=on_block)
     from woolf.core.compress import expand
 
-    parts = _parts(path, spec, model_spec, limits, label)
+    parts = _parts(path, spec, model_spec, limits, label, on_block)
     try:
         return expand(parts, spec, model_spec, {n: torch_dtypes()[dt] for n, (dt, _) in model_spec.items()})
     except ValueError as exc:
@@ -74,7 +75,7 @@ def load_entries(path: Path, declared: dict, model_spec: dict, limits: LimitsCon
         raise InvalidWeightsError(f"{label}: {exc}") from None
 
 
-def _parts(path: Path, spec: CompressSpec, model_spec: dict, limits: LimitsConfig, label: str):
+def _parts(path: Path, spec: CompressSpec, model_spec: dict, limits: LimitsConfig, label: str, on_block=None):
     from woolf.core.compress import parts_spec
 
     want = parts_spec(spec, model_spec)
@@ -83,7 +84,7 @@ def _parts(path: Path, spec: CompressSpec, model_spec: dict, limits: LimitsConfi
         compare_spec(got, want, f"{label} (topk chunk={spec.chunk} k={spec.k} bits={spec.bits})")
     except InvalidWeightsError as exc:
         raise InvalidWeightsError(f"{exc.message}: more or other data than the declared k") from None
-    return load_checked(path, limits, expect=want, label=label)
+    return load_checked(path, limits, expect=want, label=label, on_block=on_block)
 
 
 def save_delta(delta: dict, path: Path, spec: CompressSpec | None = None,

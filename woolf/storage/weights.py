@@ -70,8 +70,9 @@ def read_spec(path: Path, limits: LimitsConfig, label: str = "weights") -> Spec:
     return _header(path, limits, label)[0]
 
 
-def _header(path: Path, limits: LimitsConfig, label: str) -> tuple[Spec, dict[str, tuple[int, int]], int]:
-    """(spec, {name: (begin, end)}, offset of the data): the header, checked as safetensors checks it."""
+def _header(path: Path, limits: LimitsConfig, label: str) -> tuple[Spec, dict[str, tuple[int, int]], int, bytes]:
+    """(spec, {name: (begin, end)}, offset of the data, the bytes before it): the header, checked as
+    safetensors checks it."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without waiting, then is refused
@@ -91,7 +92,8 @@ def _header(path: Path, limits: LimitsConfig, label: str) -> tuple[Spec, dict[st
             )
         if size < 8:
             raise InvalidWeightsError(f"{label}: truncated file ({size} bytes), not safetensors")
-        (n,) = struct.unpack("<Q", fh.read(8))
+        prefix = fh.read(8)
+        (n,) = struct.unpack("<Q", prefix)
         if n > limits.max_header_bytes or 8 + n > size:
             raise InvalidWeightsError(
                 f"{label}: header length {n} is impossible for a {size}-byte file "
@@ -121,9 +123,10 @@ def _header(path: Path, limits: LimitsConfig, label: str) -> tuple[Spec, dict[st
         end = stop
     if end != data_len:
         raise InvalidWeightsError(f"{label}: {data_len - end} bytes after the last tensor; not safetensors")
-    return spec, offsets, 8 + n
+    return spec, offsets, 8 + n, prefix + raw
 
 
+CHUNK = 16 << 20  # bytes read between two hash updates when the reader hashes as it loads
 _NUMPY_DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
     "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
@@ -163,9 +166,18 @@ def _numpy_alloc(dtype: str, shape: tuple[int, ...]):
     return a, memoryview(a.reshape(-1).view(np.uint8))
 
 
-def _read_tensors(path: Path, limits: LimitsConfig, label: str, numpy: bool = False) -> dict:
-    """Each tensor read straight into its own memory: the file costs its size once (no mmap beside a copy)."""
-    spec, offsets, start = _header(path, limits, label)
+def _read_tensors(path: Path, limits: LimitsConfig, label: str, numpy: bool = False, on_block=None) -> dict:
+    """Each tensor read straight into its own memory: the file costs its size once (no mmap beside a copy).
+
+    ``on_block(bytes-like)``: called with every byte of the file, in order, as it is read (the
+    header, then the tensors' memory in slices of at most CHUNK): the caller hashes the bytes it
+    loads in the same pass (the tensors tile the data exactly, so nothing is skipped).
+    """
+    spec, offsets, start, head = _header(path, limits, label)
+    if on_block is not None:
+        on_block(head)
+    if numpy == "float32":  # numpy arrays for a float32 model, torch tensors for any other
+        numpy = bool(spec) and all(dtype == "F32" for dtype, _ in spec.values())
     if numpy and not numpy_dtypes(spec):
         raise InvalidWeightsError(f"{label}: a BF16 tensor cannot be read as a numpy array")
     alloc = _numpy_alloc if numpy else _torch_alloc
@@ -176,8 +188,12 @@ def _read_tensors(path: Path, limits: LimitsConfig, label: str, numpy: bool = Fa
             t, view = alloc(dtype, shape)
             begin, end = offsets[name]
             fh.seek(start + begin)
-            if end > begin and fh.readinto(view) != end - begin:
-                raise InvalidWeightsError(f"{label}: the file changed while it was read")
+            for at in range(0, end - begin, CHUNK if on_block is not None else max(1, end - begin)):
+                piece = view[at:at + CHUNK] if on_block is not None else view
+                if fh.readinto(piece) != len(piece):
+                    raise InvalidWeightsError(f"{label}: the file changed while it was read")
+                if on_block is not None:
+                    on_block(piece)
             out[name] = t
     return {k: out[k] for k in sorted(out)}
 
@@ -214,19 +230,19 @@ def check_finite(tensors: dict, label: str) -> None:
 
 def load_checked(
     path: Path, limits: LimitsConfig, expect: Spec | None = None, label: str = "weights",
-    finite: bool = True, numpy: bool = False,
+    finite: bool = True, numpy: bool = False, on_block=None,
 ) -> dict:
     """Header checks, then the tensors; shape/dtype against ``expect``; finiteness.
 
     ``finite=False``: the caller proves finiteness itself from a later pass (a
     delta's norm), so the tensors are not scanned here. ``numpy``: numpy arrays,
-    not torch tensors (no BF16).
+    not torch tensors (no BF16); ``numpy="float32"``: numpy arrays if every tensor is F32. ``on_block``: every byte of the file as it is read (to hash it).
     """
     spec = read_spec(path, limits, label)
     if expect is not None:
         compare_spec(spec, expect, label)
     try:
-        tensors = _read_tensors(path, limits, label, numpy=numpy)
+        tensors = _read_tensors(path, limits, label, numpy=numpy, on_block=on_block)
     except OSError as exc:
         raise InvalidWeightsError(f"{label}: cannot read the file: {exc.strerror}") from None
     if finite:
@@ -237,9 +253,10 @@ def load_checked(
 _TRUSTED = LimitsConfig(max_delta_bytes=1 << 50, max_header_bytes=1 << 30, max_tensors=1 << 24)
 
 
-def load_trusted(path: Path, numpy: bool = False) -> dict:
-    """Weights whose hash was already checked against the ledger's record (read as load_checked reads)."""
-    return _read_tensors(path, _TRUSTED, "weights", numpy=numpy)
+def load_trusted(path: Path, numpy: bool = False, on_block=None) -> dict:
+    """Weights whose hash was already checked against the ledger's record (read as load_checked reads),
+    or are hashed on the way (``on_block``) and checked by the caller before they are used."""
+    return _read_tensors(path, _TRUSTED, "weights", numpy=numpy, on_block=on_block)
 
 
 def spec_of(tensors: dict) -> Spec:
