@@ -8,7 +8,7 @@ The bytes are exactly ``safetensors.torch.save_file``'s (tests compare): the
 header's tensor order and key layout are taken from safetensors itself, by
 saving one-element stand-ins with the same names and dtypes, then given the
 real shapes and offsets. Tensor data is written from the tensors' own memory
-in 16 MiB slices; md5 runs in a helper thread beside sha256 and the write.
+in 16 MiB slices; md5 and sha256 run in helper threads beside the write.
 Tensors are torch tensors or numpy arrays (all of one kind; numpy needs no torch).
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from woolf.storage.files import hash_pool
+from woolf.storage.files import Digests
 
 CHUNK = 16 << 20
 
@@ -79,20 +79,13 @@ def sha256_of(tensors: dict, metadata: dict | None = None) -> str:
 
 def write_hashed(tensors: dict, path: Path, metadata: dict | None = None) -> tuple[str, str]:
     head, order = _layout(tensors, metadata)
-    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
-    pool = hash_pool()
-    pending = None
+    digests = Digests()  # md5 and sha256 in helper threads while the next slice is written
     with open(path, "wb", buffering=0) as fh:
         for block in [memoryview(head), *(_bytes_of(tensors[n]) for n in order)]:
             for i in range(0, len(block), CHUNK):
                 piece = block[i:i + CHUNK]
-                if pending is not None:
-                    pending.result()
-                pending = pool.submit(md5.update, piece)
-                sha.update(piece)
+                digests.update(piece)
                 view = piece
                 while view:
                     view = view[fh.write(view):]
-    if pending is not None:
-        pending.result()
-    return md5.hexdigest(), sha.hexdigest()
+    return digests.hexdigests()
