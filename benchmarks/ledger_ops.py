@@ -138,18 +138,22 @@ def child(op: str, root: Path, repeat: int) -> dict:
         save_file(trained, tpath)
         del trained
         rss0 = peak_rss_mib()
-        os.sync()
-        secs, result = timed(submit, p, weights=tpath, base_version=0, contributor="p")
-        out.update(breakdown=result["timings"])
-        out["runs"].append(secs)
+        for _ in range(repeat):  # each a new PR from the same trained file
+            os.sync()
+            secs, result = timed(submit, p, weights=tpath, base_version=0, contributor="p")
+            if not out["runs"] or secs < min(out["runs"]):
+                out.update(breakdown=result["timings"])
+            out["runs"].append(secs)
         reads, writes, hashes, size_of = [base_path, tpath], 1, 1, tpath
         out["floor_is"] = "read base + trained, write the delta, md5 of the delta"
     elif op == "validate":
+        from woolf.forges.base import PullRequest
         from woolf.validator import Validator
 
         v = Validator(Ledger.open(root / "v"), device="cpu")
+        first = min(v.forge.list(state="open"), key=PullRequest.queue_key).id  # submit ran --repeat times
         os.sync()
-        secs, verdicts = timed(v.run)
+        secs, verdicts = timed(v.run, [first])
         [verdict] = verdicts
         assert verdict.accepted, verdict.reason
         t = verdict.timings
@@ -229,7 +233,8 @@ def child(op: str, root: Path, repeat: int) -> dict:
         out.update(peak_rss_mib=None, rss_before_mib=None)
         return out
     out["peak_rss_mib"], out["rss_before_mib"] = peak_rss_mib(), rss0
-    floors = [floor(reads, writes, hashes, scratch, copy) for _ in range(max(2, repeat))]
+    # as many floors as runs of the operation, the best of each compared: equal chances under noise
+    floors = [floor(reads, writes, hashes, scratch, copy) for _ in range(len(out["runs"]))]
     out["floor"] = min(floors, key=lambda f: f["total"])
     out["tensor_bytes"] = size_of.stat().st_size
     out["seconds"] = min(out["runs"])

@@ -58,6 +58,7 @@ class Synthetic:
 
     @torch.no_grad()
     def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
-        # the target one tensor at a time: evaluation holds one tensor of it, never a model copy
-        total = sum(float((weights[k] - t).pow(2).sum()) for k, t in self._tensors(1))
+        # the target one tensor at a time, the difference written into it: evaluation holds one
+        # tensor beside the weights, never a model copy (the same operations, the same result)
+        total = sum(float(torch.sub(weights[k], t, out=t).pow_(2).sum()) for k, t in self._tensors(1))
         return {"loss": total / self.n_params}
