@@ -201,28 +201,3 @@ def test_weights_are_hashed_as_they_load_and_nothing_unverified_is_returned(netw
     with pytest.raises(IntegrityError):
         e.load_weights(head)
     assert not e.store.cache_path(ptr.md5).exists()
-
-
-def test_checkout_copies_and_hashes_in_one_read_and_leaves_nothing_on_a_bad_object(network, tmp_path, monkeypatch):
-    import woolf.storage.dvcstore as dvcstore
-    from woolf.storage.files import hashes_of_file
-
-    c = network.clone("c4")
-    ptr = c.pointer(c.head().commit)
-    stored = _obj(tmp_path, ptr.md5)
-    real = hashes_of_file(stored)
-    monkeypatch.setattr(dvcstore, "hashes_of_file", lambda *a, **k: pytest.fail("a separate hash pass"))
-    out = tmp_path / "outs" / "v0.safetensors"
-    c.checkout(0, out)
-    assert out.read_bytes() == stored.read_bytes() and not os.path.samestat(out.stat(), stored.stat())
-    assert c.store.verified.lookup(c.store.cache_path(ptr.md5)) == real
-    c.checkout(0, tmp_path / "outs" / "again")  # verified before: a plain copy
-    assert (tmp_path / "outs" / "again").read_bytes() == out.read_bytes()
-    e = network.clone("e4")
-    data = bytearray(stored.read_bytes())
-    data[1000] ^= 1
-    stored.unlink()
-    stored.write_bytes(bytes(data))
-    with pytest.raises(IntegrityError):
-        e.checkout(0, tmp_path / "bad" / "v0.safetensors")
-    assert list((tmp_path / "bad").iterdir()) == []  # no output, no temp file

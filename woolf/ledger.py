@@ -10,8 +10,6 @@ Usage:
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +27,7 @@ from woolf.errors import (
     UsageError,
 )
 from woolf.storage.dvcstore import DvcStore
-from woolf.storage.files import copy_hashing
+from woolf.storage.files import copy_atomic
 from woolf.storage.git import Git, toplevel
 from woolf.storage.pointer import Pointer
 from woolf.versions import Version, read_versions, version_from_message
@@ -234,34 +232,8 @@ class Ledger:
     def checkout(self, number: int, out: Path | None = None) -> Path:
         version = self.show(number)
         out = Path(out) if out else self.root / layout.WORK / "versions" / f"v{number}.safetensors"
-        self._copy_out(version, out)  # sha256-verified against the version's record
+        copy_atomic(self.weights_path(version), out)  # sha256-verified against the version's record
         return out
-
-    def _copy_out(self, version: Version, out: Path) -> Path:
-        """Write ``version``'s weights to ``out`` (temp file + rename, never a link); returns the cache path.
-
-        An object not verified yet is hashed as it is copied (one read); ``out`` appears only
-        once md5 and sha256 match the version's record.
-        """
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-        os.close(fd)
-        tmp = Path(name)
-        try:
-            ptr = self.pointer(version.commit)
-            try:
-                path, _ = self.store.fetch_object(ptr, read=lambda p, on_block: copy_hashing(p, tmp, on_block))
-            except StorageError as exc:
-                if "missing from storage" not in exc.message or version.version == 0:
-                    raise
-                path = self.weights_path(version)  # rebuilt from a snapshot and the deltas
-                copy_hashing(path, tmp, None)
-            self._verify_sha(path, version, ptr)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, out)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return path
 
     def status(self) -> Status:
         head = self.head()
@@ -324,7 +296,8 @@ class Ledger:
         ptr = self.pointer(version.commit)
         if local.exists() and local.stat().st_size == ptr.size and self.store.hashes(local)[0] == ptr.md5:
             return local
-        src = self._copy_out(version, local)
+        src = self.weights_path(version)
+        self.store.materialize(ptr, local)
         self.store.verified.record(local, *self.store.hashes(src))
         return local
 

@@ -5,14 +5,11 @@ Usage:
     ptr = store.add(path)                  # -> Pointer(md5, size, path) and the .dvc file
     store.push(ptr_file); store.verify_remote(ptr)
     local = store.fetch_object(ptr)        # cache path of a verified object
-    local, tensors = store.fetch_object(ptr, read=lambda path, on_block: load_trusted(path, on_block=on_block))
-                                           # loaded too; bytes not yet verified are hashed as they load
 
 Writes go through DVC's own `add` and `push`; reads of one object by hash go
 through the remote's DVC filesystem, so any remote DVC supports (local
 directory, S3 through dvc-s3, ...) works, and nothing needs a checkout of
-the revision that names the object. DVC's repo, config and remotes are set
-up in woolf/storage/dvcremote.py (DvcRemotes, which DvcStore extends).
+the revision that names the object.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from pathlib import Path
 from woolf.errors import IntegrityError, StorageError, WoolfError
 from woolf.storage.bounded import copy_bounded
 from woolf.storage.dvcremote import REMOTE_NAME, DvcRemotes, _upload_hint, init_dvc, quiet  # noqa: F401 - re-exported
-from woolf.storage.files import Digests, hashes_of_file, md5_file
+from woolf.storage.files import Digests, copy_atomic, hashes_of_file, md5_file
 from woolf.storage.localobjects import link_from, link_into
 from woolf.storage.pointer import Pointer
 
@@ -256,3 +253,7 @@ class DvcStore(DvcRemotes):
             raise StorageError(f"upload to {self.remote_url(remote)} failed: {exc}",
                                hint=_upload_hint(exc)) from None
         self.verify_remote(pointer, remote)
+
+    def materialize(self, pointer: Pointer, out: Path) -> None:
+        """Copy the cached object to ``out`` by temp file + rename (never a link to the cache)."""
+        copy_atomic(self.fetch_object(pointer), out)

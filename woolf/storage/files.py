@@ -2,7 +2,6 @@
 
 Usage:
     write_bytes_atomic(data, path); copy_atomic(src, out)
-    copy_hashing(src, dest, digests.update)   # one read: copied and hashed
     md5, sha = hashes_of_file(path)       # one read; md5 and sha256 in helper threads beside it
 """
 
@@ -43,20 +42,6 @@ def copy_atomic(src: Path, out: Path) -> None:
         os.replace(tmp, out)
     finally:
         Path(tmp).unlink(missing_ok=True)
-
-
-def copy_hashing(src: Path, dest: Path, on_block=None, chunk: int = 16 << 20) -> None:
-    """Copy ``src`` over ``dest``; with ``on_block``, every block read is also handed to it (hash
-    while copying: one read). Without, a plain kernel copy."""
-    if on_block is None:
-        shutil.copyfile(src, dest)
-        return
-    with open(src, "rb") as fh, open(dest, "wb", buffering=0) as out:
-        while block := fh.read(chunk):
-            on_block(block)
-            view = memoryview(block)
-            while view:
-                view = view[out.write(view):]
 
 
 def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> str:
