@@ -5,11 +5,16 @@ Usage:
     ptr = store.add(path)                  # -> Pointer(md5, size, path) and the .dvc file
     store.push(ptr_file); store.verify_remote(ptr)
     local = store.fetch_object(ptr)        # cache path of a verified object
+    local, tensors = store.fetch_object(ptr, read=lambda path, on_block: load_trusted(path, on_block=on_block))
+                                           # loaded too; bytes not yet verified are hashed as they load
 
 Writes go through DVC's own `add` and `push`; reads of one object by hash go
 through the remote's DVC filesystem, so any remote DVC supports (local
 directory, S3 through dvc-s3, ...) works, and nothing needs a checkout of
-the revision that names the object.
+the revision that names the object. DVC's repo, config and remotes are set
+up in woolf/storage/dvcremote.py (DvcRemotes, which DvcStore extends).
+Checkout and pull keep hash-then-copy (a link, a hashing read, a kernel copy):
+a hashing user-space copy measured slower (benchmarks/RESULTS.md §1).
 """
 
 from __future__ import annotations
