@@ -20,7 +20,8 @@ floor runs in the same process right after it, measured the same way:
   object verified before is not hashed again);
 - imports outside both timers; everything else (DVC's repo, git) inside the
   operation's. The command row compares a whole `python -m woolf submit` with
-  a whole `python -c` floor process (hashlib only) doing the same I/O.
+  a whole `python -c` floor process (hashlib only) doing the same I/O, in a
+  clone that pulled the base first (as `woolf train` leaves it).
 
 Results go to benchmarks/results/ledger_ops.json.
 """
@@ -210,6 +211,7 @@ def child(op: str, root: Path, repeat: int) -> dict:
         out["floor_is"] = "read the parent and the delta, md5 of the recomputed version (no file written)"
     elif op == "submit_command":
         c = root / "c"
+        Ledger.open(c).pull()  # as after `woolf train`: the base is in the cache, verified
         tpath = root / "trained.safetensors"
         base = root / "storage" / "files" / "md5"
         os.sync()
