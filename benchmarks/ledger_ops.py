@@ -211,7 +211,9 @@ def child(op: str, root: Path, repeat: int) -> dict:
         out["floor_is"] = "read the parent and the delta, md5 of the recomputed version (no file written)"
     elif op == "submit_command":
         c = root / "c"
-        Ledger.open(c).pull()  # as after `woolf train`: the base is in the cache, verified
+        cl = Ledger.open(c)
+        cl.pull()
+        cl.weights_path(cl.show(0))  # as after `woolf train` from version 0: the base cached, verified
         tpath = root / "trained.safetensors"
         base = root / "storage" / "files" / "md5"
         os.sync()
