@@ -61,7 +61,23 @@ def _torch_alloc(dtype: str, shape: tuple[int, ...]):
     return t, memoryview(t.reshape(-1).view(torch.uint8).numpy())
 
 
+@functools.cache
+def _no_huge_pages() -> None:
+    """numpy madvises transparent huge pages for large arrays; on a VM whose memory is fragmented
+    the kernel then compacts memory on first touch: reading 381 MiB into them took 0.1-0.93 s
+    (most often the slow end under load), 0.23 s steadily without (benchmarks/RESULTS.md §1)."""
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:  # numpy 1.x
+        try:
+            from numpy.core.multiarray import _set_madvise_hugepage
+        except ImportError:
+            return
+    _set_madvise_hugepage(False)
+
+
 def _numpy_alloc(dtype: str, shape: tuple[int, ...]):
+    _no_huge_pages()
     a = np.empty(shape, dtype=_NUMPY_DTYPES[dtype])
     return a, memoryview(a.reshape(-1).view(np.uint8))
 
