@@ -222,7 +222,8 @@ def child(op: str, root: Path, repeat: int) -> dict:
             os.sync()
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "woolf", "-C", str(c), "submit", "--weights", str(tpath),
-                                   "--base", "0", "--contributor", "c", "--json"], capture_output=True, text=True)
+                                   "--base", "0", "--contributor", "c", "--json"], capture_output=True, text=True,
+                                  cwd=root)  # not the caller's directory: `-m` would import woolf from there
             out["runs"].append(time.perf_counter() - t0)
             if proc.returncode:
                 raise SystemExit(proc.stderr[-2000:])
