@@ -41,6 +41,15 @@ class _Failed:
     def __init__(self, exc: Exception):
         self.exc = exc
 
+    def throw(self):
+        """Raise it, keeping no reference: a traceback held by a caller's local forms a cycle that keeps
+        every calling frame's tensors (the validator's current weights) alive until the cyclic GC runs."""
+        exc, self.exc = self.exc, None
+        try:
+            raise exc
+        finally:
+            del exc
+
 
 class DvcStore(DvcRemotes):
     """Objects in, out and between the cache and DVC remotes, verified by hash (DvcRemotes: the set-up)."""
@@ -132,7 +141,7 @@ class DvcStore(DvcRemotes):
             loaded = self._read_hashing(read, dest, digests)
             self.verified.record(dest, *digests.hexdigests())  # the caller compares them with the record
             if isinstance(loaded, _Failed):
-                raise loaded.exc
+                loaded.throw()
             return dest, loaded
         odb = self._remote_odb()
         src = odb.oid_to_path(pointer.md5)
@@ -157,7 +166,7 @@ class DvcStore(DvcRemotes):
         finally:
             Path(tmp).unlink(missing_ok=True)
         if isinstance(loaded, _Failed):
-            raise loaded.exc
+            loaded.throw()
         return dest if read is None else (dest, loaded)
 
     @staticmethod
