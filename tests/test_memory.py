@@ -3,7 +3,7 @@
 The hostile PRs come first in the queue (received first); after each verdict the
 validator process records its peak RSS (VmHWM), so one run gives the peak while
 only hostile PRs were handled and the peak after the honest ones. Measured on
-2 shared cores (2026-11-30): interpreter 245 MiB; hostile PRs 2.07-2.24x the model
+2 shared cores (2026-11-30): interpreter 227-245 MiB; hostile PRs 2.07-2.29x the model
 above it (3.29x once, in a loaded full-suite run), honest ones 4.35-6.34x.
 """
 

@@ -15,14 +15,11 @@ import secrets
 import shutil
 from pathlib import Path
 
-import torch
-
 from woolf import layout
+from woolf.core import npdelta
 from woolf.core.finite import scan
-from woolf.core.merge import compute_delta
 from woolf.errors import InvalidWeightsError, UsageError
 from woolf.feedback import clear_residual, remember, settle
-from woolf.follow import Follower
 from woolf.forges.github import forge_for
 from woolf.identity import contributor_id
 from woolf.residual import compress_with_feedback, compression_spec, keep_residual
@@ -30,10 +27,14 @@ from woolf.signing.trust import require_command_trust, require_trusted_head
 from woolf.storage.dvcstore import REMOTE_NAME
 from woolf.storage.files import write_bytes_atomic
 from woolf.storage.sparse import save_delta
-from woolf.storage.weights import load_checked, save_atomic, spec_of
+from woolf.storage.weights import (
+    load_checked,
+    save_atomic,
+    spec_of,
+    to_torch,
+)
 from woolf.tasks.participant import record_submitted, reserve_for_training, take_shard_data
 from woolf.timing import Timer
-from woolf.workloads.base import resolve_device
 
 
 def work_dir(ledger) -> Path:
@@ -82,6 +83,11 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
     with a lease before it starts, heartbeats while it runs, cancelled on Ctrl-C, failed on
     an error; ``take`` trains the shard of an expired task. ``task=False`` skips all that.
     """
+    import torch
+
+    from woolf.follow import Follower
+    from woolf.workloads.base import resolve_device
+
     who = contributor_id(contributor, ledger.git)
     if isinstance(steps, int) and steps <= 0:
         raise UsageError(f"--steps must be a positive number of steps or 'auto', got {steps}")
@@ -198,24 +204,34 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
     cspec = compression_spec(cfg, compress)
     timer = Timer()
     with timer("load"):
-        base_w = ledger.load_weights(base)
+        # a float32 model is read and subtracted in numpy: torch is imported only if a step needs it
+        base_w = ledger.load_weights(base, numpy="float32")  # hashed as it is read, if not verified yet
+        as_numpy = npdelta.is_numpy(base_w)
         # finiteness is proven on the delta (base is the ledger's, finite; trained is finite iff the delta is)
         trained = load_checked(Path(weights), cfg.limits, expect=spec_of(base_w), label="trained weights",
-                               finite=False)
+                               finite=False, numpy=as_numpy)
     the_forge = forge_for(ledger, forge)
     feedback_note = ""
     with timer("delta"):
-        delta = compute_delta(trained, base_w, into=trained)  # trained's memory is reused
+        if as_numpy:
+            delta = npdelta.subtract(trained, base_w, into=trained)  # trained's memory is reused
+        else:
+            from woolf.core.merge import compute_delta
+
+            delta = compute_delta(trained, base_w, into=trained)
         if cfg.workload.error_feedback if error_feedback is None else error_feedback:
             residual, feedback_note = settle(ledger, the_forge, spec_of(base_w))
             if residual is not None:  # what earlier PRs did not get merged rides along
-                delta = {k: (v.to(torch.float32) + residual[k]).to(v.dtype) for k, v in delta.items()}
+                import torch
+
+                delta = {k: (v.to(torch.float32) + residual[k]).to(v.dtype) for k, v in to_torch(delta).items()}
         del trained, base_w
         _check_delta(delta, "the trained weights equal the base: the delta is all zeros",
                      hint="train first (`woolf train`)")
     parts = kept = None
     if cspec is not None:
         with timer("compress"):
+            delta = to_torch(delta)  # shares the arrays' memory
             if not all(t.is_floating_point() for t in delta.values()):
                 raise UsageError("only a model whose tensors are all floating point can send a topk delta",
                                  hint="--compress dense")

@@ -23,10 +23,7 @@ import json
 import time
 from pathlib import Path
 
-import torch
-
 from woolf import layout
-from woolf.core.outer import f32
 from woolf.errors import WoolfError
 from woolf.storage.files import write_bytes_atomic
 from woolf.storage.pointer import Pointer
@@ -68,11 +65,14 @@ def _unmerged_fraction(ledger, pr) -> float | None:
         return 0.0
     if (version.rule or "attenuated") != "attenuated" or version.alpha is None or version.attenuation is None:
         return 0.0
+    from woolf.core.outer import f32
+
     return max(0.0, 1.0 - f32(version.alpha * version.attenuation))
 
 
-def settle(ledger, forge, spec: dict) -> tuple[dict[str, torch.Tensor] | None, str]:
-    """The accumulated residual (None if nothing), and what happened, in words."""
+def settle(ledger, forge, spec: dict) -> tuple[dict | None, str]:
+    """The accumulated residual (None if nothing), and what happened, in words (torch tensors)."""
+    import torch
     from safetensors.torch import load_file, save_file
 
     from woolf.storage.sparse import load_delta

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from woolf import layout
 from woolf.config import (
@@ -33,11 +32,7 @@ from woolf.storage.git import Git, toplevel
 from woolf.storage.pointer import Pointer
 from woolf.versions import Version, read_versions, version_from_message
 
-if TYPE_CHECKING:
-    import torch
-
-# woolf.storage.weights imports torch (seconds); reading commands such as `woolf log`
-# must not pay for it, so it is imported where weights are actually touched.
+# weights (torch or numpy) are imported where they are touched: `woolf log` reads git only.
 
 
 @dataclass
@@ -219,10 +214,20 @@ class Ledger:
                                  "recorded hash (corrupted or tampered)", hint="run `woolf audit`")
         return path
 
-    def load_weights(self, version: Version) -> dict[str, torch.Tensor]:
+    def load_weights(self, version: Version, numpy: bool = False) -> dict:
+        """A version's weights, sha256-verified: an object not yet verified is hashed as it is loaded."""
         from woolf.storage.weights import load_trusted
 
-        return load_trusted(self.weights_path(version))
+        ptr = self.pointer(version.commit)
+        try:
+            path, tensors = self.store.fetch_object(ptr, read=lambda p, on_block: load_trusted(
+                p, numpy=numpy, on_block=on_block))
+        except StorageError as exc:
+            if "missing from storage" not in exc.message or version.version == 0:
+                raise
+            return load_trusted(self.weights_path(version), numpy=numpy)  # rebuilt (see weights_path)
+        self._verify_sha(path, version, ptr)  # the hashes recorded on the way
+        return tensors
 
     def checkout(self, number: int, out: Path | None = None) -> Path:
         version = self.show(number)

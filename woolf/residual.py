@@ -22,11 +22,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import torch
-from safetensors import safe_open
-from safetensors.torch import save
-
-from woolf.core.compress import CompressSpec, compress, expand, parse_spec
+from woolf.core.compress_spec import CompressSpec, parse_spec
 from woolf.errors import UsageError
 from woolf.storage.files import write_bytes_atomic
 
@@ -45,8 +41,10 @@ def _set_aside(path: Path, why: str) -> str:
     return f"compression residual set aside ({why}): {aside.name}"
 
 
-def load_residual(ledger, model_spec: dict) -> tuple[dict[str, torch.Tensor] | None, str]:
+def load_residual(ledger, model_spec: dict) -> tuple[dict | None, str]:
     """(the kept residual or None, a note when one was set aside)."""
+    import torch
+    from safetensors import safe_open
     path = _path(ledger)
     if not path.exists():
         return None, ""
@@ -68,9 +66,12 @@ def load_residual(ledger, model_spec: dict) -> tuple[dict[str, torch.Tensor] | N
     return out, ""
 
 
-def compress_with_feedback(ledger, delta: dict[str, torch.Tensor], spec: CompressSpec, model_spec: dict,
+def compress_with_feedback(ledger, delta: dict, spec: CompressSpec, model_spec: dict,
                            feedback: bool = True):
     """(parts to send, the residual to keep, a note): ``delta`` plus the kept residual, compressed."""
+    import torch
+
+    from woolf.core.compress import compress, expand
     residual, note = load_residual(ledger, model_spec) if feedback else (None, "")
     total = {k: v.to(torch.float32) + (residual[k] if residual is not None else 0.0) for k, v in delta.items()}
     parts = compress(total, spec)
@@ -81,10 +82,11 @@ def compress_with_feedback(ledger, delta: dict[str, torch.Tensor], spec: Compres
     return parts, kept, note
 
 
-def keep_residual(ledger, residual: dict[str, torch.Tensor] | None, spec: CompressSpec | None = None) -> None:
+def keep_residual(ledger, residual: dict | None, spec: CompressSpec | None = None) -> None:
     path = _path(ledger)
     if residual is None:
         return
+    from safetensors.torch import save
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"compress": spec.text()} if spec is not None else None
     write_bytes_atomic(save({k: v.contiguous() for k, v in residual.items()}, metadata=meta), path)

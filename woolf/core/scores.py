@@ -83,7 +83,8 @@ def content_sha256(delta: dict[str, torch.Tensor]) -> str:
     for name in sorted(delta):
         t = delta[name].detach().contiguous().cpu()
         h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        if t.numel():  # the tensor's own memory, no copy of it
+            h.update(t.reshape(-1).view(torch.uint8).numpy())
     return h.hexdigest()
 
 

@@ -25,7 +25,6 @@ import re
 from woolf import layout
 from woolf.errors import ForgeError, RaceLostError, UsageError
 from woolf.forges.base import Forge, PullRequest, fill_from_submission
-from woolf.forges.github_api import GitHubAPI
 
 BRANCH_PREFIX = "woolf/"
 LOCAL_PREFIX = "refs/woolf/gh"
@@ -54,12 +53,16 @@ def verdict_markdown(state: str, reason: str, fields: dict) -> str:
 
 
 class GitHubForge(Forge):
-    def __init__(self, git, cfg, api: GitHubAPI | None = None, remote: str = "origin",
+    def __init__(self, git, cfg, api=None, remote: str = "origin",
                  fork_remote: str | None = None, fork_owner: str | None = None):
         if not cfg.repo:
             raise UsageError("forge.repo is not set", hint="set [forge] repo = 'owner/name' in ledger/woolf.toml")
         self.git, self.cfg, self.remote = git, cfg, remote
-        self.api = api or GitHubAPI(cfg.api_url)
+        if api is None:  # requests (80 ms to import) only where the GitHub forge is used
+            from woolf.forges.github_api import GitHubAPI
+
+            api = GitHubAPI(cfg.api_url)
+        self.api = api
         self.fork_remote, self.fork_owner = fork_remote, fork_owner
         self._pulls: dict[str, dict] | None = None
         self.repo_path = f"/repos/{cfg.repo}"

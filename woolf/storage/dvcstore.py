@@ -5,137 +5,54 @@ Usage:
     ptr = store.add(path)                  # -> Pointer(md5, size, path) and the .dvc file
     store.push(ptr_file); store.verify_remote(ptr)
     local = store.fetch_object(ptr)        # cache path of a verified object
+    local, tensors = store.fetch_object(ptr, read=lambda path, on_block: load_trusted(path, on_block=on_block))
+                                           # loaded too; bytes not yet verified are hashed as they load
 
 Writes go through DVC's own `add` and `push`; reads of one object by hash go
 through the remote's DVC filesystem, so any remote DVC supports (local
 directory, S3 through dvc-s3, ...) works, and nothing needs a checkout of
-the revision that names the object.
+the revision that names the object. DVC's repo, config and remotes are set
+up in woolf/storage/dvcremote.py (DvcRemotes, which DvcStore extends).
+Checkout and pull keep hash-then-copy (a link, a hashing read, a kernel copy):
+a hashing user-space copy measured slower (benchmarks/RESULTS.md §1).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 import os
 import tempfile
 from pathlib import Path
 
-from woolf.errors import IntegrityError, StorageError
+from woolf.errors import IntegrityError, StorageError, WoolfError
 from woolf.storage.bounded import copy_bounded
+from woolf.storage.dvcremote import REMOTE_NAME, DvcRemotes, _upload_hint, init_dvc, quiet  # noqa: F401 - re-exported
 from woolf.storage.files import Digests, copy_atomic, hashes_of_file, md5_file
-from woolf.storage.localobjects import LocalObjects, link_from, link_into
+from woolf.storage.localobjects import link_from, link_into
 from woolf.storage.pointer import Pointer
-from woolf.storage.verified import VerifiedHashes
 
-os.environ.setdefault("DVC_NO_ANALYTICS", "1")
-REMOTE_NAME = "storage"
 log = logging.getLogger("woolf.storage")
+_TAMPERED = "in storage does not match its hash (corrupted or tampered)"
 
 
-@contextlib.contextmanager
-def quiet():
-    """DVC's library calls print hints meant for its CLI; keep them off our output."""
-    from dvc.ui import ui
+class _Failed:
+    """What a reader raised, kept until the object it read is hashed (and admitted, if whole)."""
 
-    log = logging.getLogger("dvc")
-    was, level = ui._enabled, log.level
-    ui._enabled = False
-    log.setLevel(logging.ERROR)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            yield
-    finally:
-        ui._enabled = was
-        log.setLevel(level)
+    def __init__(self, exc: Exception):
+        self.exc = exc
 
-
-def _upload_hint(exc: Exception) -> str:
-    if "missing dependencies" in str(exc) and "s3" in str(exc):  # dvc-s3 is not installed
-        return 'S3 storage needs the s3 extra: pip install "goodwoolf[s3]"'
-    return "is the storage reachable and writable?"
-
-
-def init_dvc(root: Path, storage_url: str) -> None:
-    from dvc.repo import Repo
-
-    with quiet():
-        Repo.init(str(root))
-    repo = Repo(str(root))
-    try:
-        with repo.config.edit() as conf:
-            conf["remote"][REMOTE_NAME] = {"url": storage_url}
-            conf["core"]["remote"] = REMOTE_NAME
-            conf["core"]["analytics"] = False
-            conf["core"]["autostage"] = False
-            # copy: a workspace file is never the cache object, so no write can corrupt the cache
-            conf["cache"]["type"] = "copy"
-    finally:
-        repo.close()
-
-
-class DvcStore:
-    def __init__(self, root: Path):
-        self.root = Path(root).resolve()
-        self._repo = None
-        self._config = None
-        self.verified = VerifiedHashes(self.root / ".woolf" / "verified")
-
-    def hashes(self, path: Path) -> tuple[str, str]:
-        """(md5, sha256) of a cache object, hashed once while it stays unchanged."""
-        return self.verified.hashes(path)
-
-    @property
-    def repo(self):
-        if self._repo is None:
-            from dvc.repo import Repo
-
-            self._repo = Repo(str(self.root))
-        return self._repo
-
-    def close(self) -> None:
-        if self._repo is not None:
-            self._repo.close()
-            self._repo = None
-
-    def cache_path(self, md5: str) -> Path:
-        return self.root / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]
-
-    @property
-    def config(self):
-        """DVC's merged config (system, global, repo, local), without opening the repo when it is closed."""
-        if self._repo is not None:
-            return self._repo.config
-        if self._config is None:
-            from dvc.config import Config
-
-            try:
-                self._config = Config(dvc_dir=str(self.root / ".dvc"))
-            except Exception as exc:  # DVC's config errors, all alike
-                raise StorageError(f"DVC config is not usable: {exc}",
-                                   hint="check `.dvc/config` and `.dvc/config.local`") from None
-        return self._config
-
-    def _remote_odb(self, name: str = REMOTE_NAME):
-        """The remote's object store: a local directory is used directly (DVC's layout, no repo set-up)."""
-        url = self.remote_url(name)
-        if "://" not in url and os.path.isabs(url):
-            return LocalObjects(Path(url) / "files" / "md5")
-        return self._dvc_odb(name)
-
-    def _dvc_odb(self, name: str = REMOTE_NAME):
+    def throw(self):
+        """Raise it, keeping no reference: a traceback held by a caller's local forms a cycle that keeps
+        every calling frame's tensors (the validator's current weights) alive until the cyclic GC runs."""
+        exc, self.exc = self.exc, None
         try:
-            return self.repo.cloud.get_remote_odb(name)
-        except Exception as exc:  # DVC raises many config/remote errors; report them all alike
-            raise StorageError(f"DVC remote '{name}' is not usable: {exc}",
-                               hint="check `.dvc/config` and credentials in `.dvc/config.local`") from None
+            raise exc
+        finally:
+            del exc
 
-    def remote_url(self, name: str = REMOTE_NAME) -> str:
-        try:
-            return self.config["remote"][name]["url"]
-        except KeyError:
-            raise StorageError(f"no DVC remote named '{name}'",
-                               hint=f"add it: dvc remote add --local {name} URL") from None
+
+class DvcStore(DvcRemotes):
+    """Objects in, out and between the cache and DVC remotes, verified by hash (DvcRemotes: the set-up)."""
 
     # -- writing ---------------------------------------------------------
     def add(self, path: Path) -> Pointer:
@@ -199,42 +116,71 @@ class DvcStore:
             )
 
     # -- reading ---------------------------------------------------------
-    def reachable(self) -> tuple[bool, str]:
-        try:
-            odb = self._remote_odb()
-            if not odb.fs.exists(odb.path):
-                return False, f"{self.remote_url()} does not exist or holds no DVC objects"
-            return True, self.remote_url()
-        except Exception as exc:  # any transport or credential error means "unreachable"
-            return False, str(exc)
-
-    def fetch_object(self, pointer: Pointer, max_bytes: int | None = None, deadline: float | None = None) -> Path:
+    def fetch_object(self, pointer: Pointer, max_bytes: int | None = None, deadline: float | None = None,
+                     read=None):
         """The cache path of ``pointer``'s object, downloaded if needed, md5-verified.
 
         Storage is as untrusted as a PR: only a regular file whose size is the
         pointer's is read, never more than that many bytes, within ``deadline`` seconds.
+
+        ``read(path, on_block)``: the object is also loaded, and (path, what ``read`` returned)
+        comes back. Bytes not yet hashed are hashed as ``read`` loads them (``on_block`` gets
+        every byte of the file, in order; None when nothing needs hashing): one pass over them.
+        An object that fails its hash raises IntegrityError before anything loaded is returned;
+        an error of ``read`` itself is raised after the object is hashed (and cached if whole).
         """
         if max_bytes is not None and pointer.size > max_bytes:
             raise IntegrityError(f"object {pointer.md5} is {pointer.size} bytes, over {max_bytes}")
         dest = self.cache_path(pointer.md5)
         if dest.exists() and dest.stat().st_size == pointer.size:
-            return dest
+            if read is None:
+                return dest
+            if self.verified.lookup(dest):
+                return dest, read(dest, None)
+            digests = Digests()
+            loaded = self._read_hashing(read, dest, digests)
+            self.verified.record(dest, *digests.hexdigests())  # the caller compares them with the record
+            if isinstance(loaded, _Failed):
+                loaded.throw()
+            return dest, loaded
         odb = self._remote_odb()
         src = odb.oid_to_path(pointer.md5)
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".fetch.")
         os.close(fd)
+        loaded = None
         try:
-            digests = None
-            if not link_from(odb, src, Path(tmp), pointer):  # same filesystem: no copy at all
-                digests = Digests()  # any other storage: one streamed read, hashed on the way
+            digests = Digests()
+            if link_from(odb, src, Path(tmp), pointer):  # same filesystem: no copy, hashed as it is read
+                if read is not None:
+                    loaded = self._read_hashing(read, Path(tmp), digests)
+                    self._admit(Path(tmp), pointer, _TAMPERED, digests.hexdigests())
+                else:
+                    self._admit(Path(tmp), pointer, _TAMPERED)
+            else:  # any other storage: one streamed read, hashed on the way
                 copy_bounded(odb.fs, src, Path(tmp), pointer, deadline, where=self.remote_url(),
                              on_block=digests.update)
-            self._admit(Path(tmp), pointer, "in storage does not match its hash (corrupted or tampered)",
-                        digests.hexdigests() if digests else None)
+                self._admit(Path(tmp), pointer, _TAMPERED, digests.hexdigests())
+                if read is not None:
+                    loaded = read(dest, None)
         finally:
             Path(tmp).unlink(missing_ok=True)
-        return dest
+        if isinstance(loaded, _Failed):
+            loaded.throw()
+        return dest if read is None else (dest, loaded)
+
+    @staticmethod
+    def _read_hashing(read, path: Path, digests: Digests):
+        """``read`` with every byte hashed; if it fails part way, the rest of the file is hashed alone."""
+        try:
+            return read(path, digests.update)
+        except WoolfError as exc:
+            digests.hexdigests()  # the helper thread is done with the partial pass
+            digests.__init__()
+            with open(path, "rb") as fh:
+                while block := fh.read(16 << 20):
+                    digests.update(block)
+            return _Failed(exc)
 
     def ensure_remote(self, pointer: Pointer, remote: str = REMOTE_NAME) -> None:
         """``pointer``'s object is in storage, whole; if not, uploaded again from this clone's verified cache."""

@@ -2,7 +2,7 @@
 
 Usage:
     write_bytes_atomic(data, path); copy_atomic(src, out)
-    md5, sha = hashes_of_file(path)       # one read; md5 in a helper thread beside sha256
+    md5, sha = hashes_of_file(path)       # one read; md5 and sha256 in helper threads beside it
 """
 
 from __future__ import annotations
@@ -52,53 +52,57 @@ def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> str:
     return h.hexdigest()
 
 
-_HASH_POOL: ThreadPoolExecutor | None = None
+_POOLS: dict[str, ThreadPoolExecutor] = {}
 
 
-def hash_pool() -> ThreadPoolExecutor:
-    """The one helper thread md5 runs in beside sha256 (hashlib releases the GIL on large buffers)."""
-    global _HASH_POOL
-    if _HASH_POOL is None:
-        _HASH_POOL = ThreadPoolExecutor(1, thread_name_prefix="woolf-md5")
-    return _HASH_POOL
+def hash_pool(name: str = "md5") -> ThreadPoolExecutor:
+    """One helper thread per hash (hashlib releases the GIL on large buffers): md5 and sha256 run
+    beside each other and beside the read or write that feeds them, each updated in order."""
+    if name not in _POOLS:
+        _POOLS[name] = ThreadPoolExecutor(1, thread_name_prefix=f"woolf-{name}")
+    return _POOLS[name]
 
 
 def hashes_of_file(path: Path, chunk: int = 8 * 1024 * 1024) -> tuple[str, str]:
     """(md5, sha256) in one read: DVC addresses by md5, the ledger records sha256.
 
-    md5 runs in a helper thread beside sha256 (hashlib releases the GIL on large
-    buffers), so the pair costs about as much as md5 alone.
+    Both hashes run in helper threads while the next block is read, so the pair
+    costs about as much as md5 alone.
     """
-    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
-    pending = None
+    digests = Digests()
     with open(path, "rb") as fh:
         while block := fh.read(chunk):
-            if pending is not None:
-                pending.result()
-            pending = hash_pool().submit(md5.update, block)
-            sha.update(block)
-    if pending is not None:
-        pending.result()
-    return md5.hexdigest(), sha.hexdigest()
+            digests.update(block)
+    return digests.hexdigests()
 
 
 class Digests:
-    """md5 and sha256 of a stream fed block by block (md5 in the helper thread): hash bytes on their way."""
+    """md5 and sha256 of a stream fed block by block, each in its own helper thread: hash bytes on their way.
+
+    ``update(block)`` returns while ``block`` is still being hashed: the caller keeps it
+    unchanged until its next ``update`` or ``hexdigests`` (which wait for the previous block).
+    """
 
     def __init__(self):
         self.md5, self.sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
-        self._pending = None
+        self._pending: list = []
+
+    def _wait(self) -> None:
+        for f in self._pending:
+            f.result()
+        self._pending = []
 
     def update(self, block) -> None:
-        if self._pending is not None:
-            self._pending.result()
-        self._pending = hash_pool().submit(self.md5.update, block)
-        self.sha.update(block)
+        self._wait()
+        if len(block) < 1 << 16:  # small blocks: threads would cost more than they save
+            self.md5.update(block)
+            self.sha.update(block)
+            return
+        self._pending = [hash_pool("md5").submit(self.md5.update, block),
+                         hash_pool("sha256").submit(self.sha.update, block)]
 
     def hexdigests(self) -> tuple[str, str]:
-        if self._pending is not None:
-            self._pending.result()
-            self._pending = None
+        self._wait()
         return self.md5.hexdigest(), self.sha.hexdigest()
 
 

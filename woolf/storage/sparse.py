@@ -16,19 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from woolf.config import LimitsConfig
-from woolf.core.compress import (
-    CompressSpec,
-    entries,
-    expand,
-    parts_bytes,
-    parts_spec,
-    spec_from_declared,
-)
+from woolf.core.compress_spec import CompressSpec, spec_from_declared
 from woolf.errors import InvalidWeightsError
-from woolf.storage.weights import _TORCH_DTYPES, compare_spec, load_checked, read_spec, save_atomic
+from woolf.storage.weights import compare_spec, load_checked, read_spec, save_atomic, torch_dtypes
 
 HEADER_SLACK = 4096  # a top-k file's header (three entries) is ~200 bytes
 
@@ -48,19 +39,24 @@ def declared_spec(declared: dict, label: str = "delta") -> CompressSpec | None:
 
 def size_bound(declared: dict, model_spec: dict) -> int | None:
     """The most bytes a delta of this declared kind can take for this model (None: dense, no bound here)."""
+    from woolf.core.compress import parts_bytes
+
     spec = declared_spec(declared)
     return None if spec is None else 8 + HEADER_SLACK + parts_bytes(spec, model_spec)
 
 
 def load_delta(path: Path, declared: dict, model_spec: dict, limits: LimitsConfig,
-               label: str = "delta", finite: bool = True) -> dict[str, torch.Tensor]:
-    """``finite=False``: a dense delta is not scanned for NaN/Inf here (the caller's norm proves it)."""
+               label: str = "delta", finite: bool = True, on_block=None) -> dict:
+    """``finite=False``: a dense delta is not scanned for NaN/Inf here (the caller's norm proves it).
+    ``on_block``: every byte of the file as it is read (weights.load_checked), to hash it on the way."""
     spec = declared_spec(declared, label)
     if spec is None:
-        return load_checked(path, limits, expect=model_spec, label=label, finite=finite)
-    parts = _parts(path, spec, model_spec, limits, label)
+        return load_checked(path, limits, expect=model_spec, label=label, finite=finite, on_block=on_block)
+    from woolf.core.compress import expand
+
+    parts = _parts(path, spec, model_spec, limits, label, on_block)
     try:
-        return expand(parts, spec, model_spec, {n: _TORCH_DTYPES[dt] for n, (dt, _) in model_spec.items()})
+        return expand(parts, spec, model_spec, {n: torch_dtypes()[dt] for n, (dt, _) in model_spec.items()})
     except ValueError as exc:
         raise InvalidWeightsError(f"{label}: {exc}") from None
 
@@ -68,6 +64,8 @@ def load_delta(path: Path, declared: dict, model_spec: dict, limits: LimitsConfi
 def load_entries(path: Path, declared: dict, model_spec: dict, limits: LimitsConfig, label: str = "delta",
                  check: bool = True):
     """A topk delta as {name: (flat positions, float32 values)}, never dense (rebuilds; ``check``: see entries)."""
+    from woolf.core.compress import entries
+
     spec = declared_spec(declared, label)
     assert spec is not None
     parts = _parts(path, spec, model_spec, limits, label)
@@ -77,18 +75,20 @@ def load_entries(path: Path, declared: dict, model_spec: dict, limits: LimitsCon
         raise InvalidWeightsError(f"{label}: {exc}") from None
 
 
-def _parts(path: Path, spec: CompressSpec, model_spec: dict, limits: LimitsConfig, label: str):
+def _parts(path: Path, spec: CompressSpec, model_spec: dict, limits: LimitsConfig, label: str, on_block=None):
+    from woolf.core.compress import parts_spec
+
     want = parts_spec(spec, model_spec)
     got = read_spec(path, limits, label)
     try:
         compare_spec(got, want, f"{label} (topk chunk={spec.chunk} k={spec.k} bits={spec.bits})")
     except InvalidWeightsError as exc:
         raise InvalidWeightsError(f"{exc.message}: more or other data than the declared k") from None
-    return load_checked(path, limits, expect=want, label=label)
+    return load_checked(path, limits, expect=want, label=label, on_block=on_block)
 
 
-def save_delta(delta: dict[str, torch.Tensor], path: Path, spec: CompressSpec | None = None,
-               parts: dict[str, torch.Tensor] | None = None) -> tuple[str, str]:
+def save_delta(delta: dict, path: Path, spec: CompressSpec | None = None,
+               parts: dict | None = None) -> tuple[str, str]:
     """A dense delta as it is, or its compressed parts (``parts``, else computed from ``delta``).
 
     Returns (md5, sha256) of the file, hashed while it was written.

@@ -37,7 +37,7 @@ from woolf.storage.files import hashes_of_file
 from woolf.storage.outer_state import load_state, save_state
 from woolf.storage.pointer import Pointer
 from woolf.storage.sparse import load_delta, size_bound
-from woolf.storage.weights import check_finite, load_trusted, read_spec, save_atomic
+from woolf.storage.weights import check_finite, save_atomic, spec_of
 from woolf.timing import Timer
 from woolf.validator.verdict import Verdict, _failpoint
 from woolf.workloads.base import describe_device
@@ -60,11 +60,10 @@ class MergeStep:
         """
         cfg = self.ledger.config
         with timer("load"):
-            current_path = self.ledger.weights_path(main)
-            current_spec = read_spec(current_path, cfg.limits, "current weights")
+            current = self.ledger.load_weights(main)  # sha256-verified (hashed as read, if new here)
+            current_spec = spec_of(current)
             state = self._load_state(main, current_spec)
             delta = self._load_delta(adm, current_spec)
-            current = load_trusted(current_path)
         with timer("checks"):
             self._check_norm(current, delta)
             adm.screened = screen_delta(self, adm, main, current, delta)  # no-op, norm guard, replay, copies
@@ -154,23 +153,36 @@ class MergeStep:
         if bound is not None and adm.meta["delta"]["size"] > bound:
             raise Rejected(f"delta declares {adm.meta['delta']['size']} bytes; a {adm.meta['delta']['kind']} delta "
                            f"of this model with the declared k is at most {bound}")
+        declared = adm.meta["delta"]
+
+        def read(path, on_block):  # hashed as it is loaded when this clone has not hashed it yet
+            # finiteness is proven by _check_norm's norm (exact check only when that is not finite)
+            return load_delta(path, declared, expect_spec, cfg.limits, finite=False, on_block=on_block)
+
+        problem = None
         try:
-            if "url" in adm.meta["delta"]:
-                path = self.ledger.store.fetch_url(adm.pointer, adm.meta["delta"]["url"], cfg.forge,
+            if "url" in declared:
+                path = self.ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge,
                                                    cfg.limits.max_delta_bytes)
+                delta = None
             else:
-                path = self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
-                                                      deadline=cfg.forge.delta_timeout)
+                path, delta = self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
+                                                             deadline=cfg.forge.delta_timeout, read=read)
         except IntegrityError as exc:
             raise Rejected(f"delta object: {exc.message}") from None
         except StorageError as exc:
             raise Rejected(f"delta object unavailable: {exc.message}") from None
+        except InvalidWeightsError as exc:  # the object is whole (hashed); its bytes are not a delta
+            path, delta, problem = self.ledger.store.cache_path(adm.pointer.md5), None, exc.message
         md5, sha = self.ledger.store.hashes(path)
-        if sha != adm.meta["delta"]["sha256"]:
+        if sha != declared["sha256"]:
             raise Rejected("delta bytes do not match the sha256 in submission.json")
+        if problem is not None:
+            raise Rejected(problem)
+        if delta is not None:
+            return delta
         try:
-            # finiteness is proven by _check_norm's norm (exact check only when that is not finite)
-            return load_delta(path, adm.meta["delta"], expect_spec, cfg.limits, finite=False)
+            return read(path, None)
         except InvalidWeightsError as exc:
             raise Rejected(exc.message) from None
 
