@@ -7,6 +7,7 @@ its reason; fork deltas read over allowed schemes only; API errors and retries.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import threading
 import time
@@ -81,8 +82,10 @@ class StorageServer:
         self.httpd.server_close()
 
 
-@pytest.fixture
-def world(tmp_path, monkeypatch):
+@contextlib.contextmanager
+def github_ledger(tmp_path, monkeypatch, overrides: dict, **signing):
+    """A ledger on the local GitHub server: owner/ledger (hub.git) and alice's fork (fork.git), each
+    bare, and alice's own delta storage served over HTTP; yields (server, storage server, hub, fork)."""
     spec = spec_path()
     if spec is None:
         pytest.skip("GitHub's OpenAPI description (npm @octokit/openapi) is not available")
@@ -94,10 +97,16 @@ def world(tmp_path, monkeypatch):
         (tmp_path / "alice-storage").mkdir()
         Ledger.init(tmp_path / "work", storage=str(tmp_path / "storage"), overrides={
             **SMALL, "forge.kind": "github", "forge.repo": "owner/ledger", "forge.api_url": gh.url,
-            "forge.delta_schemes": '["https", "http"]', "forge.delta_timeout": "2.0",
-            "policy.min_improvement": "-10"})
+            "forge.delta_schemes": '["https", "http"]', "policy.min_improvement": "-10", **overrides},
+            **signing)
         git("clone", "-q", "--bare", str(tmp_path / "work"), str(hub), cwd=tmp_path)
         git("clone", "-q", "--bare", str(hub), str(fork), cwd=tmp_path)
+        yield gh, store, hub, fork
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    with github_ledger(tmp_path, monkeypatch, {"forge.delta_timeout": "2.0"}) as (gh, store, hub, fork):
         git("clone", "-q", str(hub), str(tmp_path / "alice"), cwd=tmp_path)
         git("remote", "add", "fork", str(fork), cwd=tmp_path / "alice")
         # alice cannot write to the ledger's storage: her DVC remote is her own

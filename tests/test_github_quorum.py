@@ -24,31 +24,17 @@ from woolf.signing.keys import configure
 from woolf.storage.git import Git
 from woolf.validator import Validator
 
-from .conftest import SMALL, git, key_for, signer_lines
-from .github_server import GitHubServer, spec_path
-from .test_github import TOKEN, StorageServer
+from .conftest import git, key_for, signer_lines
+from .test_github import github_ledger
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def signed_world(tmp_path, monkeypatch, request):
-    spec = spec_path()
-    if spec is None:
-        pytest.skip("GitHub's OpenAPI description (npm @octokit/openapi) is not available")
-    monkeypatch.setenv("WOOLF_GITHUB_TOKEN", TOKEN)
-    monkeypatch.setenv("WOOLF_FORK_OWNER", "alice")
-    hub, fork = tmp_path / "hub.git", tmp_path / "fork.git"
-    with GitHubServer(spec, TOKEN, {"owner/ledger": hub, "alice/ledger": fork}) as gh, \
-            StorageServer(tmp_path / "alice-storage") as store:
-        (tmp_path / "alice-storage").mkdir()
-        Ledger.init(tmp_path / "work", storage=str(tmp_path / "storage"), overrides={
-            **SMALL, "forge.kind": "github", "forge.repo": "owner/ledger", "forge.api_url": gh.url,
-            "forge.delta_schemes": '["https", "http"]', "policy.min_improvement": "-10",
-            "validators.quorum": "2", **getattr(request, "param", {})},
-            signing_key=key_for("work"), signer="work", extra_signers=signer_lines())
-        git("clone", "-q", "--bare", str(tmp_path / "work"), str(hub), cwd=tmp_path)
-        git("clone", "-q", "--bare", str(hub), str(fork), cwd=tmp_path)
+    with github_ledger(tmp_path, monkeypatch, {"validators.quorum": "2", **getattr(request, "param", {})},
+                       signing_key=key_for("work"), signer="work", extra_signers=signer_lines()) \
+            as (gh, store, hub, fork):
         clones = {}
         for name in ("alice", "v1", "v2"):
             git("clone", "-q", str(hub), str(tmp_path / name), cwd=tmp_path)
