@@ -24,6 +24,7 @@ from woolf.forges.github import forge_for
 from woolf.identity import contributor_id
 from woolf.residual import compress_with_feedback, compression_spec, keep_residual
 from woolf.signing.trust import require_command_trust, require_trusted_head
+from woolf.speed import auto_steps, record_speed
 from woolf.storage.dvcstore import REMOTE_NAME
 from woolf.storage.files import write_bytes_atomic
 from woolf.storage.sparse import save_delta
@@ -44,30 +45,6 @@ def work_dir(ledger) -> Path:
 def state_dir(ledger) -> Path:
     """The participant's private state (optimizer moments, speed): local, never uploaded."""
     return ledger.root / layout.WORK / "state"
-
-
-def _auto_steps(ledger, wl_fingerprint: str) -> int:
-    """Steps that take about workload.auto_seconds at this participant's measured speed."""
-    cfg = ledger.config.workload
-    speed_file = state_dir(ledger) / "speed.json"
-    try:
-        speed = json.loads(speed_file.read_text())
-        if speed.get("workload") != wl_fingerprint:
-            raise ValueError("another workload")
-        rate = float(speed["steps_per_second"])
-        if not 0 < rate < 1e9:
-            raise ValueError("bad rate")
-    except (OSError, ValueError, KeyError, TypeError):
-        return cfg.steps  # not measured yet: the ledger's default, measured this time
-    return max(1, min(cfg.max_steps, round(rate * cfg.auto_seconds)))
-
-
-def _record_speed(ledger, fingerprint: str, summary: dict) -> None:
-    secs, steps = summary.get("seconds") or 0, summary.get("steps") or 0
-    if secs > 0 and steps > 0:
-        state_dir(ledger).mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(json.dumps({"workload": fingerprint, "steps_per_second": steps / secs}).encode(),
-                           state_dir(ledger) / "speed.json")
 
 
 def train(ledger, steps: int | str | None = None, data: str | None = None, device: str = "auto",
@@ -98,7 +75,7 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
     fingerprint = getattr(wl, "fingerprint", lambda: cfg.workload.name)()
     if fresh:
         shutil.rmtree(state_dir(ledger), ignore_errors=True)
-    steps = _auto_steps(ledger, fingerprint) if steps == "auto" else (steps or cfg.workload.steps)
+    steps = auto_steps(ledger, fingerprint, state_dir(ledger)) if steps == "auto" else (steps or cfg.workload.steps)
     task = reserve_for_training(ledger, who, head, steps, take) if task else None
     if take and not data and not cfg.workload.command:  # an expired task's shard: its owner's files
         owner, version = take_shard_data(task.rec.shard)
@@ -143,7 +120,7 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
                     trained = {k: (v.to(torch.float32) + shift[k]).to(v.dtype) for k, v in trained.items()}
                 summary["followed"] = follower.rebases
                 head, base = follower.base, follower.base_weights
-        _record_speed(ledger, fingerprint, summary)
+        record_speed(fingerprint, summary, state_dir(ledger))
         bench = ledger.benchmark()
         # the version's own recorded metrics, when it has them (validators evaluated it already)
         before = head.metrics if head.metrics and cfg.policy.metric in head.metrics else None
