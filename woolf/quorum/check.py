@@ -18,7 +18,6 @@ k = 1 nothing is required (one validator decides, as before quorums).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 
@@ -31,8 +30,12 @@ MAX_NAMED = 64
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
+_SETTINGS: dict[str, tuple] = {}  # commit id -> (validators, metric): a commit id names its config
+
+
 def settings_at(git, commit: str | None):
-    """(quorum config, policy metric) of the config committed at ``commit``.
+    """(quorum config, policy metric) of the config committed at ``commit``; remembered per commit id
+    for the process (the hook checks every verdict of a push against the same main).
 
     Fails closed: a config that cannot be read or parsed raises WoolfError (its
     quorum is unknown, so nothing resting on it is accepted); defaults never stand in.
@@ -40,10 +43,16 @@ def settings_at(git, commit: str | None):
     from woolf.config import parse_config  # light: the hook imports this
     from woolf.errors import ConfigError
 
+    if commit in _SETTINGS:
+        return _SETTINGS[commit]
     raw = git.show_bytes(f"{commit}:{layout.CONFIG}", max_bytes=1 << 20) if commit else None
     if raw is None:
         raise ConfigError(f"no {layout.CONFIG} at {str(commit)[:12]}: its validators.quorum is unknown")
     cfg = parse_config(raw.decode(errors="replace"))
+    if _HEX40.match(commit):
+        if len(_SETTINGS) > 1024:
+            _SETTINGS.clear()
+        _SETTINGS[commit] = (cfg.validators, cfg.policy.metric)
     return cfg.validators, cfg.policy.metric
 
 
@@ -67,9 +76,8 @@ def named_votes(fields: dict) -> tuple[list[str] | None, str | None]:
     raw = fields.get("Woolf-Votes")
     if raw is None:
         return None, None
-    try:
-        shas = json.loads(raw)
-    except json.JSONDecodeError:
+    shas = json_field(fields, "Woolf-Votes")  # bounded: size and nesting (core/trailers.py)
+    if shas is None:
         return None, "Woolf-Votes is not a JSON list"
     if not isinstance(shas, list) or len(shas) > MAX_NAMED or not all(
             isinstance(s, str) and _HEX40.match(s) for s in shas):
