@@ -84,8 +84,7 @@ def _meta(raw: bytes, pr_id: str, max_bytes: int, schemes: list[str], accept: li
         raise Rejected(f"submission.json does not follow schema 1: contributor {str(who)[:60]!r} is not a contributor name "
                        "(1-39 lower-case letters, digits, . _ -; no spaces, newlines or control characters)")
     d = meta["delta"]
-    ok = (type(meta["schema"]) is int and meta["schema"] == 1 and meta["id"] == pr_id and isinstance(meta["contributor"], str)
-          and layout.CONTRIBUTOR.match(meta["contributor"])
+    ok = (type(meta["schema"]) is int and meta["schema"] == 1 and meta["id"] == pr_id
           and isinstance(meta["base_version"], int) and not isinstance(meta["base_version"], bool)
           and isinstance(meta["base_commit"], str)
           and isinstance(d, dict) and {"kind", "sha256", "md5", "size"} <= set(d) <= _DELTA_KEYS
