@@ -30,6 +30,7 @@ import secrets
 import threading
 import time as _time
 
+from woolf import layout
 from woolf.errors import UsageError, WoolfError
 from woolf.tasks.records import FINAL, TASK_PREFIX, TaskRecord, push_record, read_tasks, task_ref
 from woolf.tasks.rules import LIVE
@@ -87,8 +88,13 @@ def list_tasks(ledger, fetch: bool = True) -> tuple[list[dict], list[tuple[str, 
     now = origin_now(ledger, found)
     prs = {}
     if ledger.config.forge.kind == "local":
+        votes: dict[str, int] = {}  # PR id -> vote refs, from one listing
+        for ref in ledger.git.refs(f"{layout.PR_PREFIX}/"):
+            parts = ref.split("/")
+            if len(parts) == 6 and parts[4] == "votes":
+                votes[parts[3]] = votes.get(parts[3], 0) + 1
         for pr in LocalForge(ledger.git).list(local_only=True):
-            pr.votes = len(ledger.git.refs(f"refs/woolf/pr/{pr.id}/votes/"))
+            pr.votes = votes.get(pr.id, 0)
             prs[pr.id] = pr
     views = []
     for rec, sha, time in sorted(found.values(), key=lambda x: (x[2], x[0].id)):
