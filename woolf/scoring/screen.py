@@ -55,12 +55,20 @@ def open_snapshot(v) -> list:
 OVER_LIMIT = "over the open-PR limit: contributor"  # the reason's start; unrated (woolf/scoring/history.py)
 
 
+def _over(v, snapshot, limit: int) -> dict[str, int]:
+    """beyond_limit of the queue as this pass read it: computed once per pass, not once per PR."""
+    cached = getattr(v, "_over_cache", None)
+    if cached is None or cached[0] is not snapshot or cached[1] != limit:
+        v._over_cache = cached = (snapshot, limit, beyond_limit(snapshot, limit))
+    return cached[2]
+
+
 def check_queue(v, pr) -> None:
     """A contributor with more open PRs than `queue.max_open_per_contributor`: those received after its
     first that many are rejected unread (not held against its rating: the name may be someone's claim)."""
     limit = v.ledger.config.queue.max_open_per_contributor
     snapshot = open_snapshot(v)
-    over = beyond_limit(snapshot, limit)
+    over = _over(v, snapshot, limit)
     if pr.id in over:
         signed = _signed_alike(v, pr, snapshot)
         if signed is not None:  # signed by the contributor's own key: only its signed PRs count
@@ -139,7 +147,7 @@ def _earlier(v, adm: Admitted, spec):
     mine = next((p for p in snapshot if p.id == adm.meta["id"]), None)
     if mine is None:
         return
-    over = beyond_limit(snapshot, v.ledger.config.queue.max_open_per_contributor)
+    over = _over(v, snapshot, v.ledger.config.queue.max_open_per_contributor)
     earlier = [p for p in snapshot if p.queue_key() < mine.queue_key() and p.id not in over]
     for p in earlier[:MAX_OPEN_COMPARED]:
         d = (p.submission or {}).get("delta")
@@ -214,13 +222,15 @@ def _revert_family(ledger, target) -> set:
     return family
 
 
-def screen_delta(v, adm: Admitted, main, current: dict[str, torch.Tensor], delta: dict[str, torch.Tensor]) -> Screened:
+def screen_delta(v, adm: Admitted, main, current: dict[str, torch.Tensor], delta: dict[str, torch.Tensor],
+                 norms: tuple[float, float] | None = None) -> Screened:
+    """``norms``: (delta's, model's) as the validator's norm check computed them (scores.norm)."""
     ledger, cfg = v.ledger, v.ledger.config
     sc = cfg.scoring
     target = verified_revert(v, adm, delta)
     revert_of = target.submission if target else None
     family = _revert_family(ledger, target) if target else set()
-    n, w = norm(delta), norm(current)
+    n, w = norms if norms is not None else (norm(delta), norm(current))
     if cfg.limits.min_delta_norm_ratio > 0 and n <= cfg.limits.min_delta_norm_ratio * max(w, 1e-12):
         raise Rejected(f"the delta is a no-op (norm {n:.3g}, {n / max(w, 1e-12):.3g}x the model's, under "
                        f"limits.min_delta_norm_ratio {cfg.limits.min_delta_norm_ratio:g}); it would change nothing")

@@ -16,6 +16,7 @@ from woolf import layout
 from woolf.admission import Admitted, Rejected, admit
 from woolf.core.outer import Rule, Step, merge_step
 from woolf.core.policy import decide
+from woolf.core.scores import norm
 from woolf.core.staleness import attenuation
 from woolf.core.trailers import format_message
 from woolf.errors import (
@@ -65,8 +66,8 @@ class MergeStep:
             state = self._load_state(main, current_spec)
             delta = self._load_delta(adm, current_spec)
         with timer("checks"):
-            self._check_norm(current, delta)
-            adm.screened = screen_delta(self, adm, main, current, delta)  # no-op, norm guard, replay, copies
+            norms = self._check_norm(current, delta)
+            adm.screened = screen_delta(self, adm, main, current, delta, norms)  # no-op, norm guard, replay, copies
         if before_merge is not None and before_merge(current, adm.screened.delta):
             return current, None
         with timer("merge"):
@@ -199,22 +200,20 @@ class MergeStep:
         if self.ledger.git.show_bytes(f"{main.commit}:{layout.STATE_POINTER}") is not None:
             self.ledger.store.ensure_remote(self.ledger.pointer(main.commit, layout.STATE_POINTER))
 
-    def _check_norm(self, current, delta) -> None:
+    def _check_norm(self, current, delta) -> tuple[float, float]:
+        """(norm of the delta, norm of the model), float32-accumulated (scores.norm: plenty for a ratio,
+        nothing big allocated); scoring's screen reuses them instead of two more passes."""
         limit = self.ledger.config.limits.max_delta_norm_ratio
-
-        def sq(t):  # float32 accumulation is plenty for a ratio check, and allocates nothing big
-            return float(torch.linalg.vector_norm(t, dtype=torch.float32)) ** 2
-
-        w2 = sum(sq(t) for t in current.values() if t.is_floating_point())
-        d2 = sum(sq(t) for t in delta.values() if t.is_floating_point())
-        if not math.isfinite(d2):  # NaN/Inf, or finite values whose squares overflow: the exact check decides
+        w, n = norm(current), norm(delta)
+        if not math.isfinite(n):  # NaN/Inf, or finite values whose squares overflow: the exact check decides
             try:
                 check_finite(delta, "delta")
             except InvalidWeightsError as exc:
                 raise Rejected(exc.message) from None
-        ratio = math.sqrt(d2) / max(math.sqrt(w2), 1e-12)
+        ratio = n / max(w, 1e-12)
         if not math.isfinite(ratio) or ratio > limit:
             raise Rejected(f"delta norm is {ratio:.3g}x the model's norm, over the limit of {limit:g}")
+        return n, w
 
     def _fields(self, v: Verdict, timer: Timer) -> dict:
         return {
