@@ -30,7 +30,7 @@ from woolf.errors import IntegrityError, StorageError, WoolfError
 from woolf.retention.deltas import delta_pointers, weights_pointers
 from woolf.storage.outer_state import load_state
 from woolf.storage.sparse import load_delta, load_entries
-from woolf.storage.weights import TRUSTED_LIMITS, load_trusted, spec_of
+from woolf.storage.weights import TRUSTED_LIMITS, spec_of
 
 MAX_CHAIN = 100_000
 
@@ -53,7 +53,7 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
     if start is None:
         raise StorageError(f"version {target.version} is not in storage, and no version below it is",
                            hint="restore a snapshot's weights to storage; run `woolf audit`")
-    weights = load_trusted(ledger.weights_path(chain[start]))
+    weights = ledger.load_weights(chain[start])  # sha256-verified, hashed as it loads
     spec = spec_of(weights)
     pointers = delta_pointers(ledger, [v for v in chain[:start] if v.submission is not None])
     replayed, stale = 0, {}  # stale: where the last sparse merge of each tensor wrote -0.0 (absent: anywhere)

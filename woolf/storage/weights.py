@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from woolf.config import LimitsConfig
+from woolf.core.npdelta import all_float32
 from woolf.errors import InvalidWeightsError
 from woolf.storage.stheader import Spec, read_spec  # noqa: F401 - re-exported
 from woolf.storage.stheader import header as _header
@@ -46,12 +47,6 @@ def torch_dtypes() -> dict:
     return {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
             "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
             "BOOL": torch.bool}
-
-
-def __getattr__(name: str):
-    if name == "_TORCH_DTYPES":  # the old constant, for importers that use torch anyway
-        return torch_dtypes()
-    raise AttributeError(name)
 
 
 def _torch_alloc(dtype: str, shape: tuple[int, ...]):
@@ -93,7 +88,7 @@ def _read_tensors(path: Path, limits: LimitsConfig, label: str, numpy: bool = Fa
     if on_block is not None:
         on_block(head)
     if numpy == "float32":  # numpy arrays for a float32 model, torch tensors for any other
-        numpy = bool(spec) and all(dtype == "F32" for dtype, _ in spec.values())
+        numpy = all_float32(spec)
     if numpy and not numpy_dtypes(spec):
         raise InvalidWeightsError(f"{label}: a BF16 tensor cannot be read as a numpy array")
     alloc = _numpy_alloc if numpy else _torch_alloc
