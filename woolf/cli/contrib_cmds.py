@@ -11,7 +11,6 @@ from pathlib import Path
 
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.text import Text
 
 from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
 
@@ -202,7 +201,7 @@ def pr_close(app: App, sub_id, force, contributor, forge, as_json):
     if as_json:
         app.emit_json(p.to_json())
         return
-    app.console.print(Text(f"{sub_id} {p.state}: {p.reason or ''}".rstrip(": ")))
+    app.say(f"{sub_id} {p.state}: {p.reason or ''}".rstrip(": "))
 
 
 COMMANDS = [train, submit, pr]

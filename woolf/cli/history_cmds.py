@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.text import Text
 
 from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
 
@@ -56,8 +55,8 @@ def eval_cmd(app: App, versions, benchmark, device, as_json):
                 " ".join(f"{k}={_fmt(v)}" for k, v in sorted(r["metrics"].items())),
                 " ".join(f"{k}={_fmt(v)}" for k, v in sorted((r["recorded"] or {}).items())) or "-"]
                for r in rows], yielding="recorded at merge")
-    app.console.print(Text(f"on {ev.source} (sha256 {ev.data_sha256[:12]}): {ev.evaluations} evaluated, "
-                           f"{ev.cache_hits} from the cache"))
+    app.say(f"on {ev.source} (sha256 {ev.data_sha256[:12]}): {ev.evaluations} evaluated, "
+            f"{ev.cache_hits} from the cache")
 
 
 @click.command()
@@ -90,7 +89,7 @@ def diff(app: App, a, b, benchmark, top, device, as_json):
                [r["name"], str(r["shape"]), f"{r['l2']:.4g}", f"{r['relative']:.3g}", f"{r['cosine']:.6f}",
                 f"{r['max_abs']:.3g}"] for r in ranked[:top]])
     for e in d["between"]:
-        app.console.print(Text(f"  v{e['version']} {_who(e)}"))
+        app.say(f"  v{e['version']} {_who(e)}")
     m = d["metric"]
     for kind in ("recorded", "evaluated"):
         if kind in m:
@@ -130,7 +129,7 @@ def bisect(app: App, benchmark, run_cmd, good, bad, threshold, device, as_json):
         app.console.print(f"no version in v{r['good'] + 1}..v{r['bad']} is bad; {cost}")
     else:
         f = r["found"]
-        app.console.print(Text(f"first bad version: v{f['version']} ({f['commit'][:12]}) {_who(f)}"))
+        app.say(f"first bad version: v{f['version']} ({f['commit'][:12]}) {_who(f)}")
         if r.get("reference") is not None:
             last_good = "" if f["version"] - 1 == r["good"] else f"v{f['version'] - 1} {_fmt(f['previous'])}, "
             app.console.print(f"  {r['metric']}: v{r['good']} (good) {_fmt(r['reference'])}, {last_good}"
@@ -156,8 +155,8 @@ def revert(app: App, version, message, contributor, forge, as_json):
     if as_json:
         app.emit_json(r)
         return
-    app.console.print(Text(f"opened PR {r['id']} on version {r['base_version']}: reverts v{version} "
-                           f"({r['reverts']['contributor']}, {r['reverts']['submission']})"))
+    app.say(f"opened PR {r['id']} on version {r['base_version']}: reverts v{version} "
+            f"({r['reverts']['contributor']}, {r['reverts']['submission']})")
 
 
 COMMANDS = [eval_cmd, diff, bisect, revert]
