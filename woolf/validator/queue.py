@@ -119,6 +119,10 @@ class Validator(QuorumStep, MergeStep):
                 self.forge.push_verdicts([(commit, ref)])
             except RaceLostError:
                 continue  # another validator decided it meanwhile
+            except ForgeError as exc:  # this one refused or unreachable: the others still land
+                log.warning("%s: its rejection could not be pushed (%s); retried later", verdict.id, exc.message)
+                self._retry_at[verdict.id] = time.monotonic() + RETRY_AFTER
+                continue
             done.append(verdict)
         return done
 
