@@ -32,7 +32,6 @@ from woolf.admission import Rejected, admit
 from woolf.core.policy import decide
 from woolf.core.staleness import attenuation
 from woolf.errors import RaceLostError, UsageError
-from woolf.quorum.voter import candidate_sha256 as weights_sha256
 from woolf.quorum.voter import requeued
 from woolf.timing import Timer
 from woolf.validator import Verdict
@@ -60,13 +59,19 @@ def candidate_sha256(step) -> str:
 
     The state counts: a FedBuff merge that only buffers leaves the weights as they were.
     """
+    return candidate_digests(step)[1]
+
+
+def candidate_digests(step) -> tuple[str, str]:
+    """(sha256 of the weights file alone: what a vote names, candidate_sha256) from one pass over the weights."""
     from woolf.storage.outer_state import state_bytes
     from woolf.storage.stwrite import sha256_hasher
 
     h = sha256_hasher(step.candidate)  # the file's bytes from the tensors' memory, no serialised copy
+    weights = h.hexdigest()  # hexdigest() does not finish h: the state's bytes can still follow
     if step.state is not None:
         h.update(state_bytes(step.state))
-    return h.hexdigest()
+    return weights, h.hexdigest()
 
 
 def evaluate_pr(v, ref: str) -> dict:
@@ -190,8 +195,8 @@ def apply_record(v, record: dict) -> Verdict | None:
             return v.vote_one(pr.id, fixed=(main.commit, verdict, None, None, pr.head))
         v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
         return verdict
-    weights = weights_sha256(step) if quorum else None  # what the vote names: the weights file's sha256
-    if (weights if quorum and step.state is None else candidate_sha256(step)) != record["candidate_sha256"]:
+    weights, recorded = candidate_digests(step)  # a vote names the weights file's sha256
+    if recorded != record["candidate_sha256"]:
         raise UsageError("the recomputed candidate differs from the evaluated one (sha256)")
     if quorum:
         return v.vote_one(pr.id, fixed=(main.commit, verdict, step, weights, pr.head))
