@@ -171,16 +171,15 @@ class Ledger:
         try:
             path = self.store.fetch_object(ptr)
         except StorageError as exc:
-            if "missing from storage" not in exc.message or version.version == 0:
-                raise
-            from woolf.retention.rebuild import rebuild
-
-            try:  # not kept in storage (`woolf gc`): rebuilt from a snapshot and the deltas, bit for bit
-                path, self.last_rebuild = rebuild(self, version)
-            except StorageError as again:
-                raise StorageError(f"{exc.message}; {again.message}", hint=again.hint) from None
+            path = self._rebuilt(version, exc)
         self._verify_sha(path, version, ptr)
         return path
+
+    def _rebuilt(self, version: Version, missing: StorageError) -> Path:
+        """`woolf gc` removed it: replayed from a snapshot and the deltas, bit for bit."""
+        from woolf.retention.rebuild import rebuild_missing
+
+        return rebuild_missing(self, version, missing)
 
     def _verify_sha(self, path: Path, version: Version, ptr: Pointer) -> None:
         md5, sha = self.store.hashes(path)
@@ -223,9 +222,9 @@ class Ledger:
             path, tensors = self.store.fetch_object(ptr, read=lambda p, on_block: load_trusted(
                 p, numpy=numpy, on_block=on_block))
         except StorageError as exc:
-            if "missing from storage" not in exc.message or version.version == 0:
-                raise
-            return load_trusted(self.weights_path(version), numpy=numpy)  # rebuilt (see weights_path)
+            path = self._rebuilt(version, exc)
+            self._verify_sha(path, version, ptr)
+            return load_trusted(path, numpy=numpy)
         self._verify_sha(path, version, ptr)  # the hashes recorded on the way
         return tensors
 

@@ -108,3 +108,15 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
     finally:
         Path(tmp).unlink(missing_ok=True)
     return dest, {"version": target.version, "from": chain[start].version, "deltas": replayed}
+
+
+def rebuild_missing(ledger, version, missing: StorageError) -> Path:
+    """The cache path of a version that storage no longer keeps (`woolf gc`), rebuilt from a snapshot and
+    the deltas, bit for bit (ledger.last_rebuild says how); any other storage failure is raised as it was."""
+    if "missing from storage" not in missing.message or version.version == 0:
+        raise missing
+    try:
+        path, ledger.last_rebuild = rebuild(ledger, version)
+    except StorageError as again:
+        raise StorageError(f"{missing.message}; {again.message}", hint=again.hint) from None
+    return path
