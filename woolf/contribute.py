@@ -216,7 +216,7 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
             feedback_note = "; ".join(x for x in (feedback_note, note) if x)
     result = submit_delta(ledger, delta, base, who, message, the_forge, timer, record=record,
                           delta_url_base=delta_url_base, delta_remote=delta_remote, cspec=cspec, parts=parts,
-                          checked=delta)
+                          prechecked=True)
     del delta, parts
     remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
     keep_residual(ledger, kept, cspec)  # what top-k dropped rides in the next delta
@@ -227,24 +227,24 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
 
 def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, timer: Timer,
                  record: dict | None = None, delta_url_base: str | None = None,
-                 delta_remote: str | None = None, reverts=None, cspec=None, parts=None, checked=None) -> dict:
+                 delta_remote: str | None = None, reverts=None, cspec=None, parts=None, prechecked: bool = False) -> dict:
     """Open a PR carrying ``delta`` on version ``base``: upload and verify it, then push the ref.
 
     ``cspec``/``parts``: the delta goes as a compressed (topk) file of those parts.
     ``reverts`` (a Version): the PR takes back that merge (woolf/history/revert.py); it is
     named in submission.json and in a ``Woolf-Reverts`` trailer, and judged like any PR.
-    ``checked``: the same object as ``delta`` when the caller already ran _check_delta on it.
+    ``prechecked``: the caller already ran _check_delta on ``delta``.
     """
     record = record or {}
     cfg = ledger.config
-    if checked is not delta:
+    if not prechecked:
         _check_delta(delta, "the delta is all zeros: it would change nothing")
     sub_id = _new_id(who)
     delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
     tmp = ledger.root / layout.WORK / "outgoing" / f"{sub_id}.safetensors"
     with timer("save"):  # hashed while written: md5 for DVC, sha256 for the record
         md5, sha = save_delta(delta, tmp, cspec, parts)
-        del delta, parts, checked
+        del delta, parts
     size = tmp.stat().st_size
     if size > cfg.limits.max_delta_bytes:
         tmp.unlink()
