@@ -43,6 +43,19 @@ def test_tally_agreement_arithmetic():
         tally([a], 0, 1e-3)
 
 
+def test_named_votes_are_bounded():
+    """Woolf-Votes is attacker-writable wherever a verdict is read: nesting, length and shape are refused
+    with a reason (a deeply nested list raised RecursionError out of json.loads before)."""
+    from woolf.quorum.check import named_votes
+
+    sha = "a" * 40
+    assert named_votes({}) == (None, None)
+    assert named_votes({"Woolf-Votes": f'["{sha}", "{sha}"]'}) == ([sha], None)
+    assert named_votes({"Woolf-Votes": "[" * 100_000 + "]" * 100_000}) == (None, "Woolf-Votes is not a JSON list")
+    assert "at most 64" in named_votes({"Woolf-Votes": "[" + ",".join([f'"{sha}"'] * 65) + "]"})[1]
+    assert "at most 64" in named_votes({"Woolf-Votes": '["not a sha"]'})[1]
+
+
 def test_quorum_of_two_merges_only_when_two_agree_and_audit_checks_the_votes(make_net):
     net = make_net(**QUORUM)
     alice = net.clone("alice")
