@@ -29,9 +29,9 @@ KINDS = ["free-rider", "copycat", "overfitter", "noise", "flooder"]
 def one_run(args, adversaries: list[str]) -> dict:
     from rich.console import Console
 
+    from woolf.demo.run import run_demo
     from woolf.forges.local import LocalForge
-    from woolf.ledger import Ledger
-    from woolf.network.demo import run_demo
+    from woolf.ledger.ledger import Ledger
 
     with tempfile.TemporaryDirectory(prefix="woolf-adv-") as tmp:
         res = run_demo(Path(tmp) / "hub", participants=args.participants, rounds=args.rounds,

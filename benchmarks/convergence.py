@@ -47,10 +47,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, machine, write_json  # noqa: E402
 
-from woolf.config import PolicyConfig, StalenessConfig  # noqa: E402
-from woolf.core.outer import Rule, merge_step  # noqa: E402
+from woolf.core.merge_rules import Rule, merge_step  # noqa: E402
 from woolf.core.policy import decide  # noqa: E402
 from woolf.core.staleness import attenuation  # noqa: E402
+from woolf.protocol.config import PolicyConfig, StalenessConfig  # noqa: E402
 from woolf.workloads import corpus  # noqa: E402
 from woolf.workloads.base import TrainData  # noqa: E402
 from woolf.workloads.charlm import CharLM  # noqa: E402

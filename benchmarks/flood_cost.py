@@ -33,11 +33,11 @@ SMALL = {"workload.params.d_model": "32", "workload.params.n_layer": "1", "workl
 
 
 def build(root: Path, small: bool) -> None:
+    from woolf.git.keys import configure, create_key
+    from woolf.git.repo import Git, clean_env
     from woolf.hub.create import init_hub
-    from woolf.ledger import Ledger
-    from woolf.signing.keys import configure, create_key
-    from woolf.signing.signers import signer_line
-    from woolf.storage.git import Git, clean_env
+    from woolf.ledger.ledger import Ledger
+    from woolf.protocol.signers import signer_line
 
     create_key(root / "keys" / "maintainer", "maintainer")
     _, vpub = create_key(root / "keys" / "v", "v")
@@ -60,8 +60,8 @@ def woolf(*args: str, cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
 
 
 def one(n: int, small: bool) -> dict:
-    from woolf import layout
-    from woolf.storage.git import Git
+    from woolf.git.repo import Git
+    from woolf.protocol import layout
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

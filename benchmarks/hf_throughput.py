@@ -41,13 +41,13 @@ def _tiny():
 
 
 def _git(*args, cwd):
-    from woolf.storage.git import clean_env
+    from woolf.git.repo import clean_env
 
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=clean_env())
 
 
 def _ledger(root: Path, model: Path, overrides: dict):
-    from woolf.ledger import Ledger
+    from woolf.ledger.ledger import Ledger
 
     work = Ledger.init(root / "work", storage=str(root / "storage"), workload="transformers", weights=model,
                        overrides={"policy.min_improvement": "-1e9", **overrides})
@@ -74,8 +74,8 @@ def merge(root: Path, layers: int, width: int, vocab: int) -> dict:
     from safetensors.torch import load_file, save_file
     from transformers import AutoModelForCausalLM, GPT2Config
 
-    from woolf.contribute import submit
-    from woolf.ledger import Ledger
+    from woolf.ledger.ledger import Ledger
+    from woolf.participant.contribute import submit
     from woolf.validator import Validator
 
     mod = _tiny()

@@ -36,7 +36,7 @@ GREEK = ("Η γρήγορη καφέ αλεπού πηδάει πάνω από �
 
 
 def _git(*args, cwd, input=None):
-    from woolf.storage.git import clean_env
+    from woolf.git.repo import clean_env
 
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=clean_env(),
                           input=input).stdout.decode().strip()
@@ -64,7 +64,7 @@ def build(root: Path, n: int, poison: int, genesis_steps: int):
     import torch
     from safetensors.torch import load_file, save
 
-    from woolf.ledger import Ledger
+    from woolf.ledger.ledger import Ledger
     from woolf.storage.pointer import Pointer
 
     t0 = time.perf_counter()
@@ -133,9 +133,9 @@ TINY = {"workload.params.d_model": "32", "workload.params.n_layer": "1", "worklo
 
 def revert_exactness(rule: str, steps: int = 10) -> dict:
     """Two merges, then `woolf revert 2` merged at staleness 0: how far is the result from version 1?"""
-    from woolf.contribute import submit, train
     from woolf.history import diff_versions, revert
-    from woolf.ledger import Ledger
+    from woolf.ledger.ledger import Ledger
+    from woolf.participant.contribute import submit, train
     from woolf.validator import Validator
 
     with tempfile.TemporaryDirectory(prefix="woolf-revert-") as tmp:

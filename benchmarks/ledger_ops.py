@@ -57,13 +57,13 @@ _FRESH = [0]
 
 
 def _git(*args, cwd):
-    from woolf.storage.git import clean_env
+    from woolf.git.repo import clean_env
 
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=clean_env())
 
 
 def setup(root: Path, n_params: int) -> None:
-    from woolf.ledger import Ledger
+    from woolf.ledger.ledger import Ledger
 
     Ledger.init(root / "work", storage=str(root / "storage"), workload="synthetic",
                 overrides={"workload.params.n_params": str(n_params), "policy.min_improvement": "-1e9"})
@@ -117,7 +117,7 @@ def floor(reads: list[Path], writes: int, hashes: int, scratch: Path, copy: Path
 
 
 def child(op: str, root: Path, repeat: int) -> dict:
-    from woolf.ledger import Ledger
+    from woolf.ledger.ledger import Ledger
 
     scratch = root / "scratch"
     scratch.mkdir(exist_ok=True)
@@ -127,7 +127,7 @@ def child(op: str, root: Path, repeat: int) -> dict:
     if op == "submit":
         from safetensors.torch import load_file, save_file
 
-        from woolf.contribute import submit
+        from woolf.participant.contribute import submit
         from woolf.workloads.base import load_workload
 
         p = Ledger.open(root / "p")
@@ -198,7 +198,7 @@ def child(op: str, root: Path, repeat: int) -> dict:
         reads, writes, hashes, size_of, copy = [src], 1, 1, src, src
         out["floor_is"] = "read the object, md5 of it, write the workspace file (or a kernel copy, if cheaper)"
     elif op == "audit":
-        from woolf.audit import audit
+        from woolf.audit.recompute import audit
 
         a = Ledger.open(root / "a")
         a.pull()

@@ -26,9 +26,9 @@ from common import RESULTS, machine, write_json  # noqa: E402
 def one_run(args, settings: dict) -> dict:
     from rich.console import Console
 
+    from woolf.demo.run import run_demo
     from woolf.forges.local import LocalForge
-    from woolf.ledger import Ledger
-    from woolf.network.demo import run_demo
+    from woolf.ledger.ledger import Ledger
 
     with tempfile.TemporaryDirectory(prefix="woolf-net-") as tmp:
         res = run_demo(Path(tmp) / "hub", participants=args.participants, rounds=args.rounds,

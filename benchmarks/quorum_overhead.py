@@ -33,11 +33,11 @@ SMALL = {"workload.params.d_model": "32", "workload.params.n_layer": "1", "workl
 
 
 def build(root: Path, quorum: int, small: bool):
+    from woolf.git.keys import configure, create_key
+    from woolf.git.repo import Git, clean_env
     from woolf.hub.create import init_hub
-    from woolf.ledger import Ledger
-    from woolf.signing.keys import configure, create_key
-    from woolf.signing.signers import signer_line
-    from woolf.storage.git import Git, clean_env
+    from woolf.ledger.ledger import Ledger
+    from woolf.protocol.signers import signer_line
 
     create_key(root / "keys" / "maintainer", "maintainer")
     lines = []
@@ -60,7 +60,7 @@ def prepare(root: Path, quorum: int, prs: int, small: bool):
     import torch
     from safetensors.torch import save_file
 
-    from woolf.contribute import submit
+    from woolf.participant.contribute import submit
     from woolf.validator import Validator
 
     p, l1, l2 = build(root, quorum, small)

@@ -37,13 +37,13 @@ from common import machine, write_json  # noqa: E402
 
 
 def _git(*args, cwd):
-    from woolf.storage.git import clean_env
+    from woolf.git.repo import clean_env
 
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=clean_env())
 
 
 def _clone(root: Path, name: str):
-    from woolf.ledger import Ledger
+    from woolf.ledger.ledger import Ledger
 
     _git("clone", "-q", str(root / "hub.git"), str(root / name), cwd=root)
     _git("config", "user.name", name, cwd=root / name)
@@ -62,10 +62,10 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from woolf.contribute import submit, train
     from woolf.core.compress import parse_spec, parts_bytes
-    from woolf.ledger import Ledger
-    from woolf.retention.gc import collect, survey
+    from woolf.ledger.ledger import Ledger
+    from woolf.ledger.retention.gc import collect, survey
+    from woolf.participant.contribute import submit, train
     from woolf.validator import Validator
 
     n = int(args.params)

@@ -23,14 +23,14 @@ from common import machine, timed, write_json  # noqa: E402
 
 
 def _git(*args, cwd, input=None):
-    from woolf.storage.git import clean_env
+    from woolf.git.repo import clean_env
 
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=clean_env(),
                           input=input).stdout.decode().strip()
 
 
 def build_history(root: Path, n: int):
-    from woolf.ledger import Ledger
+    from woolf.ledger.ledger import Ledger
 
     led = Ledger.init(root / "long", storage=str(root / "storage"), workload="synthetic",
                       overrides={"workload.params.n_params": "1000"})
@@ -74,8 +74,8 @@ def history(n: int) -> dict:
 
 
 def queue(n_prs: int) -> dict:
-    from woolf.contribute import submit
-    from woolf.ledger import Ledger
+    from woolf.ledger.ledger import Ledger
+    from woolf.participant.contribute import submit
     from woolf.storage.weights import save_atomic
     from woolf.validator import Validator
     from woolf.workloads.base import load_workload

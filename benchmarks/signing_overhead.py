@@ -32,11 +32,11 @@ SMALL = {"workload.params.d_model": "32", "workload.params.n_layer": "1", "workl
 
 
 def build(root: Path, signed: bool, small: bool):
+    from woolf.git.keys import configure, create_key
+    from woolf.git.repo import Git, clean_env
     from woolf.hub.create import init_hub
-    from woolf.ledger import Ledger
-    from woolf.signing.keys import configure, create_key
-    from woolf.signing.signers import signer_line
-    from woolf.storage.git import Git, clean_env
+    from woolf.ledger.ledger import Ledger
+    from woolf.protocol.signers import signer_line
 
     overrides = {"policy.min_improvement": "-1e9", **(SMALL if small else {})}
     signing = {}
@@ -62,7 +62,7 @@ def one_run(root: Path, signed: bool, prs: int, small: bool) -> list[dict]:
     import torch
     from safetensors.torch import save_file
 
-    from woolf.contribute import submit
+    from woolf.participant.contribute import submit
     from woolf.validator import Validator
 
     p, v = build(root, signed, small)
@@ -85,9 +85,9 @@ def one_run(root: Path, signed: bool, prs: int, small: bool) -> list[dict]:
 
 def components(root: Path) -> dict:
     """The signed mode's own costs, measured alone (median of 10)."""
-    from woolf.ledger import Ledger
-    from woolf.signing import trust
-    from woolf.signing.submitter import check_submitter
+    from woolf.ledger import trust
+    from woolf.ledger.ledger import Ledger
+    from woolf.protocol.rules.submitter import check_submitter
 
     v = Ledger.open(root / "v")
     v.main_ref = "refs/remotes/origin/main"

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from woolf.contribute import submit, train
+from woolf.git.keys import configure, create_key
+from woolf.git.repo import Git, clean_env
 from woolf.hub.create import init_hub
-from woolf.ledger import Ledger
-from woolf.signing.keys import configure, create_key
-from woolf.signing.signers import signer_line
-from woolf.storage.git import Git, clean_env
+from woolf.ledger.ledger import Ledger
+from woolf.participant.contribute import submit, train
+from woolf.protocol.signers import signer_line
 
 torch.set_num_threads(1)
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from safetensors.torch import save
 
-from woolf import layout
 from woolf.forges.local import LocalForge
+from woolf.protocol import layout
 from woolf.storage.files import hashes_of_file
 
 
@@ -59,7 +59,7 @@ UNHOOKED = "git -c core.hooksPath=/dev/null -c receive.fsckObjects=false receive
 def force_ref(hub: Path, clone: Path, commit: str, ref: str) -> None:
     """Set ``ref`` in the bare ``hub`` to ``commit`` from ``clone`` without its hook: what a forge
     without branch protection lets any writer do (fetch into the hub runs no receive hook)."""
-    from woolf.storage.git import Git
+    from woolf.git.repo import Git
 
     Git(hub).run("fetch", "-q", str(clone), f"+{commit}:{ref}")
 
@@ -77,7 +77,7 @@ def push(led, *refspecs: str):
     """`git push` of raw refspecs from a clone to its hub, as an attacker would, bypassing woolf."""
     import subprocess
 
-    from woolf.storage.git import clean_env
+    from woolf.git.repo import clean_env
 
     return subprocess.run(["git", "push", "--porcelain", "origin", *refspecs], cwd=led.root,
                           capture_output=True, text=True, env=clean_env())

@@ -27,7 +27,7 @@ import requests
 from openapi_core import Config, OpenAPI
 from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
 
-from woolf.storage.git import clean_env
+from woolf.git.repo import clean_env
 
 OPENAPI_VERSION = "23.0.2"
 CACHE = Path(__file__).parent / ".cache" / "octokit-openapi"

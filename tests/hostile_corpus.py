@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save
 
-from woolf import layout
+from woolf.protocol import layout
 
 from .conftest import git
 from .crafting import UNHOOKED, craft_pr

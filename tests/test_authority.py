@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from woolf import layout
-from woolf.audit import audit
-from woolf.core.trailers import format_message
+from woolf.audit.recompute import audit
 from woolf.errors import ConfigError, ForgeError, IntegrityError, UsageError
 from woolf.forges.local import LocalForge
-from woolf.signing.change import set_config
+from woolf.ledger.change import set_config
+from woolf.protocol import layout
+from woolf.protocol.trailers import format_message
 from woolf.validator import Validator
 
 from .conftest import key_for
@@ -145,7 +145,7 @@ def test_config_carries_no_code(network):
     # where the forge cannot refuse: `woolf train` refuses the config, so do validators
     force_ref(network.hub, mallory.root, change, "refs/heads/main")
     alice = network.clone("alice")
-    from woolf.contribute import train
+    from woolf.participant.contribute import train
 
     with pytest.raises(IntegrityError, match="not a maintainer"):
         train(alice, steps=1, contributor="alice")

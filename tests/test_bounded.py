@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from woolf.config import LimitsConfig
 from woolf.errors import IntegrityError, InvalidWeightsError, StorageError
 from woolf.forges.base import _META_CACHE, PullRequest, fill_from_submission
-from woolf.ledger import Ledger
+from woolf.git.repo import BlobTooLargeError
+from woolf.ledger.ledger import Ledger
+from woolf.protocol.config import LimitsConfig
 from woolf.storage.fetch_url import download
-from woolf.storage.git import BlobTooLargeError
 from woolf.storage.pointer import Pointer
 from woolf.storage.weights import read_spec
 

@@ -6,10 +6,10 @@ import copy
 
 import pytest
 
-from woolf.ci_steps import apply_record, check_record, evaluate_pr
 from woolf.errors import UsageError
 from woolf.forges.local import LocalForge
 from woolf.validator import Validator
+from woolf.validator.ci import apply_record, check_record, evaluate_pr
 
 from .conftest import git
 from .crafting import craft_pr

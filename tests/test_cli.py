@@ -9,7 +9,7 @@ import pytest
 
 from woolf.cli.main import main
 from woolf.forges.local import LocalForge
-from woolf.ledger import Ledger
+from woolf.ledger.ledger import Ledger
 
 from .conftest import run_cli
 
@@ -107,7 +107,7 @@ def test_first_hour_bad_inputs_are_clear_errors(network, tmp_path):
     """-C to nowhere, init over a file, negative counts, a storage share that vanished: no traceback."""
     import shutil
 
-    from woolf.contribute import submit, train
+    from woolf.participant.contribute import submit, train
 
     afile = tmp_path / "afile"
     afile.write_text("x")

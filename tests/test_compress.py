@@ -9,12 +9,12 @@ import torch
 from safetensors.torch import load_file, save
 
 from tests.crafting import craft_pr
-from woolf import layout
-from woolf.audit import audit
-from woolf.contribute import state_dir, submit, train
+from woolf.audit.recompute import audit
 from woolf.core.compress import CompressSpec, check_parts, compress, expand, parse_spec, parts_spec
 from woolf.errors import UsageError
 from woolf.forges.local import LocalForge
+from woolf.participant.contribute import state_dir, submit, train
+from woolf.protocol import layout
 from woolf.validator import Validator
 
 
@@ -213,7 +213,7 @@ def test_a_kind_the_ledger_does_not_accept(make_net):
 
 def test_sparse_merges_equal_the_dense_formula_bit_for_bit():
     from woolf.core.compress import apply_sparse_, entries
-    from woolf.core.outer import Rule, f32, merge_step
+    from woolf.core.merge_rules import Rule, f32, merge_step
 
     gen = torch.Generator().manual_seed(2)
     for dtype in (torch.float32, torch.bfloat16):

@@ -10,12 +10,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from woolf import layout
-from woolf.contribute import submit, train, work_dir
 from woolf.core.merge import compute_delta
 from woolf.errors import ForgeError, InvalidWeightsError, StorageError, UsageError
 from woolf.forges.local import LocalForge
-from woolf.ledger import Ledger
+from woolf.ledger.ledger import Ledger
+from woolf.participant.contribute import submit, train, work_dir
+from woolf.protocol import layout
 from woolf.workloads.corpus import assign_shard
 
 from .conftest import SMALL, git, make_network, run_cli

@@ -6,13 +6,13 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from woolf.config import LedgerConfig, PolicyConfig, StalenessConfig, parse_config
-from woolf.config_text import apply_overrides, render_config
 from woolf.core.merge import apply_delta, compute_delta, merge_scale
 from woolf.core.policy import decide
 from woolf.core.staleness import attenuation
-from woolf.core.trailers import format_message, parse_message
 from woolf.errors import ConfigError
+from woolf.protocol.config import LedgerConfig, PolicyConfig, StalenessConfig, parse_config
+from woolf.protocol.config_text import apply_overrides, render_config
+from woolf.protocol.trailers import format_message, parse_message
 
 
 @pytest.mark.parametrize("kind,s,expected", [

@@ -9,11 +9,11 @@ import subprocess
 
 import pytest
 
-from woolf.audit import audit
+from woolf.audit.recompute import audit
+from woolf.demo.hub import prepare_dir
+from woolf.demo.run import run_demo
 from woolf.errors import UsageError
-from woolf.ledger import Ledger
-from woolf.network.demo import run_demo
-from woolf.network.hub import prepare_dir
+from woolf.ledger.ledger import Ledger
 
 from .conftest import git
 
@@ -114,15 +114,15 @@ def test_ctrl_c_stops_children_and_leaves_a_usable_hub(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert "INTERRUPTED" in out, out
     assert proc.returncode == 130
-    workers = subprocess.run(["pgrep", "-f", f"woolf.network.worker .*{hub}"], capture_output=True, text=True)
+    workers = subprocess.run(["pgrep", "-f", f"woolf.demo.worker .*{hub}"], capture_output=True, text=True)
     assert workers.stdout.strip() == "", "children still running"
     git("clone", "-q", str(hub / "hub.git"), str(tmp_path / "mine"), cwd=tmp_path)
     assert audit(Ledger.open(tmp_path / "mine")).ok
 
 
 def test_summary_says_whether_joining_paid():
-    from woolf.cli.network_cmds import comparison_lines
-    from woolf.network.demo import DemoResult
+    from woolf.cli.demo_cmds import comparison_lines
+    from woolf.demo.run import DemoResult
 
     r = DemoResult("x", participants=3, validators=2, rounds=8, steps=30, total_steps=720, final_loss=2.48,
                    alone_loss=2.54, alone_loss_mean=2.57, parallel_loss=2.44, baseline_loss=2.16)

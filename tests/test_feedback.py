@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from safetensors.torch import load_file
 
-from woolf import layout
-from woolf.contribute import submit, train
 from woolf.core.merge import compute_delta
 from woolf.forges.local import LocalForge
+from woolf.participant.contribute import submit, train
+from woolf.protocol import layout
 from woolf.validator import Validator
 
 

@@ -14,15 +14,15 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from woolf import layout
-from woolf.audit import audit
+from woolf.audit.recompute import audit
 from woolf.core.finite import first_nonfinite, scan
 from woolf.core.merge import compute_delta
-from woolf.core.outer import Rule, merge_step
+from woolf.core.merge_rules import Rule, merge_step
 from woolf.errors import IntegrityError
-from woolf.storage.git import clean_env
-from woolf.storage.stwrite import sha256_of, write_hashed
+from woolf.git.repo import clean_env
+from woolf.protocol import layout
 from woolf.storage.weights import save_atomic
+from woolf.storage.writer import sha256_of, write_hashed
 from woolf.validator import Validator
 
 from .conftest import git

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from woolf.contribute import submit, train
-from woolf.follow import Follower
+from woolf.participant.contribute import submit, train
+from woolf.participant.follow import Follower
 from woolf.validator import Validator
 from woolf.workloads.charlm import CharLM
 

@@ -17,12 +17,12 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from woolf.audit import audit
-from woolf.contribute import submit, train
+from woolf.audit.recompute import audit
 from woolf.errors import ForgeError, RaceLostError
 from woolf.forges.github import GitHubForge, forge_for
 from woolf.forges.github_api import GitHubAPI
-from woolf.ledger import Ledger
+from woolf.ledger.ledger import Ledger
+from woolf.participant.contribute import submit, train
 from woolf.validator import Validator
 
 from .conftest import SMALL, git
@@ -284,7 +284,7 @@ def test_ci_split_evaluate_then_apply(world, tmp_path, capsys):
     assert main(["-C", str(val.root), "validate", "--forge", "github", "--apply", str(verdict), "--json"]) == 0
     capsys.readouterr()
     assert git("rev-parse", "main^2", cwd=world["hub"]) == first["commit"]
-    from woolf.ci_steps import apply_record
+    from woolf.validator.ci import apply_record
 
     requeued = apply_record(Validator(Ledger.open(val.root), device="cpu", forge_kind="github"),
                             __import__("json").loads(stale.read_text()))
@@ -295,7 +295,7 @@ def test_ci_split_evaluate_then_apply(world, tmp_path, capsys):
 
 def test_quorum_votes_show_per_validator_and_the_merge_waits_for_two(world):
     """Issue 14 on GitHub: each validator's vote is a status on the PR; one vote merges nothing."""
-    from woolf.signing.change import set_config
+    from woolf.ledger.change import set_config
 
     gh, alice, val, root = world["gh"], world["alice"], world["val"], world["root"]
     set_config(val, {"validators.quorum": "2"})

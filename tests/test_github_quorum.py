@@ -12,17 +12,17 @@ import json
 
 import pytest
 
-from woolf.audit import audit
-from woolf.ci_steps import apply_record, evaluate_pr
-from woolf.contribute import submit, train
-from woolf.core.trailers import parse_message
+from woolf.audit.recompute import audit
 from woolf.errors import UsageError
-from woolf.ledger import Ledger
-from woolf.quorum.votes import read_votes
-from woolf.signing.authority import signers_text
-from woolf.signing.keys import configure
-from woolf.storage.git import Git
+from woolf.git.keys import configure
+from woolf.git.repo import Git
+from woolf.ledger.ledger import Ledger
+from woolf.participant.contribute import submit, train
+from woolf.protocol.rules.main import signers_text
+from woolf.protocol.trailers import parse_message
+from woolf.protocol.votes import read_votes
 from woolf.validator import Validator
+from woolf.validator.ci import apply_record, evaluate_pr
 
 from .conftest import git, key_for, signer_lines
 from .test_github import github_ledger
@@ -136,7 +136,7 @@ def test_a_reject_record_and_an_accept_record_merge_nothing(signed_world, monkey
 
 def test_two_jobs_voting_at_the_same_moment_still_settle(signed_world, monkeypatch):
     """Each job read the votes before the other's vote landed: the later one looks again after its push."""
-    import woolf.quorum.voter as voter
+    import woolf.validator.quorum as voter
 
     w = signed_world
     n = w["pr"]("at once", seed=2)["number"]

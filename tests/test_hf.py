@@ -17,9 +17,9 @@ from safetensors.torch import load_file
 
 pytest.importorskip("transformers")
 
-from woolf.audit import audit  # noqa: E402
+from woolf.audit.recompute import audit  # noqa: E402
 from woolf.errors import ConfigError, IntegrityError, UsageError  # noqa: E402
-from woolf.ledger import Ledger  # noqa: E402
+from woolf.ledger.ledger import Ledger  # noqa: E402
 from woolf.validator import Validator  # noqa: E402
 from woolf.workloads.hf import Transformers  # noqa: E402
 
@@ -79,7 +79,7 @@ def test_whole_loop_init_train_submit_validate_audit(tmp_path, gpt2_dir):
     v2 = carol.load_weights(carol.show(2))
     assert any(not torch.equal(v2[k], genesis[k]) for k in genesis)
     # a second contribution resumes the optimizer's moments
-    from woolf.contribute import train
+    from woolf.participant.contribute import train
 
     again = train(alice, steps=2, contributor="alice", device="cpu")
     assert again["training"]["optimizer"].startswith("resumed at step 4")

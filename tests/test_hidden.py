@@ -6,11 +6,11 @@ import hashlib
 
 import pytest
 
-from woolf.audit import audit
-from woolf.core.trailers import parse_message
+from woolf.audit.recompute import audit
 from woolf.errors import StorageError
 from woolf.forges.local import LocalForge
-from woolf.scoring.hidden import ENV
+from woolf.ledger.benchmark import ENV
+from woolf.protocol.trailers import parse_message
 from woolf.validator import Validator
 from woolf.workloads import corpus
 

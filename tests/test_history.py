@@ -20,15 +20,15 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from woolf.audit import audit
+from woolf.audit.recompute import audit
 from woolf.cli.main import main
-from woolf.contribute import submit, train
 from woolf.core.bisect import first_bad, max_probes
 from woolf.core.tensordiff import diff_weights
 from woolf.errors import UsageError
 from woolf.forges.local import LocalForge
 from woolf.history import Evaluator, bisect, diff_versions, revert
-from woolf.signing.change import set_config
+from woolf.ledger.change import set_config
+from woolf.participant.contribute import submit, train
 from woolf.validator import Validator
 from woolf.workloads import corpus
 
@@ -239,7 +239,7 @@ def test_revert_merges_and_recovers_then_revert_of_newest_is_exact(story, capsys
     report = audit(user)  # every merge, reverts included, recomputes bit for bit
     assert report.ok, report.problems
 
-    from woolf.report import _markdown
+    from woolf.report.build import _markdown
 
     md = _markdown("t", list(reversed(user.log())), [], None)
     assert "carol (revert of v3)" in md and "alice (revert of v6)" in md

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from woolf import layout
-from woolf.audit import audit
+from woolf.audit.recompute import audit
 from woolf.forges.local import LocalForge
+from woolf.protocol import layout
 from woolf.validator import Validator
 
 from .conftest import git, run_cli

@@ -73,7 +73,7 @@ def test_f4_claims_on_a_name_never_cost_its_owner_her_pr_or_her_rating(make_net)
     assert "submission.json says 'alice'" in verdicts[mismatch].reason and verdicts[mismatch].contributor is None
     prs = {p.id: p for p in LocalForge.for_ledger(net.clone("obs")).list()}
     assert prs[mismatch].contributor is None and prs[later].contributor == "alice"
-    from woolf.scoring.history import verdict_history
+    from woolf.ledger.verdicts import verdict_history
 
     rated = {r.id for r in verdict_history(val) if r.rated and r.contributor == "alice"}
     assert honest in rated and later not in rated and mismatch not in rated

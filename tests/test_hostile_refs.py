@@ -11,11 +11,17 @@ import json
 import os
 import subprocess
 
-from woolf import layout
-from woolf.audit import audit
-from woolf.core.trailers import float_field, format_message, int_field, json_field, parse_message
+from woolf.audit.recompute import audit
 from woolf.forges.local import LocalForge
-from woolf.quorum.votes import read_votes
+from woolf.protocol import layout
+from woolf.protocol.trailers import (
+    float_field,
+    format_message,
+    int_field,
+    json_field,
+    parse_message,
+)
+from woolf.protocol.votes import read_votes
 from woolf.validator import Validator
 
 from .conftest import git, run_cli

@@ -6,9 +6,9 @@ from __future__ import annotations
 import subprocess
 import time
 
-from woolf.storage.git import clean_env
-from woolf.tasks.lifecycle import _new_id, list_tasks, reserve
-from woolf.tasks.records import TaskRecord, task_ref
+from woolf.git.repo import clean_env
+from woolf.ledger.tasks import _new_id, list_tasks, reserve
+from woolf.protocol.tasks import TaskRecord, task_ref
 
 
 def _push_record(led, shard: str, lease: float, ahead: int = 0, who: str = "mallory"):

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 
-from woolf import layout
-from woolf.core.trailers import format_message
 from woolf.forges.local import LocalForge
-from woolf.tasks.lifecycle import _new_id
-from woolf.tasks.records import TaskRecord, read_tasks, task_ref
+from woolf.ledger.tasks import _new_id
+from woolf.protocol import layout
+from woolf.protocol.tasks import TaskRecord, read_tasks, task_ref
+from woolf.protocol.trailers import format_message
 
 from .conftest import run_cli
 from .crafting import craft_pr, push, refused

@@ -15,8 +15,8 @@ from safetensors.torch import save_file
 from woolf.core import npdelta
 from woolf.core.finite import first_nonfinite, scan
 from woolf.core.merge import compute_delta
-from woolf.storage.stwrite import sha256_of, write_hashed
 from woolf.storage.weights import TRUSTED_LIMITS, load_checked, load_trusted, spec_of, to_torch
+from woolf.storage.writer import sha256_of, write_hashed
 
 from .conftest import run_cli
 

@@ -8,7 +8,6 @@ import shutil
 import pytest
 from safetensors.torch import save_file
 
-from woolf import layout
 from woolf.cli.main import main
 from woolf.errors import (
     IntegrityError,
@@ -17,7 +16,8 @@ from woolf.errors import (
     UnknownVersionError,
     UsageError,
 )
-from woolf.ledger import Ledger
+from woolf.ledger.ledger import Ledger
+from woolf.protocol import layout
 from woolf.storage.files import sha256_file
 
 from .conftest import SMALL, git

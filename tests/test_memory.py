@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from woolf.forges.local import LocalForge
-from woolf.ledger import Ledger
+from woolf.ledger.ledger import Ledger
 
 from .conftest import Network, git
 from .crafting import craft_pr
@@ -31,7 +31,7 @@ MODEL = N_PARAMS * 4
 PROBE = r"""
 import json, sys
 import safetensors.torch  # noqa: F401 - imported before the baseline, as the interpreter's share
-from woolf.ledger import Ledger
+from woolf.ledger.ledger import Ledger
 from woolf.validator import Validator
 def rss():  # VmHWM: this process's peak RSS (ru_maxrss would include the parent's, kept across fork+exec)
     with open("/proc/self/status") as fh:

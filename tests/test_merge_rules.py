@@ -7,9 +7,9 @@ import hashlib
 import pytest
 import torch
 
-from woolf import layout
-from woolf.audit import audit
+from woolf.audit.recompute import audit
 from woolf.errors import IntegrityError
+from woolf.protocol import layout
 from woolf.validator import Validator
 
 from .conftest import git
@@ -139,7 +139,7 @@ def test_best_version_gate_refuses_cumulative_regression(make_net, gate):
 def test_rule_switched_mid_history_applies_from_the_next_version_and_audits_clean(make_net):
     """attenuated -> fedbuff (one delta left in its buffer) -> delayed_nesterov: every version is
     recomputed under the rule it recorded; the pending FedBuff delta is applied, not lost."""
-    from woolf.signing.change import set_config
+    from woolf.ledger.change import set_config
 
     net = make_net(**{"policy.min_improvement": "-10"})
     val = net.clone("val")

@@ -1,4 +1,4 @@
-"""Merge rules with state (woolf/core/outer.py) and their state file: arithmetic and rejections."""
+"""Merge rules with state (woolf/core/merge_rules.py) and their state file: arithmetic and rejections."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from woolf.config import LimitsConfig, MergeConfig, parse_config
 from woolf.core.merge import apply_delta, merge_scale
-from woolf.core.outer import OuterState, Rule, carry_over, f32, merge_step, zero_state
+from woolf.core.merge_rules import OuterState, Rule, carry_over, f32, merge_step, zero_state
 from woolf.errors import ConfigError, IntegrityError
+from woolf.protocol.config import LimitsConfig, MergeConfig, parse_config
 from woolf.storage.outer_state import load_state, save_state, state_bytes
 from woolf.storage.weights import spec_of
 

@@ -6,16 +6,16 @@ import json
 
 import pytest
 
-from woolf.audit import audit
-from woolf.core.quorum import Ballot, tally
-from woolf.core.trailers import format_message, parse_message
+from woolf.audit.recompute import audit
+from woolf.demo.dishonest import DishonestValidator
 from woolf.errors import IntegrityError
 from woolf.forges.local import LocalForge
-from woolf.quorum.check import version_quorum_problem
-from woolf.quorum.dishonest import DishonestValidator
-from woolf.quorum.votes import read_votes, vote_ref
-from woolf.signing.authority import signers_text
-from woolf.signing.change import set_signer
+from woolf.ledger.change import set_signer
+from woolf.protocol.rules.main import signers_text
+from woolf.protocol.rules.quorum import version_quorum_problem
+from woolf.protocol.tally import Ballot, tally
+from woolf.protocol.trailers import format_message, parse_message
+from woolf.protocol.votes import read_votes, vote_ref
 from woolf.validator import Validator
 
 from .conftest import run_cli
@@ -46,7 +46,7 @@ def test_tally_agreement_arithmetic():
 def test_named_votes_are_bounded():
     """Woolf-Votes is attacker-writable wherever a verdict is read: nesting, length and shape are refused
     with a reason (a deeply nested list raised RecursionError out of json.loads before)."""
-    from woolf.quorum.check import named_votes
+    from woolf.protocol.rules.quorum import named_votes
 
     sha = "a" * 40
     assert named_votes({}) == (None, None)
@@ -190,8 +190,8 @@ def test_bad_votes_are_ignored_with_a_reason_and_block_nothing(make_net):
 
 
 def test_a_candidate_dropped_from_memory_is_made_again_when_its_quorum_arrives(make_net, monkeypatch):
-    import woolf.quorum.voter as voter
-    from woolf.quorum.votes import push_vote
+    import woolf.validator.quorum as voter
+    from woolf.protocol.votes import push_vote
     from woolf.timing import Timer
 
     monkeypatch.setattr(voter, "KEEP_STEPS", 0)
@@ -213,7 +213,7 @@ def test_a_candidate_dropped_from_memory_is_made_again_when_its_quorum_arrives(m
 
 def test_an_unreadable_config_fails_closed(network):
     """Its quorum unknown, nothing resting on it passes: defaults (quorum 1) never stand in."""
-    from woolf.quorum.check import rejection_quorum_problem
+    from woolf.protocol.rules.quorum import rejection_quorum_problem
 
     git = network.work.git
     empty_tree = git.out("hash-object", "-t", "tree", "-w", "/dev/null")

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from woolf import layout
-from woolf.audit import audit
+from woolf.audit.recompute import audit
 from woolf.forges.local import LocalForge
+from woolf.protocol import layout
 
 from .conftest import git
 from .crafting import craft_pr

@@ -9,8 +9,8 @@ import pytest
 from woolf.core.fairness import canonical
 from woolf.core.ratings import rate
 from woolf.core.scores import rank_score
-from woolf.scoring.board import credit, leaderboard
-from woolf.scoring.history import Record
+from woolf.ledger.verdicts import Record
+from woolf.report.board import credit, leaderboard
 from woolf.validator import Validator
 
 from .conftest import run_cli
@@ -80,7 +80,7 @@ def test_leaderboard_and_credit_commands_on_a_real_ledger(network):
     assert out.returncode == 0 and data["versions"] == 2 and {r["contributor"] for r in data["rows"]} == {"alice", "bob"}
     human = run_cli("credit", cwd=val.root)
     assert human.returncode == 0 and "alice" in human.stdout and "total loss improvement" in human.stdout
-    from woolf.report import build_report
+    from woolf.report.build import build_report
 
     paths = build_report(val, val.root / "report")
     page = paths["html"].read_text()
@@ -89,8 +89,8 @@ def test_leaderboard_and_credit_commands_on_a_real_ledger(network):
 
 
 def test_demo_summary_names_what_each_contributor_got():
-    from woolf.cli.network_cmds import outcome_lines
-    from woolf.network.demo import DemoResult
+    from woolf.cli.demo_cmds import outcome_lines
+    from woolf.demo.run import DemoResult
 
     r = DemoResult("d", 2, 1, 1, 5, adversaries=["noise"], honest_above_adversaries=True, outcomes={
         "p1": {"merged": 3, "rejected": 1, "marked": 0, "rating": 4.2, "adversary": False},

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from tests.conftest import run_cli
-from woolf.audit import audit
-from woolf.retention.gc import collect, survey
+from woolf.audit.recompute import audit
+from woolf.ledger.retention.gc import collect, survey
 from woolf.validator import Validator
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from woolf import layout
+from woolf.protocol import layout
 from woolf.storage.files import sha256_file
 
 from .conftest import SMALL, git
@@ -51,7 +51,7 @@ def s3_server(monkeypatch):
 
 
 def test_s3_round_trip(s3_server, tmp_path):
-    from woolf.ledger import Ledger
+    from woolf.ledger.ledger import Ledger
 
     work = Ledger.init(tmp_path / "work", storage="s3://woolf/ledgers/demo", overrides=SMALL)
     keys = [o["Key"] for o in boto3.client("s3", endpoint_url=s3_server)

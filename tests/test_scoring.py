@@ -11,13 +11,13 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from woolf import layout
-from woolf.audit import audit
+from woolf.audit.recompute import audit
 from woolf.core.merge import compute_delta
 from woolf.forges.local import LocalForge
-from woolf.scoring.history import merged_records, rejected_records, verdict_history
-from woolf.scoring.score import random_name
+from woolf.ledger.verdicts import merged_records, rejected_records, verdict_history
+from woolf.protocol import layout
 from woolf.validator import Validator
+from woolf.validator.score import random_name
 
 from .crafting import craft_pr
 
@@ -188,7 +188,7 @@ def test_norm_guard_median(make_net, action):
     assert abs(v.delta_norm - 5 * median) < 1e-3 * median
     assert audit(val).ok
     # storage that grows by deltas: a clipped merge is rebuilt as the validator clipped it
-    from woolf.retention.gc import collect
+    from woolf.ledger.retention.gc import collect
 
     craft_pr(val, tensors=_noise(val, scale=0.003, seed=9), who="p9")
     assert all(x.accepted for x in _validate(val).values())

@@ -9,17 +9,17 @@ import subprocess
 import pytest
 import torch
 
-from woolf import layout
-from woolf.audit import audit
+from woolf.audit.recompute import audit
 from woolf.cli.main import main
-from woolf.config import WorkloadConfig
-from woolf.contribute import train
-from woolf.core.trailers import format_message
 from woolf.errors import ConfigError, ForgeError, UsageError
 from woolf.forges.local import LocalForge
-from woolf.signing.keys import configure
-from woolf.signing.signers import Signers, signer_line
-from woolf.storage.git import Git, clean_env
+from woolf.git.keys import configure
+from woolf.git.repo import Git, clean_env
+from woolf.participant.contribute import train
+from woolf.protocol import layout
+from woolf.protocol.config import WorkloadConfig
+from woolf.protocol.signers import Signers, signer_line
+from woolf.protocol.trailers import format_message
 from woolf.workloads.base import load_workload
 
 from .conftest import SMALL, key_for

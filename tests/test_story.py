@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from woolf.forges.base import PullRequest
-from woolf.network.story import (
+from woolf.protocol.versions import Version
+from woolf.report.story import (
     activity,
     facts_sentence,
     rejection_kind,
     rejection_kinds,
     version_facts,
 )
-from woolf.versions import Version
 
 
 def _v(n, loss):

@@ -9,10 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save
 
-from woolf import layout
-from woolf.audit import audit
+from woolf.audit.recompute import audit
 from woolf.forges.local import LocalForge
-from woolf.ledger import Ledger
+from woolf.ledger.ledger import Ledger
+from woolf.protocol import layout
 from woolf.storage.files import sha256_file
 from woolf.validator import Validator
 

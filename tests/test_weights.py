@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from woolf.config import LimitsConfig
 from woolf.errors import InvalidWeightsError
+from woolf.protocol.config import LimitsConfig
 from woolf.storage.weights import load_checked, read_spec, save_atomic, spec_of
 
 LIMITS = LimitsConfig()

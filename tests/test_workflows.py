@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from woolf.ledger import Ledger
+from woolf.ledger.ledger import Ledger
 
 from .conftest import SMALL
 

@@ -7,9 +7,8 @@ Usage:
         print(v.version, v.metrics_after)
 """
 
+from woolf._version import __version__
 from woolf.errors import WoolfError
-
-__version__ = "0.1.0"
 
 __all__ = ["Ledger", "WoolfError", "__version__"]
 
@@ -17,7 +16,7 @@ __all__ = ["Ledger", "WoolfError", "__version__"]
 def __getattr__(name):
     # Lazy import: `import woolf` stays cheap (no torch, no dvc) for the CLI's --help.
     if name == "Ledger":
-        from woolf.ledger import Ledger
+        from woolf.ledger.ledger import Ledger
 
         return Ledger
     raise AttributeError(name)

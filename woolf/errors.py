@@ -69,3 +69,7 @@ class RaceLostError(WoolfError):
     """Another writer moved a ref first; the caller re-fetches and retries."""
 
     exit_code = 8
+
+
+class Rejected(WoolfError):
+    """A PR fails a check; the message is the verdict's reason (the validator turns it into one)."""

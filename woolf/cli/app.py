@@ -32,8 +32,8 @@ class App:
     err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
 
     def ledger(self):
-        from woolf import layout
-        from woolf.ledger import Ledger
+        from woolf.ledger.ledger import Ledger
+        from woolf.protocol import layout
 
         led = Ledger.open(self.cwd)
         local = led.root / layout.CONFIG

@@ -53,7 +53,7 @@ class StepsType(click.ParamType):
 def train(app: App, steps, fresh, data, device, seed, offline, take, contributor, as_json):
     """Pull the newest version and train from it; keeps the result in .woolf/work."""
     from woolf import interrupts
-    from woolf.contribute import train as do_train
+    from woolf.participant.contribute import train as do_train
 
     ledger = app.ledger()
     with Progress(TextColumn("training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -119,7 +119,7 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, contributor
 def submit(app: App, weights, base_version, message, delta_url_base, delta_remote, error_feedback, compress,
            contributor, forge, as_json):
     """Open a pull request carrying trained - base."""
-    from woolf.contribute import submit as do_submit
+    from woolf.participant.contribute import submit as do_submit
 
     result = do_submit(app.ledger(), weights=weights, message=message, contributor=contributor,
                        base_version=base_version, forge=forge, delta_url_base=delta_url_base,
@@ -193,7 +193,7 @@ def pr_show(app: App, sub_id, forge, as_json):
 def pr_close(app: App, sub_id, force, contributor, forge, as_json):
     """Withdraw your pull request (its contributor's only; --force for another's)."""
     from woolf.forges.github import forge_for
-    from woolf.identity import contributor_id
+    from woolf.protocol.contributor import contributor_id
 
     ledger = app.ledger()
     who = contributor_id(contributor, ledger.git)

@@ -74,7 +74,7 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
          unsigned, as_json):
     """Create a new ledger at PATH with version 0, signed with --key."""
     from woolf.errors import UsageError
-    from woolf.ledger import Ledger
+    from woolf.ledger.ledger import Ledger
 
     if unsigned and (signing_key or extra):
         raise UsageError("--unsigned and --key/--add-signer exclude each other")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from woolf import __version__
+from woolf._version import __version__
 from woolf.cli.app import App
 from woolf.errors import WoolfError
 
@@ -49,18 +49,18 @@ def cli(ctx: click.Context, directory: Path) -> None:
 
 def _register() -> None:
     from woolf.cli import (
-        authority_cmds,
         contrib_cmds,
+        demo_cmds,
         history_cmds,
         ledger_cmds,
-        network_cmds,
+        maintainer_cmds,
         quorum_cmds,
         score_cmds,
         storage_cmds,
         validate_cmds,
     )
 
-    for module in (ledger_cmds, contrib_cmds, validate_cmds, network_cmds, authority_cmds, history_cmds,
+    for module in (ledger_cmds, contrib_cmds, validate_cmds, demo_cmds, maintainer_cmds, history_cmds,
                    storage_cmds, quorum_cmds, score_cmds):
         for command in module.COMMANDS:
             cli.add_command(command)

@@ -65,9 +65,9 @@ def validate(app: App, ids, all_, watch, interval, name, evaluate_out, apply_fil
 def _ci_step(app: App, validator, ids, evaluate_out, apply_file, as_json) -> None:
     import json
 
-    from woolf.ci_steps import apply_record, evaluate_pr
     from woolf.errors import UsageError
     from woolf.storage.files import write_bytes_atomic
+    from woolf.validator.ci import apply_record, evaluate_pr
 
     if evaluate_out:
         if len(ids) != 1 or apply_file:
@@ -96,7 +96,7 @@ def _ci_step(app: App, validator, ids, evaluate_out, apply_file, as_json) -> Non
 @pass_app
 def audit(app: App, reevaluate, as_json):
     """Recompute every merge, check every signature and verdict; exit 5 on any problem."""
-    from woolf.audit import audit as do_audit
+    from woolf.audit.recompute import audit as do_audit
     from woolf.errors import IntegrityError
 
     report = do_audit(app.ledger(), reevaluate=reevaluate)

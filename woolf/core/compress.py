@@ -29,7 +29,7 @@ import math
 
 import torch
 
-from woolf.core.compress_spec import (  # noqa: F401 - re-exported: the spec is torch-free for the hub's hook
+from woolf.protocol.compress_spec import (  # noqa: F401 - re-exported: the spec is torch-free for the hub's hook
     BITS,
     DEFAULT_CHUNK,
     KINDS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from woolf.config import PolicyConfig
+from woolf.protocol.config import PolicyConfig
 
 
 @dataclass(frozen=True)

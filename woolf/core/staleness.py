@@ -6,7 +6,7 @@ Usage:
 
 from __future__ import annotations
 
-from woolf.config import StalenessConfig
+from woolf.protocol.config import StalenessConfig
 
 
 def attenuation(cfg: StalenessConfig, staleness: int) -> float:

@@ -88,7 +88,7 @@ def claimed_contributor(sub_id: str, claim) -> str | None:
     """The contributor a PR is counted, queued, listed and rated as: the name in submission.json only
     when its id names the same one (a mismatch is rejected by the validator and charged to nobody,
     so junk that claims someone else's name costs her neither a queue slot nor a rating)."""
-    from woolf import layout
+    from woolf.protocol import layout
 
     if not isinstance(claim, str) or not layout.SUBMISSION_ID.match(sub_id):
         return None
@@ -108,9 +108,9 @@ def fill_from_submission(git, pr: PullRequest) -> PullRequest:
     The blob's size is checked before it is read, and what it parses to is kept
     per blob id, so a 300 MB submission.json costs one `cat-file -s` per listing.
     """
-    from woolf import layout
-    from woolf.admission import META_MAX_BYTES, META_MAX_DEPTH
-    from woolf.storage.safejson import loads_untrusted
+    from woolf.protocol import layout
+    from woolf.protocol.layout import META_MAX_BYTES, META_MAX_DEPTH
+    from woolf.protocol.safejson import loads_untrusted
 
     info = git.object_info(f"{pr.head}:{layout.submission_paths(pr.id)[2]}")
     if info is None or info[1] != "blob":

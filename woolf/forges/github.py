@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 import re
 
-from woolf import layout
 from woolf.errors import ForgeError, RaceLostError, UsageError
 from woolf.forges.base import Forge, PullRequest, fill_from_submission
+from woolf.protocol import layout
 
 BRANCH_PREFIX = "woolf/"
 LOCAL_PREFIX = "refs/woolf/gh"
@@ -229,7 +229,7 @@ class GitHubForge(Forge):
 
 
 def _trailers(message: str) -> tuple[str, dict]:
-    from woolf.core.trailers import parse_message
+    from woolf.protocol.trailers import parse_message
 
     subject, raw = parse_message(message)
     fields: dict = {}

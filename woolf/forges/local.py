@@ -25,11 +25,17 @@ from __future__ import annotations
 
 import logging
 
-from woolf import layout
-from woolf.core.trailers import float_field, format_message, int_field, json_field, parse_message
 from woolf.errors import ForgeError, RaceLostError, UsageError
 from woolf.forges.base import Forge, PullRequest, fill_from_submission
-from woolf.storage.git import Git
+from woolf.git.repo import Git
+from woolf.protocol import layout
+from woolf.protocol.trailers import (
+    float_field,
+    format_message,
+    int_field,
+    json_field,
+    parse_message,
+)
 
 log = logging.getLogger("woolf.forge")
 _KINDS = ("head", "verdict", "comments")
@@ -142,7 +148,7 @@ class LocalForge(Forge):
         for ref, target in sorted(refs.items()):
             parts = ref[len(layout.PR_PREFIX) + 1:].split("/")
             if len(parts) == 3 and parts[1] == "votes":
-                continue  # a validator's vote (woolf/quorum/votes.py): read by the quorum, not a PR's state
+                continue  # a validator's vote (woolf/protocol/votes.py): read by the quorum, not a PR's state
             if len(parts) != 2 or not layout.SUBMISSION_ID.match(parts[0]) or parts[1] not in _KINDS:
                 self.skipped.append((ref, "not refs/woolf/pr/<submission id>/{head,verdict,comments}"))
                 continue

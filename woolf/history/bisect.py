@@ -22,11 +22,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from woolf import layout
 from woolf.core.bisect import first_bad, max_probes
 from woolf.errors import UsageError, WoolfError
 from woolf.history.diff import _entry
 from woolf.history.evaluate import Evaluator
+from woolf.protocol import layout
 
 
 class BisectError(WoolfError):

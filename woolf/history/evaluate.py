@@ -22,12 +22,12 @@ import stat
 import time
 from pathlib import Path
 
-from woolf import layout
-from woolf.config import parse_config
 from woolf.errors import ConfigError, UsageError
+from woolf.protocol import layout
+from woolf.protocol.config import parse_config
+from woolf.protocol.safejson import loads_untrusted
+from woolf.protocol.versions import Version
 from woolf.storage.files import write_bytes_atomic
-from woolf.storage.safejson import loads_untrusted
-from woolf.versions import Version
 
 MAX_BENCHMARK_BYTES = 256 * 1024 * 1024
 MIN_BENCHMARK_BYTES = 256

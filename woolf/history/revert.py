@@ -7,7 +7,7 @@ Usage:
 The delta is parent(V) − V per tensor (float32 arithmetic, in the model's
 dtype): the weights change version V made, whatever rule and attenuation made
 it. It is submitted on origin's newest version through the ordinary submit
-path (woolf/contribute.py::submit_delta) with ``reverts`` in submission.json
+path (woolf/participant/contribute.py::submit_delta) with ``reverts`` in submission.json
 and a ``Woolf-Reverts`` trailer; validators check staleness, the gate and
 the rest as for any PR, and a merge of it carries ``Woolf-Reverts: V``. On the
 newest version under the `attenuated` rule with alpha 1, the merge gives V's
@@ -17,11 +17,11 @@ exact, and `woolf diff NEW PARENT` says how far it is.
 
 from __future__ import annotations
 
-from woolf.contribute import submit_delta
 from woolf.core.merge import compute_delta
 from woolf.errors import UsageError
 from woolf.forges.github import forge_for
-from woolf.identity import contributor_id
+from woolf.participant.contribute import submit_delta
+from woolf.protocol.contributor import contributor_id
 from woolf.timing import Timer
 
 ORIGIN_MAIN = "refs/remotes/origin/main"

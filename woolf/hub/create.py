@@ -18,10 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from woolf import layout
 from woolf.errors import UsageError
-from woolf.signing.authority import signers_text
-from woolf.storage.git import Git, clean_env
+from woolf.git.repo import Git, clean_env
+from woolf.protocol import layout
+from woolf.protocol.rules.main import signers_text
 
 HOOK = """#!/bin/sh
 # Installed by `woolf hub init`: refuses pushes that break the ledger's ref rules

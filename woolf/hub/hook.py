@@ -13,8 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from woolf.hub.rules import check_push
-from woolf.storage.git import Git
+from woolf.git.repo import Git
+from woolf.protocol.rules.push import check_push
 
 _KEEP = ("GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_QUARANTINE_PATH")
 

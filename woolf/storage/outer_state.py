@@ -20,7 +20,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
-from woolf.core.outer import OuterState, Rule
+from woolf.core.merge_rules import OuterState, Rule
 from woolf.errors import IntegrityError
 from woolf.storage.files import write_bytes_atomic
 from woolf.storage.weights import Spec, check_finite, read_spec

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from woolf.config import LimitsConfig
-from woolf.core.compress_spec import CompressSpec, spec_from_declared
 from woolf.errors import InvalidWeightsError
+from woolf.protocol.compress_spec import CompressSpec, spec_from_declared
+from woolf.protocol.config import LimitsConfig
 from woolf.storage.weights import compare_spec, load_checked, read_spec, save_atomic, torch_dtypes
 
 HEADER_SLACK = 4096  # a top-k file's header (three entries) is ~200 bytes

@@ -7,7 +7,7 @@ Usage:
     save_atomic(tensors, out_path)                 # temp file + fsync + rename
 
 Weights are never read with pickle or torch.load; the header is checked by
-hand first (woolf/storage/stheader.py).
+hand first (woolf/storage/header.py).
 torch is imported only when torch tensors are asked for: a command that only
 moves, hashes or subtracts float32 weights (`woolf submit`) reads numpy arrays.
 """
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from woolf.config import LimitsConfig
 from woolf.core.npdelta import all_float32
 from woolf.errors import InvalidWeightsError
-from woolf.storage.stheader import Spec, read_spec  # noqa: F401 - re-exported
-from woolf.storage.stheader import header as _header
+from woolf.protocol.config import LimitsConfig
+from woolf.storage.header import Spec, read_spec  # noqa: F401 - re-exported
+from woolf.storage.header import header as _header
 
 CHUNK = 16 << 20  # bytes read between two hash updates when the reader hashes as it loads
 _NUMPY_DTYPES = {
@@ -197,7 +197,7 @@ def save_atomic(tensors: dict, path: Path, metadata: dict | None = None,
 
     ``durable=False`` skips the fsync for files that are hashed and uploaded right
     away (a torn file after a power cut fails its hash and is fetched again).
-    ``hashed=True`` hashes the bytes while writing them (woolf/storage/stwrite.py,
+    ``hashed=True`` hashes the bytes while writing them (woolf/storage/writer.py,
     the same bytes as safetensors' own writer) and returns (md5, sha256): no re-read.
     """
     path = Path(path)
@@ -207,7 +207,7 @@ def save_atomic(tensors: dict, path: Path, metadata: dict | None = None,
     digests = None
     try:
         if hashed:
-            from woolf.storage.stwrite import write_hashed
+            from woolf.storage.writer import write_hashed
 
             digests = write_hashed(tensors, Path(tmp), metadata=metadata)
         elif tensors and all(isinstance(v, np.ndarray) for v in tensors.values()):

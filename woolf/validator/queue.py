@@ -25,9 +25,9 @@ from woolf.errors import (
 from woolf.forges.base import PullRequest
 from woolf.forges.github import forge_for
 from woolf.forges.local import LocalForge
-from woolf.quorum.voter import QuorumStep
-from woolf.signing.trust import require_validator, require_validator_key
+from woolf.ledger.trust import require_validator, require_validator_key
 from woolf.timing import Timer
+from woolf.validator.quorum import QuorumStep
 from woolf.validator.step import MergeStep
 from woolf.validator.verdict import Verdict
 from woolf.workloads.base import resolve_device
@@ -150,7 +150,7 @@ class Validator(QuorumStep, MergeStep):
         IntegrityError) ends the pass, since every PR would fail alike; `watch` retries it.
         """
         if self.ledger.config.validators.quorum > 1:
-            return self.vote_one(sub_id)  # k signed votes must agree (woolf/quorum/voter.py)
+            return self.vote_one(sub_id)  # k signed votes must agree (woolf/validator/quorum.py)
         pr, timer = None, Timer()
         try:
             for _ in range(MAX_RACES):

@@ -12,34 +12,29 @@ import math
 
 import torch
 
-from woolf import layout
-from woolf.admission import Admitted, Rejected, admit
-from woolf.core.outer import Rule, Step, merge_step
+from woolf.core.merge_rules import Rule, Step, merge_step
 from woolf.core.policy import decide
 from woolf.core.scores import norm
 from woolf.core.staleness import attenuation
-from woolf.core.trailers import format_message
 from woolf.errors import (
     IntegrityError,
     InvalidWeightsError,
+    Rejected,
     StorageError,
 )
-from woolf.scoring import (
-    check_queue,
-    judge,
-    judge_scores,
-    score_delta,
-    screen_delta,
-    verdict_fields,
-)
-from woolf.scoring.hidden import gate_benchmark
-from woolf.signing.submitter import check_submitter
+from woolf.ledger.benchmark import gate_benchmark
+from woolf.protocol import layout
+from woolf.protocol.rules.submitter import check_submitter
+from woolf.protocol.trailers import format_message
 from woolf.storage.files import hashes_of_file
 from woolf.storage.outer_state import load_state, save_state
 from woolf.storage.pointer import Pointer
 from woolf.storage.sparse import load_delta, size_bound
 from woolf.storage.weights import check_finite, save_atomic, spec_of
 from woolf.timing import Timer
+from woolf.validator.admission import Admitted, admit
+from woolf.validator.score import judge, judge_scores, score_delta, verdict_fields
+from woolf.validator.screen import check_queue, screen_delta
 from woolf.validator.verdict import Verdict, _failpoint
 from woolf.workloads.base import describe_device
 
@@ -230,7 +225,7 @@ class MergeStep:
         """Upload the candidate (and outer state), then one atomic push of the version and the verdict.
 
         ``extra``: more trailers (the quorum's `Woolf-Votes`); ``also``: more ref updates in the
-        same push (the quorum's last vote; woolf/quorum/voter.py)."""
+        same push (the quorum's last vote; woolf/validator/quorum.py)."""
         cfg = self.ledger.config
         rule = Rule.from_config(cfg.merge)
         work = self.ledger.root / layout.WORK / "validator"

@@ -25,8 +25,8 @@ from typing import Protocol
 
 import torch
 
-from woolf.config import WorkloadConfig
 from woolf.errors import ConfigError
+from woolf.protocol.config import WorkloadConfig
 
 Progress = Callable[[int, int, float], None]  # (step, total, loss)
 
@@ -136,7 +136,7 @@ def describe_device(device: str) -> str:
 def apply_follow(model: torch.nn.Module, follow, follow_every: int, step: int, steps: int) -> None:
     """Every ``follow_every`` steps (not after the last), move the model by what main moved.
 
-    ``follow()`` (woolf/follow.py) returns ``{name: new version - old base}`` or None.
+    ``follow()`` (woolf/participant/follow.py) returns ``{name: new version - old base}`` or None.
     """
     if follow is None or not follow_every or step % follow_every or step >= steps:
         return

@@ -107,7 +107,7 @@ class CharLM(TextCorpus):
               follow=None, follow_every: int = 0):
         """``steps`` AdamW steps from ``weights``; with ``state_dir``, the optimizer's moments and
         step count carry over between calls (DiLoCo: new weights, same moments). With ``follow``
-        (woolf/follow.py), every ``follow_every`` steps the local weights move by whatever the
+        (woolf/participant/follow.py), every ``follow_every`` steps the local weights move by whatever the
         ledger's main moved since (``follow()`` returns that shift, or None)."""
         gen = torch.Generator().manual_seed(seed)
         batches = self._batches(data, gen)

@@ -1,0 +1,153 @@
+"""Commands that run a whole network or describe one: demo, report.
+
+Usage:
+    woolf demo --quick; woolf report --out report/
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from woolf.cli.app import App, json_option, pass_app
+
+
+@click.command()
+@click.option("--participants", type=click.IntRange(min=1), help="Participant processes [default: 3; --quick 2].")
+@click.option("--rounds", type=click.IntRange(min=1), help="Contributions per participant [default: 8; --quick 4].")
+@click.option("--validators", type=click.IntRange(min=1), help="Validator processes [default: 2; --quick 1].")
+@click.option("--steps", type=click.IntRange(min=1), help="Training steps per contribution [default: 30; --quick 15].")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default="woolf-demo",
+              show_default=True, help="Where the hub is built (an earlier demo hub there is replaced).")
+@click.option("--quick", is_flag=True, help="Smaller run: 2 participants x 4 rounds x 15 steps, 1 validator.")
+@click.option("--quorum", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Validators whose signed votes must agree before a PR settles (validators.quorum).")
+@click.option("--dishonest-validator", "dishonest", is_flag=True,
+              help="The last validator votes to accept everything with invented metrics.")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="Set a key of the demo ledger's config, as `woolf init --set` (e.g. merge.rule=fedbuff).")
+@click.option("--adversaries", default="", metavar="KIND,...",
+              help="Add cheating participants: free-rider, copycat, overfitter, noise, flooder (comma-separated).")
+@json_option
+@pass_app
+def demo(app: App, participants, rounds, validators, steps, directory, quick, quorum, dishonest, settings,
+         adversaries, as_json):
+    """Run a whole decentralized training network on this machine."""
+    from woolf.demo.run import run_demo
+
+    def pick(value, full, small):
+        return value if value is not None else (small if quick else full)
+
+    # small contributions merge far more often than large ones (benchmarks/RESULTS.md §4)
+    participants, rounds, validators = pick(participants, 3, 2), pick(rounds, 8, 4), pick(validators, 2, 1)
+    overrides = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
+        overrides[key.strip()] = value.strip()
+    r = run_demo(app.cwd / directory, participants=participants, rounds=rounds, validators=validators,
+                 steps=steps, quick=quick, console=app.err if as_json else app.console, settings=overrides,
+                 quorum=quorum, dishonest=dishonest,
+                 adversaries=[a.strip() for a in adversaries.split(",") if a.strip()])
+    if as_json:
+        app.emit_json(r.to_json())
+        if r.interrupted:
+            click.get_current_context().exit(130)
+        return
+    c = app.console
+    c.rule("summary" + (" (INTERRUPTED)" if r.interrupted else ""))
+    c.print(f"versions merged: {r.versions_merged}   PRs rejected: {r.prs_rejected}")
+    for kind, n in r.rejections.items():
+        c.print(f"  rejected x{n}: {kind}")
+    c.print(f"benchmark loss (nats/byte, lower is better): genesis {r.genesis_loss:.4f} -> "
+            f"final {r.final_loss:.4f}")
+    if r.best_version is not None:
+        from woolf.report.story import facts_sentence
+
+        c.print("  " + facts_sentence({"best_version": r.best_version, "best_loss": r.best_loss,
+                                       "final_version": r.final_version, "final_loss": r.final_loss,
+                                       "merges": r.versions_merged, "regressing_merges": r.regressing_merges}))
+    if r.activity:
+        c.print("per participant: " + "   ".join(
+            f"{who} {a['merged']} merged / {a['rejected']} rejected" for who, a in r.activity.items()))
+    if r.quorum > 1 or r.dishonest:
+        c.print(f"quorum {r.quorum}: merges resting on fewer than {r.quorum} honest votes: "
+                f"{r.merges_without_honest_quorum}; flagged by `woolf validators`: {', '.join(r.flagged) or 'none'}"
+                + (f" (dishonest: {r.dishonest})" if r.dishonest else ""))
+    for line in comparison_lines(r):
+        c.print(line)
+    for line in outcome_lines(r):
+        c.print(line)
+    c.print(f"wall time: {r.wall_seconds:.1f}s: the network {r.network_seconds:.0f}s, then the reference "
+            f"runs {r.reference_seconds:.0f}s   hub: {r.dir}")
+    if r.report:
+        c.print(f"report: {r.report}")
+    import shutil
+    import sys
+
+    woolf_cmd = "woolf" if shutil.which("woolf") else f"{sys.executable} -m woolf"
+    c.print(f"try: git clone {r.dir}/hub.git mine && cd mine && {woolf_cmd} log")
+    if r.interrupted:
+        click.get_current_context().exit(130)  # like any interrupted command
+
+
+def outcome_lines(r) -> list[str]:
+    """What each contributor got (merged / rejected / marked, rating), honest ones first."""
+    if not r.outcomes:
+        return []
+    out = ["contributors (rating = OpenSkill ordinal; `woolf leaderboard` in the hub):"]
+    for who, o in sorted(r.outcomes.items(), key=lambda kv: (kv[1]["adversary"], -(kv[1]["rating"] or -1e9))):
+        tag = "adversary" if o["adversary"] else "honest"
+        rating = "-" if o["rating"] is None else f"{o['rating']:.2f}"
+        out.append(f"  {who:<12} {tag:<9} merged {o['merged']:>3}  rejected {o['rejected']:>3}  "
+                   f"marked {o['marked']:>3}  rating {rating}")
+    if r.honest_above_adversaries is not None:
+        out.append("every honest participant ranks above every adversary: "
+                   + ("yes" if r.honest_above_adversaries else "NO"))
+    return out
+
+
+def comparison_lines(r) -> list[str]:
+    """The ledger against the reference runs at the same compute, in words."""
+    if r.alone_loss is None:
+        return []
+    per = r.rounds * r.steps
+    rows = [("the ledger (asynchronous, merged by validators)", r.final_loss),
+            (f"each participant alone, {per} steps (best / mean)", None),
+            (f"synchronous data parallel, {r.participants} workers x {per} steps", r.parallel_loss),
+            (f"centralized, one worker, {r.total_steps} steps", r.baseline_loss)]
+    out = ["same compute, benchmark loss:"]
+    for label, value in rows:
+        if value is None and label.startswith("each"):
+            out.append(f"  {label:<58} {r.alone_loss:.4f} / {r.alone_loss_mean:.4f}")
+        elif value is not None:
+            out.append(f"  {label:<58} {value:.4f}")
+    gain = r.alone_loss - r.final_loss
+    if gain > 0:
+        verdict = f"joining paid: the ledger ends {gain:.4f} below the best participant alone"
+        if r.parallel_loss is not None and r.alone_loss > r.parallel_loss:
+            verdict += f" (closing {gain / (r.alone_loss - r.parallel_loss):.0%} of the gap to data parallel)"
+    else:
+        verdict = f"joining did not pay: the ledger ends {-gain:.4f} above the best participant alone"
+    return out + [verdict]
+
+
+@click.command()
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default="report", show_default=True,
+              help="Directory for report.html, report.md and the plots.")
+@json_option
+@pass_app
+def report(app: App, out, as_json):
+    """Write an HTML page, PNG plots and a markdown summary of this ledger."""
+    from woolf.report.build import build_report
+
+    paths = build_report(app.ledger(), app.cwd / out)
+    if as_json:
+        app.emit_json({k: [str(p) for p in v] if isinstance(v, list) else str(v) for k, v in paths.items()})
+        return
+    app.console.print(f"report: {paths['html']}\nsummary: {paths['markdown']}")
+
+
+COMMANDS = [demo, report]

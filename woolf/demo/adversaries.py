@@ -1,0 +1,130 @@
+"""Participants that cheat, for `woolf demo --adversaries ...`: each tries what an attacker would.
+
+Usage:
+    python -m woolf.demo.worker adversary CLONE --name copycat --rounds 8 --steps 30
+
+Kinds (the contributor id is the kind):
+    free-rider   trains on random text (another shard, not the one it was given)
+    copycat      resubmits another participant's open delta, scaled by 0.9 plus noise
+    overfitter   trains on the public benchmark file in git
+    noise        sends random deltas of plausible norm (the median of recent merged deltas)
+    flooder      opens many small PRs (3 steps each) every round
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+KINDS = ("free-rider", "copycat", "overfitter", "noise", "flooder")
+FLOOD = 6  # PRs per flooder round
+
+
+def _event(**kw) -> None:
+    print(json.dumps({"t": round(time.time(), 3), **kw}), flush=True)
+
+
+def _submit(ledger, name: str, base, weights: dict, note: str) -> str:
+    from woolf.participant.contribute import submit
+    from woolf.storage.weights import save_atomic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "w.safetensors"
+        save_atomic(weights, path, durable=False)
+        return submit(ledger, weights=path, base_version=base.version, contributor=name, message=note)["id"]
+
+
+def _head(ledger):
+    ledger.fetch()
+    return ledger.head("refs/remotes/origin/main")
+
+
+def _trained(ledger, wl, base, data, steps: int, seed: int) -> dict:
+    new, _ = wl.train(ledger.load_weights(base), data, steps, seed=seed)
+    return new
+
+
+def _copy(ledger, name: str, rng: random.Random):
+    """(base, weights) of base + 0.9 x another participant's open delta + noise; None when none is open."""
+    from safetensors.torch import load_file
+
+    from woolf.forges.local import LocalForge
+    from woolf.protocol import layout
+
+    prs = [p for p in LocalForge.for_ledger(ledger).list(state="open")
+           if p.contributor not in KINDS and p.base_version is not None]
+    if not prs:
+        return None
+    victim = prs[-1]
+    _, ptr_rel, _ = layout.submission_paths(victim.id)
+    delta = load_file(ledger.store.fetch_object(ledger.pointer(victim.head, ptr_rel)))
+    base = ledger.show(victim.base_version, ref="refs/remotes/origin/main")
+    g = torch.Generator().manual_seed(rng.randrange(2**31))
+    w = ledger.load_weights(base)
+    out = {}
+    for k, d in delta.items():  # noise with a fifth of each tensor's own spread
+        noise = torch.randn(d.shape, generator=g) * float(d.float().std() if d.numel() > 1 else 0) * 0.2
+        out[k] = (w[k].float() + 0.9 * d.float() + noise).to(w[k].dtype)
+    return base, out, victim.id
+
+
+def _noise(ledger, base, rng: random.Random) -> dict:
+    from woolf.core.scores import norm
+    from woolf.ledger.verdicts import merged_records
+
+    norms = sorted(r.delta_norm for r in merged_records(ledger, limit=8, ref="refs/remotes/origin/main")
+                   if r.delta_norm)
+    target = norms[len(norms) // 2] if norms else 1.0
+    g = torch.Generator().manual_seed(rng.randrange(2**31))
+    w = ledger.load_weights(base)
+    d = {k: torch.randn(v.shape, generator=g) for k, v in w.items()}
+    scale = target / max(norm(d), 1e-12)
+    return {k: (w[k].float() + d[k] * scale).to(w[k].dtype) for k in w}
+
+
+def adversary(clone: Path, name: str, rounds: int, steps: int, seed: int, pause: float = 2.0) -> None:
+    from woolf.errors import WoolfError
+    from woolf.ledger.ledger import Ledger
+    from woolf.workloads.base import TrainData
+
+    ledger = Ledger.open(clone)
+    wl = ledger.workload()
+    rng = random.Random(seed)
+    for r in range(rounds):
+        try:
+            base = _head(ledger)
+            if name == "free-rider":
+                data = wl.default_data(f"~other:{name}:{r}", base.version)
+                ids = [_submit(ledger, name, base, _trained(ledger, wl, base, data, steps, seed + r), "my shard")]
+            elif name == "overfitter":
+                data = TrainData([ledger.benchmark("refs/remotes/origin/main")], "benchmark")
+                ids = [_submit(ledger, name, base, _trained(ledger, wl, base, data, steps, seed + r), "my shard")]
+            elif name == "noise":
+                ids = [_submit(ledger, name, base, _noise(ledger, base, rng), "trained hard")]
+            elif name == "flooder":
+                data = wl.default_data(name, base.version)
+                ids = [_submit(ledger, name, base, _trained(ledger, wl, base, data, 3, seed + 100 * r + i),
+                               f"small {i}") for i in range(FLOOD)]
+            elif name == "copycat":
+                got = None
+                for _ in range(20):  # wait for someone's open PR
+                    got = _copy(ledger, name, rng)
+                    if got:
+                        break
+                    time.sleep(0.5)
+                if got is None:
+                    continue
+                base, weights, victim = got
+                ids = [_submit(ledger, name, base, weights, "my own work")]
+                _event(kind="copied", who=name, victim=victim)
+            else:
+                raise SystemExit(f"unknown adversary {name!r}")
+            _event(kind="submitted", who=name, round=r, ids=ids)
+        except WoolfError as exc:
+            _event(kind="error", who=name, round=r, error=exc.message)
+        time.sleep(pause)

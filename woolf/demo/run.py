@@ -1,0 +1,251 @@
+"""`woolf demo`: a decentralized training network as real processes on this machine.
+
+Usage:
+    result = run_demo(Path("woolf-demo"), participants=3, rounds=8, validators=2, console=Console())
+    result.final_loss < result.genesis_loss
+
+Participants loop pull -> train -> submit at different speeds (so PRs go
+stale); validators validate continuously; the hub is a bare git repository and
+a storage directory, left on disk for every other command to use.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from woolf.demo.hub import create_hub
+from woolf.demo.live import render, snapshot
+from woolf.demo.references import reference_losses
+from woolf.errors import UsageError
+from woolf.interrupts import interruptible
+from woolf.ledger.benchmark import ENV as HIDDEN_ENV
+from woolf.ledger.benchmark import gate_benchmark
+from woolf.ledger.ledger import Ledger
+from woolf.report.story import activity, rejection_kinds, version_facts
+
+
+@dataclass
+class DemoResult:
+    dir: str
+    participants: int
+    validators: int
+    rounds: int
+    steps: int
+    versions_merged: int = 0
+    prs_rejected: int = 0
+    rejections: dict = field(default_factory=dict)  # reason -> count
+    genesis_loss: float | None = None
+    final_loss: float | None = None
+    final_version: int | None = None
+    best_version: int | None = None  # the version with the lowest benchmark loss
+    best_loss: float | None = None
+    regressing_merges: int = 0  # merges whose loss is above their parent version's
+    activity: dict = field(default_factory=dict)  # contributor -> {merged, rejected, open, withdrawn}
+    alone_loss: float | None = None  # the best participant training alone, same steps
+    alone_loss_mean: float | None = None
+    alone_losses: dict = field(default_factory=dict)
+    parallel_loss: float | None = None  # synchronous data parallel, same workers and steps
+    baseline_loss: float | None = None  # centralized: one worker, all the steps in sequence
+    total_steps: int = 0
+    network_seconds: float = 0.0  # the network alone, without set-up, references and report
+    reference_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    interrupted: bool = False
+    report: str | None = None
+    quorum: int = 1
+    dishonest: str | None = None  # the validator that votes accept on everything (--dishonest-validator)
+    merges_without_honest_quorum: int = 0  # merged versions resting on fewer than k honest votes (target 0)
+    flagged: list = field(default_factory=list)  # validators `woolf validators` flags
+    adversaries: list = field(default_factory=list)  # kinds of cheating participants (network/adversaries.py)
+    outcomes: dict = field(default_factory=dict)  # contributor -> merged, rejected, marked, rating, adversary
+    honest_above_adversaries: bool | None = None  # every honest participant rated above every adversary
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    with open(log, "w") as fh:
+        return subprocess.Popen([sys.executable, "-m", "woolf.demo.worker", *args], stdout=fh,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.time() + grace
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def _judge_validators(observer, result: DemoResult, liar: str | None) -> None:
+    """Who the report flags, and how many merges rest on fewer than k honest votes (the target is 0)."""
+    from woolf.protocol.trailers import json_field, parse_message
+    from woolf.protocol.votes import parse_vote
+    from woolf.report.validators import validators_report
+
+    result.dishonest = liar
+    report = validators_report(observer)
+    result.flagged = [v["name"] for v in report["validators"] if v["flagged"]]
+    for v in observer.log(ref=observer.main_ref):
+        if not v.submission:
+            continue
+        named = json_field(parse_message(observer.git.message(v.commit))[1], "Woolf-Votes") or []
+        voters = {b.validator for b in (parse_vote(observer.git, sha, v.submission, "loss")[0]
+                                        for sha in named if isinstance(sha, str)) if b is not None}
+        if len(voters - {liar}) < result.quorum:
+            result.merges_without_honest_quorum += 1
+
+
+def _hidden_benchmark(settings: dict) -> tuple[dict, bytes | None]:
+    """With adversaries: the gate judges by held-out text only validators read (the overfitter trains on
+    the public file in git). Written beside the hub, its path given to validators (and to this process)."""
+    if "benchmark.hidden_sha256" in settings:
+        return {}, None
+    import hashlib
+
+    from woolf.workloads import corpus
+
+    size = int(settings.get("workload.params.benchmark_bytes", 32768))
+    text = corpus.benchmark_text(2 * size)[size:]  # the same held-out files, past the public part
+    return {"benchmark.hidden_sha256": f'"{hashlib.sha256(text).hexdigest()}"',
+            "benchmark.hidden_size": str(len(text))}, text
+
+
+def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int = 2,
+             steps: int | None = None, quick: bool = False, console: Console | None = None,
+             report: bool = True, settings: dict[str, str] | None = None, quorum: int = 1,
+             dishonest: bool = False, adversaries: list[str] | None = None) -> DemoResult:
+    if participants < 1 or validators < 1 or rounds < 1:
+        raise UsageError("a demo needs at least one participant, one validator and one round")
+    if quorum < 1 or quorum > validators - dishonest:
+        raise UsageError(f"a quorum of {quorum} needs at least {quorum} honest validators "
+                         f"({validators} validators{', one of them dishonest' if dishonest else ''})",
+                         hint="raise --validators or lower --quorum")
+    settings = {**(settings or {}), **({"validators.quorum": str(quorum)} if quorum > 1 else {})}
+    from woolf.demo.adversaries import KINDS
+
+    adversaries = list(dict.fromkeys(adversaries or []))
+    if set(adversaries) - set(KINDS):
+        raise UsageError(f"unknown adversaries {sorted(set(adversaries) - set(KINDS))}",
+                         hint=f"choose from {', '.join(KINDS)}")
+    hidden = None
+    if adversaries:  # a flood beyond four open PRs is rejected unread; random deltas teach their shard nothing
+        pinned, hidden = _hidden_benchmark(settings or {})
+        settings = {"queue.max_open_per_contributor": "4", "scoring.min_assigned": "0.01", **pinned,
+                    **(settings or {})}
+    console = console or Console()
+    steps = steps or (15 if quick else 30)
+    names = [f"p{i + 1}" for i in range(participants)]
+    vnames = [f"v{i + 1}" for i in range(validators)]
+    t0 = time.time()
+    root = Path(root).resolve()
+    hub = create_hub(root, names + adversaries, vnames, overrides={"workload.steps": str(steps), **(settings or {})})
+    result = DemoResult(str(root), participants, validators, rounds, steps,
+                        total_steps=participants * rounds * steps, quorum=quorum, adversaries=adversaries)
+    if hidden is not None:  # validators (spawned below) and the reference runs read it; participants never do
+        private = root / "validators-only" / "benchmark.txt"
+        private.parent.mkdir()
+        private.write_bytes(hidden)
+        os.environ[HIDDEN_ENV] = str(private)
+    observer = Ledger.open(hub.clone_of("observer"))
+    from woolf.workloads.base import load_workload
+
+    wl = load_workload(observer.config.workload)
+    genesis = observer.load_weights(observer.head())
+    result.genesis_loss = wl.evaluate(genesis, gate_benchmark(observer))["loss"]
+    console.print(f"hub at {root}: {participants} participants x {rounds} rounds x {steps} steps, "
+                  f"{validators} validators")
+    stop_file = root / ".stop"
+    t_net = time.time()
+    liar = vnames[-1] if dishonest else None
+    procs = [_spawn(["validator", str(hub.clone_of(v)), "--name", v, "--stop-file", str(stop_file),
+                     *(["--dishonest"] if v == liar else [])], root / "logs" / f"{v}.log") for v in vnames]
+    # different speeds: later participants sleep longer between training and submitting
+    parts = [_spawn(["participant", str(hub.clone_of(n)), "--name", n, "--rounds", str(rounds),
+                     "--steps", str(steps), "--delay", f"{i * (0.5 if quick else 1.5):.2f}",
+                     "--seed", str(i)], root / "logs" / f"{n}.log") for i, n in enumerate(names)]
+    parts += [_spawn(["adversary", str(hub.clone_of(a)), "--name", a, "--rounds", str(rounds), "--steps", str(steps),
+                      "--seed", str(100 + i), "--delay", "1.0" if quick else "2.0"], root / "logs" / f"{a}.log")
+              for i, a in enumerate(adversaries)]
+    try:  # Ctrl-C or SIGTERM stop the network cleanly (see woolf/interrupts.py)
+        with interruptible(), Live(console=console, refresh_per_second=2, transient=False) as live:
+            while any(p.poll() is None for p in parts):
+                live.update(render(snapshot(observer), time.time() - t0, result.genesis_loss, "woolf demo"))
+                time.sleep(1.0)
+            stop_file.touch()
+            while any(p.poll() is None for p in procs):
+                live.update(render(snapshot(observer), time.time() - t0, result.genesis_loss, "draining"))
+                time.sleep(1.0)
+            live.update(render(snapshot(observer), time.time() - t0, result.genesis_loss, "done"))
+    except KeyboardInterrupt:
+        result.interrupted = True
+        console.print("[yellow]interrupted: stopping participants and validators[/]")
+    finally:
+        _stop(parts + procs)
+    result.network_seconds = round(time.time() - t_net, 1)
+    snap = snapshot(observer)
+    result.versions_merged = len(snap.versions) - 1
+    rejected = [p for p in snap.prs if p.state == "rejected"]
+    result.prs_rejected = len(rejected)
+    result.rejections = rejection_kinds(snap.prs)
+    result.activity = activity(snap.prs)
+    result.final_loss = snap.loss if snap.loss is not None else result.genesis_loss
+    facts = version_facts(snap.versions)
+    result.final_version, result.best_version = facts["final_version"], facts["best_version"]
+    result.best_loss, result.regressing_merges = facts["best_loss"], facts["regressing_merges"]
+    if quorum > 1 or dishonest:
+        _judge_validators(observer, result, liar)
+    _outcomes(observer, result, adversaries)
+    console.print()
+    if not result.interrupted:
+        console.print(f"reference runs at the same compute: each participant alone ({rounds} x {steps} "
+                      f"steps), synchronous data parallel, centralized ({result.total_steps} steps) ...")
+        t_ref = time.time()
+        try:
+            with interruptible():
+                refs = reference_losses(observer, names, rounds, steps, progress=lambda key, i, n: console.print(
+                    f"  {i}/{n} done: {key.rstrip(':')}"))
+            result.alone_losses, result.alone_loss = refs.alone_losses, refs.alone_loss
+            result.alone_loss_mean, result.parallel_loss = refs.alone_loss_mean, refs.parallel_loss
+            result.baseline_loss = refs.baseline_loss
+        except KeyboardInterrupt:
+            result.interrupted = True
+            console.print("[yellow]interrupted: reference runs stopped[/]")
+        result.reference_seconds = round(time.time() - t_ref, 1)
+    result.wall_seconds = round(time.time() - t0, 1)
+    if report:
+        from woolf.report.build import build_report
+
+        result.report = str(build_report(observer, root / "report", demo=result.to_json())["html"])
+    return result
+
+
+def _outcomes(observer, result: DemoResult, adversaries: list[str]) -> None:
+    """What each contributor got, from the leaderboard (woolf/scoring), and whether honesty ranked first."""
+    from woolf.report.board import leaderboard
+
+    rows = leaderboard(observer)["rows"]
+    for r in rows:
+        result.outcomes[r["contributor"]] = {"merged": r["merged"], "rejected": r["rejected"], "marked": r["flagged"],
+                                             "rating": r["ordinal"], "adversary": r["contributor"] in adversaries}
+    honest = [r["ordinal"] for r in rows if r["contributor"] not in adversaries and r["ordinal"] is not None]
+    cheats = [r["ordinal"] if r["ordinal"] is not None else float("-inf") for r in rows
+              if r["contributor"] in adversaries]
+    if adversaries and honest:
+        result.honest_above_adversaries = not cheats or min(honest) > max(cheats)

@@ -1,0 +1,96 @@
+"""The processes of a demo network: participants and validators, each in its own clone.
+
+Usage:
+    python -m woolf.demo.worker participant CLONE --name p1 --rounds 4 --steps 60 --delay 1.5
+
+A participant's ``--delay`` makes it slower hardware: the seconds are spread over its
+training steps (so a participant that follows the ledger sees merges while it trains).
+    python -m woolf.demo.worker validator CLONE --name v1 --stop-file DIR/.stop [--dishonest]
+
+Each prints one JSON line per event to stdout (the demo collects them in logs/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def _event(**kw) -> None:
+    print(json.dumps({"t": round(time.time(), 3), **kw}), flush=True)
+
+
+def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, seed: int) -> None:
+    from woolf.errors import WoolfError
+    from woolf.ledger.ledger import Ledger
+    from woolf.participant.contribute import submit, train
+
+    ledger = Ledger.open(clone)
+
+    def slower(step, total, loss):  # slower hardware trains slower: `delay` seconds more per contribution
+        time.sleep(delay / total)
+
+    for r in range(rounds):
+        try:
+            result = train(ledger, steps=steps, contributor=name, seed=seed * 1000 + r, device="cpu",
+                           progress=slower if delay else None)
+            sub = submit(ledger, contributor=name, message=f"{name} round {r}")
+            _event(kind="submitted", who=name, round=r, id=sub["id"], base=result["base_version"],
+                   local_loss=result["metrics"]["after"]["loss"])
+        except WoolfError as exc:
+            _event(kind="error", who=name, round=r, error=exc.message)
+
+
+def validator(clone: Path, name: str, stop_file: Path, interval: float, dishonest: bool = False) -> None:
+    from woolf.demo.dishonest import DishonestValidator
+    from woolf.ledger.ledger import Ledger
+    from woolf.validator import Validator
+
+    v = (DishonestValidator if dishonest else Validator)(Ledger.open(clone), device="auto", name=name)
+    idle = 0  # passes without a verdict since the stop file appeared
+    while True:
+        stopping = stop_file.exists()
+        done = v.run(on_verdict=lambda d: _event(kind="verdict", who=name, **d.to_json()))
+        idle = idle + 1 if stopping and not done else 0
+        # under a quorum a pass can end with votes pending on others: drain a few more passes
+        if idle > (8 if v.ledger.config.validators.quorum > 1 and v.forge.list(state="open") else 0):
+            return
+        if not done:
+            time.sleep(interval)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="woolf.demo.worker")
+    ap.add_argument("role", choices=["participant", "validator", "adversary"])
+    ap.add_argument("clone", type=Path)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--delay", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--stop-file", type=Path)
+    ap.add_argument("--interval", type=float, default=0.5)
+    ap.add_argument("--dishonest", action="store_true", help="validator: vote accept on everything (demo)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        if args.role == "participant":
+            participant(args.clone, args.name, args.rounds, args.steps, args.delay, args.seed)
+        elif args.role == "adversary":  # woolf/demo/adversaries.py: the name is the kind of cheat
+            from woolf.demo.adversaries import adversary
+
+            adversary(args.clone, args.name, args.rounds, args.steps, args.seed, args.delay or 2.0)
+        else:
+            validator(args.clone, args.name, args.stop_file, args.interval, args.dishonest)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Commits read as attacker-written: size first, and many at once framed by size.
+
+Usage:
+    raw = commit_bytes(git, sha)                  # BlobTooLargeError over COMMIT_MAX_BYTES, never read
+    for sha, parents, time, message in commit_records(git, shas): ...
+
+`git log --format=...%x1e` output is split on bytes that anyone can write into
+a commit message; `git cat-file --batch` prints each object after its size, so
+a record ends where git says it does. (Git.commit_bytes / Git.commit_records
+call these.)
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+from woolf.git.repo import COMMIT_MAX_BYTES, BlobTooLargeError, GitError, _text, clean_env
+
+
+def commit_bytes(git, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> bytes:
+    """A commit object's bytes (header and message). Its size is read first: over ``max_bytes``
+    (only a hand-made commit is) raises BlobTooLargeError, and the object is never read."""
+    proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=git.cwd, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=clean_env({**git._identity_env(), **git.keep_env}))
+    try:
+        if "\n" not in commit:
+            proc.stdin.write(f"{commit}^{{commit}}\n".encode())
+        proc.stdin.close()
+        header = proc.stdout.readline(512).split()
+        if len(header) != 3 or header[1] != b"commit" or not header[2].isdigit():
+            raise GitError(("cat-file", "commit", commit[:80]), 128, "not a commit")
+        size = int(header[2])
+        if size > max_bytes:
+            raise BlobTooLargeError(f"commit {commit[:12]}", size, max_bytes)
+        return proc.stdout.read(size)
+    finally:
+        proc.kill()
+        proc.stdout.close()
+        proc.wait()
+
+
+def commit_records(git, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> list[tuple[str, list[str], int, str]]:
+    """(sha, parents, committer time, message) of each commit, in order, from `cat-file --batch`:
+    framed by each object's size, so no byte of a message can split or forge a record (a
+    `git log --format` separator can be written into a message). Commits that are missing,
+    over ``max_bytes`` or without a readable committer time are left out."""
+    shas = [s for s in shas if s and "\n" not in s]
+    if not shas:
+        return []
+    sizes = git.run("cat-file", "--batch-check", input=("\n".join(shas) + "\n").encode()).stdout.split(b"\n")
+    small = [h[0].decode() for h in (ln.split() for ln in sizes) if len(h) == 3 and h[1] == b"commit"
+             and h[2].isdigit() and int(h[2]) <= max_bytes]
+    raw = git.run("cat-file", "--batch", input=("\n".join(small) + "\n").encode()).stdout if small else b""
+    out, pos = [], 0
+    while pos < len(raw):
+        end = raw.find(b"\n", pos)
+        head = raw[pos:end if end >= 0 else len(raw)].split()
+        if end < 0 or len(head) != 3 or not head[2].isdigit():
+            break  # "<name> missing" is never printed for these; anything else ends the reading
+        size = int(head[2])
+        body, pos = raw[end + 1:end + 1 + size], end + 2 + size
+        header, _, message = body.partition(b"\n\n")
+        lines = header.split(b"\n")
+        parents = [ln[7:].decode() for ln in lines if ln.startswith(b"parent ")]
+        stamp = next((ln.rsplit(b" ", 2)[-2:] for ln in lines if ln.startswith(b"committer ")), [b""])[0]
+        if stamp.isdigit() and len(stamp) <= 12:
+            out.append((head[0].decode(), parents, int(stamp), _text(message)))
+    return out

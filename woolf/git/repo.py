@@ -1,0 +1,297 @@
+"""The real `git` binary, called with a clean environment.
+
+Usage:
+    g = Git(repo_dir)
+    head = g.rev_parse("refs/heads/main")
+    blob = g.show_bytes(f"{head}:ledger/woolf.toml")
+    commit = g.commit_tree_with(head, {"path/in/tree": b"content"}, message, parents=[head])
+    g.sign_key = "/path/to/ssh/key"   # then every commit made here is SSH-signed (gpg.format = ssh)
+    g.push("origin", [(commit, "refs/heads/main")], leases={"refs/heads/main": head})
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from woolf.errors import ForgeError, NotALedgerError, RaceLostError, WoolfError
+
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "woolf",
+    "GIT_AUTHOR_EMAIL": "woolf@localhost",
+    "GIT_COMMITTER_NAME": "woolf",
+    "GIT_COMMITTER_EMAIL": "woolf@localhost",
+}
+
+
+def clean_env(extra: dict | None = None) -> dict:
+    """The caller's environment without GIT_* (a hook or CI job may set GIT_DIR and friends)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    env["LC_ALL"] = "C"
+    if extra:
+        env.update(extra)
+    return env
+
+
+class GitError(WoolfError):
+    def __init__(self, args, returncode, stderr):
+        cmd = "git " + " ".join(args)
+        super().__init__(f"`{cmd}` failed ({returncode}): {stderr.strip()[-800:]}")
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+class BlobTooLargeError(WoolfError):
+    """A blob is larger than the caller allows; it was not read."""
+
+    def __init__(self, spec: str, size: int, limit: int):
+        super().__init__(f"{spec.split(':', 1)[-1]} is {size} bytes, over the limit of {limit}")
+        self.size = size
+
+
+def _text(raw: bytes) -> str:
+    """Git output as text: bytes that are not UTF-8 (hostile paths, messages) become U+FFFD."""
+    return raw.decode("utf-8", errors="replace")
+
+
+_UNSET = object()
+COMMIT_MAX_BYTES = 1 << 20  # ours carry a few KiB of trailers; a bigger commit is hand-made, refused unread
+
+
+class Git:
+    def __init__(self, cwd: Path, identity: dict | None = None, keep_env: dict | None = None):
+        self.cwd = Path(cwd)
+        self.identity = identity or {}
+        self._git_dir: Path | None = None
+        self.keep_env = keep_env or {}  # GIT_* a hook must keep (its quarantined object directory)
+        self._sign_key = _UNSET
+
+    @property
+    def sign_key(self) -> str | None:
+        """The SSH key commits made here are signed with (see woolf/git/keys.py), or None."""
+        if self._sign_key is _UNSET:
+            from woolf.git.keys import signing_key
+
+            self._sign_key = signing_key(self)
+        return self._sign_key
+
+    @sign_key.setter
+    def sign_key(self, key: str | None) -> None:
+        self._sign_key = key
+
+    def sign_args(self) -> list[str]:
+        key = self.sign_key
+        return ["-c", "gpg.format=ssh", "-c", f"user.signingkey={key}"] if key else []
+
+    def run(self, *args: str, input: bytes | None = None, env: dict | None = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+        extra = {**self._identity_env(), **self.keep_env, **(env or {})}
+        proc = subprocess.run(
+            ["git", *args], cwd=self.cwd, input=input, capture_output=True,
+            env=clean_env(extra),
+        )
+        if check and proc.returncode != 0:
+            raise GitError(args, proc.returncode, proc.stderr.decode(errors="replace"))
+        return proc
+
+    def _identity_env(self) -> dict:
+        env = dict(_IDENTITY)
+        name = self.identity.get("name")
+        if name:
+            env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = name
+            env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = f"{name}@woolf.local"
+        return env
+
+    def out(self, *args: str, **kw) -> str:
+        return _text(self.run(*args, **kw).stdout).strip()
+
+    # -- reading ---------------------------------------------------------
+    def rev_parse(self, rev: str) -> str | None:
+        proc = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+        return proc.stdout.decode().strip() or None
+
+    def object_info(self, spec: str) -> tuple[str, str, int] | None:
+        """(oid, type, size) of ``spec`` without reading it, or None when it does not exist."""
+        if "\n" in spec:
+            return None
+        proc = self.run("cat-file", "--batch-check", input=spec.encode() + b"\n", check=False)
+        parts = _text(proc.stdout).split()
+        if proc.returncode != 0 or len(parts) != 3 or not parts[2].isdigit():
+            return None
+        return parts[0], parts[1], int(parts[2])
+
+    def show_bytes(self, spec: str, max_bytes: int | None = None) -> bytes | None:
+        """A blob's bytes, or None if there is none; over ``max_bytes`` raises before reading."""
+        if max_bytes is not None:
+            info = self.object_info(spec)
+            if info is None or info[1] != "blob":
+                return None
+            if info[2] > max_bytes:
+                raise BlobTooLargeError(spec, info[2], max_bytes)
+        proc = self.run("cat-file", "blob", spec, check=False)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def commit_bytes(self, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> bytes:
+        """A commit object's bytes, its size read first (woolf/git/commits.py)."""
+        from woolf.git.commits import commit_bytes
+
+        return commit_bytes(self, commit, max_bytes)
+
+    def commit_records(self, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> list[tuple[str, list[str], int, str]]:
+        """(sha, parents, committer time, message) of each commit, framed by size (woolf/git/commits.py)."""
+        from woolf.git.commits import commit_records
+
+        return commit_records(self, shas, max_bytes)
+
+    def message(self, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> str:
+        """A commit's message; a commit over ``max_bytes`` raises BlobTooLargeError unread."""
+        raw = _text(self.commit_bytes(commit, max_bytes))
+        return raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
+
+    def parents(self, commit: str) -> list[str]:
+        return self.out("rev-list", "--parents", "-n", "1", commit).split()[1:]
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        return self.run("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
+
+    def ls_tree(self, commit: str) -> dict[str, tuple[str, str, str]]:
+        """{path: (mode, type, object)} for every entry, recursively."""
+        raw = _text(self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout)
+        entries = {}
+        for item in filter(None, raw.split("\0")):
+            meta, path = item.split("\t", 1)
+            mode, typ, obj = meta.split()
+            entries[path] = (mode, typ, obj)
+        return entries
+
+    def changed_paths(self, a: str, b: str) -> list[str]:
+        raw = self.run("diff-tree", "-r", "-z", "--no-renames", "--name-only", a, b).stdout
+        return [p for p in _text(raw).split("\0") if p]
+
+    def diff_raw(self, a: str, b: str) -> list[tuple[str, str, str, str]]:
+        """(old mode, new mode, status letter, path) for each change from a to b."""
+        raw = _text(self.run("diff-tree", "-r", "-z", "--no-renames", "--raw", a, b).stdout)
+        parts = raw.split("\0")
+        out = []
+        for meta, path in zip(parts[0::2], parts[1::2], strict=False):
+            if not meta:
+                continue
+            old_mode, new_mode, _, _, status = meta.lstrip(":").split()
+            out.append((old_mode, new_mode, status, path))
+        return out
+
+    def refs(self, pattern: str) -> dict[str, str]:
+        raw = self.out("for-each-ref", "--format=%(refname) %(objectname)", pattern)
+        pairs = (line.split(" ", 1) for line in raw.splitlines() if line)
+        return {ref: sha for ref, sha in pairs}
+
+    def refs_typed(self, pattern: str) -> dict[str, tuple[str, str]]:
+        """{ref: (object id, object type)}: a ref may point at a blob or a tree, not only a commit."""
+        raw = self.out("for-each-ref", "--format=%(objectname) %(objecttype) %(refname)", pattern)
+        found = {}
+        for line in raw.splitlines():
+            sha, typ, ref = (line.split(" ", 2) + ["", ""])[:3]
+            if ref:
+                found[ref] = (sha, typ)
+        return found
+
+    def first_logged(self, ref: str) -> int | None:
+        """Unix time of the oldest reflog entry of ``ref`` in this repository (when it first arrived here)."""
+        if self._git_dir is None:
+            self._git_dir = self.cwd / self.out("rev-parse", "--git-common-dir")
+        try:
+            with open(self._git_dir / "logs" / ref, "rb") as fh:
+                line = _text(fh.readline(4096))
+        except OSError:
+            return None
+        stamp = line.split("\t", 1)[0].rsplit(" ", 2)
+        return int(stamp[1]) if len(stamp) == 3 and stamp[1].isdigit() else None
+
+    # -- writing ---------------------------------------------------------
+    def commit_tree_with(self, base: str, files: dict[str, bytes | tuple[str, bytes] | None],
+                         message: str, parents: list[str]) -> str:
+        """A commit whose tree is ``base``'s tree with ``files`` written (None deletes).
+
+        A value may be (mode, bytes) for another mode than 100644 (tests build symlinks so).
+        Uses a private index file: the working tree and the real index are untouched.
+        """
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            self.run("read-tree", base, env=env)
+            for path, data in files.items():
+                if data is None:
+                    self.run("update-index", "--force-remove", path, env=env)
+                    continue
+                mode, data = data if isinstance(data, tuple) else ("100644", data)
+                blob = self.run("hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
+                self.run("update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=env)
+            tree = self.out("write-tree", env=env)
+        return self.commit_tree(tree, message, parents)
+
+    def commit_tree(self, tree: str, message: str, parents: list[str]) -> str:
+        """A commit of ``tree``; signed with ``sign_key`` when there is one."""
+        args = [*self.sign_args(), "commit-tree", tree, *(a for p in parents for a in ("-p", p))]
+        if self.sign_key:
+            args.append("-S")
+        return self.out(*args, "-F", "-", input=message.encode())
+
+    def push(self, remote: str, updates: list[tuple[str, str]],
+             leases: dict[str, str | None]) -> None:
+        """Atomically set refs on ``remote``; each lease is a compare-and-swap.
+
+        leases[ref] = expected sha, or None for "must not exist yet". Raises
+        RaceLostError when another writer got there first.
+        """
+        args = ["push", "--atomic", "--porcelain", "--no-verify"]
+        for ref, expect in leases.items():
+            args.append(f"--force-with-lease={ref}:{expect or ''}")
+        args.append(remote)
+        args += [f"{src}:{dst}" for src, dst in updates]
+        proc = self.run(*args, check=False)
+        if proc.returncode == 0:
+            return
+        text = (proc.stdout + proc.stderr).decode(errors="replace")
+        if "hook declined" in text:  # the hub's rules (woolf/protocol/rules/push.py), not a race
+            said = [ln.split("refused: ", 1)[1] for ln in text.splitlines() if "woolf hub: refused: " in ln]
+            raise ForgeError(f"the hub refused the push: {'; '.join(said) or text.strip()[-400:]}",
+                             hint="see docs/protocol.md#the-hub for what a hub accepts")
+        if "stale info" in text or "rejected" in text or "atomic push failed" in text:
+            raise RaceLostError(f"push to {remote} lost a race: {text.strip()[-400:]}")
+        raise ForgeError(f"push to {remote} failed: {text.strip()[-800:]}",
+                         hint="is the origin reachable and writable?")
+
+    def last_fetch_time(self) -> float | None:
+        """FETCH_HEAD's mtime, or for a clone never fetched since, the time its first reflog line records."""
+        fetch_head, log = (self.cwd / p for p in self.out(
+            "rev-parse", "--git-path", "FETCH_HEAD", "--git-path", "logs/refs/remotes/origin/HEAD").splitlines())
+        if fetch_head.exists():
+            return fetch_head.stat().st_mtime
+        try:  # "<old> <new> <name> <email> <unix time> <tz>\tclone: from ..."
+            return float(log.read_text(errors="replace").split("\n", 1)[0].split("\t")[0].split()[-2])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def fetch(self, remote: str, *refspecs: str) -> None:
+        # every fetched ref gets a reflog: its first entry is when this clone received it (queue order)
+        proc = self.run("-c", "core.logAllRefUpdates=always", "fetch", "--quiet", "--no-tags", "--prune",
+                        remote, *refspecs, check=False)
+        if proc.returncode != 0:
+            raise ForgeError(
+                f"cannot fetch from {remote}: {proc.stderr.decode(errors='replace').strip()[-400:]}",
+                hint="check that the origin exists and you can reach it",
+            )
+
+
+def toplevel(path: Path) -> Path:
+    if not Path(path).is_dir():
+        raise NotALedgerError(f"{path} is not a directory" if Path(path).exists() else f"{path} does not exist",
+                              hint="pass a ledger clone's directory with -C / WOOLF_DIR")
+    proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path,
+                          capture_output=True, env=clean_env())
+    if proc.returncode != 0:
+        raise NotALedgerError(f"{path} is not inside a git repository",
+                              hint="run this inside a ledger clone, or `woolf init PATH`")
+    return Path(proc.stdout.decode().strip())

@@ -1,0 +1,155 @@
+"""Create a new ledger: git repository, DVC, config, benchmark, CI files, version 0.
+
+Usage:
+    create_ledger(Path("my-ledger"), storage="s3://bucket/prefix", overrides={"policy.min_improvement": "-0.05"})
+    create_ledger(Path("my-ledger"), workload="transformers", weights=Path("my-model"))  # a HF model directory
+    create_ledger(Path("my-ledger"), signing_key=Path("~/.ssh/woolf"), signer="alice",
+                  extra_signers=['v2 namespaces="git" ssh-ed25519 AAAA... roles=validator'])
+
+With a signing key the creator is listed in ledger/allowed_signers as maintainer
+and validator, version 0 is signed with that key, and the new repository is
+configured to sign with it (gpg.format = ssh, user.signingkey). Without one the
+ledger is unsigned (docs/protocol.md#signatures).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from woolf.errors import UsageError
+from woolf.protocol import layout
+from woolf.protocol.config import LedgerConfig
+from woolf.protocol.config_text import apply_overrides, render_config
+from woolf.protocol.layout import CONTRIBUTOR
+from woolf.protocol.signers import SIGNERS_PATH, Signers, signer_line
+from woolf.protocol.trailers import format_message
+from woolf.storage.dvcstore import init_dvc
+
+
+def write_ci_files(root: Path) -> None:
+    """The GitHub validator workflow and the ci/ scripts it calls (see docs/github.md)."""
+    from importlib.resources import files
+
+    from woolf._version import __version__
+
+    templates = files("woolf") / "templates"
+    targets = {"woolf-validate.yml": ".github/workflows/woolf-validate.yml", "evaluate.sh": "ci/evaluate.sh",
+               "merge.sh": "ci/merge.sh", "install.sh": "ci/install.sh",
+               "woolf-sweep.yml": ".github/workflows/woolf-sweep.yml", "sweep.sh": "ci/sweep.sh"}
+    for name, rel in targets.items():
+        out = root / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text((templates / name).read_text().replace("__WOOLF_VERSION__", __version__))
+        if rel.endswith(".sh"):
+            out.chmod(0o755)
+
+
+def _signers(signing_key: Path | None, signer: str | None, extra: list[str] | tuple[str, ...]) -> str | None:
+    """The allowed_signers text: the creator as maintainer and validator, then ``extra`` lines."""
+    if signing_key is None:
+        if extra:
+            raise UsageError("extra signers need a signing key for the creator", hint="pass --key")
+        return None
+    from woolf.git.keys import public_of
+    from woolf.protocol.contributor import contributor_id
+
+    if not Path(signing_key).exists():
+        raise UsageError(f"signing key {signing_key} does not exist", hint="make one with `woolf key create`")
+    public = public_of(Path(signing_key))
+    comment = public.split()[2] if len(public.split()) > 2 else ""
+    name = contributor_id(signer or (comment if CONTRIBUTOR.match(comment) else None))
+    lines = [signer_line(name, public, ["maintainer", "validator"]), *extra]
+    return Signers.parse("\n".join(lines), "--signer").render()  # validates every line
+
+
+def create_ledger(path: Path, storage: str | None = None, workload: str = "charlm",
+                  alpha: float | None = None, weights: Path | None = None, name: str | None = None,
+                  seed: int = 0, overrides: dict[str, str] | None = None, signing_key: Path | None = None,
+                  signer: str | None = None, extra_signers: list[str] | tuple[str, ...] = ()) -> None:
+    """Refuses a path that holds a ledger or anything else; removes what it made if it fails."""
+    from woolf.ledger.ledger import Ledger
+    from woolf.storage.files import hashes_of_file
+    from woolf.storage.weights import compare_spec, load_checked, read_spec, save_atomic, spec_of
+    from woolf.workloads.base import load_workload
+
+    path = Path(path).resolve()
+    signers_text = _signers(signing_key, signer, extra_signers)
+    if (path / layout.CONFIG).exists():
+        raise UsageError(f"{path} already holds a ledger", hint="use `woolf status` there")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path} exists and is a file, not a directory", hint="choose a new or empty directory")
+    if path.exists() and any(path.iterdir()):
+        raise UsageError(f"{path} exists and is not empty", hint="choose a new or empty directory")
+    storage = storage or str(path.parent / f"{path.name}.storage")
+    if "://" not in storage:
+        storage = str(Path(storage).resolve())
+    cfg = LedgerConfig(name=name or path.name)
+    cfg.workload.name = workload
+    if alpha is not None:
+        cfg.merge.alpha_base = alpha
+    cfg = apply_overrides(cfg, overrides or {})  # validates everything before touching disk
+    model_files: dict[str, bytes] = {}  # files the workload keeps in git (transformers: ledger/model/)
+    if cfg.workload.name == "transformers":
+        from woolf.workloads.hf import import_model_dir
+
+        imported = import_model_dir(weights, cfg.limits)  # refuses anything but a checked model directory
+        cfg.workload.params = {**imported.params, **cfg.workload.params}
+        model_files = imported.files
+    elif weights is not None and Path(weights).is_dir():
+        raise UsageError(f"--weights {weights} is a directory", hint="a Hugging Face model directory needs "
+                         "--workload transformers; other workloads take one .safetensors file")
+    wl = load_workload(cfg.workload)
+    if model_files:
+        wl.bind(model_files.get)
+    bench = wl.benchmark_bytes()
+    cfg.benchmark.sha256 = hashlib.sha256(bench).hexdigest()
+    if model_files:
+        genesis = imported.weights
+    elif weights is not None:
+        spec = read_spec(Path(weights), cfg.limits, "--weights")
+        compare_spec(spec, spec_of(wl.genesis(seed)), f"--weights {weights}")
+        genesis = load_checked(Path(weights), cfg.limits, label="--weights")
+    else:
+        genesis = wl.genesis(seed)
+
+    metrics = wl.evaluate(genesis, bench, "cpu")  # genesis's loss: the first point of every curve
+
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        ledger = Ledger(path)
+        ledger.git.run("init", "-q", "-b", "main")
+        (path / ".gitignore").write_text(layout.GITIGNORE)
+        write_ci_files(path)
+        (path / layout.CONFIG).parent.mkdir(parents=True, exist_ok=True)
+        (path / layout.CONFIG).write_text(render_config(cfg))
+        (path / cfg.benchmark.path).parent.mkdir(parents=True, exist_ok=True)
+        (path / cfg.benchmark.path).write_bytes(bench)
+        for rel, data in model_files.items():
+            (path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (path / rel).write_bytes(data)
+        if signers_text is not None:
+            from woolf.git.keys import configure
+
+            (path / SIGNERS_PATH).write_text(signers_text)
+            configure(ledger.git, Path(signing_key))
+            ledger.git.sign_key = str(Path(signing_key).resolve())
+        init_dvc(path, storage)
+        save_atomic(genesis, path / layout.WEIGHTS)
+        ptr = ledger.store.add(path / layout.WEIGHTS)
+        ledger.store.push(path / layout.POINTER, ptr)
+        _, sha = hashes_of_file(path / layout.WEIGHTS)
+        ledger.git.run("add", "-A")
+        message = format_message(
+            f"woolf: version 0 (genesis of {cfg.name})",
+            {"Woolf-Version": 0, "Woolf-Weights-Sha256": sha,
+             "Woolf-Source": (f"model directory {Path(weights).name}" if model_files else "weights file")
+             if weights else f"{cfg.workload.name} seed {seed}",
+             "Woolf-Metrics": metrics},
+        )
+        sign = ["-S"] if ledger.git.sign_key else []
+        ledger.git.run(*ledger.git.sign_args(), "commit", "-q", *sign, "-F", "-", input=message.encode())
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise

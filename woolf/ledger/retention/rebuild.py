@@ -1,0 +1,122 @@
+"""Rebuild a version whose full weights are not in storage, bit for bit, from the nearest stored one.
+
+Usage:
+    path, info = rebuild(ledger, version)   # cache path of the rebuilt weights; info: {"from": S, "deltas": n}
+
+Walks main's first-parent chain down from the version to the nearest version
+whose weights are in this clone's cache or in storage (a snapshot, normally:
+`woolf gc` keeps every ``storage.snapshot_every``-th), then replays every merge
+above it exactly as the validator made it and the audit recomputes it: the
+merged delta (expanded if compressed), the rule and parameters the version
+recorded, and the parent's outer state for a rule that keeps one. A
+compressed delta merged under `attenuated` touches only its kept values
+(``apply_sparse_``: the same bytes, in a fraction of the time). The result
+must hash to the version's recorded sha256 and its pointer's md5, or nothing
+is written; it then becomes the cache object, so every later read is a copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from woolf.core.compress import apply_sparse_
+from woolf.core.merge_rules import Rule, f32, merge_step
+from woolf.core.scores import clip_delta
+from woolf.errors import IntegrityError, StorageError, WoolfError
+from woolf.ledger.retention.deltas import delta_pointers, weights_pointers
+from woolf.storage.outer_state import load_state
+from woolf.storage.sparse import load_delta, load_entries
+from woolf.storage.weights import TRUSTED_LIMITS, spec_of
+
+MAX_CHAIN = 100_000
+
+
+def _stored(ledger, ptr) -> bool:
+    cached = ledger.store.cache_path(ptr.md5)
+    if cached.is_file() and cached.stat().st_size == ptr.size:
+        return True
+    try:
+        ledger.store.verify_remote(ptr)
+        return True
+    except WoolfError:
+        return False
+
+
+def rebuild(ledger, target) -> tuple[Path, dict]:
+    chain = ledger.log(ref=target.commit, limit=MAX_CHAIN)  # newest first: target, its parent, ...
+    ptrs = weights_pointers(ledger, chain)
+    start = next((i for i in range(1, len(chain)) if _stored(ledger, ptrs[i])), None)
+    if start is None:
+        raise StorageError(f"version {target.version} is not in storage, and no version below it is",
+                           hint="restore a snapshot's weights to storage; run `woolf audit`")
+    weights = ledger.load_weights(chain[start])  # sha256-verified, hashed as it loads
+    spec = spec_of(weights)
+    pointers = delta_pointers(ledger, [v for v in chain[:start] if v.submission is not None])
+    replayed, stale = 0, {}  # stale: where the last sparse merge of each tensor wrote -0.0 (absent: anywhere)
+    for i in range(start - 1, -1, -1):
+        v, prev = chain[i], chain[i + 1]
+        if v.submission is None:  # a change version keeps its parent's weights
+            continue
+        label = f"delta of version {v.version}"
+        try:
+            pointer, declared = pointers[v.version]
+            path = ledger.store.fetch_object(pointer)
+            if ledger.store.hashes(path)[1] != declared.get("sha256"):  # the bytes the validator checked
+                raise IntegrityError(f"{label}: its bytes are not the merged submission's sha256",
+                                     hint="run `woolf audit`")
+            rule = Rule.from_record(v.rule, v.alpha or 0.0, v.rule_params)
+            if rule.kind == "attenuated" and declared.get("kind") == "topk" and v.delta_clip is None:
+                # the same bytes as merge_step on the expanded delta, touching only the kept values
+                scale = f32(rule.alpha * (v.attenuation or 0.0))
+                merged = load_entries(path, declared, spec, TRUSTED_LIMITS, label, check=False)
+                for name, (where, vals) in merged.items():
+                    stale[name] = apply_sparse_(weights[name], where, vals, scale, stale.get(name))
+            else:
+                delta = load_delta(path, declared, spec, TRUSTED_LIMITS, label)
+                if v.delta_clip is not None:  # scoring.norm_action = clip: merged as the validator clipped it
+                    delta = clip_delta(delta, v.delta_clip)
+                state_path = ledger.state_path(prev)
+                state = None if state_path is None else load_state(state_path, spec, ledger.config.limits)
+                weights = merge_step(rule, weights, state, delta, v.attenuation or 0.0).candidate
+                stale = {}
+        except (ValueError, KeyError, RuntimeError, TypeError, IndexError) as exc:
+            raise IntegrityError(f"version {v.version} cannot be replayed: {exc}", hint="run `woolf audit`") from None
+        replayed += 1
+    from safetensors.torch import save
+
+    data = save(weights)
+    del weights
+    with ThreadPoolExecutor(1) as pool:  # hashlib releases the GIL: md5 and sha256 side by side
+        md5_job = pool.submit(lambda: hashlib.md5(data, usedforsecurity=False).hexdigest())
+        sha = hashlib.sha256(data).hexdigest()
+        md5 = md5_job.result()
+    if sha != target.weights_sha256:
+        raise IntegrityError(f"version {target.version} rebuilt from version {chain[start].version} does not "
+                             "match its recorded sha256", hint="run `woolf audit`")
+    ptr = ledger.pointer(target.commit)
+    dest = ledger.store.cache_path(ptr.md5)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".rebuild.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        ledger.store.adopt(Path(tmp), ptr, md5, sha)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return dest, {"version": target.version, "from": chain[start].version, "deltas": replayed}
+
+
+def rebuild_missing(ledger, version, missing: StorageError) -> Path:
+    """The cache path of a version that storage no longer keeps (`woolf gc`), rebuilt from a snapshot and
+    the deltas, bit for bit (ledger.last_rebuild says how); any other storage failure is raised as it was."""
+    if "missing from storage" not in missing.message or version.version == 0:
+        raise missing
+    try:
+        path, ledger.last_rebuild = rebuild(ledger, version)
+    except StorageError as again:
+        raise StorageError(f"{missing.message}; {again.message}", hint=again.hint) from None
+    return path

@@ -1,0 +1,89 @@
+"""Before building on main: is its head, and the config in force, signed by the right keys?
+
+Usage:
+    require_trusted_head(ledger, head)         # raises IntegrityError when not
+    require_validator_key(ledger, head)        # raises UsageError when this clone cannot sign merges
+
+Validators call both before every evaluation, `woolf train` calls the first:
+a config or a version that did not come from a maintainer or validator key is
+never used. The whole chain is re-checked by `woolf audit`.
+"""
+
+from __future__ import annotations
+
+from woolf.errors import IntegrityError, UsageError
+from woolf.protocol import layout
+from woolf.protocol.rules.main import chain_problems, signers_text
+from woolf.protocol.signers import SIGNERS_PATH, Signers
+
+_TRUSTED: set[tuple[str, str]] = set()
+
+
+def is_signed(ledger, commit: str) -> bool:
+    return signers_text(ledger.git, commit) is not None
+
+
+def require_trusted_head(ledger, head) -> None:
+    git, root = ledger.git, str(ledger.root)
+    if (root, head.commit) in _TRUSTED:
+        return
+    _check(git, head.commit, f"main's head (version {head.version})")
+    _TRUSTED.add((root, head.commit))
+    if head.submission and head.parents and (root, head.parents[0]) in _TRUSTED:
+        return  # a verified merge changes only the weights pointer: its parent's config still holds
+    last_change = git.out("log", "-1", "--first-parent", "--format=%H", head.commit, "--",
+                          layout.CONFIG, SIGNERS_PATH)
+    if last_change and (root, last_change) not in _TRUSTED:
+        _check(git, last_change, "the commit that last changed the config or signers")
+        _TRUSTED.add((root, last_change))
+
+
+def _check(git, commit: str, what: str) -> None:
+    problems = chain_problems(git, [commit])[commit]
+    if problems:
+        raise IntegrityError(f"{what} {commit[:12]} is not trusted: {'; '.join(problems)}",
+                             hint="nothing is built on it; run `woolf audit` and tell the ledger's maintainers")
+
+
+def require_validator_key(ledger, head) -> None:
+    text = signers_text(ledger.git, head.commit)
+    if text is None:
+        return  # unsigned ledger
+    from woolf.git.keys import public_of
+
+    key = ledger.git.sign_key
+    if not key and ledger.config.forge.kind != "local":
+        return  # a CI evaluate-only job holds no key; the apply job's merge is signed (ci/merge.sh)
+    if not key:
+        raise UsageError("this ledger is signed: a validator needs its SSH key",
+                         hint="`woolf key create`, ask a maintainer to add it as validator, then "
+                              "`git config gpg.format ssh; git config user.signingkey PATH` (or WOOLF_SIGNING_KEY)")
+    parts = public_of(key).split()
+    signers = Signers.parse(text.decode(errors="replace"))
+    if not any(s.key == parts[1] and "validator" in s.roles for s in signers.entries):
+        raise UsageError(f"the key {key} is not a validator key in ledger/allowed_signers",
+                         hint="ask a maintainer to add it: `woolf signers add NAME --role validator --key KEY.pub`")
+
+
+def require_validator(ledger, head) -> None:
+    """Both checks a validator makes before it evaluates anything against ``head``."""
+    require_trusted_head(ledger, head)
+    require_validator_key(ledger, head)
+
+
+def require_command_trust(ledger, head) -> None:
+    """workload.command runs a program named by the config on this machine: only from a signed config.
+
+    On a signed ledger the config in force was checked by require_trusted_head (a maintainer
+    signed its last change). On an unsigned one nobody vouches for it, so the participant must
+    opt in with WOOLF_TRUST_COMMAND=1.
+    """
+    import os
+
+    if is_signed(ledger, head.commit) or os.environ.get("WOOLF_TRUST_COMMAND") == "1":
+        return
+    raise UsageError(
+        f"this ledger's config asks to run {ledger.config.workload.command.split()[0]!r} for training, "
+        "and the ledger is unsigned: nobody vouches for that config",
+        hint="if you trust everyone who can push to its main, set WOOLF_TRUST_COMMAND=1; "
+             "better, ask its maintainers to sign it (docs/protocol.md#signatures)")

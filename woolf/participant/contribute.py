@@ -1,0 +1,286 @@
+"""A participant's side: train from the current version, submit the delta as a PR.
+
+Usage:
+    result = train(ledger, steps=60, contributor="alice")      # -> .woolf/work/trained.*
+    pr = submit(ledger, message="60 steps on my shard")         # -> {"id": ..., "base_version": ...}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import inspect
+import json
+import secrets
+import shutil
+from pathlib import Path
+
+from woolf.core import npdelta
+from woolf.core.finite import scan
+from woolf.errors import InvalidWeightsError, UsageError
+from woolf.forges.github import forge_for
+from woolf.ledger.trust import require_command_trust, require_trusted_head
+from woolf.participant.feedback import clear_residual, remember, settle
+from woolf.participant.residual import compress_with_feedback, compression_spec, keep_residual
+from woolf.participant.state import auto_steps, record_speed
+from woolf.participant.tasks import record_submitted, reserve_for_training, take_shard_data
+from woolf.protocol import layout
+from woolf.protocol.contributor import contributor_id
+from woolf.storage.dvcstore import REMOTE_NAME
+from woolf.storage.files import write_bytes_atomic
+from woolf.storage.sparse import save_delta
+from woolf.storage.weights import (
+    load_checked,
+    save_atomic,
+    spec_of,
+    to_torch,
+)
+from woolf.timing import Timer
+
+
+def work_dir(ledger) -> Path:
+    return ledger.root / layout.WORK / "work"
+
+
+def state_dir(ledger) -> Path:
+    """The participant's private state (optimizer moments, speed): local, never uploaded."""
+    return ledger.root / layout.WORK / "state"
+
+
+def train(ledger, steps: int | str | None = None, data: str | None = None, device: str = "auto",
+          seed: int = 0, offline: bool = False, contributor: str | None = None,
+          progress=None, fresh: bool = False, follow: bool = True, task: bool = True,
+          take: str | None = None) -> dict:
+    """Train from the newest version; keep the result in the git-ignored work area.
+
+    The inner optimizer's state persists in .woolf/state across contributions (``fresh``
+    discards it); ``steps="auto"`` sizes the contribution from this participant's speed. With
+    ``workload.follow_every`` set, training follows main's newer versions (woolf/participant/follow.py).
+    With an origin (git-native forge) training is a task (woolf/ledger/tasks.py): its shard reserved
+    with a lease before it starts, heartbeats while it runs, cancelled on Ctrl-C, failed on
+    an error; ``take`` trains the shard of an expired task. ``task=False`` skips all that.
+    """
+    import torch
+
+    from woolf.participant.follow import Follower
+    from woolf.workloads.base import resolve_device
+
+    who = contributor_id(contributor, ledger.git)
+    if isinstance(steps, int) and steps <= 0:
+        raise UsageError(f"--steps must be a positive number of steps or 'auto', got {steps}")
+    head = ledger.head() if offline else ledger.pull()
+    require_trusted_head(ledger, head)  # the config and weights came from maintainer and validator keys
+    cfg = ledger.config
+    wl = ledger.workload()
+    fingerprint = getattr(wl, "fingerprint", lambda: cfg.workload.name)()
+    if fresh:
+        shutil.rmtree(state_dir(ledger), ignore_errors=True)
+    steps = auto_steps(ledger, fingerprint, state_dir(ledger)) if steps == "auto" else (steps or cfg.workload.steps)
+    task = reserve_for_training(ledger, who, head, steps, take) if task else None
+    if take and not data and not cfg.workload.command:  # an expired task's shard: its owner's files
+        owner, version = take_shard_data(task.rec.shard)
+        data = ("shard", owner, version)
+    with task.running() if task else contextlib.nullcontext():
+        device = resolve_device(device)
+        base = ledger.load_weights(head)
+        out = work_dir(ledger)
+        out.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(seed)
+        global_step = head.version * cfg.workload.steps  # the ledger's progress, for LR schedules
+        if cfg.workload.command:
+            from woolf.workloads.command import run_training_command
+
+            if not data:
+                raise UsageError("this ledger trains with an external command: pass --data PATH")
+            require_command_trust(ledger, head)
+            state_dir(ledger).mkdir(parents=True, exist_ok=True)
+            path, summary = run_training_command(cfg.workload.command, base, data, steps, seed, out,
+                                                 state=state_dir(ledger) / "command")
+            trained = load_checked(path, cfg.limits, expect=spec_of(base), label="command output")
+            shutil.rmtree(path.parent, ignore_errors=True)
+        else:
+            train_data = (wl.default_data(data[1], data[2]) if isinstance(data, tuple)
+                      else wl.data_from_path(data) if data else wl.default_data(who, head.version))
+            extra = {}
+            params = inspect.signature(wl.train).parameters
+            if "state_dir" in params:
+                extra["state_dir"] = state_dir(ledger) / "optimizer"
+            if "global_step" in params:
+                extra["global_step"] = global_step
+            follower = None
+            if follow and cfg.workload.follow_every and "follow" in params and not offline:
+                follower = Follower(ledger, head, base)
+                extra.update(follow=follower, follow_every=cfg.workload.follow_every)
+            trained, summary = wl.train(base, train_data, steps, device=device, seed=seed, progress=progress,
+                                        **extra)
+            summary["files"] = len(train_data.files)
+            if follower is not None:  # one last look, then the delta is relative to the newest version
+                shift = follower()
+                if shift is not None:
+                    trained = {k: (v.to(torch.float32) + shift[k]).to(v.dtype) for k, v in trained.items()}
+                summary["followed"] = follower.rebases
+                head, base = follower.base, follower.base_weights
+        record_speed(fingerprint, summary, state_dir(ledger))
+        bench = ledger.benchmark()
+        # the version's own recorded metrics, when it has them (validators evaluated it already)
+        before = head.metrics if head.metrics and cfg.policy.metric in head.metrics else None
+        metrics = {"before": before or wl.evaluate(base, bench, device), "after": wl.evaluate(trained, bench, device)}
+        save_atomic(trained, out / "trained.safetensors")
+        record = {"base_version": head.version, "base_commit": head.commit, "contributor": who,
+                  "training": summary, "metrics": metrics, "seed": seed, "task": task.rec.id if task else None}
+        write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
+    return {**record, "weights": str(out / "trained.safetensors")}
+
+
+def _check_delta(delta: dict, zeros: str, hint: str | None = None) -> None:
+    """NaN/Inf or all zeros are refused; one norm per tensor proves both (woolf/core/finite.py)."""
+    bad, nonzero = scan(delta)
+    if bad is not None:
+        raise InvalidWeightsError(f"delta: tensor {bad!r} holds NaN or Inf values")
+    if not nonzero:
+        raise InvalidWeightsError(zeros, hint=hint)
+
+
+def _new_id(who: str) -> str:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return f"{now:%Y%m%dT%H%M%S}{now.microsecond // 1000:03d}Z-{who}-{secrets.token_hex(4)}"
+
+
+def submit(ledger, weights: Path | None = None, message: str = "", contributor: str | None = None,
+           base_version: int | None = None, forge: str | None = None,
+           delta_url_base: str | None = None, delta_remote: str | None = None,
+           error_feedback: bool | None = None, compress: str | None = None,
+           compress_feedback: bool = True) -> dict:
+    """Delta = trained - base, checked, compressed (``compress`` or delta.compress), uploaded and
+    verified, then the PR ref is pushed. A top-k delta keeps what it dropped for the next one."""
+    record: dict = {}
+    if weights is None:
+        meta_path = work_dir(ledger) / "trained.json"
+        if not meta_path.exists():
+            raise UsageError("nothing trained to submit", hint="run `woolf train` first, or pass --weights")
+        record = json.loads(meta_path.read_text())
+        weights = work_dir(ledger) / "trained.safetensors"
+        base_version = record["base_version"]
+    who = contributor_id(contributor or record.get("contributor"), ledger.git)
+    dirty = ledger.git.out("status", "--porcelain", "--untracked-files=no")
+    if dirty:
+        raise UsageError(f"the checkout has uncommitted changes to ledger files:\n{dirty}",
+                         hint="a submission carries only a delta; `git stash` or `git checkout .` first")
+    ledger.fetch()
+    origin_head = ledger.head("refs/remotes/origin/main")
+    if base_version is None:
+        base_version = ledger.head().version
+    if not 0 <= base_version <= origin_head.version:
+        raise UsageError(f"base version {base_version} is not on origin's main (0..{origin_head.version})")
+    base = ledger.show(base_version, ref="refs/remotes/origin/main")
+    if record and record.get("base_commit") != base.commit:
+        raise UsageError(
+            f"the weights were trained from {record.get('base_commit', '?')[:12]}, which is no longer "
+            f"version {base_version} on origin's main", hint="`woolf train` again from the current version")
+    cfg = ledger.config
+    cspec = compression_spec(cfg, compress)
+    timer = Timer()
+    with timer("load"):
+        # a float32 model is read and subtracted in numpy: torch is imported only if a step needs it
+        base_w = ledger.load_weights(base, numpy="float32")  # hashed as it is read, if not verified yet
+        as_numpy = npdelta.is_numpy(base_w)
+        # finiteness is proven on the delta (base is the ledger's, finite; trained is finite iff the delta is)
+        trained = load_checked(Path(weights), cfg.limits, expect=spec_of(base_w), label="trained weights",
+                               finite=False, numpy=as_numpy)
+    the_forge = forge_for(ledger, forge)
+    feedback_note = ""
+    with timer("delta"):
+        if as_numpy:
+            delta = npdelta.subtract(trained, base_w, into=trained)  # trained's memory is reused
+        else:
+            from woolf.core.merge import compute_delta
+
+            delta = compute_delta(trained, base_w, into=trained)
+        if cfg.workload.error_feedback if error_feedback is None else error_feedback:
+            residual, feedback_note = settle(ledger, the_forge, spec_of(base_w))
+            if residual is not None:  # what earlier PRs did not get merged rides along
+                import torch
+
+                delta = {k: (v.to(torch.float32) + residual[k]).to(v.dtype) for k, v in to_torch(delta).items()}
+        del trained, base_w
+        _check_delta(delta, "the trained weights equal the base: the delta is all zeros",
+                     hint="train first (`woolf train`)")
+    parts = kept = None
+    if cspec is not None:
+        with timer("compress"):
+            delta = to_torch(delta)  # shares the arrays' memory
+            if not all(t.is_floating_point() for t in delta.values()):
+                raise UsageError("only a model whose tensors are all floating point can send a topk delta",
+                                 hint="--compress dense")
+            parts, kept, note = compress_with_feedback(ledger, delta, cspec, spec_of(delta), compress_feedback)
+            feedback_note = "; ".join(x for x in (feedback_note, note) if x)
+    result = submit_delta(ledger, delta, base, who, message, the_forge, timer, record=record,
+                          delta_url_base=delta_url_base, delta_remote=delta_remote, cspec=cspec, parts=parts,
+                          prechecked=True)
+    del delta, parts
+    remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
+    keep_residual(ledger, kept, cspec)  # what top-k dropped rides in the next delta
+    if feedback_note:
+        clear_residual(ledger, result["id"])  # it is part of this PR's delta now
+    return {**result, "error_feedback": feedback_note}
+
+
+def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, timer: Timer,
+                 record: dict | None = None, delta_url_base: str | None = None,
+                 delta_remote: str | None = None, reverts=None, cspec=None, parts=None, prechecked: bool = False) -> dict:
+    """Open a PR carrying ``delta`` on version ``base``: upload and verify it, then push the ref.
+
+    ``cspec``/``parts``: the delta goes as a compressed (topk) file of those parts.
+    ``reverts`` (a Version): the PR takes back that merge (woolf/history/revert.py); it is
+    named in submission.json and in a ``Woolf-Reverts`` trailer, and judged like any PR.
+    ``prechecked``: the caller already ran _check_delta on ``delta``.
+    """
+    record = record or {}
+    cfg = ledger.config
+    if not prechecked:
+        _check_delta(delta, "the delta is all zeros: it would change nothing")
+    sub_id = _new_id(who)
+    delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
+    tmp = ledger.root / layout.WORK / "outgoing" / f"{sub_id}.safetensors"
+    with timer("save"):  # hashed while written: md5 for DVC, sha256 for the record
+        md5, sha = save_delta(delta, tmp, cspec, parts)
+        del delta, parts
+    size = tmp.stat().st_size
+    if size > cfg.limits.max_delta_bytes:
+        tmp.unlink()
+        raise InvalidWeightsError(f"the delta is {size} bytes, over the ledger's limit of "
+                                  f"{cfg.limits.max_delta_bytes}")
+    with timer("upload"):
+        # uploaded and verified; a fork's contributor uploads to a DVC remote of their own
+        pointer = ledger.store.put(tmp, Path(delta_rel).name, md5=md5, sha256=sha,
+                                   remote=delta_remote or REMOTE_NAME)
+    meta = {
+        "schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
+        "base_commit": base.commit, "message": message,
+        "delta": {**(cspec.declared() if cspec else {"kind": "dense"}), "sha256": sha, "md5": md5, "size": size},
+        "training": record.get("training"), "metrics": record.get("metrics"),
+    }
+    if delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where to read it
+        meta["delta"]["url"] = f"{delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"
+    if reverts is not None:
+        meta["reverts"] = {"version": reverts.version, "commit": reverts.commit}
+    from woolf.protocol.trailers import format_message
+
+    commit_msg = format_message(f"woolf: submission {sub_id}",
+                                {"Woolf-Submission": sub_id, "Woolf-Contributor": who,
+                                 "Woolf-Base-Version": base.version, "Woolf-Delta-Sha256": sha,
+                                 "Woolf-Reverts": None if reverts is None else reverts.version,
+                                 "Woolf-Task": record.get("task")},  # the task it trained under
+                                body=message)
+    with timer("git"):
+        commit = ledger.git.commit_tree_with(
+            base.commit,
+            {ptr_rel: pointer.render(), meta_rel: json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n"},
+            commit_msg, parents=[base.commit],
+        )
+        pr = the_forge.open(sub_id, commit)
+    if record.get("task"):
+        record_submitted(ledger, record["task"], sub_id)
+    return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
+            "delta_sha256": sha, "delta_size": size, "delta_kind": meta["delta"]["kind"], "number": pr.number,
+            "timings": dict(timer), "pointer": pointer, "declared": meta["delta"]}

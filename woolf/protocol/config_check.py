@@ -1,0 +1,132 @@
+"""The allowed values of every ledger config key (called by parse_config; standard library only,
+since the hub's hook parses configs without site-packages).
+
+Usage:
+    check_config(cfg, "ledger/woolf.toml")      # ConfigError naming the key, its value and what is allowed
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from woolf.errors import ConfigError
+from woolf.protocol.config import GATES, MERGE_RULES, STALENESS_KINDS, LedgerConfig
+
+
+def check_config(cfg: LedgerConfig, source: str) -> None:
+    """Raise ConfigError naming the first key whose value is not allowed."""
+    def bad(name: str, allowed: str, value: Any):
+        raise ConfigError(f"{source}: '{name}' = {value!r} is not allowed; {allowed}")
+
+    m = cfg.merge
+    if not 0 < m.alpha_base <= 10:
+        bad("merge.alpha_base", "use a number in (0, 10]", m.alpha_base)
+    if m.max_staleness < 0:
+        bad("merge.max_staleness", "use an integer >= 0", m.max_staleness)
+    if m.rule not in MERGE_RULES:
+        bad("merge.rule", f"use one of {', '.join(MERGE_RULES)}", m.rule)
+    if not 0 < m.outer_lr <= 10:
+        bad("merge.outer_lr", "use a number in (0, 10]", m.outer_lr)
+    if not 0 <= m.momentum < 1:
+        bad("merge.momentum", "use a number in [0, 1)", m.momentum)
+    if not 1 <= m.buffer <= 1024:
+        bad("merge.buffer", "use an integer in [1, 1024]", m.buffer)
+    if cfg.policy.gate not in GATES:
+        bad("policy.gate", f"use one of {', '.join(GATES)}", cfg.policy.gate)
+    if not 1 <= cfg.policy.window <= 10_000:
+        bad("policy.window", "use an integer in [1, 10000]", cfg.policy.window)
+    if m.staleness.kind not in STALENESS_KINDS:
+        bad("merge.staleness.kind", f"use one of {', '.join(STALENESS_KINDS)}", m.staleness.kind)
+    if m.staleness.a < 0:
+        bad("merge.staleness.a", "use a number >= 0", m.staleness.a)
+    if m.staleness.b < 0:
+        bad("merge.staleness.b", "use an integer >= 0", m.staleness.b)
+    if cfg.policy.direction not in ("minimize", "maximize"):
+        bad("policy.direction", "use 'minimize' or 'maximize'", cfg.policy.direction)
+    if not cfg.policy.metric:
+        bad("policy.metric", "name the metric the workload reports", cfg.policy.metric)
+    if cfg.workload.steps <= 0:
+        bad("workload.steps", "use an integer > 0", cfg.workload.steps)
+    if cfg.workload.auto_seconds <= 0:
+        bad("workload.auto_seconds", "use seconds > 0", cfg.workload.auto_seconds)
+    if cfg.workload.follow_every < 0:
+        bad("workload.follow_every", "use an integer >= 0 (0: do not follow)", cfg.workload.follow_every)
+    if cfg.workload.max_steps <= 0:
+        bad("workload.max_steps", "use an integer > 0", cfg.workload.max_steps)
+    for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio"):
+        if getattr(cfg.limits, name) <= 0:
+            bad(f"limits.{name}", "use an integer > 0", getattr(cfg.limits, name))
+    _check_delta(cfg, bad)
+    f = cfg.forge
+    if f.kind not in ("local", "github"):
+        bad("forge.kind", "use 'local' or 'github'", f.kind)
+    if f.kind == "github" and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", f.repo):
+        bad("forge.repo", "use 'owner/name' of the ledger's repository", f.repo)
+    if not f.delta_schemes or not all(x in ("https", "http") for x in f.delta_schemes):
+        bad("forge.delta_schemes", "use a list drawn from 'https', 'http'", f.delta_schemes)
+    if not all(isinstance(x, str) and re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?", x)
+               for x in f.verdict_authors):
+        bad("forge.verdict_authors", "use a list of GitHub logins (the validators' accounts)", f.verdict_authors)
+    if f.delta_timeout <= 0:
+        bad("forge.delta_timeout", "use seconds > 0", f.delta_timeout)
+    if cfg.signing.contributors not in ("optional", "required"):
+        bad("signing.contributors", "use 'optional' or 'required'", cfg.signing.contributors)
+    v = cfg.validators
+    if not 1 <= v.quorum <= 64:
+        bad("validators.quorum", "use an integer in [1, 64]", v.quorum)
+    if not 0 <= v.epsilon < 1e6 or v.vote_timeout <= 0 or not 0 <= v.flag_rate <= 1:
+        bad("validators", "epsilon in [0, 1e6), vote_timeout > 0, flag_rate in [0, 1]", dataclasses.asdict(v))
+    if not 1 <= cfg.tasks.lease <= 7 * 86400:
+        bad("tasks.lease", "use seconds in [1, 604800]", cfg.tasks.lease)
+    _check_scoring(cfg, bad)
+    if not cfg.name or any(c in cfg.name for c in "\n\r"):
+        bad("name", "use a one-line name", cfg.name)
+
+
+def _check_delta(cfg: LedgerConfig, bad) -> None:
+    from woolf.protocol.compress_spec import KINDS, parse_spec
+
+    d = cfg.delta
+    if not d.accept or not all(isinstance(k, str) and k in KINDS for k in d.accept):
+        bad("delta.accept", f"use a non-empty list drawn from {', '.join(KINDS)}", d.accept)
+    try:
+        spec = parse_spec(d.compress)
+    except ValueError as exc:
+        bad("delta.compress", f"use 'dense' or 'topk:0.02,bits:2[,chunk:256]' ({exc})", d.compress)
+    if ("dense" if spec is None else "topk") not in d.accept:
+        bad("delta.compress", f"use a kind in delta.accept ({', '.join(d.accept)})", d.compress)
+    if not 1 <= cfg.storage.snapshot_every <= 1_000_000:
+        bad("storage.snapshot_every", "use an integer in [1, 1000000]", cfg.storage.snapshot_every)
+
+
+def _check_scoring(cfg: LedgerConfig, bad) -> None:
+    s, q, p = cfg.scoring, cfg.queue, cfg.policy
+    if not 64 <= s.sample_bytes <= 64 * 1024**2:
+        bad("scoring.sample_bytes", "use an integer in [64, 67108864]", s.sample_bytes)
+    if s.uniqueness not in ("mark", "reject", "off"):
+        bad("scoring.uniqueness", "use 'mark', 'reject' or 'off'", s.uniqueness)
+    if not 0 < s.copy_threshold <= 1:
+        bad("scoring.copy_threshold", "use a number in (0, 1]", s.copy_threshold)
+    if not 0 <= s.copy_window <= 1024:
+        bad("scoring.copy_window", "use an integer in [0, 1024]", s.copy_window)
+    if s.norm_multiple < 0 or not 3 <= s.norm_window <= 1024:
+        bad("scoring.norm_multiple/norm_window", "use a multiple >= 0 and a window in [3, 1024]",
+            (s.norm_multiple, s.norm_window))
+    if s.norm_action not in ("reject", "clip"):
+        bad("scoring.norm_action", "use 'reject' or 'clip'", s.norm_action)
+    if s.min_effect < 0:
+        bad("scoring.min_effect", "use a number >= 0", s.min_effect)
+    if q.max_open_per_contributor < 1:
+        bad("queue.max_open_per_contributor", "use an integer >= 1", q.max_open_per_contributor)
+    hb = cfg.benchmark
+    if hb.hidden_sha256 and (not re.fullmatch(r"[0-9a-f]{64}", hb.hidden_sha256) or hb.hidden_size <= 0):
+        bad("benchmark.hidden_sha256/hidden_size", "use a lower-case hex sha256 and its size in bytes (> 0)",
+            (hb.hidden_sha256, hb.hidden_size))
+    if p.max_drawdown < 0 and p.max_drawdown != -1:
+        bad("policy.max_drawdown", "use a number >= 0 (0: off), or -1 (twice the tolerated regression)",
+            p.max_drawdown)
+    if not 0 <= cfg.limits.min_delta_norm_ratio < cfg.limits.max_delta_norm_ratio:
+        bad("limits.min_delta_norm_ratio", "use a number >= 0 below max_delta_norm_ratio",
+            cfg.limits.min_delta_norm_ratio)

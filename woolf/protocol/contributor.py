@@ -1,0 +1,29 @@
+"""Who is contributing: a short, ref-safe contributor id.
+
+Usage:
+    contributor_id(explicit=None, git=ledger.git)   # WOOLF_CONTRIBUTOR, git user.name, or $USER
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+
+from woolf.errors import UsageError
+from woolf.protocol.layout import CONTRIBUTOR
+
+
+def normalize(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9_.-]+", "-", name.strip().lower()).strip("-._")[:39]
+    if not CONTRIBUTOR.match(slug):
+        raise UsageError(f"contributor name {name!r} has no usable characters",
+                         hint="set --contributor or WOOLF_CONTRIBUTOR to letters and digits")
+    return slug
+
+
+def contributor_id(explicit: str | None = None, git=None) -> str:
+    name = explicit or os.environ.get("WOOLF_CONTRIBUTOR")
+    if not name and git is not None:
+        name = git.run("config", "user.name", check=False).stdout.decode().strip()
+    return normalize(name or getpass.getuser() or "anonymous")

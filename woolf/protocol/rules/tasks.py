@@ -1,0 +1,113 @@
+"""Which task-record pushes a hub accepts (called by woolf/protocol/rules/push.py for `refs/woolf/task/<id>`).
+
+Usage:
+    errors = check_task(git, task_id, old, new, main)      # [] when the update may land
+
+- a task ref is created by a `reserved` record whose parent is a version on main,
+  and moves forward one record at a time (its parent is the old tip), never after
+  a final record (submitted, cancelled, failed), never deleted;
+- a new task's shard is its contributor's own (`<contributor>@vN`), or another's shard
+  that no live task holds and whose task ended (expired by the hub's clock, cancelled
+  or failed: `woolf train --take`); its lease is at most `tasks.lease` of main's config;
+- every record keeps the task's contributor, base, shard, steps and lease;
+- its commit time is within MAX_SKEW seconds of the hub's clock (leases are timed by
+  these commit times, so a participant's clock cannot move them);
+- when the contributor the task id names has a key in allowed_signers, every record
+  is signed by that key (no one else renews, cancels or rewrites its lease).
+"""
+
+from __future__ import annotations
+
+import time
+
+from woolf.protocol import layout
+from woolf.protocol.rules.main import read_commit, signers_text
+from woolf.protocol.signatures import signatures
+from woolf.protocol.signers import Signers
+from woolf.protocol.tasks import FINAL, RECORD_MAX_BYTES, parse_record
+
+LIVE = ("reserved", "started", "heartbeat")  # as woolf/ledger/tasks.py
+
+ZERO = "0" * 40
+MAX_SKEW = 300  # seconds a record's commit time may differ from the hub's clock
+_KEEP = ("contributor", "base_version", "base_commit", "shard", "steps", "lease")
+
+
+def check_task(git, task_id: str, old: str, new: str, main: str | None, now: float | None = None) -> list[str]:
+    if not layout.SUBMISSION_ID.match(task_id):
+        return [f"{task_id[:80]!r} is not a task id (<time>-<contributor>-<8 hex>)"]
+    if new == ZERO:
+        return ["task records are never deleted"]
+    info = git.object_info(new)
+    if info is None or info[1] != "commit" or info[2] > RECORD_MAX_BYTES:
+        return ["a task record is a commit of at most 16 KiB"]
+    parents, message = read_commit(git, new)
+    rec, why = parse_record(message, task_id)
+    if rec is None:
+        return [f"not a record of this task: {why}"]
+    if old == ZERO:
+        if rec.state != "reserved" or parents != [rec.base_commit]:
+            return ["a task starts with a `reserved` record on its base version"]
+        if main is None or not git.is_ancestor(rec.base_commit, main):
+            return ["a task's base is a version on main"]
+        problem = _new_task_problem(git, rec, main, time.time() if now is None else now)
+        if problem:
+            return [problem]
+    else:
+        prev, _ = parse_record(read_commit(git, old)[1], task_id)
+        if parents != [old]:
+            return ["a task record's one parent is the task's previous record (it is never rewritten)"]
+        if prev is None or prev.state in FINAL:
+            return [f"the task already ended ({prev.state if prev else 'unreadable'})"]
+        if any(getattr(prev, k) != getattr(rec, k) for k in _KEEP):
+            return ["a record keeps its task's contributor, base, shard, steps and lease"]
+    stamp = git.out("log", "-1", "--format=%ct", new)
+    skew = int(stamp) - (time.time() if now is None else now) if stamp.isdigit() else float("inf")
+    if abs(skew) > MAX_SKEW:
+        return [f"its commit time is {skew:+.0f} s off the hub's clock (at most {MAX_SKEW} s): fix this machine's clock"]
+    text = signers_text(git, main)
+    if text is None:
+        return []
+    try:
+        listed = Signers.parse(text.decode(errors="replace")).roles_of(rec.contributor)
+    except Exception:  # noqa: BLE001 - a malformed allowed_signers is the chain check's to report
+        listed = set()
+    if listed:
+        status, principal = signatures(git, {new: text}).get(new, ("N", ""))
+        if status != "G" or principal != rec.contributor:
+            return [f"a record of {rec.contributor}'s task must be signed by {rec.contributor}'s key"]
+    return []
+
+
+def _lease_limit(git, main: str) -> float:
+    from woolf.protocol.config import (
+        parse_config,  # only for a new task: the hook starts on every push
+    )
+
+    try:
+        return float(parse_config((git.show_bytes(f"{main}:{layout.CONFIG}") or b"").decode()).tasks.lease)
+    except Exception:  # noqa: BLE001 - an unreadable config on main: the record's own bound applies
+        return 7 * 86400.0
+
+
+def _new_task_problem(git, rec, main: str, now: float) -> str | None:
+    """Why a `reserved` record may not start a task: a lease over the config's, or a shard that is
+    neither its contributor's own nor free to take (judged by the hub's clock, not the pusher's)."""
+    limit = _lease_limit(git, main)
+    if rec.lease > limit:
+        return f"a task's lease is at most tasks.lease = {limit:g} s (main's config); this one asks {rec.lease:g} s"
+    owner = rec.shard.partition("@v")[0]
+    if owner == rec.contributor:
+        return None
+    from woolf.protocol.tasks import read_tasks
+
+    found, _ = read_tasks(git)
+    held = [(r, t) for r, _, t in found.values() if r.shard == rec.shard]
+    live = [r.id for r, t in held if r.state in LIVE and now <= t + r.lease]
+    ended = [r.id for r, t in held if r.state in ("cancelled", "failed") or (r.state in LIVE and now > t + r.lease)]
+    if live:
+        return f"the shard {rec.shard} is held by task {live[0]} (its lease is live by the hub's clock)"
+    if not ended:
+        return (f"the shard {rec.shard} is {owner}'s: a task trains its own contributor's shard, or one "
+                "whose task expired, was cancelled or failed (`woolf train --take TASK`)")
+    return None

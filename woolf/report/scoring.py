@@ -1,0 +1,81 @@
+"""The report's scoring section: leaderboard table, rating over time plot, credit table.
+
+Usage:
+    part = scoring_section(ledger, out_dir)      # part.plot (PNG path or None), part.html, part.markdown
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+
+from woolf.ledger.verdicts import merged_records, verdict_history
+from woolf.report.board import credit, leaderboard
+
+
+@dataclass
+class Section:
+    plot: Path | None
+    html: str
+    markdown: str
+    board: dict
+    credit: dict
+
+
+def _num(x, fmt: str) -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def _plot(timeline: list[dict], out: Path) -> Path | None:
+    if not timeline:
+        return None
+    import matplotlib.pyplot as plt
+
+    who = sorted({w for t in timeline for w in t["ratings"]})
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for w in who:
+        pts = [(t["end"], t["ratings"][w]) for t in timeline if w in t["ratings"]]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=w)
+    ax.set_xlabel("verdicts")
+    ax.set_ylabel("rating (ordinal, mu - 3 sigma)")
+    ax.set_title("Contributor ratings over time (OpenSkill Plackett-Luce)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    path = out / "ratings.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def scoring_section(ledger, out: Path) -> Section:
+    history = verdict_history(ledger)
+    board = leaderboard(ledger, history=history)
+    shares = credit(ledger, records=merged_records(ledger))
+    head = ("contributor", "rating", "mu", "sigma", "merged", "rejected", "marked", "improvement", "assigned-random")
+    rows = [(r["contributor"], _num(r["ordinal"], "{:.2f}"), _num(r["mu"], "{:.2f}"), _num(r["sigma"], "{:.2f}"),
+             str(r["merged"]), str(r["rejected"]), str(r["flagged"]), _num(r["improvement"], "{:+.4f}"),
+             _num(r["mean_difference"], "{:+.4f}")) for r in board["rows"]]
+    chead = ("contributor", "share", "improvement", "versions", "regressions")
+    crows = [(r["contributor"], _num(r["share"], "{:.1%}"), _num(r["improvement"], "{:+.4f}"), str(r["versions"]),
+              str(r["regressions"])) for r in shares["rows"]]
+
+    def table(tid, h, rs):
+        cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rs)
+        return f"<table id='{tid}'><tr>" + "".join(f"<th>{c}</th>" for c in h) + f"</tr>{cells}</table>"
+
+    def md(h, rs):
+        lines = ["| " + " | ".join(h) + " |", "|" + "---|" * len(h)]
+        return lines + ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rs]
+
+    page = ("<h2>Leaderboard</h2><p>OpenSkill Plackett-Luce ratings (beta 7, tau 0.1), one match per "
+            f"{board['window']} verdicts, ranked by assigned-minus-random shard improvement; rejections "
+            "before evaluation (copies, no-ops, floods) rank last.</p>" + table("leaderboard", head, rows)
+            + f"<h2>Credit</h2><p>Shares of the total {html.escape(shares['metric'])} improvement "
+            f"({shares['total']:+.4f} over {shares['versions']} versions); a regressing merge counts against "
+            "its author.</p>" + table("credit", chead, crows))
+    text = ["", "## Leaderboard", "", *md(head, rows), "", "## Credit", "",
+            f"total {shares['metric']} improvement {shares['total']:+.4f} over {shares['versions']} versions", "",
+            *md(chead, crows)]
+    return Section(_plot(board["timeline"], out), page, "\n".join(text) + "\n", board, shares)

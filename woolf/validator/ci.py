@@ -1,0 +1,207 @@
+"""Validation split in two for CI: evaluate without write access, then apply with it.
+
+Usage:
+    record = evaluate_pr(Validator(ledger, forge_kind="github"), sub_or_number)   # unprivileged job
+    verdict = apply_record(Validator(ledger, forge_kind="github"), record)         # privileged job
+
+The record travels as a workflow artifact, so the apply step trusts nothing in
+it that it can compute itself: it type-checks every field, re-checks the head
+SHA, main and the cheap checks, recomputes staleness and attenuation from
+ancestry and the config, recomputes the deterministic merge and compares the
+candidate's sha256 with the evaluated one, and re-derives the decision from the
+metrics under the policy on main. Only the benchmark metrics themselves are
+taken from the evaluation (apply never evaluates). If the PR's head or main
+moved since evaluation, or the push loses a race, nothing is merged and the
+PR stays open: the verdict is "requeued" and the scheduled sweeper
+(`woolf-sweep.yml`) validates it again.
+
+With `validators.quorum = k > 1` each validator's runner evaluates in its own job
+and applies its own record: after the same re-checks, apply casts this
+validator's signed vote from the record (never evaluating) and settles the PR
+when that vote completes k agreeing votes (woolf/validator/quorum.py, `fixed=`); a
+vote that does not is the verdict "voted", and the PR waits for the others.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from woolf.core.policy import decide
+from woolf.core.staleness import attenuation
+from woolf.errors import RaceLostError, Rejected, UsageError
+from woolf.protocol import layout
+from woolf.timing import Timer
+from woolf.validator import Verdict
+from woolf.validator.admission import admit
+from woolf.validator.quorum import requeued
+
+SCHEMA = 3  # 3: + device (where the metrics were evaluated), scores and flags (woolf/scoring)
+RECORD_KEYS = {"schema", "id", "head", "main", "accepted", "reason", "staleness", "attenuation",
+               "metrics", "base_version", "contributor", "timings", "candidate_sha256", "device",
+               "scores", "flags"}
+_SHA1 = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _resolve(v, ref: str) -> str:
+    """A submission id, or a PR number on forges that have them."""
+    if ref.isdigit():
+        for pr in v.forge.list():
+            if pr.number == int(ref):
+                return pr.id
+        raise UsageError(f"no submission PR #{ref}")
+    return ref
+
+
+def candidate_sha256(step) -> str:
+    """sha256 over the candidate's file as `merge()` writes it and, under a rule with state, the state's.
+
+    The state counts: a FedBuff merge that only buffers leaves the weights as they were.
+    """
+    return candidate_digests(step)[1]
+
+
+def candidate_digests(step) -> tuple[str, str]:
+    """(sha256 of the weights file alone: what a vote names, candidate_sha256) from one pass over the weights."""
+    from woolf.storage.outer_state import state_bytes
+    from woolf.storage.writer import sha256_hasher
+
+    h = sha256_hasher(step.candidate)  # the file's bytes from the tensors' memory, no serialised copy
+    weights = h.hexdigest()  # hexdigest() does not finish h: the state's bytes can still follow
+    if step.state is not None:
+        h.update(state_bytes(step.state))
+    return weights, h.hexdigest()
+
+
+def evaluate_pr(v, ref: str) -> dict:
+    pr, main = v.fresh(_resolve(v, ref))
+    if pr.state != "open":
+        raise UsageError(f"{pr.id} is {pr.state}; nothing to evaluate")
+    timer = Timer()
+    verdict, step = v.evaluate(pr, main, timer)
+    return {"schema": SCHEMA, "id": pr.id, "head": pr.head, "main": main.commit, "accepted": verdict.accepted,
+            "reason": verdict.reason, "staleness": verdict.staleness, "attenuation": verdict.attenuation,
+            "metrics": verdict.metrics, "base_version": verdict.base_version,
+            "contributor": verdict.contributor, "timings": dict(timer),
+            "candidate_sha256": candidate_sha256(step) if step is not None else None,
+            "device": verdict.device,
+            "scores": verdict.scores, "flags": [f for f in verdict.flags if f == "not-unique"]}
+
+
+def _num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _flat(d, limit: int = 32) -> bool:
+    return isinstance(d, dict) and len(d) <= limit and all(
+        isinstance(k, str) and len(k) <= 64 and _num(x) for k, x in d.items())
+
+
+def check_record(record) -> dict:
+    """The record, if every field has the type and form `evaluate_pr` writes; else a UsageError naming it."""
+    if not isinstance(record, dict) or set(record) != RECORD_KEYS or record.get("schema") != SCHEMA:
+        raise UsageError("not a verdict record written by this version's `woolf validate --evaluate-only`")
+    r = record
+    m = r["metrics"]
+    checks = {
+        "id": isinstance(r["id"], str) and layout.SUBMISSION_ID.match(r["id"]),
+        "head": isinstance(r["head"], str) and _SHA1.match(r["head"]),
+        "main": isinstance(r["main"], str) and _SHA1.match(r["main"]),
+        "accepted": isinstance(r["accepted"], bool),
+        "reason": isinstance(r["reason"], str) and len(r["reason"]) <= 2000,
+        "staleness": r["staleness"] is None or (_int(r["staleness"]) and r["staleness"] >= 0),
+        "attenuation": r["attenuation"] is None or _num(r["attenuation"]),
+        "metrics": isinstance(m, dict) and {"before", "after"} <= set(m) <= {"before", "after", "probe"}
+                   and all(x is None or _flat(x) for x in m.values()),
+        "base_version": r["base_version"] is None or (_int(r["base_version"]) and r["base_version"] >= 0),
+        "contributor": r["contributor"] is None or (isinstance(r["contributor"], str)
+                                                    and layout.CONTRIBUTOR.match(r["contributor"])),
+        "timings": _flat(r["timings"]),
+        "device": r["device"] is None or (isinstance(r["device"], str) and 0 < len(r["device"]) <= 200
+                                          and r["device"].isprintable()),  # None: rejected before evaluation
+        "scores": r["scores"] is None or _flat(r["scores"], 8),  # evaluation output, like the metrics
+        "flags": isinstance(r["flags"], list) and set(r["flags"]) <= {"not-unique"},
+        "candidate_sha256": (r["candidate_sha256"] is None and not r["accepted"])
+                            or (isinstance(r["candidate_sha256"], str) and _SHA256.match(r["candidate_sha256"])),
+    }
+    bad = [k for k, ok in checks.items() if not ok]
+    if bad:
+        raise UsageError(f"verdict record: bad {', '.join(bad)}; the artifact was not written by "
+                         "`woolf validate --evaluate-only`, or was altered")
+    return record
+
+
+def apply_record(v, record: dict) -> Verdict | None:
+    record = check_record(record)
+    pr, main = v.fresh(record["id"])
+    if pr.state != "open":
+        return None
+    if pr.head != record["head"]:
+        return requeued(pr, "the PR's head moved since evaluation")
+    if main.commit != record["main"]:
+        return requeued(pr, "main moved since evaluation")
+    cfg, timer = v.ledger.config, Timer()
+    quorum = cfg.validators.quorum > 1  # one job's record is one validator's opinion: it becomes its vote
+    if quorum and layout.CONTRIBUTOR.match(v.name) and v.voter(main) != v.name:  # a job named by WOOLF_VALIDATOR
+        raise UsageError(f"this vote job is {v.name}'s, but its key votes as {v.voter(main)}",
+                         hint=f"the secret WOOLF_VALIDATOR_KEY of the environment woolf-validator-{v.name} "
+                              "holds that validator's own key (docs/github.md)")
+    verdict = Verdict(pr.id, record["accepted"], "merged" if record["accepted"] else "rejected",
+                      record["reason"], record["contributor"], record["base_version"],
+                      staleness=record["staleness"], attenuation=record["attenuation"],
+                      metrics=record["metrics"], timings=record["timings"], device=record["device"],
+                      scores=record["scores"], flags=list(record["flags"]))
+    with timer("checks"):
+        try:
+            adm = admit(v.ledger, pr, main, v._merged_deltas(main))
+        except Rejected as exc:
+            verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
+    if not verdict.accepted:
+        if quorum:
+            return v.vote_one(pr.id, fixed=(main.commit, verdict, None, None, pr.head))
+        try:
+            v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
+        except RaceLostError:
+            return None
+        return verdict
+    # everything computable is recomputed: nothing but the metrics is taken from the artifact
+    att = attenuation(cfg.merge.staleness, adm.staleness)
+    if adm.staleness != verdict.staleness or verdict.attenuation is None or abs(att - verdict.attenuation) > 1e-12:
+        raise UsageError("the record's staleness or attenuation is not what ancestry and the config give")
+    before, m = verdict.metrics["before"] or {}, verdict.metrics
+    reference = v._reference(before)  # the gate's reference, from main's history as the evaluation had it
+    decision = decide(cfg.policy, reference, m.get("probe") or m["after"] or {})
+    if not decision.accepted:
+        raise UsageError("the record says accepted, but its own metrics fail the ledger's policy: "
+                         f"{decision.reason}")
+    reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
+    verdict.reason, verdict.contributor = reason, adm.meta["contributor"]
+    verdict.base_version, verdict.attenuation = adm.base.version, att
+    try:
+        _, step = v.candidate(adm, main, att, timer)  # recomputed, never re-evaluated
+        sc = adm.screened  # woolf/scoring: recomputed content hash, norm and clip
+        verdict.content, verdict.delta_norm, verdict.clip = sc.content, sc.norm, sc.clip
+        verdict.flags += [f for f in sc.flags if f not in verdict.flags]
+    except Rejected as exc:  # e.g. the delta became unreadable since evaluation
+        verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
+        if quorum:  # storage that cannot serve the delta now is no vote (the voter's rule too)
+            if exc.message.startswith("delta object unavailable"):
+                return requeued(pr, "its delta is unavailable in storage now")
+            return v.vote_one(pr.id, fixed=(main.commit, verdict, None, None, pr.head))
+        v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
+        return verdict
+    weights, recorded = candidate_digests(step)  # a vote names the weights file's sha256
+    if recorded != record["candidate_sha256"]:
+        raise UsageError("the recomputed candidate differs from the evaluated one (sha256)")
+    if quorum:
+        return v.vote_one(pr.id, fixed=(main.commit, verdict, step, weights, pr.head))
+    try:
+        v.merge(pr, main, verdict, step, timer)
+    except RaceLostError:
+        return requeued(pr, "main moved or the PR got a verdict while merging")
+    return verdict

@@ -1,0 +1,163 @@
+"""A delta's contribution scores (Gauntlet): the loss it removes on its assigned shard and on a random one.
+
+Usage (from the validator's MergeStep):
+    verdict.scores = score_delta(validator, adm, current, screened.delta, workload)
+    reason = judge_scores(validator, verdict)              # before the benchmark: learned nothing, not unique
+    reason = judge(validator, verdict, before, probe)     # after the gate: changes nothing, drawdown
+    fields = verdict_fields(verdict)                       # Woolf-Scores, Woolf-Flags, ... trailers
+
+The assigned shard is the workload's default data for (contributor, base version), the
+data the participant was given; the random shard is the same function of a name drawn
+from the PR id (not a contributor name any participant can have). Each is measured on
+`scoring.sample_bytes` bytes, on main's weights before and after adding the raw delta
+(scale 1: the delta's own effect, whatever the merge rule makes of it).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from woolf.core.merge import apply_delta
+from woolf.core.scores import improvement, unique
+from woolf.errors import IntegrityError, Rejected, StorageError, WoolfError
+
+log = logging.getLogger("woolf.validator")
+
+
+def sample(texts: list[bytes], size: int) -> bytes:
+    """``size`` bytes spread over the joined texts: 8 evenly spaced pieces (all of it when shorter)."""
+    joined = b"\n".join(texts)
+    if len(joined) <= size:
+        return joined
+    piece = size // 8
+    return b"".join(joined[i * len(joined) // 8:][:piece] for i in range(8))
+
+
+def random_name(pr_id: str) -> str:
+    return f"~random:{pr_id}"  # '~' and ':' are not in any contributor id
+
+
+def _base_weights(v, adm, main, current):
+    """The PR's base version's weights (main's when it is not stale); read per PR, never kept in memory.
+
+    Weights that storage does not serve or that fail their recorded hash (anyone who may write
+    storage can overwrite an old version's object) reject this PR with the reason; they never
+    stop the pass. The bad copy is not kept (Ledger.weights_path unlinks it): every later read
+    fetches and checks again."""
+    if adm.base.commit == main.commit:
+        return current
+    try:
+        return v.ledger.load_weights(adm.base)
+    except (IntegrityError, StorageError) as exc:
+        raise Rejected(base_unreadable(adm.base.version, exc)) from None
+
+
+BASE_UNREADABLE = "weights of its base version"
+
+
+def base_unreadable(version: int, exc: WoolfError) -> str:
+    """The reason a PR is rejected when its base version's weights cannot be read (also: a revert's)."""
+    kind = "unavailable" if isinstance(exc, StorageError) else "fail their recorded hash"
+    return (f"the {BASE_UNREADABLE} {version} {kind} in storage ({exc.message[:200]}); it cannot be "
+            "scored against them: train on the current version and submit again")
+
+
+def score_delta(v, adm, main, current, delta, wl) -> dict | None:
+    """{"assigned", "random", "difference", "seconds"}; None when scoring is off or the workload has no shards."""
+    cfg = v.ledger.config
+    if not cfg.scoring.enabled:
+        return None
+    t0 = time.perf_counter()
+    metric, direction = cfg.policy.metric, cfg.policy.direction
+    try:
+        own = sample(wl.default_data(adm.meta["contributor"], adm.base.version).texts, cfg.scoring.sample_bytes)
+        rnd = sample(wl.default_data(random_name(adm.meta["id"]), adm.base.version).texts, cfg.scoring.sample_bytes)
+        base = _base_weights(v, adm, main, current)
+        after = apply_delta(base, delta, 1.0)
+        out = {}
+        for name, data in (("assigned", own), ("random", rnd)):
+            b = wl.evaluate(base, data, v.device).get(metric)
+            a = wl.evaluate(after, data, v.device).get(metric)
+            out[name] = improvement(float(b), float(a), direction)
+    except WoolfError:
+        raise  # a Rejected (base weights unreadable) or the ledger's own failure
+    except Exception as exc:  # noqa: BLE001 - a workload without shards, or data too short: no scores
+        log.info("%s: no contribution scores (%s: %s)", adm.meta["id"], type(exc).__name__, str(exc)[:200])
+        return None
+    if not all(math.isfinite(x) for x in out.values()):
+        out = {k: (x if math.isfinite(x) else -1e9) for k, x in out.items()}
+    out["difference"] = out["assigned"] - out["random"]
+    out["seconds"] = round(time.perf_counter() - t0, 4)
+    return out
+
+
+def _metric(d: dict | None, metric: str) -> float | None:
+    x = (d or {}).get(metric)
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def drawdown_limit(policy) -> float:
+    """policy.max_drawdown, where -1 (the default) is twice the tolerated regression (0 when none is)."""
+    if policy.max_drawdown == -1:
+        return 2 * max(0.0, -policy.min_improvement)
+    return policy.max_drawdown
+
+
+def drawdown_reason(v, probe: dict) -> str | None:
+    """The candidate may never be more than `policy.max_drawdown` behind the best of the last `window` versions."""
+    p = v.ledger.config.policy
+    got, limit = _metric(probe, p.metric), drawdown_limit(p)
+    if not limit or got is None:
+        return None
+    recent = [m for m in (_metric(x.metrics, p.metric) for x in v.ledger.log(limit=p.window)) if m is not None]
+    recent = [m for m in recent if math.isfinite(m)]
+    if not recent:
+        return None
+    best = min(recent) if p.direction == "minimize" else max(recent)
+    behind = improvement(got, best, p.direction)  # > 0: the candidate is worse than the best
+    if behind > limit:
+        return (f"{p.metric} {got:.4f} is {behind:.4f} behind the best of the last {len(recent)} versions "
+                f"({best:.4f}), over policy.max_drawdown {limit:g}: tolerated regressions do not add up")
+    return None
+
+
+def judge(v, verdict, before: dict, probe: dict) -> str | None:
+    """After the benchmark gate accepted: a delta that changes nothing measurable, a drawdown."""
+    cfg = v.ledger.config
+    s = verdict.scores
+    b, a = _metric(before, cfg.policy.metric), _metric(probe, cfg.policy.metric)
+    if s and "revert" not in verdict.flags and b is not None and a is not None and abs(s["assigned"]) < cfg.scoring.min_effect \
+            and abs(b - a) < cfg.scoring.min_effect:
+        return (f"the delta changes nothing measurable (benchmark {b - a:+.2g}, its shard {s['assigned']:+.2g}, "
+                f"under scoring.min_effect {cfg.scoring.min_effect:g})")
+    return drawdown_reason(v, probe)
+
+
+def judge_scores(v, verdict) -> str | None:
+    """Before the benchmark is evaluated (so a refused delta costs no benchmark evaluation): a delta
+    that learned nothing from its own shard; one that did not train on it (uniqueness = reject, or a mark)."""
+    cfg = v.ledger.config
+    s = verdict.scores
+    if "revert" in verdict.flags:  # a verified revert trained on nothing: it takes back a merge
+        return None
+    if s and s["assigned"] < cfg.scoring.min_assigned:
+        return (f"the delta removes {s['assigned']:+.4f} of loss on its own assigned shard, under "
+                f"scoring.min_assigned {cfg.scoring.min_assigned:g}: it did not learn the data it was given")
+    if s and cfg.scoring.uniqueness != "off" and not unique(s["assigned"], s["random"]):
+        why = (f"random data improved as much as its assigned shard (assigned {s['assigned']:+.4f}, "
+               f"random {s['random']:+.4f}): it did not train on what it was given")
+        if cfg.scoring.uniqueness == "reject":
+            return why
+        verdict.flags.append("not-unique")
+    return None
+
+
+def verdict_fields(verdict, cfg=None) -> dict:
+    """The scoring trailers of a verdict, merged or rejected (absent values are not written)."""
+    from woolf.ledger.benchmark import benchmark_label
+
+    return {"Woolf-Benchmark": benchmark_label(cfg) if cfg is not None else None, "Woolf-Scores": verdict.scores or None, "Woolf-Flags": verdict.flags or None,
+            "Woolf-Delta-Content": verdict.content, "Woolf-Delta-Norm": verdict.delta_norm,
+            "Woolf-Delta-Clip": verdict.clip}

@@ -1,0 +1,266 @@
+"""Checks on a delta's tensors before it is merged: no-ops, Templar's norm guard, replays and copies.
+
+Usage (from the validator's MergeStep):
+    check_queue(validator, pr)                              # over its contributor's open-PR limit?
+    screened = screen_delta(validator, adm, main, current, delta)   # raises Rejected
+
+Copies: a delta whose |cosine| to another delta passes `scoring.copy_threshold` (or whose
+tensors that are each copies carry half its squared norm) is a copy of the earlier one:
+merged versions among the last `scoring.copy_window`, and open PRs the forge received
+before this one (queue order, never the id's self-chosen timestamp). Earliest received wins.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+
+from woolf.core.fairness import beyond_limit, canonical
+from woolf.core.scores import clip_delta, content_sha256, f32, norm, norm_limit, similarity
+from woolf.errors import Rejected, WoolfError
+from woolf.git.repo import BlobTooLargeError
+from woolf.ledger.retention.deltas import delta_pointers
+from woolf.ledger.verdicts import merged_records
+from woolf.storage.pointer import Pointer
+from woolf.storage.sparse import load_delta
+from woolf.storage.weights import spec_of
+from woolf.validator.admission import Admitted
+
+log = logging.getLogger("woolf.validator")
+MAX_OPEN_COMPARED = 64  # open PRs a delta is compared with, at most
+CACHE_BYTES = 64 << 20  # other PRs' deltas kept between PRs (LRU); a big model's are re-read, not kept
+
+
+@dataclass
+class Screened:
+    delta: dict
+    norm: float
+    content: str
+    flags: list = field(default_factory=list)
+    clip: float | None = None  # the factor the delta was scaled by (scoring.norm_action = clip)
+    revert_of: str | None = None  # the merged PR this delta exactly takes back (a verified revert)
+
+
+def open_snapshot(v) -> list:
+    """The open PRs as this validator's current pass read them (the queue's own view)."""
+    snap = getattr(v, "_open_snapshot", None)
+    if snap is None:
+        snap = v.forge.list(state="open")
+    return snap
+
+
+OVER_LIMIT = "over the open-PR limit: contributor"  # the reason's start; unrated (woolf/ledger/verdicts.py)
+
+
+def _over(v, snapshot, limit: int) -> dict[str, int]:
+    """beyond_limit of the queue as this pass read it: computed once per pass, not once per PR."""
+    cached = getattr(v, "_over_cache", None)
+    if cached is None or cached[0] is not snapshot or cached[1] != limit:
+        v._over_cache = cached = (snapshot, limit, beyond_limit(snapshot, limit))
+    return cached[2]
+
+
+def check_queue(v, pr) -> None:
+    """A contributor with more open PRs than `queue.max_open_per_contributor`: those received after its
+    first that many are rejected unread (not held against its rating: the name may be someone's claim)."""
+    limit = v.ledger.config.queue.max_open_per_contributor
+    snapshot = open_snapshot(v)
+    over = _over(v, snapshot, limit)
+    if pr.id in over:
+        signed = _signed_alike(v, pr, snapshot)
+        if signed is not None:  # signed by the contributor's own key: only its signed PRs count
+            over = beyond_limit(signed, limit)
+    if pr.id in over:
+        raise Rejected(f"{OVER_LIMIT} {canonical(pr.contributor)!r} had {over[pr.id]} open PRs when the queue "
+                       f"was read, over the limit of {limit}; the {limit} received first are judged, this later one "
+                       "is not (withdraw one of your own open PRs to make room, then submit again)")
+
+
+def _signed_alike(v, pr, snapshot) -> list | None:
+    """When ``pr`` is signed by the key its contributor has in main's allowed_signers: that contributor's
+    open PRs signed alike (unsigned PRs claiming the name cannot use up its open-PR limit); else None."""
+    from woolf.protocol.rules.main import signers_text
+    from woolf.protocol.signatures import signatures
+
+    text = signers_text(v.ledger.git, v.ledger.head().commit)
+    if text is None:
+        return None
+    who = canonical(pr.contributor)
+    mine = [p for p in snapshot if canonical(p.contributor) == who][:256]
+    found = signatures(v.ledger.git, {p.head: text for p in mine + [pr]})
+    if found.get(pr.head) != ("G", pr.contributor):
+        return None
+    return [p for p in mine if found.get(p.head) == ("G", p.contributor)]
+
+
+def _cache(v) -> OrderedDict:
+    if getattr(v, "_delta_cache", None) is None:
+        v._delta_cache = OrderedDict()
+    return v._delta_cache
+
+
+def _load(v, pointer: Pointer, key: str, spec, declared: dict | None = None) -> dict | None:
+    """Another PR's delta (hostile like any), bounded and checked, a compressed one expanded
+    (``declared``: its submission's delta kind and parameters); None when it cannot be read."""
+    cache = _cache(v)
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    cfg = v.ledger.config
+    try:
+        path = v.ledger.store.fetch_object(pointer, max_bytes=cfg.limits.max_delta_bytes,
+                                           deadline=cfg.forge.delta_timeout)
+        delta = load_delta(path, declared or {"kind": "dense"}, spec, cfg.limits, "delta")
+    except WoolfError as exc:
+        log.info("copy check: delta %s unreadable (%s)", key[:16], exc.message)
+        return None
+    cache[key] = delta
+    sizes = {k: sum(t.numel() * t.element_size() for t in d.values()) for k, d in cache.items()}
+    total = sum(sizes.values())
+    while cache and total > CACHE_BYTES:
+        old, _ = cache.popitem(last=False)
+        total -= sizes[old]
+    return delta
+
+
+def _earlier(v, adm: Admitted, spec):
+    """(label, delta) of merged recent deltas, then of open PRs received before this one."""
+    cfg, ledger = v.ledger.config.scoring, v.ledger
+    recs = [r for r in merged_records(ledger, limit=cfg.copy_window) if r.id and r.head and r.version is not None]
+    merges = {x.version: x for x in ledger.log(limit=cfg.copy_window) if x.submission}
+    try:  # every pointer and declared kind in two git calls, not a few per merged PR
+        pointers = delta_pointers(ledger, [merges[r.version] for r in recs if r.version in merges])
+    except (WoolfError, BlobTooLargeError) as exc:
+        log.info("copy check: merged deltas unreadable (%s)", getattr(exc, "message", exc))
+        pointers = {}
+    for rec in recs:
+        if rec.version not in pointers:
+            continue
+        ptr, declared = pointers[rec.version]
+        d = _load(v, ptr, rec.delta_sha256 or ptr.md5, spec, declared)
+        if d is not None:
+            yield f"merged PR {rec.id} (version {rec.version})", d, rec.id
+    snapshot = open_snapshot(v)
+    mine = next((p for p in snapshot if p.id == adm.meta["id"]), None)
+    if mine is None:
+        return
+    over = _over(v, snapshot, v.ledger.config.queue.max_open_per_contributor)
+    earlier = [p for p in snapshot if p.queue_key() < mine.queue_key() and p.id not in over]
+    for p in earlier[:MAX_OPEN_COMPARED]:
+        d = (p.submission or {}).get("delta")
+        if not isinstance(d, dict) or "url" in d or not isinstance(d.get("md5"), str) \
+                or not isinstance(d.get("size"), int) or not isinstance(d.get("sha256"), str):
+            continue
+        try:
+            ptr = Pointer(d["md5"], d["size"], "delta.safetensors")
+        except (WoolfError, ValueError, TypeError):
+            continue
+        delta = _load(v, ptr, d["sha256"], spec, d)
+        if delta is not None:
+            yield f"PR {p.id}, open and received earlier", delta, p.id
+
+
+def _contents(v, main) -> dict:
+    """{tensor content sha256: (version, PR id)} of every merged delta, read once per main head."""
+    cached = getattr(v, "_contents_cache", None)
+    if not cached or cached[0] != main.commit:
+        cached = (main.commit, {r.content: (r.version, r.id) for r in merged_records(v.ledger) if r.content})
+        v._contents_cache = cached
+    return cached[1]
+
+
+def _state_now(v, sub_id: str) -> str:
+    try:
+        return v.forge.refresh(sub_id).state
+    except WoolfError:
+        return "unknown"
+
+
+def verified_revert(v, adm: Admitted, delta: dict[str, torch.Tensor]):
+    """The version (V) whose merge this delta takes back, if it is exactly parent(V) − V; else None.
+
+    A `reverts` claim (admission checked it names version V on main at or before the base)
+    is only a label; a delta that is bit for bit what `woolf revert` computes earns the
+    exemptions a revert needs (the norm guard, the negation of its own target, no measurable
+    effect on the benchmark or a shard); any other delta is judged like every PR.
+    """
+    from woolf.core.merge import compute_delta
+
+    claim = adm.meta.get("reverts")
+    if not isinstance(claim, dict) or not isinstance(claim.get("version"), int):
+        return None
+    ledger, number = v.ledger, claim["version"]
+    target = ledger.version_at(claim.get("commit", ""))
+    if target is None or target.version != number or number < 1 or not target.submission:
+        return None
+    parent = ledger.version_at(target.parents[0]) if target.parents else None
+    if parent is None:
+        return None
+    try:  # weights storage cannot serve or that fail their hash grant no exemption (never stop the pass)
+        expected = compute_delta(ledger.load_weights(parent), ledger.load_weights(target))
+    except WoolfError as exc:
+        log.info("revert check: weights of version %d or %d unreadable (%s)", parent.version, number, exc.message)
+        return None
+    if set(expected) != set(delta) or not all(torch.equal(expected[k], delta[k]) for k in delta):
+        return None
+    return target
+
+
+def _revert_family(ledger, target) -> set:
+    """The PRs a verified revert of ``target`` may resemble: the target's, and, when the target was
+    itself a revert, the merge that one took back (a revert of a revert restores it), and so on."""
+    family, version = {target.submission}, target.reverts
+    for _ in range(16):
+        if version is None:
+            break
+        v = ledger.show(version)
+        family.add(v.submission)
+        version = v.reverts
+    return family
+
+
+def screen_delta(v, adm: Admitted, main, current: dict[str, torch.Tensor], delta: dict[str, torch.Tensor],
+                 norms: tuple[float, float] | None = None) -> Screened:
+    """``norms``: (delta's, model's) as the validator's norm check computed them (scores.norm)."""
+    ledger, cfg = v.ledger, v.ledger.config
+    sc = cfg.scoring
+    target = verified_revert(v, adm, delta)
+    revert_of = target.submission if target else None
+    family = _revert_family(ledger, target) if target else set()
+    n, w = norms if norms is not None else (norm(delta), norm(current))
+    if cfg.limits.min_delta_norm_ratio > 0 and n <= cfg.limits.min_delta_norm_ratio * max(w, 1e-12):
+        raise Rejected(f"the delta is a no-op (norm {n:.3g}, {n / max(w, 1e-12):.3g}x the model's, under "
+                       f"limits.min_delta_norm_ratio {cfg.limits.min_delta_norm_ratio:g}); it would change nothing")
+    content = content_sha256(delta)
+    recent = merged_records(ledger, limit=max(sc.copy_window, sc.norm_window))
+    norms = [r.delta_norm for r in recent[: sc.norm_window] if r.delta_norm is not None]
+    limit = norm_limit(norms, sc.norm_multiple)
+    flags, clip = ["revert"] if revert_of else [], None
+    if limit is not None and n > limit and not revert_of:  # a revert is as large as the merge it undoes
+        if sc.norm_action == "reject":
+            raise Rejected(f"delta norm {n:.4g} is over {sc.norm_multiple:g}x the median norm of the last "
+                           f"{len(norms)} merged deltas ({limit / sc.norm_multiple:.4g})")
+        clip = f32(limit / n)
+        delta.update(clip_delta(delta, clip))  # the merge uses the clipped delta; the audit too (Woolf-Delta-Clip)
+        flags.append("clipped")
+        n = norm(delta)
+    seen = _contents(v, main).get(content)
+    if seen:
+        raise Rejected(f"replay: the same tensors were already merged as version {seen[0]} "
+                       f"(PR {seen[1]}), whatever the file's bytes")
+    spec = spec_of(current)
+    for label, other, other_id in _earlier(v, adm, spec):
+        if other_id == adm.meta["id"] or other_id in family:  # a verified revert negates its target
+            continue
+        sim = similarity(delta, other, sc.copy_threshold)
+        if not sim.is_copy(sc.copy_threshold):
+            continue
+        if not label.startswith("merged") and _state_now(v, other_id) not in ("open", "merged"):
+            continue  # the earlier one was rejected or withdrawn since: it protects nothing
+        what = "a negation" if sim.cosine <= -sc.copy_threshold else "a copy"
+        raise Rejected(f"{what} of {label}: cosine {sim.cosine:+.4f}, {sim.copied_share:.0%} of its norm in "
+                       f"copied tensors (threshold {sc.copy_threshold:g}); the earliest received submission wins")
+    return Screened(delta, n, content, flags, clip, revert_of)
