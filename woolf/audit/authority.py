@@ -22,15 +22,19 @@ version's weights are evaluated again and compared to the recorded metrics.
 from __future__ import annotations
 
 import math
+import os
 
 from woolf.errors import ConfigError, WoolfError
 from woolf.git.repo import BlobTooLargeError
+from woolf.ledger.benchmark import ENV as HIDDEN_ENV
+from woolf.ledger.benchmark import hidden_benchmark
 from woolf.protocol import layout
-from woolf.protocol.rules.main import chain_problems, signers_text
+from woolf.protocol.config import parse_config
+from woolf.protocol.rules.main import chain_problems
 from woolf.protocol.rules.quorum import rejection_quorum_problem
 from woolf.protocol.rules.submitter import contributor_in_id
 from woolf.protocol.signatures import role_problem, signatures
-from woolf.protocol.signers import Signers
+from woolf.protocol.signers import Signers, signers_text
 from woolf.protocol.trailers import int_field, parse_message
 
 REL_TOL = 1e-4  # evaluation on another machine may differ in the last bits
@@ -131,11 +135,6 @@ def _object_types(git, shas) -> dict[str, str]:
 
 
 def _reevaluate(ledger, report, versions) -> None:
-    import os
-
-    from woolf.ledger.benchmark import ENV as HIDDEN_ENV
-    from woolf.ledger.benchmark import hidden_benchmark
-    from woolf.protocol.config import parse_config
     from woolf.workloads.base import load_workload
 
     for v in versions:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from woolf.audit.authority import check_authority
 from woolf.core.merge_rules import Rule, merge_step
 from woolf.core.scores import clip_delta
 from woolf.core.staleness import attenuation
@@ -53,8 +54,6 @@ class AuditReport:
 
 
 def audit(ledger, progress=None, reevaluate: bool = False) -> AuditReport:
-    from woolf.audit.authority import check_authority
-
     report = AuditReport()
     if ledger.has_origin():  # audit what everyone shares, with its verdict refs
         try:

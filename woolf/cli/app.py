@@ -32,8 +32,8 @@ class App:
     err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
 
     def ledger(self):
-        from woolf.ledger.ledger import Ledger
-        from woolf.protocol import layout
+        from woolf.ledger.ledger import Ledger  # deferred: fast --help
+        from woolf.protocol import layout  # deferred: fast --help
 
         led = Ledger.open(self.cwd)
         local = led.root / layout.CONFIG

@@ -7,11 +7,13 @@ Usage:
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from woolf import interrupts
 from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
 
 contributor_option = click.option(
@@ -52,8 +54,7 @@ class StepsType(click.ParamType):
 @pass_app
 def train(app: App, steps, fresh, data, device, seed, offline, take, contributor, as_json):
     """Pull the newest version and train from it; keeps the result in .woolf/work."""
-    from woolf import interrupts
-    from woolf.participant.contribute import train as do_train
+    from woolf.participant.contribute import train as do_train  # deferred: fast --help
 
     ledger = app.ledger()
     with Progress(TextColumn("training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -64,8 +65,6 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, contributor
         state = {"t0": None, "step": 0}
 
         def progress(step, total, loss):
-            import time
-
             state["step"] = step
             interrupts.check()  # Ctrl-C is deferred while training (see woolf/interrupts.py)
             state["t0"] = state["t0"] or time.perf_counter()
@@ -119,7 +118,7 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, contributor
 def submit(app: App, weights, base_version, message, delta_url_base, delta_remote, error_feedback, compress,
            contributor, forge, as_json):
     """Open a pull request carrying trained - base."""
-    from woolf.participant.contribute import submit as do_submit
+    from woolf.participant.contribute import submit as do_submit  # deferred: fast --help
 
     result = do_submit(app.ledger(), weights=weights, message=message, contributor=contributor,
                        base_version=base_version, forge=forge, delta_url_base=delta_url_base,
@@ -147,7 +146,7 @@ def pr():
 @pass_app
 def pr_list(app: App, state, forge, as_json):
     """Pull requests, in queue order (when the forge received them)."""
-    from woolf.forges.github import forge_for
+    from woolf.forges import forge_for  # deferred: fast --help
 
     f = forge_for(app.ledger(), forge)
     prs = f.list(state=state)
@@ -170,7 +169,7 @@ def pr_list(app: App, state, forge, as_json):
 @pass_app
 def pr_show(app: App, sub_id, forge, as_json):
     """One pull request and its verdict."""
-    from woolf.forges.github import forge_for
+    from woolf.forges import forge_for  # deferred: fast --help
 
     p = forge_for(app.ledger(), forge).get(sub_id)
     data = {**p.to_json(), "submission": p.submission}
@@ -192,8 +191,8 @@ def pr_show(app: App, sub_id, forge, as_json):
 @pass_app
 def pr_close(app: App, sub_id, force, contributor, forge, as_json):
     """Withdraw your pull request (its contributor's only; --force for another's)."""
-    from woolf.forges.github import forge_for
-    from woolf.protocol.contributor import contributor_id
+    from woolf.forges import forge_for  # deferred: fast --help
+    from woolf.protocol.contributor import contributor_id  # deferred: fast --help
 
     ledger = app.ledger()
     who = contributor_id(contributor, ledger.git)

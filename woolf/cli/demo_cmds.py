@@ -6,6 +6,8 @@ Usage:
 
 from __future__ import annotations
 
+import shutil
+import sys
 from pathlib import Path
 
 import click
@@ -34,7 +36,7 @@ from woolf.cli.app import App, json_option, pass_app
 def demo(app: App, participants, rounds, validators, steps, directory, quick, quorum, dishonest, settings,
          adversaries, as_json):
     """Run a whole decentralized training network on this machine."""
-    from woolf.demo.run import run_demo
+    from woolf.demo.run import run_demo  # deferred: fast --help
 
     def pick(value, full, small):
         return value if value is not None else (small if quick else full)
@@ -64,7 +66,7 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, qu
     c.print(f"benchmark loss (nats/byte, lower is better): genesis {r.genesis_loss:.4f} -> "
             f"final {r.final_loss:.4f}")
     if r.best_version is not None:
-        from woolf.report.story import facts_sentence
+        from woolf.report.story import facts_sentence  # deferred: fast --help
 
         c.print("  " + facts_sentence({"best_version": r.best_version, "best_loss": r.best_loss,
                                        "final_version": r.final_version, "final_loss": r.final_loss,
@@ -84,8 +86,6 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, qu
             f"runs {r.reference_seconds:.0f}s   hub: {r.dir}")
     if r.report:
         c.print(f"report: {r.report}")
-    import shutil
-    import sys
 
     woolf_cmd = "woolf" if shutil.which("woolf") else f"{sys.executable} -m woolf"
     c.print(f"try: git clone {r.dir}/hub.git mine && cd mine && {woolf_cmd} log")
@@ -141,7 +141,7 @@ def comparison_lines(r) -> list[str]:
 @pass_app
 def report(app: App, out, as_json):
     """Write an HTML page, PNG plots and a markdown summary of this ledger."""
-    from woolf.report.build import build_report
+    from woolf.report.build import build_report  # deferred: fast --help
 
     paths = build_report(app.ledger(), app.cwd / out)
     if as_json:

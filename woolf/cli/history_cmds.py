@@ -39,8 +39,8 @@ def _who(entry: dict) -> str:
 @pass_app
 def eval_cmd(app: App, versions, benchmark, device, as_json):
     """Evaluate VERSION... with the ledger's workload (cached per version and data)."""
-    from woolf.history import Evaluator
-    from woolf.workloads.base import resolve_device
+    from woolf.history import Evaluator  # deferred: fast --help
+    from woolf.workloads.base import resolve_device  # deferred: fast --help
 
     ledger = app.ledger()
     records = [ledger.show(n) for n in versions]  # every version exists before anything is evaluated
@@ -70,8 +70,8 @@ def eval_cmd(app: App, versions, benchmark, device, as_json):
 @pass_app
 def diff(app: App, a, b, benchmark, top, device, as_json):
     """Per-tensor change from version A to B, who contributed between them, and the metric change."""
-    from woolf.history import Evaluator, diff_versions
-    from woolf.workloads.base import resolve_device
+    from woolf.history import Evaluator, diff_versions  # deferred: fast --help
+    from woolf.workloads.base import resolve_device  # deferred: fast --help
 
     ledger = app.ledger()
     ledger.show(a), ledger.show(b)
@@ -111,8 +111,8 @@ def diff(app: App, a, b, benchmark, top, device, as_json):
 @pass_app
 def bisect(app: App, benchmark, run_cmd, good, bad, threshold, device, as_json):
     """Find the first version that got worse than --good, in about log2(n) evaluations."""
-    from woolf.history import bisect as do_bisect
-    from woolf.workloads.base import resolve_device
+    from woolf.history import bisect as do_bisect  # deferred: fast --help
+    from woolf.workloads.base import resolve_device  # deferred: fast --help
 
     def progress(n, value, verdict):
         if not as_json:
@@ -149,7 +149,7 @@ def bisect(app: App, benchmark, run_cmd, good, bad, threshold, device, as_json):
 @pass_app
 def revert(app: App, version, message, contributor, forge, as_json):
     """Open a PR that takes back what VERSION's merge applied (validated like any PR)."""
-    from woolf.history import revert as do_revert
+    from woolf.history import revert as do_revert  # deferred: fast --help
 
     r = do_revert(app.ledger(), version, message=message, contributor=contributor, forge=forge)
     if as_json:

@@ -9,11 +9,13 @@ Usage:
 from __future__ import annotations
 
 import datetime
+import time
 from pathlib import Path
 
 import click
 
 from woolf.cli.app import App, json_option, pass_app
+from woolf.errors import UsageError
 
 
 def _fmt_metrics(m: dict | None) -> str:
@@ -36,8 +38,6 @@ def _ago(seconds: float) -> str:
 
 def _freshness(app: App, ledger, do_fetch: bool) -> None:
     """Fetch when asked; otherwise say, on stderr, how old this clone's view of origin is."""
-    import time
-
     if do_fetch:
         ledger.fetch()
         return
@@ -73,8 +73,7 @@ def _freshness(app: App, ledger, do_fetch: bool) -> None:
 def init(app: App, path, storage, workload, alpha, weights, name, settings, signing_key, signer, extra,
          unsigned, as_json):
     """Create a new ledger at PATH with version 0, signed with --key."""
-    from woolf.errors import UsageError
-    from woolf.ledger.ledger import Ledger
+    from woolf.ledger.ledger import Ledger  # deferred: fast --help
 
     if unsigned and (signing_key or extra):
         raise UsageError("--unsigned and --key/--add-signer exclude each other")
@@ -115,7 +114,7 @@ def log(app: App, limit, show_all, do_fetch, as_json):
     versions = ledger.log(limit=limit)
     verdicts = None
     if show_all:
-        from woolf.forges.local import LocalForge
+        from woolf.forges.local import LocalForge  # deferred: fast --help
 
         if not ledger.has_pr_refs() and ledger.has_origin():
             app.err.print("[yellow]note:[/] this clone has fetched no pull requests yet (git clone does not): "

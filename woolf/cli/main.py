@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from woolf import interrupts
 from woolf._version import __version__
 from woolf.cli.app import App
 from woolf.errors import WoolfError
@@ -40,15 +41,13 @@ Environment:
 @click.pass_context
 def cli(ctx: click.Context, directory: Path) -> None:
     """GoodWoolf: train one model together, with git as the ledger."""
-    from woolf import interrupts
-
     ctx.obj = App(cwd=directory)
     if ctx.invoked_subcommand != "train":  # train keeps Ctrl-C deferred and checks at every step
         interrupts.release()
 
 
 def _register() -> None:
-    from woolf.cli import (
+    from woolf.cli import (  # deferred: fast --help
         contrib_cmds,
         demo_cmds,
         history_cmds,
@@ -73,8 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rv = cli.main(args=argv, prog_name="woolf", standalone_mode=False)
     except WoolfError as exc:
-        from woolf import interrupts
-
         if interrupts.pending():  # Ctrl-C also reached a child (git, dvc) that failed with it
             click.echo("interrupted", err=True)
             return 130

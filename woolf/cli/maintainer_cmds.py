@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from woolf.cli.app import App, json_option, pass_app
+from woolf.errors import UsageError
 
 
 @click.group()
@@ -32,10 +33,10 @@ def key():
 @pass_app
 def key_create(app: App, out, name, roles, configure, as_json):
     """Make an ed25519 key and print the ledger/allowed_signers line a maintainer adds."""
-    from woolf.git.keys import configure as configure_git
-    from woolf.git.keys import create_key
-    from woolf.protocol.contributor import contributor_id
-    from woolf.protocol.signers import signer_line
+    from woolf.git.keys import configure as configure_git  # deferred: fast --help
+    from woolf.git.keys import create_key  # deferred: fast --help
+    from woolf.protocol.contributor import contributor_id  # deferred: fast --help
+    from woolf.protocol.signers import signer_line  # deferred: fast --help
 
     who = contributor_id(name)
     private, public = create_key(out, who)
@@ -66,11 +67,9 @@ def hub():
 @pass_app
 def hub_init(app: App, path, source, hook_only, max_push_mb, as_json):
     """Create a bare hub at PATH from a ledger, with hooks that enforce who may move which ref."""
-    from woolf.hub.create import init_hub, install_hook
+    from woolf.hub.create import init_hub, install_hook  # deferred: fast --help
 
     if not hook_only and not source:
-        from woolf.errors import UsageError
-
         raise UsageError("--from LEDGER is required to create a hub", hint="or --hook-only for an existing hub")
     max_push = max_push_mb << 20 if max_push_mb else None
     if hook_only:
@@ -95,8 +94,7 @@ def signers():
 @pass_app
 def signers_list(app: App, as_json):
     """The keys on main and their roles."""
-    from woolf.protocol.rules.main import signers_text
-    from woolf.protocol.signers import Signers
+    from woolf.protocol.signers import Signers, signers_text  # deferred: fast --help
 
     ledger = app.ledger()
     text = signers_text(ledger.git, ledger.git.rev_parse(ledger.main_ref))
@@ -121,7 +119,7 @@ def signers_list(app: App, as_json):
 @pass_app
 def signers_add(app: App, name, pub, roles, message):
     """Add or replace NAME's key: a maintainer-signed change version on main."""
-    from woolf.ledger.change import set_signer
+    from woolf.ledger.change import set_signer  # deferred: fast --help
 
     v = set_signer(app.ledger(), name, pub.read_text(), list(roles), reason=message)
     app.console.print(f"version {v.version}: {v.subject}")
@@ -133,7 +131,7 @@ def signers_add(app: App, name, pub, roles, message):
 @pass_app
 def signers_remove(app: App, name, message):
     """Remove NAME's key: a maintainer-signed change version on main."""
-    from woolf.ledger.change import set_signer
+    from woolf.ledger.change import set_signer  # deferred: fast --help
 
     v = set_signer(app.ledger(), name, None, reason=message)
     app.console.print(f"version {v.version}: {v.subject}")
@@ -150,8 +148,7 @@ def config():
 @pass_app
 def config_set(app: App, settings, message):
     """Change config values: a maintainer-signed change version on main (same weights)."""
-    from woolf.errors import UsageError
-    from woolf.ledger.change import set_config
+    from woolf.ledger.change import set_config  # deferred: fast --help
 
     overrides = {}
     for item in settings:

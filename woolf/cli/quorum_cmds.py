@@ -17,7 +17,7 @@ from woolf.cli.app import App, json_option, pass_app
 @pass_app
 def validators(app: App, as_json):
     """Each validator's votes, agreement with the settled outcomes, median evaluation time."""
-    from woolf.report.validators import validators_report
+    from woolf.report.validators import validators_report  # deferred: fast --help
 
     report = validators_report(app.ledger())
     if as_json:
@@ -40,7 +40,7 @@ def validators(app: App, as_json):
 @pass_app
 def tasks(app: App, all_, as_json):
     """Training tasks: who trains which shard from which version, and each lease's state."""
-    from woolf.ledger.tasks import list_tasks
+    from woolf.ledger.tasks import list_tasks  # deferred: fast --help
 
     views, bad = list_tasks(app.ledger())
     if not all_:

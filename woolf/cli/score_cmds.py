@@ -32,7 +32,7 @@ def _f(x, fmt: str = "{:.3f}") -> str:
 @pass_app
 def leaderboard(app: App, window, as_json):
     """Contributors by OpenSkill rating (Plackett-Luce, beta 7, tau 0.1), from the verdict history."""
-    from woolf.report.board import leaderboard as board
+    from woolf.report.board import leaderboard as board  # deferred: fast --help
 
     data = board(_ledger(app), window=window)
     if as_json:
@@ -52,7 +52,7 @@ def leaderboard(app: App, window, as_json):
 @pass_app
 def credit(app: App, since, as_json):
     """Each contributor's share of the ledger's benchmark improvement (regressions count against)."""
-    from woolf.report.board import credit as shares
+    from woolf.report.board import credit as shares  # deferred: fast --help
 
     data = shares(_ledger(app), since=since)
     if as_json:

@@ -21,7 +21,7 @@ def _mib(n: int) -> str:
 @pass_app
 def storage(app: App, as_json):
     """Bytes in storage by kind: snapshots, deltas, outer states, and what `woolf gc` can reclaim."""
-    from woolf.ledger.retention.gc import survey
+    from woolf.ledger.retention.gc import survey  # deferred: fast --help
 
     data = survey(app.ledger())
     if as_json:
@@ -42,7 +42,7 @@ def storage(app: App, as_json):
 @pass_app
 def gc(app: App, dry_run, as_json):
     """Remove the full weights of versions that are neither snapshots nor the newest (rebuilt on demand)."""
-    from woolf.ledger.retention.gc import collect
+    from woolf.ledger.retention.gc import collect  # deferred: fast --help
 
     data = collect(app.ledger(), dry_run=dry_run)
     if as_json:

@@ -6,11 +6,14 @@ Usage:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
 from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
+from woolf.errors import IntegrityError, UsageError
+from woolf.interrupts import interruptible
 
 
 def _print_verdict(app: App, v) -> None:
@@ -37,7 +40,7 @@ def _print_verdict(app: App, v) -> None:
 @pass_app
 def validate(app: App, ids, all_, watch, interval, name, evaluate_out, apply_file, device, forge, as_json):
     """Validate open PRs: staleness, attenuated merge, benchmark gate, fast-forward main."""
-    from woolf.validator import Validator
+    from woolf.validator import Validator  # deferred: fast --help
 
     if ids and all_:
         raise click.UsageError("give IDs or --all, not both")
@@ -47,8 +50,6 @@ def validate(app: App, ids, all_, watch, interval, name, evaluate_out, apply_fil
         return
     show = None if as_json else (lambda v: _print_verdict(app, v))
     if watch:
-        from woolf.interrupts import interruptible
-
         try:
             with interruptible():  # Ctrl-C or SIGTERM end the watch; a cut-short merge is safe
                 verdicts = validator.watch(interval=interval, on_verdict=show)
@@ -63,11 +64,8 @@ def validate(app: App, ids, all_, watch, interval, name, evaluate_out, apply_fil
 
 
 def _ci_step(app: App, validator, ids, evaluate_out, apply_file, as_json) -> None:
-    import json
-
-    from woolf.errors import UsageError
-    from woolf.storage.files import write_bytes_atomic
-    from woolf.validator.ci import apply_record, evaluate_pr
+    from woolf.storage.files import write_bytes_atomic  # deferred: fast --help
+    from woolf.validator.ci import apply_record, evaluate_pr  # deferred: fast --help
 
     if evaluate_out:
         if len(ids) != 1 or apply_file:
@@ -96,8 +94,7 @@ def _ci_step(app: App, validator, ids, evaluate_out, apply_file, as_json) -> Non
 @pass_app
 def audit(app: App, reevaluate, as_json):
     """Recompute every merge, check every signature and verdict; exit 5 on any problem."""
-    from woolf.audit.recompute import audit as do_audit
-    from woolf.errors import IntegrityError
+    from woolf.audit.recompute import audit as do_audit  # deferred: fast --help
 
     report = do_audit(app.ledger(), reevaluate=reevaluate)
     if as_json:

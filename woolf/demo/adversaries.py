@@ -21,6 +21,12 @@ from pathlib import Path
 
 import torch
 
+from woolf.errors import WoolfError
+from woolf.forges.local import LocalForge
+from woolf.ledger.ledger import Ledger
+from woolf.ledger.verdicts import merged_records
+from woolf.protocol import layout
+
 KINDS = ("free-rider", "copycat", "overfitter", "noise", "flooder")
 FLOOD = 6  # PRs per flooder round
 
@@ -53,9 +59,6 @@ def _copy(ledger, name: str, rng: random.Random):
     """(base, weights) of base + 0.9 x another participant's open delta + noise; None when none is open."""
     from safetensors.torch import load_file
 
-    from woolf.forges.local import LocalForge
-    from woolf.protocol import layout
-
     prs = [p for p in LocalForge.for_ledger(ledger).list(state="open")
            if p.contributor not in KINDS and p.base_version is not None]
     if not prs:
@@ -75,7 +78,6 @@ def _copy(ledger, name: str, rng: random.Random):
 
 def _noise(ledger, base, rng: random.Random) -> dict:
     from woolf.core.scores import norm
-    from woolf.ledger.verdicts import merged_records
 
     norms = sorted(r.delta_norm for r in merged_records(ledger, limit=8, ref="refs/remotes/origin/main")
                    if r.delta_norm)
@@ -88,8 +90,6 @@ def _noise(ledger, base, rng: random.Random) -> dict:
 
 
 def adversary(clone: Path, name: str, rounds: int, steps: int, seed: int, pause: float = 2.0) -> None:
-    from woolf.errors import WoolfError
-    from woolf.ledger.ledger import Ledger
     from woolf.workloads.base import TrainData
 
     ledger = Ledger.open(clone)

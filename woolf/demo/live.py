@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from woolf.forges.local import LocalForge
+from woolf.report.story import activity
 
 
 @dataclass
@@ -59,7 +60,6 @@ def render(snap: Snapshot, elapsed: float, genesis_loss: float | None, title: st
                       Text(p.state, style=style), str(p.base_version),
                       "" if p.staleness is None else str(p.staleness),
                       "" if p.attenuation is None else f"{p.attenuation:.2f}", losses)
-    from woolf.report.story import activity
 
     people = Text.assemble(("participants  ", "bold"), *(
         part for who, a in activity(snap.prs).items()

@@ -11,6 +11,7 @@ a storage directory, left on disk for every other command to use.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -30,7 +31,11 @@ from woolf.interrupts import interruptible
 from woolf.ledger.benchmark import ENV as HIDDEN_ENV
 from woolf.ledger.benchmark import gate_benchmark
 from woolf.ledger.ledger import Ledger
+from woolf.protocol.trailers import json_field, parse_message
+from woolf.protocol.votes import parse_vote
 from woolf.report.story import activity, rejection_kinds, version_facts
+from woolf.report.validators import validators_report
+from woolf.workloads import corpus
 
 
 @dataclass
@@ -95,10 +100,6 @@ def _stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
 
 def _judge_validators(observer, result: DemoResult, liar: str | None) -> None:
     """Who the report flags, and how many merges rest on fewer than k honest votes (the target is 0)."""
-    from woolf.protocol.trailers import json_field, parse_message
-    from woolf.protocol.votes import parse_vote
-    from woolf.report.validators import validators_report
-
     result.dishonest = liar
     report = validators_report(observer)
     result.flagged = [v["name"] for v in report["validators"] if v["flagged"]]
@@ -117,9 +118,6 @@ def _hidden_benchmark(settings: dict) -> tuple[dict, bytes | None]:
     the public file in git). Written beside the hub, its path given to validators (and to this process)."""
     if "benchmark.hidden_sha256" in settings:
         return {}, None
-    import hashlib
-
-    from woolf.workloads import corpus
 
     size = int(settings.get("workload.params.benchmark_bytes", 32768))
     text = corpus.benchmark_text(2 * size)[size:]  # the same held-out files, past the public part

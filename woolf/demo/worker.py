@@ -20,14 +20,15 @@ from pathlib import Path
 
 import torch
 
+from woolf.errors import WoolfError
+from woolf.ledger.ledger import Ledger
+
 
 def _event(**kw) -> None:
     print(json.dumps({"t": round(time.time(), 3), **kw}), flush=True)
 
 
 def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, seed: int) -> None:
-    from woolf.errors import WoolfError
-    from woolf.ledger.ledger import Ledger
     from woolf.participant.contribute import submit, train
 
     ledger = Ledger.open(clone)
@@ -48,7 +49,6 @@ def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, s
 
 def validator(clone: Path, name: str, stop_file: Path, interval: float, dishonest: bool = False) -> None:
     from woolf.demo.dishonest import DishonestValidator
-    from woolf.ledger.ledger import Ledger
     from woolf.validator import Validator
 
     v = (DishonestValidator if dishonest else Validator)(Ledger.open(clone), device="auto", name=name)

@@ -11,6 +11,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 
+from woolf.protocol import layout
+from woolf.protocol.layout import META_MAX_BYTES, META_MAX_DEPTH
+from woolf.protocol.safejson import loads_untrusted
+
 # quarantined: a PR whose refs cannot be a submission (a head or verdict that is no commit, a
 # verdict without trailers); it never enters the queue and `woolf pr list` shows why.
 STATES = ("open", "merged", "rejected", "withdrawn", "expired", "quarantined")  # expired: no quorum in time
@@ -88,8 +92,6 @@ def claimed_contributor(sub_id: str, claim) -> str | None:
     """The contributor a PR is counted, queued, listed and rated as: the name in submission.json only
     when its id names the same one (a mismatch is rejected by the validator and charged to nobody,
     so junk that claims someone else's name costs her neither a queue slot nor a rating)."""
-    from woolf.protocol import layout
-
     if not isinstance(claim, str) or not layout.SUBMISSION_ID.match(sub_id):
         return None
     return claim if sub_id.split("-", 1)[1].rsplit("-", 1)[0] == claim else None
@@ -108,10 +110,6 @@ def fill_from_submission(git, pr: PullRequest) -> PullRequest:
     The blob's size is checked before it is read, and what it parses to is kept
     per blob id, so a 300 MB submission.json costs one `cat-file -s` per listing.
     """
-    from woolf.protocol import layout
-    from woolf.protocol.layout import META_MAX_BYTES, META_MAX_DEPTH
-    from woolf.protocol.safejson import loads_untrusted
-
     info = git.object_info(f"{pr.head}:{layout.submission_paths(pr.id)[2]}")
     if info is None or info[1] != "blob":
         return pr

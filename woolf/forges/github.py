@@ -25,6 +25,7 @@ import re
 from woolf.errors import ForgeError, RaceLostError, UsageError
 from woolf.forges.base import Forge, PullRequest, fill_from_submission
 from woolf.protocol import layout
+from woolf.protocol.trailers import parse_message
 
 BRANCH_PREFIX = "woolf/"
 LOCAL_PREFIX = "refs/woolf/gh"
@@ -229,8 +230,6 @@ class GitHubForge(Forge):
 
 
 def _trailers(message: str) -> tuple[str, dict]:
-    from woolf.protocol.trailers import parse_message
-
     subject, raw = parse_message(message)
     fields: dict = {}
     for k, v in raw.items():
@@ -239,20 +238,3 @@ def _trailers(message: str) -> tuple[str, dict]:
         except json.JSONDecodeError:
             fields[k] = v
     return subject, fields
-
-
-def forge_for(ledger, kind: str | None = None) -> Forge:
-    """The forge the ledger's config (or --forge) selects."""
-    import os
-
-    from woolf.forges.local import LocalForge
-
-    kind = kind or ledger.config.forge.kind
-    if kind == "local":
-        return LocalForge.for_ledger(ledger)
-    if kind == "github":
-        remotes = ledger.git.out("remote").split()
-        fork = os.environ.get("WOOLF_FORK_REMOTE") or ("fork" if "fork" in remotes else None)
-        return GitHubForge(ledger.git, ledger.config.forge, fork_remote=fork,
-                           fork_owner=os.environ.get("WOOLF_FORK_OWNER"))
-    raise ForgeError(f"unknown forge {kind!r}", hint="use 'local' or 'github'")

@@ -3,6 +3,7 @@
 Usage:
     raw = commit_bytes(git, sha)                  # BlobTooLargeError over COMMIT_MAX_BYTES, never read
     for sha, parents, time, message in commit_records(git, shas): ...
+    parents, message = read_commit(git, sha)      # remembered per commit id for the process
 
 `git log --format=...%x1e` output is split on bytes that anyone can write into
 a commit message; `git cat-file --batch` prints each object after its size, so
@@ -12,9 +13,10 @@ call these.)
 
 from __future__ import annotations
 
+import re
 import subprocess
 
-from woolf.git.repo import COMMIT_MAX_BYTES, BlobTooLargeError, GitError, _text, clean_env
+from woolf.git.process import COMMIT_MAX_BYTES, BlobTooLargeError, GitError, _text, clean_env
 
 
 def commit_bytes(git, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> bytes:
@@ -67,3 +69,24 @@ def commit_records(git, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> l
         if stamp.isdigit() and len(stamp) <= 12:
             out.append((head[0].decode(), parents, int(stamp), _text(message)))
     return out
+
+
+_COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
+_READ: dict[str, tuple[list[str], str]] = {}  # commit id -> (parents, message): a commit id names its bytes
+
+
+def read_commit(git, commit: str) -> tuple[list[str], str]:
+    """(parents, message) of a commit in one git call; remembered per commit id for the process.
+
+    Over git.COMMIT_MAX_BYTES raises BlobTooLargeError unread."""
+    if commit in _READ:
+        parents, message = _READ[commit]
+        return list(parents), message
+    raw = commit_bytes(git, commit).decode(errors="replace")
+    header, _, message = raw.partition("\n\n")
+    parents = [ln.split()[1] for ln in header.splitlines() if ln.startswith("parent ")]
+    if _COMMIT_ID.match(commit) and len(message) <= 65536:  # a hostile giant is read again, never kept
+        if len(_READ) > 4096:
+            _READ.clear()
+        _READ[commit] = (list(parents), message)
+    return parents, message

@@ -11,54 +11,23 @@ Usage:
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 from pathlib import Path
 
-from woolf.errors import ForgeError, NotALedgerError, RaceLostError, WoolfError
-
-_IDENTITY = {
-    "GIT_AUTHOR_NAME": "woolf",
-    "GIT_AUTHOR_EMAIL": "woolf@localhost",
-    "GIT_COMMITTER_NAME": "woolf",
-    "GIT_COMMITTER_EMAIL": "woolf@localhost",
-}
-
-
-def clean_env(extra: dict | None = None) -> dict:
-    """The caller's environment without GIT_* (a hook or CI job may set GIT_DIR and friends)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    env["LC_ALL"] = "C"
-    if extra:
-        env.update(extra)
-    return env
-
-
-class GitError(WoolfError):
-    def __init__(self, args, returncode, stderr):
-        cmd = "git " + " ".join(args)
-        super().__init__(f"`{cmd}` failed ({returncode}): {stderr.strip()[-800:]}")
-        self.returncode = returncode
-        self.stderr = stderr
-
-
-class BlobTooLargeError(WoolfError):
-    """A blob is larger than the caller allows; it was not read."""
-
-    def __init__(self, spec: str, size: int, limit: int):
-        super().__init__(f"{spec.split(':', 1)[-1]} is {size} bytes, over the limit of {limit}")
-        self.size = size
-
-
-def _text(raw: bytes) -> str:
-    """Git output as text: bytes that are not UTF-8 (hostile paths, messages) become U+FFFD."""
-    return raw.decode("utf-8", errors="replace")
-
+from woolf.errors import ForgeError, NotALedgerError, RaceLostError
+from woolf.git.commits import commit_bytes, commit_records
+from woolf.git.keys import signing_key
+from woolf.git.process import (  # noqa: F401  (re-exported: the names callers know Git by)
+    _IDENTITY,
+    COMMIT_MAX_BYTES,
+    BlobTooLargeError,
+    GitError,
+    _text,
+    clean_env,
+)
 
 _UNSET = object()
-COMMIT_MAX_BYTES = 1 << 20  # ours carry a few KiB of trailers; a bigger commit is hand-made, refused unread
 
 
 class Git:
@@ -73,8 +42,6 @@ class Git:
     def sign_key(self) -> str | None:
         """The SSH key commits made here are signed with (see woolf/git/keys.py), or None."""
         if self._sign_key is _UNSET:
-            from woolf.git.keys import signing_key
-
             self._sign_key = signing_key(self)
         return self._sign_key
 
@@ -136,14 +103,10 @@ class Git:
 
     def commit_bytes(self, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> bytes:
         """A commit object's bytes, its size read first (woolf/git/commits.py)."""
-        from woolf.git.commits import commit_bytes
-
         return commit_bytes(self, commit, max_bytes)
 
     def commit_records(self, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> list[tuple[str, list[str], int, str]]:
         """(sha, parents, committer time, message) of each commit, framed by size (woolf/git/commits.py)."""
-        from woolf.git.commits import commit_records
-
         return commit_records(self, shas, max_bytes)
 
     def message(self, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> str:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from woolf.core.merge import compute_delta
 from woolf.errors import UsageError
-from woolf.forges.github import forge_for
-from woolf.participant.contribute import submit_delta
+from woolf.forges import forge_for
+from woolf.ledger.submission import submit_delta
 from woolf.protocol.contributor import contributor_id
 from woolf.timing import Timer
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from woolf.errors import UsageError
 from woolf.git.repo import Git, clean_env
 from woolf.protocol import layout
-from woolf.protocol.rules.main import signers_text
+from woolf.protocol.signers import signers_text
 
 HOOK = """#!/bin/sh
 # Installed by `woolf hub init`: refuses pushes that break the ledger's ref rules

@@ -11,15 +11,6 @@ Usage:
     ledger = Ledger.open(".")
 """
 
-from __future__ import annotations
+from woolf.ledger.ledger import Ledger
 
 __all__ = ["Ledger"]
-
-
-def __getattr__(name):
-    # lazy: importing a submodule (woolf.ledger.verdicts) does not load the Ledger's storage stack
-    if name == "Ledger":
-        from woolf.ledger.ledger import Ledger
-
-        return Ledger
-    raise AttributeError(name)

@@ -19,8 +19,7 @@ from woolf.errors import UsageError
 from woolf.protocol import layout
 from woolf.protocol.config import parse_config
 from woolf.protocol.config_text import apply_overrides, render_config
-from woolf.protocol.rules.main import signers_text
-from woolf.protocol.signers import SIGNERS_PATH, Signers, signer_line
+from woolf.protocol.signers import SIGNERS_PATH, Signers, signer_line, signers_text
 from woolf.protocol.trailers import format_message
 
 ORIGIN_MAIN = "refs/remotes/origin/main"

@@ -16,24 +16,26 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from importlib.resources import files
 from pathlib import Path
 
+from woolf._version import __version__
 from woolf.errors import UsageError
+from woolf.git.keys import configure, public_of
+from woolf.git.repo import Git
 from woolf.protocol import layout
 from woolf.protocol.config import LedgerConfig
 from woolf.protocol.config_text import apply_overrides, render_config
+from woolf.protocol.contributor import contributor_id
 from woolf.protocol.layout import CONTRIBUTOR
 from woolf.protocol.signers import SIGNERS_PATH, Signers, signer_line
 from woolf.protocol.trailers import format_message
-from woolf.storage.dvcstore import init_dvc
+from woolf.storage.dvcstore import DvcStore, init_dvc
+from woolf.storage.files import hashes_of_file
 
 
 def write_ci_files(root: Path) -> None:
     """The GitHub validator workflow and the ci/ scripts it calls (see docs/github.md)."""
-    from importlib.resources import files
-
-    from woolf._version import __version__
-
     templates = files("woolf") / "templates"
     targets = {"woolf-validate.yml": ".github/workflows/woolf-validate.yml", "evaluate.sh": "ci/evaluate.sh",
                "merge.sh": "ci/merge.sh", "install.sh": "ci/install.sh",
@@ -52,8 +54,6 @@ def _signers(signing_key: Path | None, signer: str | None, extra: list[str] | tu
         if extra:
             raise UsageError("extra signers need a signing key for the creator", hint="pass --key")
         return None
-    from woolf.git.keys import public_of
-    from woolf.protocol.contributor import contributor_id
 
     if not Path(signing_key).exists():
         raise UsageError(f"signing key {signing_key} does not exist", hint="make one with `woolf key create`")
@@ -69,8 +69,6 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
                   seed: int = 0, overrides: dict[str, str] | None = None, signing_key: Path | None = None,
                   signer: str | None = None, extra_signers: list[str] | tuple[str, ...] = ()) -> None:
     """Refuses a path that holds a ledger or anything else; removes what it made if it fails."""
-    from woolf.ledger.ledger import Ledger
-    from woolf.storage.files import hashes_of_file
     from woolf.storage.weights import compare_spec, load_checked, read_spec, save_atomic, spec_of
     from woolf.workloads.base import load_workload
 
@@ -118,8 +116,8 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
 
     path.mkdir(parents=True, exist_ok=True)
     try:
-        ledger = Ledger(path)
-        ledger.git.run("init", "-q", "-b", "main")
+        git, store = Git(path), DvcStore(path)
+        git.run("init", "-q", "-b", "main")
         (path / ".gitignore").write_text(layout.GITIGNORE)
         write_ci_files(path)
         (path / layout.CONFIG).parent.mkdir(parents=True, exist_ok=True)
@@ -130,17 +128,15 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
             (path / rel).parent.mkdir(parents=True, exist_ok=True)
             (path / rel).write_bytes(data)
         if signers_text is not None:
-            from woolf.git.keys import configure
-
             (path / SIGNERS_PATH).write_text(signers_text)
-            configure(ledger.git, Path(signing_key))
-            ledger.git.sign_key = str(Path(signing_key).resolve())
+            configure(git, Path(signing_key))
+            git.sign_key = str(Path(signing_key).resolve())
         init_dvc(path, storage)
         save_atomic(genesis, path / layout.WEIGHTS)
-        ptr = ledger.store.add(path / layout.WEIGHTS)
-        ledger.store.push(path / layout.POINTER, ptr)
+        ptr = store.add(path / layout.WEIGHTS)
+        store.push(path / layout.POINTER, ptr)
         _, sha = hashes_of_file(path / layout.WEIGHTS)
-        ledger.git.run("add", "-A")
+        git.run("add", "-A")
         message = format_message(
             f"woolf: version 0 (genesis of {cfg.name})",
             {"Woolf-Version": 0, "Woolf-Weights-Sha256": sha,
@@ -148,8 +144,8 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
              if weights else f"{cfg.workload.name} seed {seed}",
              "Woolf-Metrics": metrics},
         )
-        sign = ["-S"] if ledger.git.sign_key else []
-        ledger.git.run(*ledger.git.sign_args(), "commit", "-q", *sign, "-F", "-", input=message.encode())
+        sign = ["-S"] if git.sign_key else []
+        git.run(*git.sign_args(), "commit", "-q", *sign, "-F", "-", input=message.encode())
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise

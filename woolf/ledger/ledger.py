@@ -21,6 +21,7 @@ from woolf.errors import (
     UsageError,
 )
 from woolf.git.repo import Git, toplevel
+from woolf.ledger.create import create_ledger
 from woolf.protocol import layout
 from woolf.protocol.config import (
     LedgerConfig,
@@ -82,8 +83,6 @@ class Ledger:
              alpha: float | None = None, weights: Path | None = None, name: str | None = None,
              seed: int = 0, overrides: dict[str, str] | None = None, **signing) -> Ledger:
         """Create a ledger at ``path`` with version 0 (see woolf/ledger/create.py; ``signing``: its key arguments)."""
-        from woolf.ledger.create import create_ledger
-
         create_ledger(path, storage=storage, workload=workload, alpha=alpha, weights=weights, name=name,
                       seed=seed, overrides=overrides, **signing)
         return cls(Path(path).resolve())

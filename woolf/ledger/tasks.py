@@ -31,9 +31,18 @@ import threading
 import time as _time
 
 from woolf.errors import UsageError, WoolfError
+from woolf.forges.local import LocalForge
 from woolf.protocol import layout
 from woolf.protocol.rules.tasks import LIVE
-from woolf.protocol.tasks import FINAL, TASK_PREFIX, TaskRecord, push_record, read_tasks, task_ref
+from woolf.protocol.tasks import (
+    FINAL,
+    TASK_PREFIX,
+    TaskRecord,
+    parse_record,
+    push_record,
+    read_tasks,
+    task_ref,
+)
 
 log = logging.getLogger("woolf.tasks")
 
@@ -79,8 +88,6 @@ def task_state(rec: TaskRecord, time: int, now: int, prs: dict) -> tuple[str, st
 
 
 def list_tasks(ledger, fetch: bool = True) -> tuple[list[dict], list[tuple[str, str]]]:
-    from woolf.forges.local import LocalForge
-
     if fetch and ledger.has_origin():
         ledger.fetch()
         fetch_tasks(ledger)
@@ -193,3 +200,33 @@ def take_shard(ledger, task_id: str) -> str:
 
 
 __all__ = ["Task", "fetch_tasks", "list_tasks", "origin_now", "reserve", "take_shard", "task_ref", "task_state"]
+
+
+# -- the participant's side: reserve before training, record the PR after submit --
+
+
+def reserve_for_training(ledger, who: str, head, steps: int, take: str | None):
+    """The task `woolf train` runs under (None without an origin on the git-native forge)."""
+    if not ledger.has_origin() or ledger.config.forge.kind != "local":
+        if take:
+            raise UsageError("--take needs a ledger with an origin on the git-native forge")
+        return None
+    return reserve(ledger, who, head, take_shard(ledger, take) if take else f"{who}@v{head.version}", steps)
+
+
+def record_submitted(ledger, task_id: str, sub_id: str) -> None:
+    """The task's final record names its PR (a failure here leaves only a lease to expire)."""
+    try:
+        fetch_tasks(ledger)
+        tip = ledger.git.rev_parse(task_ref(task_id))
+        rec, _ = parse_record(ledger.git.message(tip), task_id) if tip else (None, None)
+        if rec is not None:
+            Task(ledger, rec, tip).finish("submitted", submission=sub_id)
+    except WoolfError as exc:
+        logging.getLogger("woolf.tasks").warning("task %s: submitted not recorded: %s", task_id, exc.message)
+
+
+def take_shard_data(shard: str) -> tuple[str, int]:
+    """(owner, base version) of a shard named ``owner@vN``: whose data a taken task trains on."""
+    owner, _, version = shard.partition("@v")
+    return owner, int(version)

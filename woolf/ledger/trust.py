@@ -11,10 +11,13 @@ never used. The whole chain is re-checked by `woolf audit`.
 
 from __future__ import annotations
 
+import os
+
 from woolf.errors import IntegrityError, UsageError
+from woolf.git.keys import public_of
 from woolf.protocol import layout
-from woolf.protocol.rules.main import chain_problems, signers_text
-from woolf.protocol.signers import SIGNERS_PATH, Signers
+from woolf.protocol.rules.main import chain_problems
+from woolf.protocol.signers import SIGNERS_PATH, Signers, signers_text
 
 _TRUSTED: set[tuple[str, str]] = set()
 
@@ -49,7 +52,6 @@ def require_validator_key(ledger, head) -> None:
     text = signers_text(ledger.git, head.commit)
     if text is None:
         return  # unsigned ledger
-    from woolf.git.keys import public_of
 
     key = ledger.git.sign_key
     if not key and ledger.config.forge.kind != "local":
@@ -78,8 +80,6 @@ def require_command_trust(ledger, head) -> None:
     signed its last change). On an unsigned one nobody vouches for it, so the participant must
     opt in with WOOLF_TRUST_COMMAND=1.
     """
-    import os
-
     if is_signed(ledger, head.commit) or os.environ.get("WOOLF_TRUST_COMMAND") == "1":
         return
     raise UsageError(

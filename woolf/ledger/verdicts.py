@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from woolf.core.fairness import canonical
+from woolf.forges import forge_for
 from woolf.protocol.trailers import float_field, int_field, json_field, parse_message
 
 # rejections not held against anyone: the queue's lag, and the open-PR limit (a name without a key is
@@ -99,8 +100,6 @@ def merged_records(ledger, limit: int | None = None, ref: str | None = None) -> 
 def rejected_records(ledger, forge=None) -> list[Record]:
     """Rejections, from the verdict commits the forge lists (trailers read from git where it has them)."""
     if forge is None:
-        from woolf.forges.github import forge_for
-
         forge = forge_for(ledger)
     prs = [p for p in forge.list() if p.state == "rejected"]
     commits = [p.verdict_commit for p in prs if p.verdict_commit]

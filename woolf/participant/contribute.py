@@ -8,27 +8,22 @@ Usage:
 from __future__ import annotations
 
 import contextlib
-import datetime
 import inspect
 import json
-import secrets
 import shutil
 from pathlib import Path
 
 from woolf.core import npdelta
-from woolf.core.finite import scan
-from woolf.errors import InvalidWeightsError, UsageError
-from woolf.forges.github import forge_for
+from woolf.errors import UsageError
+from woolf.forges import forge_for
+from woolf.ledger.submission import check_delta, submit_delta
+from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
 from woolf.participant.feedback import clear_residual, remember, settle
 from woolf.participant.residual import compress_with_feedback, compression_spec, keep_residual
-from woolf.participant.state import auto_steps, record_speed
-from woolf.participant.tasks import record_submitted, reserve_for_training, take_shard_data
-from woolf.protocol import layout
+from woolf.participant.state import auto_steps, record_speed, state_dir, work_dir
 from woolf.protocol.contributor import contributor_id
-from woolf.storage.dvcstore import REMOTE_NAME
 from woolf.storage.files import write_bytes_atomic
-from woolf.storage.sparse import save_delta
 from woolf.storage.weights import (
     load_checked,
     save_atomic,
@@ -36,15 +31,6 @@ from woolf.storage.weights import (
     to_torch,
 )
 from woolf.timing import Timer
-
-
-def work_dir(ledger) -> Path:
-    return ledger.root / layout.WORK / "work"
-
-
-def state_dir(ledger) -> Path:
-    """The participant's private state (optimizer moments, speed): local, never uploaded."""
-    return ledger.root / layout.WORK / "state"
 
 
 def train(ledger, steps: int | str | None = None, data: str | None = None, device: str = "auto",
@@ -132,20 +118,6 @@ def train(ledger, steps: int | str | None = None, data: str | None = None, devic
     return {**record, "weights": str(out / "trained.safetensors")}
 
 
-def _check_delta(delta: dict, zeros: str, hint: str | None = None) -> None:
-    """NaN/Inf or all zeros are refused; one norm per tensor proves both (woolf/core/finite.py)."""
-    bad, nonzero = scan(delta)
-    if bad is not None:
-        raise InvalidWeightsError(f"delta: tensor {bad!r} holds NaN or Inf values")
-    if not nonzero:
-        raise InvalidWeightsError(zeros, hint=hint)
-
-
-def _new_id(who: str) -> str:
-    now = datetime.datetime.now(datetime.timezone.utc)
-    return f"{now:%Y%m%dT%H%M%S}{now.microsecond // 1000:03d}Z-{who}-{secrets.token_hex(4)}"
-
-
 def submit(ledger, weights: Path | None = None, message: str = "", contributor: str | None = None,
            base_version: int | None = None, forge: str | None = None,
            delta_url_base: str | None = None, delta_remote: str | None = None,
@@ -203,7 +175,7 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
 
                 delta = {k: (v.to(torch.float32) + residual[k]).to(v.dtype) for k, v in to_torch(delta).items()}
         del trained, base_w
-        _check_delta(delta, "the trained weights equal the base: the delta is all zeros",
+        check_delta(delta, "the trained weights equal the base: the delta is all zeros",
                      hint="train first (`woolf train`)")
     parts = kept = None
     if cspec is not None:
@@ -223,64 +195,3 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
     if feedback_note:
         clear_residual(ledger, result["id"])  # it is part of this PR's delta now
     return {**result, "error_feedback": feedback_note}
-
-
-def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, timer: Timer,
-                 record: dict | None = None, delta_url_base: str | None = None,
-                 delta_remote: str | None = None, reverts=None, cspec=None, parts=None, prechecked: bool = False) -> dict:
-    """Open a PR carrying ``delta`` on version ``base``: upload and verify it, then push the ref.
-
-    ``cspec``/``parts``: the delta goes as a compressed (topk) file of those parts.
-    ``reverts`` (a Version): the PR takes back that merge (woolf/history/revert.py); it is
-    named in submission.json and in a ``Woolf-Reverts`` trailer, and judged like any PR.
-    ``prechecked``: the caller already ran _check_delta on ``delta``.
-    """
-    record = record or {}
-    cfg = ledger.config
-    if not prechecked:
-        _check_delta(delta, "the delta is all zeros: it would change nothing")
-    sub_id = _new_id(who)
-    delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
-    tmp = ledger.root / layout.WORK / "outgoing" / f"{sub_id}.safetensors"
-    with timer("save"):  # hashed while written: md5 for DVC, sha256 for the record
-        md5, sha = save_delta(delta, tmp, cspec, parts)
-        del delta, parts
-    size = tmp.stat().st_size
-    if size > cfg.limits.max_delta_bytes:
-        tmp.unlink()
-        raise InvalidWeightsError(f"the delta is {size} bytes, over the ledger's limit of "
-                                  f"{cfg.limits.max_delta_bytes}")
-    with timer("upload"):
-        # uploaded and verified; a fork's contributor uploads to a DVC remote of their own
-        pointer = ledger.store.put(tmp, Path(delta_rel).name, md5=md5, sha256=sha,
-                                   remote=delta_remote or REMOTE_NAME)
-    meta = {
-        "schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
-        "base_commit": base.commit, "message": message,
-        "delta": {**(cspec.declared() if cspec else {"kind": "dense"}), "sha256": sha, "md5": md5, "size": size},
-        "training": record.get("training"), "metrics": record.get("metrics"),
-    }
-    if delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where to read it
-        meta["delta"]["url"] = f"{delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"
-    if reverts is not None:
-        meta["reverts"] = {"version": reverts.version, "commit": reverts.commit}
-    from woolf.protocol.trailers import format_message
-
-    commit_msg = format_message(f"woolf: submission {sub_id}",
-                                {"Woolf-Submission": sub_id, "Woolf-Contributor": who,
-                                 "Woolf-Base-Version": base.version, "Woolf-Delta-Sha256": sha,
-                                 "Woolf-Reverts": None if reverts is None else reverts.version,
-                                 "Woolf-Task": record.get("task")},  # the task it trained under
-                                body=message)
-    with timer("git"):
-        commit = ledger.git.commit_tree_with(
-            base.commit,
-            {ptr_rel: pointer.render(), meta_rel: json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n"},
-            commit_msg, parents=[base.commit],
-        )
-        pr = the_forge.open(sub_id, commit)
-    if record.get("task"):
-        record_submitted(ledger, record["task"], sub_id)
-    return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
-            "delta_sha256": sha, "delta_size": size, "delta_kind": meta["delta"]["kind"], "number": pr.number,
-            "timings": dict(timer), "pointer": pointer, "declared": meta["delta"]}

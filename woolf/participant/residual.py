@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from woolf.errors import UsageError
+from woolf.participant.state import state_dir
 from woolf.protocol.compress_spec import CompressSpec, parse_spec
 from woolf.storage.files import write_bytes_atomic
 
@@ -30,8 +31,6 @@ FILE = "residual.safetensors"
 
 
 def _path(ledger) -> Path:
-    from woolf.participant.contribute import state_dir
-
     return state_dir(ledger) / "compress" / FILE
 
 

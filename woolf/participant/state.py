@@ -1,6 +1,7 @@
-"""A participant's measured training speed, for `woolf train --steps auto`.
+"""A participant's local areas (work, private state) and its measured speed for `--steps auto`.
 
 Usage:
+    work_dir(ledger), state_dir(ledger)                 # .woolf/work (trained weights), .woolf/state
     steps = auto_steps(ledger, fingerprint, state)     # about workload.auto_seconds of training here
     record_speed(fingerprint, summary, state)          # after training: steps per second, per workload
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from woolf.protocol import layout
 from woolf.storage.files import write_bytes_atomic
 
 
@@ -39,3 +41,13 @@ def record_speed(fingerprint: str, summary: dict, state: Path) -> None:
         state.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(json.dumps({"workload": fingerprint, "steps_per_second": steps / secs}).encode(),
                            state / "speed.json")
+
+
+def work_dir(ledger) -> Path:
+    """Where `woolf train` leaves trained weights for `woolf submit`."""
+    return ledger.root / layout.WORK / "work"
+
+
+def state_dir(ledger) -> Path:
+    """The participant's private state (optimizer moments, speed): local, never uploaded."""
+    return ledger.root / layout.WORK / "state"

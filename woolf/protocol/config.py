@@ -16,6 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from woolf.errors import ConfigError
+from woolf.protocol.config_check import (  # noqa: F401  (the allowed values, named where configs are read)
+    GATES,
+    MERGE_RULES,
+    STALENESS_KINDS,
+    check_config,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,9 +29,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 CONFIG_PATH = "ledger/woolf.toml"
-STALENESS_KINDS = ("inverse", "polynomial", "hinge", "constant")
-MERGE_RULES = ("attenuated", "nesterov", "delayed_nesterov", "fedbuff")  # see woolf/core/merge_rules.py
-GATES = ("current", "best")
 
 
 @dataclass
@@ -229,8 +232,6 @@ def parse_config(text: str, source: str = CONFIG_PATH) -> LedgerConfig:
             )
         kwargs[key] = _build(_SECTIONS[key], value, key, source)
     cfg = LedgerConfig(**kwargs)
-    from woolf.protocol.config_check import check_config
-
     check_config(cfg, source)
     return cfg
 

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from woolf.errors import ConfigError
-from woolf.protocol.config import GATES, MERGE_RULES, STALENESS_KINDS, LedgerConfig
+from woolf.protocol.compress_spec import KINDS, parse_spec
+
+if TYPE_CHECKING:  # only for the annotation: config.py imports this module
+    from woolf.protocol.config import LedgerConfig
+
+STALENESS_KINDS = ("inverse", "polynomial", "hinge", "constant")
+MERGE_RULES = ("attenuated", "nesterov", "delayed_nesterov", "fedbuff")  # see woolf/core/merge_rules.py
+GATES = ("current", "best")
 
 
 def check_config(cfg: LedgerConfig, source: str) -> None:
@@ -86,8 +93,6 @@ def check_config(cfg: LedgerConfig, source: str) -> None:
 
 
 def _check_delta(cfg: LedgerConfig, bad) -> None:
-    from woolf.protocol.compress_spec import KINDS, parse_spec
-
     d = cfg.delta
     if not d.accept or not all(isinstance(k, str) and k in KINDS for k in d.accept):
         bad("delta.accept", f"use a non-empty list drawn from {', '.join(KINDS)}", d.accept)

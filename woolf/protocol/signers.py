@@ -97,3 +97,23 @@ def signer_line(name: str, public_key: str, roles: list[str] | tuple[str, ...] =
     signer = _parse_line(f'{name} namespaces="git" {parts[0]} {parts[1]}'
                          + (f" roles={','.join(roles)}" if roles else ""), "key")
     return signer.line()
+
+
+_COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
+
+
+def signers_text(git, commit: str | None) -> bytes | None:
+    """ledger/allowed_signers at ``commit``; remembered per commit id (its content cannot change)."""
+    if not commit:
+        return None
+    if not _COMMIT_ID.match(commit):  # a ref name moves: read it every time
+        return git.show_bytes(f"{commit}:{SIGNERS_PATH}")
+    cache = git.__dict__.setdefault("_signers_at", {})
+    text = cache.get(commit)
+    if text is None:  # None (no file, or the commit not fetched yet) is never remembered
+        text = git.show_bytes(f"{commit}:{SIGNERS_PATH}")
+        if text is not None:
+            if len(cache) >= 256:
+                cache.clear()
+            cache[commit] = text
+    return text

@@ -13,7 +13,7 @@ ledger's total improvement over the versions counted.
 from __future__ import annotations
 
 from woolf.core.ratings import rate
-from woolf.ledger.verdicts import verdict_history
+from woolf.ledger.verdicts import merged_records, verdict_history
 
 RATING_WINDOW = 8  # verdicts per rating match
 
@@ -49,8 +49,6 @@ def leaderboard(ledger, forge=None, window: int = RATING_WINDOW, history=None) -
 
 def credit(ledger, since: int | None = None, records=None) -> dict:
     """{"rows": [...] largest share first, "total": improvement, "versions": n, "since": since}."""
-    from woolf.ledger.verdicts import merged_records
-
     policy = ledger.config.policy
     records = merged_records(ledger) if records is None else records
     rows: dict[str, dict] = {}

@@ -21,8 +21,7 @@ from collections import defaultdict
 from woolf.errors import ConfigError
 from woolf.forges.local import LocalForge
 from woolf.protocol import layout
-from woolf.protocol.rules.main import signers_text
-from woolf.protocol.signers import Signers
+from woolf.protocol.signers import Signers, signers_text
 from woolf.protocol.tally import Ballot, agrees_with, median
 from woolf.protocol.trailers import parse_message
 from woolf.protocol.votes import parse_vote, verify_voters

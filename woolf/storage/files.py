@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -120,7 +121,6 @@ def link_readonly(src: Path, dest: Path) -> bool:
         os.link(src, dest, follow_symlinks=False)
     except (OSError, NotImplementedError):
         return False
-    import stat
 
     st = os.lstat(dest)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():

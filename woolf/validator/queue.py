@@ -22,8 +22,8 @@ from woolf.errors import (
     StorageError,
     WoolfError,
 )
+from woolf.forges import forge_for
 from woolf.forges.base import PullRequest
-from woolf.forges.github import forge_for
 from woolf.forges.local import LocalForge
 from woolf.ledger.trust import require_validator, require_validator_key
 from woolf.timing import Timer

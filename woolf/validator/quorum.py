@@ -29,21 +29,20 @@ returns a "voted" verdict (after one more look, in case another runner voted at 
 
 from __future__ import annotations
 
-# woolf.validator.queue imports this module: Verdict is imported where it is used
 import logging
 import time
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 from woolf.errors import ForgeError, IntegrityError, RaceLostError, StorageError, UsageError
 from woolf.forges.local import LocalForge
-from woolf.protocol.rules.main import signers_text
+from woolf.git.keys import public_of
+from woolf.protocol import layout
+from woolf.protocol.signers import Signers, signers_text
 from woolf.protocol.tally import Ballot, tally
 from woolf.protocol.votes import make_vote, push_vote, read_votes, vote_ref
 from woolf.storage.writer import sha256_of
 from woolf.timing import Timer
-
-if TYPE_CHECKING:
-    from woolf.validator.verdict import Verdict
+from woolf.validator.verdict import Verdict, _failpoint
 
 log = logging.getLogger("woolf.validator")
 RETRY_UNAVAILABLE = 10.0  # seconds before a PR whose delta storage could not serve is tried again
@@ -66,9 +65,6 @@ class QuorumStep:
         """The name this validator votes under: its key's name in allowed_signers (signed ledgers)."""
         if self._voter_name:
             return self._voter_name
-        from woolf.git.keys import public_of
-        from woolf.protocol import layout
-        from woolf.protocol.signers import Signers
 
         text = signers_text(self.ledger.git, main.commit)
         if text is None:
@@ -85,8 +81,6 @@ class QuorumStep:
 
     def _judge(self, pr, main, timer: Timer) -> tuple[Verdict | None, object, str | None]:
         """(verdict, merge step, candidate sha256); verdict None when the delta was unavailable."""
-        from woolf.validator.verdict import Verdict
-
         try:
             verdict, step = self.evaluate(pr, main, timer)
         except (StorageError, ForgeError, IntegrityError):
@@ -201,7 +195,6 @@ class QuorumStep:
                 except RaceLostError:
                     continue
                 unpushed, pushed = None, True
-                from woolf.validator.verdict import _failpoint
 
                 _failpoint("after-vote")
                 if hasattr(self.forge, "vote_status"):  # GitHub: the vote shows on the PR, one status per validator
@@ -247,21 +240,16 @@ class QuorumStep:
         except RaceLostError:
             return None
         self._judged.pop(pr.id, None)
-        from woolf.validator.verdict import Verdict
 
         return Verdict(pr.id, False, "expired", reason, verdict.contributor, verdict.base_version)
 
 
 def requeued(pr, why: str) -> Verdict:
-    from woolf.validator.verdict import Verdict
-
     return Verdict(pr.id, False, "requeued", f"{why}; it stays open and is validated again "
                    "(next push to the PR, or the scheduled sweeper)", pr.contributor, pr.base_version)
 
 
 def _voted(pr, verdict: Verdict, mine, k: int) -> Verdict:
     """This validator's vote is cast and counted; the PR waits for the quorum's other votes."""
-    from dataclasses import replace
-
     return replace(verdict, accepted=False, state="voted",
                    reason=f"voted {mine.decision} ({verdict.reason}); waiting for {k} agreeing votes")

@@ -22,6 +22,7 @@ import time
 from woolf.core.merge import apply_delta
 from woolf.core.scores import improvement, unique
 from woolf.errors import IntegrityError, Rejected, StorageError, WoolfError
+from woolf.ledger.benchmark import benchmark_label
 
 log = logging.getLogger("woolf.validator")
 
@@ -156,8 +157,6 @@ def judge_scores(v, verdict) -> str | None:
 
 def verdict_fields(verdict, cfg=None) -> dict:
     """The scoring trailers of a verdict, merged or rejected (absent values are not written)."""
-    from woolf.ledger.benchmark import benchmark_label
-
     return {"Woolf-Benchmark": benchmark_label(cfg) if cfg is not None else None, "Woolf-Scores": verdict.scores or None, "Woolf-Flags": verdict.flags or None,
             "Woolf-Delta-Content": verdict.content, "Woolf-Delta-Norm": verdict.delta_norm,
             "Woolf-Delta-Clip": verdict.clip}

@@ -24,6 +24,8 @@ from woolf.errors import Rejected, WoolfError
 from woolf.git.repo import BlobTooLargeError
 from woolf.ledger.retention.deltas import delta_pointers
 from woolf.ledger.verdicts import merged_records
+from woolf.protocol.signatures import signatures
+from woolf.protocol.signers import signers_text
 from woolf.storage.pointer import Pointer
 from woolf.storage.sparse import load_delta
 from woolf.storage.weights import spec_of
@@ -82,9 +84,6 @@ def check_queue(v, pr) -> None:
 def _signed_alike(v, pr, snapshot) -> list | None:
     """When ``pr`` is signed by the key its contributor has in main's allowed_signers: that contributor's
     open PRs signed alike (unsigned PRs claiming the name cannot use up its open-PR limit); else None."""
-    from woolf.protocol.rules.main import signers_text
-    from woolf.protocol.signatures import signatures
-
     text = signers_text(v.ledger.git, v.ledger.head().commit)
     if text is None:
         return None

@@ -25,7 +25,7 @@ from typing import Protocol
 
 import torch
 
-from woolf.errors import ConfigError
+from woolf.errors import ConfigError, UsageError
 from woolf.protocol.config import WorkloadConfig
 
 Progress = Callable[[int, int, float], None]  # (step, total, loss)
@@ -115,8 +115,6 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        from woolf.errors import UsageError
-
         raise UsageError("--device cuda: no CUDA device is available", hint="use --device auto or cpu")
     return device
 

@@ -23,6 +23,7 @@ from woolf.ledger.retention.deltas import (
     weights_pointers,
 )
 from woolf.protocol import layout
+from woolf.storage.pointer import Pointer
 
 
 def _present(ledger, ptr) -> bool:
@@ -71,8 +72,6 @@ def survey(ledger) -> dict:
     out = {k: {"count": 0, "bytes": 0} for k in ("snapshots", "deltas", "states", "reclaimable", "removed",
                                                   "missing")}
     for md5, (kind, size) in keep.items():
-        from woolf.storage.pointer import Pointer
-
         where = kind if _present(ledger, Pointer(md5, size, kind)) else "missing"
         out[where]["count"] += 1
         out[where]["bytes"] += size

@@ -25,10 +25,11 @@ from __future__ import annotations
 import re
 
 from woolf.errors import ConfigError
+from woolf.git.commits import read_commit
 from woolf.protocol import layout
 from woolf.protocol.rules.quorum import MAX_NAMED, named_votes, version_quorum_problem
 from woolf.protocol.signatures import role_problem, signatures
-from woolf.protocol.signers import SIGNERS_PATH, Signers
+from woolf.protocol.signers import SIGNERS_PATH, Signers, signers_text
 from woolf.protocol.trailers import int_field, parse_message
 
 _COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
@@ -44,43 +45,6 @@ def version_kind(fields: dict) -> str | None:
     if fields.get("Woolf-Submission"):
         return "merge"
     return "genesis" if int_field(fields, "Woolf-Version") == 0 else None
-
-
-_READ: dict[str, tuple[list[str], str]] = {}  # commit id -> (parents, message): a commit id names its bytes
-
-
-def read_commit(git, commit: str) -> tuple[list[str], str]:
-    """(parents, message) of a commit in one git call; remembered per commit id for the process.
-
-    Over git.COMMIT_MAX_BYTES raises BlobTooLargeError unread."""
-    if commit in _READ:
-        parents, message = _READ[commit]
-        return list(parents), message
-    raw = git.commit_bytes(commit).decode(errors="replace")
-    header, _, message = raw.partition("\n\n")
-    parents = [ln.split()[1] for ln in header.splitlines() if ln.startswith("parent ")]
-    if _COMMIT_ID.match(commit) and len(message) <= 65536:  # a hostile giant is read again, never kept
-        if len(_READ) > 4096:
-            _READ.clear()
-        _READ[commit] = (list(parents), message)
-    return parents, message
-
-
-def signers_text(git, commit: str | None) -> bytes | None:
-    """ledger/allowed_signers at ``commit``; remembered per commit id (its content cannot change)."""
-    if not commit:
-        return None
-    if not _COMMIT_ID.match(commit):  # a ref name moves: read it every time
-        return git.show_bytes(f"{commit}:{SIGNERS_PATH}")
-    cache = git.__dict__.setdefault("_signers_at", {})
-    text = cache.get(commit)
-    if text is None:  # None (no file, or the commit not fetched yet) is never remembered
-        text = git.show_bytes(f"{commit}:{SIGNERS_PATH}")
-        if text is not None:
-            if len(cache) >= 256:
-                cache.clear()
-            cache[commit] = text
-    return text
 
 
 def shape_problem(git, commit: str, parents: list[str], fields: dict, kind: str | None) -> str | None:

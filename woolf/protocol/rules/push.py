@@ -35,13 +35,15 @@ import re
 import time
 
 from woolf.errors import ConfigError
+from woolf.git.commits import read_commit
 from woolf.git.repo import COMMIT_MAX_BYTES
 from woolf.protocol import layout
-from woolf.protocol.rules.main import chain_problems, read_commit, signers_text
+from woolf.protocol.config import parse_config
+from woolf.protocol.rules.main import chain_problems
 from woolf.protocol.rules.quorum import expiry_problem, rejection_quorum_problem
 from woolf.protocol.rules.tasks import check_task
 from woolf.protocol.signatures import role_problem, signatures
-from woolf.protocol.signers import Signers
+from woolf.protocol.signers import Signers, signers_text
 from woolf.protocol.tasks import TASK_PREFIX
 from woolf.protocol.trailers import int_field, parse_message
 from woolf.protocol.votes import parse_vote, verify_voters
@@ -123,10 +125,6 @@ def _check_one(git, old, new, ref, main, new_main, pushed) -> list[str]:
 
 
 def _forge_kind(git, main) -> str:
-    from woolf.protocol.config import (
-        parse_config,  # only here: the hook starts on every push, keep it light
-    )
-
     try:
         return parse_config((git.show_bytes(f"{main}:{layout.CONFIG}") or b"").decode()).forge.kind
     except ConfigError:

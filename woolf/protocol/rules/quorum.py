@@ -21,7 +21,11 @@ from __future__ import annotations
 import math
 import re
 
+from woolf.errors import ConfigError, WoolfError
 from woolf.protocol import layout
+from woolf.protocol.config import parse_config
+from woolf.protocol.rules.tasks import MAX_SKEW
+from woolf.protocol.signers import signers_text
 from woolf.protocol.tally import median, tally
 from woolf.protocol.trailers import json_field
 from woolf.protocol.votes import parse_vote, verify_voters
@@ -40,9 +44,6 @@ def settings_at(git, commit: str | None):
     Fails closed: a config that cannot be read or parsed raises WoolfError (its
     quorum is unknown, so nothing resting on it is accepted); defaults never stand in.
     """
-    from woolf.errors import ConfigError
-    from woolf.protocol.config import parse_config  # light: the hook imports this
-
     if commit in _SETTINGS:
         return _SETTINGS[commit]
     raw = git.show_bytes(f"{commit}:{layout.CONFIG}", max_bytes=1 << 20) if commit else None
@@ -57,8 +58,6 @@ def settings_at(git, commit: str | None):
 
 
 def _settings_or_problem(git, commit: str | None):
-    from woolf.errors import WoolfError
-
     try:
         return settings_at(git, commit), None
     except WoolfError as exc:
@@ -101,8 +100,6 @@ def _outcome(git, sub_id, shas, text, settings, metric, main=None):
 
 
 def version_quorum_problem(git, commit: str, parents: list[str], fields: dict) -> str | None:
-    from woolf.protocol.rules.main import signers_text
-
     parent = parents[0] if parents else None
     settings, metric, shas, problem = _in_force(git, parent, fields)
     if problem or settings.quorum <= 1:
@@ -127,8 +124,6 @@ def version_quorum_problem(git, commit: str, parents: list[str], fields: dict) -
 
 def rejection_quorum_problem(git, sub_id: str, fields: dict, main: str | None) -> str | None:
     """A `rejected` verdict on a quorum ledger names k agreeing reject votes (keys on ``main``)."""
-    from woolf.protocol.rules.main import signers_text
-
     settings, metric, shas, problem = _in_force(git, main, fields)
     if problem or settings.quorum <= 1:
         return problem
@@ -143,8 +138,6 @@ def expiry_problem(git, sub_id: str, fields: dict, verdict: str, main: str | Non
     """An `expired` verdict names this PR's votes, and its own commit time, within MAX_SKEW of the
     hub's clock, is at least `validators.vote_timeout` after the first of them (a validator's clock
     that jumps cannot expire a PR early)."""
-    from woolf.protocol.rules.tasks import MAX_SKEW
-
     (settings, metric), unreadable = _settings_or_problem(git, main)
     if unreadable:
         return unreadable

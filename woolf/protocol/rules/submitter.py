@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from woolf.errors import Rejected
 from woolf.protocol import layout
-from woolf.protocol.rules.main import signers_text
 from woolf.protocol.signatures import signatures
+from woolf.protocol.signers import signers_text
 
 
 def contributor_in_id(sub_id: str) -> str | None:

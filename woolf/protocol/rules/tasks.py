@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import time
 
+from woolf.git.commits import read_commit
 from woolf.protocol import layout
-from woolf.protocol.rules.main import read_commit, signers_text
+from woolf.protocol.config import parse_config
 from woolf.protocol.signatures import signatures
-from woolf.protocol.signers import Signers
-from woolf.protocol.tasks import FINAL, RECORD_MAX_BYTES, parse_record
+from woolf.protocol.signers import Signers, signers_text
+from woolf.protocol.tasks import FINAL, RECORD_MAX_BYTES, parse_record, read_tasks
 
 LIVE = ("reserved", "started", "heartbeat")  # as woolf/ledger/tasks.py
 
@@ -80,10 +81,6 @@ def check_task(git, task_id: str, old: str, new: str, main: str | None, now: flo
 
 
 def _lease_limit(git, main: str) -> float:
-    from woolf.protocol.config import (
-        parse_config,  # only for a new task: the hook starts on every push
-    )
-
     try:
         return float(parse_config((git.show_bytes(f"{main}:{layout.CONFIG}") or b"").decode()).tasks.lease)
     except Exception:  # noqa: BLE001 - an unreadable config on main: the record's own bound applies
@@ -99,7 +96,6 @@ def _new_task_problem(git, rec, main: str, now: float) -> str | None:
     owner = rec.shard.partition("@v")[0]
     if owner == rec.contributor:
         return None
-    from woolf.protocol.tasks import read_tasks
 
     found, _ = read_tasks(git)
     held = [(r, t) for r, _, t in found.values() if r.shard == rec.shard]

@@ -1,0 +1,259 @@
+"""The house rule, as a test: one package per layer, a module imports only from its own package
+or a lower layer, roles never import each other, protocol/ is standard-library only.
+
+Usage:
+    pytest tests/test_layers.py
+    python tests/test_layers.py          # prints every import that breaks a rule
+
+Every import counts, at module level or inside a function (deferring an import does not remove
+the dependency). An import inside a function is allowed only where it defers something heavy
+(torch, transformers, DVC, ...): the imported woolf module must load one at import time, or the
+import says why it waits with a `# deferred: <reason>` comment on its line.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "woolf"
+
+# woolf.<first component> -> layer; same layer and not the same package: never allowed
+LAYERS = {
+    "errors": 0, "timing": 0, "interrupts": 0, "_version": 0,
+    "git": 1,
+    "protocol": 2,
+    "core": 3,
+    "storage": 4,
+    "forges": 5, "workloads": 5,
+    "ledger": 6,
+    "participant": 7, "validator": 7, "audit": 7, "hub": 7, "history": 7, "report": 7,
+    "demo": 8,
+    "cli": 9,
+}
+FACADES = {"woolf", "woolf.__main__"}  # the package's public face and `python -m woolf`: above every layer
+HEAVY = ("torch", "transformers", "tokenizers", "dvc", "dvc_data", "dvc_objects", "requests",
+         "numpy", "matplotlib", "openskill", "safetensors", "scmrepo", "rich", "yaml")
+STDLIB_ONLY = ("woolf.protocol", "woolf.git", "woolf.errors", "woolf._version")
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module, dotted
+    target: str  # the imported module (or module.name), dotted
+    line: int
+    deferred: bool  # inside a function
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    return ".".join(rel.parts).removesuffix(".__init__")
+
+
+def imports_of(path: Path) -> list[Import]:
+    mod = module_name(path)
+    pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    found: list[Import] = []
+
+    def visit(node: ast.AST, deferred: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = deferred or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                found.extend(Import(mod, a.name, child.lineno, deferred) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = pkg.split(".")[: len(pkg.split(".")) - (child.level - 1)]
+                    full = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    full = child.module or ""
+                found.append(Import(mod, full, child.lineno, deferred))
+                found.extend(Import(mod, f"{full}.{a.name}", child.lineno, deferred) for a in child.names)
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text(), str(path)), False)
+    return found
+
+
+def all_imports() -> list[Import]:
+    return [i for f in sorted(PACKAGE.rglob("*.py")) for i in imports_of(f)]
+
+
+def package_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "woolf" and len(parts) > 1 else None
+
+
+def existing(target: str) -> str | None:
+    """The woolf module a dotted target names (`woolf.a.b.name` -> `woolf.a.b`), or None."""
+    parts = target.split(".")
+    while parts:
+        p = PACKAGE.parent.joinpath(*parts)
+        if p.with_suffix(".py").is_file() or (p / "__init__.py").is_file():
+            return ".".join(parts)
+        parts.pop()
+    return None
+
+
+def layer_violations(imports: list[Import]) -> list[str]:
+    out = []
+    for i in imports:
+        if i.module in FACADES or not i.target.startswith("woolf."):
+            continue
+        src, dst = package_of(i.module), package_of(i.target)
+        if dst is None or src == dst or existing(i.target) in (None, "woolf"):
+            continue
+        if src not in LAYERS or dst not in LAYERS:
+            out.append(f"{i.module}:{i.line}: {src or dst} is in no layer (add it to LAYERS)")
+        elif LAYERS[dst] >= LAYERS[src]:
+            why = "another role" if LAYERS[dst] == LAYERS[src] == 7 else (
+                "the same layer" if LAYERS[dst] == LAYERS[src] else "a higher layer")
+            out.append(f"{i.module}:{i.line} imports {i.target}: {dst} is {why} "
+                       f"(L{LAYERS[dst]} from L{LAYERS[src]})")
+    return out
+
+
+def heavy_modules(imports: list[Import]) -> set[str]:
+    """woolf modules that load a heavy library at import time, directly or through another."""
+    eager: dict[str, set[str]] = {}
+    heavy: set[str] = set()
+    for i in imports:
+        if i.deferred:
+            continue
+        if i.target.split(".")[0] in HEAVY:
+            heavy.add(i.module)
+        elif i.target.startswith("woolf.") and (t := existing(i.target)):
+            eager.setdefault(i.module, set()).add(t)
+            # importing a submodule runs its packages' __init__ too
+            eager[i.module].update(".".join(t.split(".")[:n]) for n in range(2, t.count(".") + 1))
+    changed = True
+    while changed:
+        changed = False
+        for mod, targets in eager.items():
+            if mod not in heavy and targets & heavy:
+                heavy.add(mod)
+                changed = True
+    return heavy
+
+
+def _says_why(module: str, line: int) -> bool:
+    """An import inside a function may say why it waits: `# deferred: <reason>` on its line."""
+    path = PACKAGE.parent / (module.replace(".", "/") + ".py")
+    if not path.is_file():
+        path = PACKAGE.parent / module.replace(".", "/") / "__init__.py"
+    return "# deferred:" in path.read_text().splitlines()[line - 1]
+
+
+def needless_deferrals(imports: list[Import]) -> list[str]:
+    """Import statements inside functions whose woolf targets all load nothing heavy."""
+    heavy = heavy_modules(imports)
+    statements: dict[tuple[str, int], list[str]] = {}
+    for i in imports:
+        if i.deferred and i.target.startswith("woolf.") and i.module not in FACADES \
+                and not _says_why(i.module, i.line):
+            statements.setdefault((i.module, i.line), []).append(i.target)
+    for i in imports:  # the standard library is never worth deferring
+        if i.deferred and i.target.split(".")[0] not in ("woolf", "", *HEAVY) and i.module not in FACADES \
+                and not _says_why(i.module, i.line):
+            statements.setdefault((i.module, i.line), []).append(i.target)
+    out = []
+    for (mod, line), targets in sorted(statements.items()):
+        resolved = {existing(t) for t in targets} - {None}
+        if not resolved & heavy:
+            out.append(f"{mod}:{line} imports {max(targets, key=len)} inside a function, "
+                       f"but it loads nothing heavy: import it at the top")
+    return out
+
+
+def package_cycles(imports: list[Import]) -> list[list[str]]:
+    edges: dict[str, set[str]] = {}
+    for i in imports:
+        src, dst = package_of(i.module), package_of(i.target)
+        if src and dst and src != dst and existing(i.target) not in (None, "woolf") and i.module not in FACADES:
+            edges.setdefault(src, set()).add(dst)
+    cycles, seen = [], set()
+
+    def walk(node, path):
+        for nxt in sorted(edges.get(node, ())):
+            if nxt in path:
+                cyc = path[path.index(nxt):]
+                key = frozenset(cyc)
+                if key not in seen:
+                    seen.add(key)
+                    cycles.append(cyc + [nxt])
+            elif len(path) < 20:
+                walk(nxt, path + [nxt])
+
+    for start in sorted(edges):
+        walk(start, [start])
+    return cycles
+
+
+def test_every_package_is_in_a_layer():
+    top = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+           if (p.suffix == ".py" or (p / "__init__.py").is_file())}
+    assert top - LAYERS.keys() - {"__init__", "__main__"} == set()
+    modules = [p for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__")]
+    assert len(modules) <= 6, f"{len(modules)} modules at woolf/'s top level: {sorted(p.name for p in modules)}"
+
+
+def test_a_module_imports_only_its_own_package_or_a_lower_layer():
+    assert layer_violations(all_imports()) == []
+
+
+def test_no_import_circle_between_packages():
+    assert package_cycles(all_imports()) == []
+
+
+def test_imports_inside_functions_only_defer_something_heavy():
+    assert needless_deferrals(all_imports()) == []
+
+
+def test_the_rule_fails_on_a_violation(tmp_path):
+    """The checker itself: a lower layer importing a higher one, and two roles, are caught."""
+    core = PACKAGE / "core" / "merge.py"
+    fake = [Import("woolf.core.merge", "woolf.ledger.ledger.Ledger", 1, True),
+            Import("woolf.validator.step", "woolf.participant.contribute.submit", 2, False),
+            Import("woolf.protocol.config", "woolf.storage.weights", 3, False),
+            Import("woolf.cli.app", "woolf.ledger.ledger.Ledger", 4, False)]
+    found = layer_violations(fake)
+    assert core.is_file() and len(found) == 3
+    assert "higher layer" in found[0] and "another role" in found[1] and "higher layer" in found[2]
+    assert package_cycles([Import("woolf.git.repo", "woolf.protocol.layout", 1, False),
+                           Import("woolf.protocol.layout", "woolf.git.repo", 1, True)]) != []
+
+
+def test_the_hooks_closure_is_standard_library_only():
+    """`python -S` (no site-packages, as the installed hook runs) imports the hook and every
+    stdlib-only package; what the hook loads is protocol/, git/ and errors alone."""
+    code = (
+        f"import sys, importlib, pkgutil; sys.path.insert(0, {str(ROOT)!r})\n"
+        "import woolf.hub.hook\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('woolf'))\n"
+        "import woolf.protocol, woolf.git\n"
+        "for pkg in (woolf.protocol, woolf.git):\n"
+        "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+        "        importlib.import_module(m.name)\n"
+        "print(' '.join(loaded))\n"
+    )
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    loaded = out.stdout.split()
+    allowed = STDLIB_ONLY + ("woolf.hub",)
+    assert [m for m in loaded if m != "woolf" and not m.startswith(allowed)] == []
+    assert "woolf.protocol.rules.push" in loaded
+
+
+if __name__ == "__main__":
+    imports = all_imports()
+    for line in layer_violations(imports) + needless_deferrals(imports):
+        print(line)
+    for cyc in package_cycles(imports):
+        print("cycle:", " -> ".join(cyc))

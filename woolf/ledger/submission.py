@@ -1,0 +1,98 @@
+"""The one path that opens a PR: a delta on a version, uploaded and verified, then the ref pushed.
+
+Usage:
+    check_delta(delta, "the delta is all zeros")          # NaN/Inf or all zeros: InvalidWeightsError
+    pr = submit_delta(ledger, delta, base, "alice", "message", forge, Timer())
+
+`woolf submit` (participant/contribute.py) and `woolf revert` (history/revert.py) both come here,
+so every PR has the same shape whoever opens it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import secrets
+from pathlib import Path
+
+from woolf.core.finite import scan
+from woolf.errors import InvalidWeightsError
+from woolf.ledger.tasks import record_submitted
+from woolf.protocol import layout
+from woolf.protocol.trailers import format_message
+from woolf.storage.dvcstore import REMOTE_NAME
+from woolf.storage.sparse import save_delta
+from woolf.timing import Timer
+
+
+def check_delta(delta: dict, zeros: str, hint: str | None = None) -> None:
+    """NaN/Inf or all zeros are refused; one norm per tensor proves both (woolf/core/finite.py)."""
+    bad, nonzero = scan(delta)
+    if bad is not None:
+        raise InvalidWeightsError(f"delta: tensor {bad!r} holds NaN or Inf values")
+    if not nonzero:
+        raise InvalidWeightsError(zeros, hint=hint)
+
+
+def new_id(who: str) -> str:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return f"{now:%Y%m%dT%H%M%S}{now.microsecond // 1000:03d}Z-{who}-{secrets.token_hex(4)}"
+
+
+def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, timer: Timer,
+                 record: dict | None = None, delta_url_base: str | None = None,
+                 delta_remote: str | None = None, reverts=None, cspec=None, parts=None, prechecked: bool = False) -> dict:
+    """Open a PR carrying ``delta`` on version ``base``: upload and verify it, then push the ref.
+
+    ``cspec``/``parts``: the delta goes as a compressed (topk) file of those parts.
+    ``reverts`` (a Version): the PR takes back that merge (woolf/history/revert.py); it is
+    named in submission.json and in a ``Woolf-Reverts`` trailer, and judged like any PR.
+    ``prechecked``: the caller already ran check_delta on ``delta``.
+    """
+    record = record or {}
+    cfg = ledger.config
+    if not prechecked:
+        check_delta(delta, "the delta is all zeros: it would change nothing")
+    sub_id = new_id(who)
+    delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
+    tmp = ledger.root / layout.WORK / "outgoing" / f"{sub_id}.safetensors"
+    with timer("save"):  # hashed while written: md5 for DVC, sha256 for the record
+        md5, sha = save_delta(delta, tmp, cspec, parts)
+        del delta, parts
+    size = tmp.stat().st_size
+    if size > cfg.limits.max_delta_bytes:
+        tmp.unlink()
+        raise InvalidWeightsError(f"the delta is {size} bytes, over the ledger's limit of "
+                                  f"{cfg.limits.max_delta_bytes}")
+    with timer("upload"):
+        # uploaded and verified; a fork's contributor uploads to a DVC remote of their own
+        pointer = ledger.store.put(tmp, Path(delta_rel).name, md5=md5, sha256=sha,
+                                   remote=delta_remote or REMOTE_NAME)
+    meta = {
+        "schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
+        "base_commit": base.commit, "message": message,
+        "delta": {**(cspec.declared() if cspec else {"kind": "dense"}), "sha256": sha, "md5": md5, "size": size},
+        "training": record.get("training"), "metrics": record.get("metrics"),
+    }
+    if delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where to read it
+        meta["delta"]["url"] = f"{delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"
+    if reverts is not None:
+        meta["reverts"] = {"version": reverts.version, "commit": reverts.commit}
+    commit_msg = format_message(f"woolf: submission {sub_id}",
+                                {"Woolf-Submission": sub_id, "Woolf-Contributor": who,
+                                 "Woolf-Base-Version": base.version, "Woolf-Delta-Sha256": sha,
+                                 "Woolf-Reverts": None if reverts is None else reverts.version,
+                                 "Woolf-Task": record.get("task")},  # the task it trained under
+                                body=message)
+    with timer("git"):
+        commit = ledger.git.commit_tree_with(
+            base.commit,
+            {ptr_rel: pointer.render(), meta_rel: json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n"},
+            commit_msg, parents=[base.commit],
+        )
+        pr = the_forge.open(sub_id, commit)
+    if record.get("task"):
+        record_submitted(ledger, record["task"], sub_id)
+    return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
+            "delta_sha256": sha, "delta_size": size, "delta_kind": meta["delta"]["kind"], "number": pr.number,
+            "timings": dict(timer), "pointer": pointer, "declared": meta["delta"]}
