@@ -1,0 +1,1 @@
+"""Tests of woolf/audit/: recomputation and authority checks."""

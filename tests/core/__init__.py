@@ -1,0 +1,1 @@
+"""Tests of woolf/core/: merge arithmetic, compression, merge rules."""

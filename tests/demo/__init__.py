@@ -1,0 +1,1 @@
+"""Tests of woolf/demo/: the whole network on one machine."""

@@ -1,0 +1,1 @@
+"""Tests of woolf/forges/: the GitHub adapter against a local OpenAPI-checked server."""

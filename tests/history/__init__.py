@@ -1,0 +1,1 @@
+"""Tests of woolf/history/: eval, diff, bisect, revert."""

@@ -1,0 +1,1 @@
+"""Tests of woolf/hub/: the hook against hostile refs."""

@@ -1,0 +1,1 @@
+"""Tests of woolf/ledger/: the Ledger, retention, tasks, the hidden benchmark, generated workflows."""

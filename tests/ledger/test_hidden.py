@@ -1,0 +1,50 @@
+"""A validator-private benchmark (issue 13, item 7): only its sha256 and size are in the config."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from tests.crafting import craft_pr
+from tests.validator.test_scoring import _trained
+from woolf.audit.recompute import audit
+from woolf.errors import StorageError
+from woolf.forges.local import LocalForge
+from woolf.ledger.benchmark import ENV
+from woolf.protocol.trailers import parse_message
+from woolf.validator import Validator
+from woolf.workloads import corpus
+
+
+def test_hidden_benchmark_gates_and_audit_says_what_it_cannot_check(make_net, tmp_path, monkeypatch):
+    hidden = b"".join(corpus.read(f)[:2048] for f in corpus.pool_files()[-3:])[:4096]
+    sha = hashlib.sha256(hidden).hexdigest()
+    net = make_net(**{"policy.min_improvement": "-10", "benchmark.hidden_sha256": f'"{sha}"',
+                      "benchmark.hidden_size": str(len(hidden))})
+    val = net.clone("val")
+    sub = craft_pr(val, tensors=_trained(val, "alice"), who="alice")
+    monkeypatch.delenv(ENV, raising=False)
+    with pytest.raises(StorageError, match="hidden benchmark"):
+        Validator(val, device="cpu").run()  # no copy: this validator cannot judge; no PR is rejected for it
+    assert LocalForge.for_ledger(val).get(sub).state == "open"
+    wrong = tmp_path / "wrong.txt"
+    wrong.write_bytes(b"x" * len(hidden))
+    monkeypatch.setenv(ENV, str(wrong))
+    with pytest.raises(StorageError, match="do not match"):
+        Validator(val, device="cpu").run()
+    right = tmp_path / "hidden.txt"
+    right.write_bytes(hidden)
+    monkeypatch.setenv(ENV, str(right))
+    [v] = Validator(val, device="cpu").run()
+    assert v.accepted
+    wl = val.workload()
+    genesis = val.load_weights(val.show(0, ref="refs/remotes/origin/main"))
+    assert v.metrics["before"]["loss"] == wl.evaluate(genesis, hidden)["loss"]
+    assert v.metrics["before"]["loss"] != wl.evaluate(genesis, val.benchmark())["loss"]  # the public one stays
+    _, fields = parse_message(val.git.message("refs/remotes/origin/main"))
+    assert fields["Woolf-Benchmark"] == f"hidden:{sha}" and "Woolf-Metrics-After" in fields
+    assert audit(val, reevaluate=True).ok  # with the copy, the metrics are re-evaluated
+    monkeypatch.delenv(ENV)
+    report = audit(val, reevaluate=True)
+    assert report.ok and any("hidden benchmark" in n for n in report.notes)

@@ -1,0 +1,1 @@
+"""Tests of woolf/participant/: train, submit, error feedback, following main."""

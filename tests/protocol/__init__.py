@@ -1,0 +1,1 @@
+"""Tests of woolf/protocol/: signatures, authority rules, trailers, configs."""

@@ -1,0 +1,224 @@
+"""Issue 12's attacks, each against a hub made by `woolf hub init`: refused at push time, or
+(where a forge cannot refuse: `force_ref`) ignored by validators and reported by `woolf audit`."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import key_for
+from tests.crafting import craft_pr, force_ref, push, random_delta, refused
+from woolf.audit.recompute import audit
+from woolf.errors import ConfigError, ForgeError, IntegrityError, UsageError
+from woolf.forges.local import LocalForge
+from woolf.ledger.change import set_config
+from woolf.protocol import layout
+from woolf.protocol.trailers import format_message
+from woolf.validator import Validator
+
+
+def _verdict(led, pr, state: str, key=None, extra=None) -> str:
+    """A hand-made verdict commit on ``pr``'s head, signed with ``key`` (None: unsigned)."""
+    led.git.sign_key = str(key) if key else None
+    fields = {"Woolf-Verdict": state, "Woolf-Submission": pr.id, "Woolf-Reason": "forged", **(extra or {})}
+    return led.git.commit_tree(f"{pr.head}^{{tree}}", format_message(f"woolf: {state}", fields), [pr.head])
+
+
+def _forged_version(led, pr, key=None) -> str:
+    """A version commit whose arithmetic would be consistent but that no validator made."""
+    head = led.head("refs/remotes/origin/main")
+    led.git.sign_key = str(key) if key else None
+    msg = format_message(f"woolf: version {head.version + 1}", {
+        "Woolf-Version": head.version + 1, "Woolf-Submission": pr.id, "Woolf-Contributor": "mallory",
+        "Woolf-Base-Version": head.version, "Woolf-Staleness": 0, "Woolf-Attenuation": 1.0, "Woolf-Alpha": 1.0,
+        "Woolf-Weights-Sha256": head.weights_sha256, "Woolf-Metrics-After": {"loss": 4.1}})
+    return led.git.commit_tree_with(head.commit, {}, msg, [head.commit, pr.head])
+
+
+@pytest.mark.slow
+def test_hub_refuses_forged_verdicts_moved_or_deleted_pr_refs_and_stray_refs(network):
+    alice, mallory = network.clone("alice"), network.clone("mallory")
+    victim = craft_pr(alice, tensors=random_delta(alice), who="alice", sign_key=key_for("alice"))
+    mallory.fetch()
+    forge = LocalForge.for_ledger(mallory)
+    pr = forge.get(victim)
+    ref = f"{layout.PR_PREFIX}/{victim}"
+    # a forged "rejected" verdict on someone else's PR: unsigned, and signed by a contributor's key
+    assert refused(push(mallory, f"{_verdict(mallory, pr, 'rejected')}:{ref}/verdict"), "no signature")
+    signed = _verdict(mallory, pr, "rejected", key=key_for("bob"))
+    assert refused(push(mallory, f"{signed}:{ref}/verdict"), "bob, who is not a validator")
+    # nor may anyone but alice (or a validator) withdraw it
+    assert refused(push(mallory, f"{_verdict(mallory, pr, 'withdrawn', key_for('bob'))}:{ref}/verdict"),
+                   "withdrawal may also be signed by alice")
+    # a forged "merged v42" verdict: a version commit that does not land on main
+    v42 = _forged_version(mallory, pr, key=key_for("val"))
+    assert refused(push(mallory, f"{v42}:{ref}/verdict"), "lands together with main")
+    # another contributor's PR head force-pushed, or deleted; a verdict ref deleted
+    mine = craft_pr(mallory, tensors=random_delta(mallory, seed=3))
+    other_head = forge.get(mine).head
+    assert refused(push(mallory, f"+{other_head}:{ref}/head"), "created once and never moved")
+    assert push(mallory, f":{ref}/head").returncode != 0
+    # refs outside the ledger's namespace
+    assert refused(push(mallory, f"{pr.head}:refs/heads/evil"), "accepts only main")
+    assert refused(push(mallory, f"{pr.head}:refs/tags/v999"), "accepts only main")
+    # the victim is still open, and the validator merges it as alice's
+    assert LocalForge.for_ledger(network.clone("carol")).get(victim).state == "open"
+    verdicts = {v.id: v for v in Validator(network.clone("val"), device="cpu").run()}
+    assert verdicts[victim].accepted and verdicts[victim].contributor == "alice"
+    # the merged verdict cannot be replaced or removed afterwards
+    assert refused(push(mallory, f"+{signed}:{ref}/verdict"), "created once and never moved")
+    # where a forge cannot refuse: a forged rejection and a forged "merged v42" are reported by the audit
+    other = LocalForge.for_ledger(mallory).get(mine)
+    force_ref(network.hub, mallory.root, _verdict(mallory, other, "rejected"), f"{layout.PR_PREFIX}/{mine}/verdict")
+    third = forge.get(craft_pr(mallory, tensors=random_delta(mallory, seed=4)))
+    force_ref(network.hub, mallory.root, _forged_version(mallory, third, key=key_for("val")),
+              f"{layout.PR_PREFIX}/{third.id}/verdict")
+    problems = [p["problem"] for p in audit(network.clone("auditor")).problems]
+    assert any(f"PR {mine}'s rejected verdict" in p and "no signature" in p for p in problems), problems
+    assert any(f"PR {third.id}'s merged verdict" in p and "not on main" in p for p in problems), problems
+
+
+def test_ungated_version_on_main_refused_ignored_and_audited(network):
+    mallory, val = network.clone("mallory"), network.clone("val")
+    sub = craft_pr(mallory, tensors=random_delta(mallory))
+    mallory.fetch()
+    pr = LocalForge.for_ledger(mallory).get(sub)
+    forged = _forged_version(mallory, pr)
+    assert refused(push(mallory, f"{forged}:refs/heads/main"), "no signature (needs a validator key)")
+    by_contributor = _forged_version(mallory, pr, key=key_for("alice"))
+    assert refused(push(mallory, f"{by_contributor}:refs/heads/main"), "alice, who is not a validator")
+    # a forge that cannot refuse: validators do not build on it, the audit names it
+    force_ref(network.hub, mallory.root, forged, "refs/heads/main")
+    with pytest.raises(IntegrityError, match="not trusted: no signature"):
+        Validator(val, device="cpu").run()
+    report = audit(network.clone("auditor"))
+    assert not report.ok and report.signed
+    assert any(p["version"] == 1 and "no signature" in p["problem"] for p in report.problems)
+    assert any(p["version"] == 1 and f"merges {sub}, whose verdict ref is not this version" in p["problem"]
+               for p in report.problems)
+
+
+@pytest.mark.slow
+def test_rewind_and_commit_without_trailers(network):
+    alice, val = network.clone("alice"), network.clone("val")
+    network.train_submit(alice, "alice")
+    [verdict] = Validator(val, device="cpu").run()
+    assert verdict.accepted
+    mallory = network.clone("mallory")
+    v0, v1 = mallory.show(0).commit, mallory.show(1).commit
+    assert refused(push(mallory, f"+{v0}:refs/heads/main"), "only moves forward")
+    assert push(mallory, ":refs/heads/main").returncode != 0
+    craft_pr(mallory, tensors=random_delta(mallory))  # open, so a validator has something to build
+    plain = mallory.git.commit_tree(f"{v1}^{{tree}}", "just a commit\n", [v1])
+    assert refused(push(mallory, f"{plain}:refs/heads/main"), "not a version commit")
+    # where the forge cannot refuse: a commit without trailers stops validators; audit reports it
+    force_ref(network.hub, mallory.root, plain, "refs/heads/main")
+    with pytest.raises(IntegrityError, match="not a version commit"):
+        Validator(network.clone("v1"), device="cpu").run()
+    report = audit(network.clone("auditor"))
+    assert any(p["version"] == 2 and "not a version commit" in p["problem"] for p in report.problems)
+    # a rewind to version 0: the merged verdict of version 1 is off main
+    force_ref(network.hub, mallory.root, v0, "refs/heads/main")
+    report = audit(network.clone("auditor2"))
+    assert not report.ok
+    assert any(p["version"] == 1 and "not on main's first-parent chain" in p["problem"]
+               for p in report.problems)
+
+
+def test_config_carries_no_code(network):
+    work = network.work  # the maintainer's clone
+    with pytest.raises(ConfigError, match="names code"):
+        set_config(work, {"workload.name": "subprocess:run", "workload.params.args": '["touch", "/tmp/pwned"]'})
+    # pushed by someone who is not a maintainer: the hub refuses it
+    mallory = network.clone("mallory")
+    head = mallory.head("refs/remotes/origin/main")
+    toml = mallory.git.show_bytes(f"{head.commit}:{layout.CONFIG}").decode().replace(
+        'name = "charlm"', 'name = "subprocess:run"')
+    msg = format_message("woolf: change", {"Woolf-Version": head.version + 1, "Woolf-Change": "config",
+                                           "Woolf-Weights-Sha256": head.weights_sha256})
+    craft_pr(mallory, tensors=random_delta(mallory))  # open, so a validator has something to build
+    for key in (None, key_for("val")):
+        mallory.git.sign_key = str(key) if key else None
+        change = mallory.git.commit_tree_with(head.commit, {layout.CONFIG: toml.encode()}, msg, [head.commit])
+        assert refused(push(mallory, f"{change}:refs/heads/main"), "needs a maintainer key"
+                       if key is None else "val, who is not a maintainer")
+    # where the forge cannot refuse: `woolf train` refuses the config, so do validators
+    force_ref(network.hub, mallory.root, change, "refs/heads/main")
+    alice = network.clone("alice")
+    from woolf.participant.contribute import train
+
+    with pytest.raises(IntegrityError, match="not a maintainer"):
+        train(alice, steps=1, contributor="alice")
+    with pytest.raises(ConfigError, match="names code"):  # the validator loads the workload first
+        Validator(network.clone("val"), device="cpu").run()
+
+
+def test_maintainer_change_is_a_version_validators_build_on(network):
+    alice, val = network.clone("alice"), network.clone("val")
+    sub = network.train_submit(alice, "alice")
+    v = set_config(network.work, {"policy.min_improvement": "-20"}, reason="looser gate")
+    assert v.version == 1 and v.subject.startswith("woolf: version 1, config change")
+    [verdict] = Validator(val, device="cpu").run()
+    assert verdict.id == sub["id"] and verdict.accepted and verdict.version == 2 and verdict.staleness == 1
+    report = audit(network.clone("auditor"))
+    assert report.ok, report.problems
+    # a validator key may not make a change
+    with pytest.raises(ForgeError, match="val, who is not a maintainer"):
+        set_config(val, {"policy.min_improvement": "-30"})
+
+
+def test_identity_is_one_thing(network):
+    mallory, val = network.clone("mallory"), network.clone("val")
+    # the id says mallory, submission.json says alice
+    claim = craft_pr(mallory, tensors=random_delta(mallory), meta_patch={"contributor": "alice"})
+    # id and submission.json say alice, but the commit is signed by bob's listed key
+    stolen = craft_pr(mallory, tensors=random_delta(mallory, seed=2), who="alice", sign_key=key_for("bob"))
+    verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
+    assert "PR id names contributor 'mallory' but submission.json says 'alice'" in verdicts[claim].reason
+    assert "signed by bob's key but claims to be from alice" in verdicts[stolen].reason
+    assert not verdicts[claim].accepted and not verdicts[stolen].accepted
+
+
+def test_required_contributor_signatures(make_net):
+    net = make_net(**{"signing.contributors": "required", "policy.min_improvement": "-10"})
+    dave, alice, val = net.clone("dave"), net.clone("alice"), net.clone("val")
+    unsigned = net.train_submit(dave, "dave")
+    signed = net.train_submit(alice, "alice")
+    verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
+    assert "requires submissions signed" in verdicts[unsigned["id"]].reason
+    assert verdicts[signed["id"]].accepted
+
+
+def test_validator_needs_a_validator_key(network):
+    craft_pr(network.clone("sub"), tensors=random_delta(network.clone("sub2")))
+    with pytest.raises(UsageError, match="needs its SSH key"):
+        Validator(network.clone("dave"), device="cpu").run()
+    alice = network.clone("alice")
+    with pytest.raises(UsageError, match="not a validator key"):
+        Validator(alice, device="cpu").run()
+
+
+def test_unsigned_ledger_keeps_working_and_audit_says_so(make_net):
+    net = make_net(signed=False, **{"policy.min_improvement": "-10"})
+    alice, val = net.clone("alice"), net.clone("val")
+    net.train_submit(alice, "alice")
+    [verdict] = Validator(val, device="cpu").run()
+    assert verdict.accepted
+    report = audit(net.clone("auditor"))
+    assert report.ok and not report.signed and "unsigned ledger" in report.notes[0]
+    # the hub still enforces the shape rules
+    mallory = net.clone("mallory")
+    assert refused(push(mallory, f"+{mallory.show(0).commit}:refs/heads/main"), "only moves forward")
+
+
+def test_change_version_keeps_the_merge_rules_state(make_net):
+    net = make_net(**{"merge.rule": "nesterov", "policy.min_improvement": "-10"})
+    alice, bob, val = net.clone("alice"), net.clone("bob"), net.clone("val")
+    net.train_submit(alice, "alice")
+    assert Validator(val, device="cpu").run()[0].version == 1
+    change = set_config(net.work, {"merge.max_staleness": "8"})
+    assert change.version == 2 and change.state_sha256 and change.state_sha256 == val.show(1).state_sha256
+    net.train_submit(bob, "bob", seed=1)
+    [verdict] = Validator(val, device="cpu").run()
+    assert verdict.accepted and verdict.version == 3
+    report = audit(net.clone("auditor"))
+    assert report.ok, report.problems

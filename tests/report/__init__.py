@@ -1,0 +1,1 @@
+"""Tests of woolf/report/: ratings, credit, the story."""

@@ -1,0 +1,1 @@
+"""Tests of woolf/storage/: safetensors files, bounded reads, DVC objects, S3."""

@@ -1,0 +1,1 @@
+"""Tests of woolf/validator/: the queue, checks, scoring, quorum, races, hostile PRs."""

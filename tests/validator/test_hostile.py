@@ -1,0 +1,133 @@
+"""One hostile PR never stops the queue: the hand-built corpus mixed with honest PRs, queue order, data loss."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.conftest import git, run_cli
+from tests.crafting import craft_pr
+from tests.hostile_corpus import build_corpus, delta, new_id, push_ref, storage_object
+from woolf.audit.recompute import audit
+from woolf.forges.local import LocalForge
+from woolf.protocol import layout
+from woolf.validator import Validator
+
+
+@pytest.mark.slow
+def test_hostile_corpus_mixed_with_honest_prs(network):
+    val, mallory, alice = network.clone("val"), network.clone("mallory"), network.clone("alice")
+    honest = [craft_pr(alice, tensors=delta(alice, seed=1), who="alice")]
+    cases = build_corpus(network, mallory)
+    assert len(cases) >= 40
+    honest += [craft_pr(alice, tensors=delta(alice, seed=s), who=w) for s, w in ((2, "bob"), (3, "carol"))]
+    # a real validator process: one pass, exit 0, a verdict for every PR it could decide
+    proc = run_cli("validate", "--all", "--json", "--device", "cpu", cwd=val.root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    verdicts = {v["id"]: v for v in json.loads(proc.stdout)}
+    assert all(verdicts[i]["accepted"] for i in honest), [verdicts[i]["reason"] for i in honest]
+    listing = run_cli("pr", "list", "--json", cwd=network.clone("observer").root)
+    assert listing.returncode == 0, listing.stderr[-2000:]
+    prs = {p["id"]: p for p in json.loads(listing.stdout)}
+    for name, case in cases.items():
+        if case.expect == "rejected":
+            v = verdicts.get(case.sub_id)
+            assert v is not None and not v["accepted"], name
+            assert case.needle in v["reason"], f"{name}: {v['reason']}"
+            assert "could not process" not in v["reason"], f"{name} needs a reason of its own"
+            assert prs[case.sub_id]["state"] == "rejected", name
+        elif case.expect == "quarantined":
+            assert case.sub_id not in verdicts, name
+            assert prs[case.sub_id]["state"] == "quarantined" and case.needle in prs[case.sub_id]["reason"], name
+        else:
+            assert case.needle in listing.stderr, f"{name}: {listing.stderr[-1000:]}"
+    assert sorted(verdicts) == sorted(honest + [c.sub_id for c in cases.values() if c.expect == "rejected"])
+    # nothing hostile reached main; the honest PRs did, and the ledger audits clean
+    assert sorted(v.submission for v in val.log(ref="refs/remotes/origin/main") if v.submission) == sorted(honest)
+    assert audit(network.clone("auditor")).ok
+    # a second pass finds nothing left to do and still exits 0
+    again = run_cli("validate", "--all", "--json", "--device", "cpu", cwd=val.root)
+    assert again.returncode == 0 and json.loads(again.stdout) == []
+
+
+def test_any_failure_inside_one_pr_becomes_its_rejection(network):
+    """A bug that escapes every check (here a RecursionError raised by the merge step) rejects that PR only."""
+    val = network.clone("val")
+    first = craft_pr(val, tensors=delta(val, seed=1), who="alice")
+    second = craft_pr(val, tensors=delta(val, seed=2), who="bob")
+
+    class Buggy(Validator):
+        def candidate(self, adm, main, att, timer, before_merge=None):
+            if adm.meta["contributor"] == "alice":
+                raise RecursionError("maximum recursion depth exceeded")
+            return super().candidate(adm, main, att, timer, before_merge)
+
+    verdicts = {v.id: v for v in Buggy(val, device="cpu").run()}
+    assert not verdicts[first].accepted and "RecursionError" in verdicts[first].reason
+    assert verdicts[second].accepted
+    assert LocalForge.for_ledger(val).get(first).state == "rejected"
+
+
+def test_queue_order_is_when_the_forge_received_the_pr(network):
+    """An id whose timestamp says 2000 does not jump the queue; the receive time (this clone's reflog) decides."""
+    val, mallory, alice = network.clone("val"), network.clone("mallory"), network.clone("alice")
+    early = craft_pr(alice, tensors=delta(alice, seed=1), who="alice")
+    LocalForge.for_ledger(val).list()  # the validator receives the honest PR first
+    time.sleep(1.1)  # reflog times have one-second resolution
+    late = craft_pr(mallory, tensors=delta(mallory, seed=2))
+    sub = new_id(stamp="20000101T000000000Z")
+    head = mallory.git.out("rev-parse", f"{layout.PR_PREFIX}/{late}/head")
+    push_ref(mallory, head, f"{layout.PR_PREFIX}/{sub}/head")  # a 2000-dated id, received last
+    prs = LocalForge.for_ledger(val).list(state="open")
+    assert [p.id for p in prs][0] == early and sub in [p.id for p in prs]
+    assert sorted(p.id for p in prs)[0] == sub  # by the id's text it would have come first
+    verdicts = Validator(val, device="cpu").run()
+    assert verdicts[0].id == early and verdicts[0].accepted
+
+
+def test_verdict_without_trailers_is_quarantined_not_raced(network):
+    val = network.clone("val")
+    sub = craft_pr(val, tensors=delta(val))
+    bare = val.git.commit_tree_with(val.head().commit, {}, "no trailers\n", parents=[])
+    push_ref(val, bare, f"{layout.PR_PREFIX}/{sub}/verdict")
+    assert Validator(val, device="cpu").run() == []  # before: 8 lost races, exit 8
+    pr = LocalForge.for_ledger(val).get(sub)
+    assert pr.state == "quarantined" and "no Woolf-Verdict" in pr.reason
+    proc = run_cli("pr", "list", "--state", "quarantined", "--json", cwd=val.root)
+    assert proc.returncode == 0 and [p["id"] for p in json.loads(proc.stdout)] == [sub]
+
+
+def test_deleted_delta_and_weights_are_restored_before_the_push(network):
+    """Storage lost the delta (and the current weights) during validation: the merge puts both back first."""
+    val = network.clone("val")
+    sub = craft_pr(val, tensors=delta(val), who="alice")
+    pr = LocalForge.for_ledger(val).get(sub)
+    ptr = val.pointer(pr.head, layout.submission_paths(sub)[1])
+    val.store.fetch_object(ptr)  # the validator has downloaded it, then storage loses it
+    val.load_weights(val.head())
+    w0 = val.pointer(val.head().commit)
+    for obj in (storage_object(network, ptr.md5), storage_object(network, w0.md5)):
+        obj.unlink()
+    [v] = Validator(val, device="cpu").run()
+    assert v.accepted
+    assert storage_object(network, ptr.md5).is_file() and storage_object(network, w0.md5).is_file()
+    fresh = network.clone("fresh")
+    assert audit(fresh).ok  # a fresh clone recomputes version 1 from storage alone
+    fresh.checkout(0, network.root / "v0.safetensors")
+
+
+def test_audit_tells_missing_from_wrong(network):
+    val = network.clone("val")
+    craft_pr(val, tensors=delta(val), who="alice")
+    Validator(val, device="cpu").run()
+    v1 = storage_object(network, val.pointer(val.show(1).commit).md5)
+    v1.unlink()
+    report = audit(network.clone("a1"))
+    assert [(p["version"], p["kind"]) for p in report.problems] == [(1, "missing")]
+    assert "missing from storage" in report.problems[0]["problem"]
+    v1.write_bytes(b"\0" * 10)
+    report = audit(network.clone("a2"))
+    assert [(p["version"], p["kind"]) for p in report.problems] == [(1, "wrong")]
+    assert git("rev-parse", "main", cwd=network.hub) == val.head().commit

@@ -1,0 +1,1 @@
+"""Tests of woolf/workloads/: the transformers workload on tiny local models."""
