@@ -4,7 +4,8 @@ Usage:
     msg = format_message("woolf: version 1", {"Woolf-Version": 1, "Woolf-Metrics": {"loss": 2.1}})
     subject, fields = parse_message(msg)    # fields["Woolf-Version"] == "1"
 
-Values are one line each; dicts and lists are written as compact JSON.
+Values are one line each; dicts and lists are written as compact JSON. Every name is registered in
+trailer_names.py (format_message refuses any other; a test checks that every name the code reads is).
 
 Reading never raises on what an attacker wrote: an integer longer than
 INT_MAX_DIGITS digits (Python refuses int() over 4300), JSON over
@@ -18,6 +19,7 @@ import json
 import re
 
 from woolf.protocol.safejson import depth
+from woolf.protocol.trailer_names import known
 
 INT_MAX_DIGITS = 30  # a version, a staleness, a time: never near this
 JSON_MAX_CHARS = 1 << 20  # metrics, timings, scores of a large network
@@ -39,6 +41,10 @@ def _value(v) -> str:
 
 
 def format_message(subject: str, fields: dict, body: str = "") -> str:
+    """Subject, optional body, then one trailer per field; every name is one of TRAILERS."""
+    unknown = [k for k in fields if not known(k)]
+    if unknown:
+        raise ValueError(f"unregistered trailer names {unknown}: add them to woolf/protocol/trailer_names.py")
     subject = " ".join(subject.split())
     lines = [subject, ""]
     if body.strip():
