@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 
 from woolf.protocol import layout
+from woolf.protocol.contributor import claimed_contributor
 from woolf.protocol.layout import META_MAX_BYTES, META_MAX_DEPTH
 from woolf.protocol.safejson import loads_untrusted
 
@@ -86,15 +87,6 @@ class Forge(ABC):
     def refresh(self, sub_id: str) -> PullRequest:
         """The PR's current state, as a validator needs it right before deciding."""
         return self.get(sub_id, fetch=True)
-
-
-def claimed_contributor(sub_id: str, claim) -> str | None:
-    """The contributor a PR is counted, queued, listed and rated as: the name in submission.json only
-    when its id names the same one (a mismatch is rejected by the validator and charged to nobody,
-    so junk that claims someone else's name costs her neither a queue slot nor a rating)."""
-    if not isinstance(claim, str) or not layout.SUBMISSION_ID.match(sub_id):
-        return None
-    return claim if sub_id.split("-", 1)[1].rsplit("-", 1)[0] == claim else None
 
 
 _META_CACHE: dict[str, dict | None] = {}  # submission.json blob id -> parsed metadata (None: unusable)
