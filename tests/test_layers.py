@@ -14,6 +14,7 @@ import says why it waits with a `# deferred: <reason>` comment on its line.
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -53,13 +54,13 @@ class Import:
     deferred: bool  # inside a function
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    rel = path.relative_to(package.parent).with_suffix("")
     return ".".join(rel.parts).removesuffix(".__init__")
 
 
-def imports_of(path: Path) -> list[Import]:
-    mod = module_name(path)
+def imports_of(path: Path, package: Path = PACKAGE) -> list[Import]:
+    mod = module_name(path, package)
     pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
     found: list[Import] = []
 
@@ -82,8 +83,8 @@ def imports_of(path: Path) -> list[Import]:
     return found
 
 
-def all_imports() -> list[Import]:
-    return [i for f in sorted(PACKAGE.rglob("*.py")) for i in imports_of(f)]
+def all_imports(package: Path = PACKAGE) -> list[Import]:
+    return [i for f in sorted(package.rglob("*.py")) for i in imports_of(f, package)]
 
 
 def package_of(module: str) -> str | None:
@@ -91,11 +92,11 @@ def package_of(module: str) -> str | None:
     return parts[1] if parts[0] == "woolf" and len(parts) > 1 else None
 
 
-def existing(target: str) -> str | None:
+def existing(target: str, package: Path = PACKAGE) -> str | None:
     """The woolf module a dotted target names (`woolf.a.b.name` -> `woolf.a.b`), or None."""
     parts = target.split(".")
     while parts:
-        p = PACKAGE.parent.joinpath(*parts)
+        p = package.parent.joinpath(*parts)
         if p.with_suffix(".py").is_file() or (p / "__init__.py").is_file():
             return ".".join(parts)
         parts.pop()
@@ -217,15 +218,20 @@ def test_imports_inside_functions_only_defer_something_heavy():
 
 
 def test_the_rule_fails_on_a_violation(tmp_path):
-    """The checker itself: a lower layer importing a higher one, and two roles, are caught."""
-    core = PACKAGE / "core" / "merge.py"
-    fake = [Import("woolf.core.merge", "woolf.ledger.ledger.Ledger", 1, True),
-            Import("woolf.validator.step", "woolf.participant.contribute.submit", 2, False),
-            Import("woolf.protocol.config", "woolf.storage.weights", 3, False),
-            Import("woolf.cli.app", "woolf.ledger.ledger.Ledger", 4, False)]
-    found = layer_violations(fake)
-    assert core.is_file() and len(found) == 3
-    assert "higher layer" in found[0] and "another role" in found[1] and "higher layer" in found[2]
+    """The checker itself, on a copy of the package with deliberate breaks: a lower layer importing
+    a higher one (at the top and inside a function), one role importing another, a package circle."""
+    copy = tmp_path / "woolf"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    with (copy / "core" / "merge.py").open("a") as f:
+        f.write("\nfrom woolf.ledger.ledger import Ledger  # L3 -> L6\n\n\ndef _f():\n"
+                "    from woolf.storage.weights import load_checked  # L3 -> L4, deferred\n")
+    with (copy / "validator" / "verdict.py").open("a") as f:
+        f.write("\nfrom woolf.participant.contribute import submit  # role -> role\n")
+    found = layer_violations(all_imports(copy))
+    assert any("woolf.core.merge" in v and "woolf.ledger.ledger" in v and "higher layer" in v for v in found)
+    assert any("woolf.core.merge" in v and "woolf.storage.weights" in v for v in found)
+    assert any("woolf.validator.verdict" in v and "another role" in v for v in found)
+    assert layer_violations(all_imports(PACKAGE)) == []  # the real tree is clean
     assert package_cycles([Import("woolf.git.repo", "woolf.protocol.layout", 1, False),
                            Import("woolf.protocol.layout", "woolf.git.repo", 1, True)]) != []
 

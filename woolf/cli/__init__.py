@@ -1,1 +1,5 @@
-"""The `woolf` command line: parse, call one library function, print."""
+"""Layer 9: the `woolf` command line. Each command parses, calls one library function, prints.
+
+Usage:
+    woolf --help
+"""

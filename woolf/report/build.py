@@ -230,7 +230,7 @@ def build_report(ledger, out: Path, demo: dict | None = None) -> dict:
     versions, prs = _collect(ledger)
     name = ledger.config.name
     plots = [_plot_loss(versions, out, demo), _plot_contributors(prs, out), _plot_staleness(prs, out)]
-    scoring = scoring_section(ledger, out)  # leaderboard, ratings over time, credit (woolf/scoring)
+    scoring = scoring_section(ledger, out)  # leaderboard, ratings over time, credit (report/scoring.py)
     plots += [scoring.plot] if scoring.plot else []
     md = out / "summary.md"
     md.write_text(_markdown(name, versions, prs, demo) + scoring.markdown)

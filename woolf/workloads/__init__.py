@@ -1,1 +1,8 @@
-"""Workloads: the model, its training and its evaluation, behind one interface."""
+"""Layer 5: the model, its training and its evaluation, behind one interface (base.py).
+
+Built-ins: charlm (a byte-level transformer), hf/ (any local Hugging Face causal LM), synthetic
+(benchmarks), command (an external training command). docs/workloads.md is the guide.
+
+Usage:
+    from woolf.workloads.base import load_workload
+"""

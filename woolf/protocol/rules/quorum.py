@@ -75,7 +75,7 @@ def named_votes(fields: dict) -> tuple[list[str] | None, str | None]:
     raw = fields.get("Woolf-Votes")
     if raw is None:
         return None, None
-    shas = json_field(fields, "Woolf-Votes")  # bounded: size and nesting (core/trailers.py)
+    shas = json_field(fields, "Woolf-Votes")  # bounded: size and nesting (protocol/trailers.py)
     if shas is None:
         return None, "Woolf-Votes is not a JSON list"
     if not isinstance(shas, list) or len(shas) > MAX_NAMED or not all(
