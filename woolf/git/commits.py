@@ -42,10 +42,32 @@ def commit_bytes(git, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> bytes:
         proc.wait()
 
 
+_OID = re.compile(rb"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
+
+
+def parents_of(header: bytes) -> list[str] | None:
+    """The parents git itself reads: the `parent <id>` lines right after the `tree` line, and no
+    others (a `parent` line further down is an extra header git ignores, and fsck allows). None
+    when git would refuse the commit (no tree line first, or a malformed id in that block)."""
+    lines = header.split(b"\n")
+    if not lines[0].startswith(b"tree "):
+        return None
+    parents = []
+    for ln in lines[1:]:
+        if not ln.startswith(b"parent "):
+            break
+        oid = ln[7:]
+        if not _OID.match(oid):
+            return None
+        parents.append(oid.decode())
+    return parents
+
+
 def commit_records(git, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> list[tuple[str, list[str], int, str]]:
     """(sha, parents, committer time, message) of each commit, in order, from `cat-file --batch`:
     framed by each object's size, so no byte of a message can split or forge a record (a
     `git log --format` separator can be written into a message). Commits that are missing,
+    malformed (git would not parse them),
     over ``max_bytes`` or without a readable committer time are left out."""
     shas = [s for s in shas if s and "\n" not in s]
     if not shas:
@@ -64,9 +86,9 @@ def commit_records(git, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> l
         body, pos = raw[end + 1:end + 1 + size], end + 2 + size
         header, _, message = body.partition(b"\n\n")
         lines = header.split(b"\n")
-        parents = [ln[7:].decode() for ln in lines if ln.startswith(b"parent ")]
+        parents = parents_of(header)
         stamp = next((ln.rsplit(b" ", 2)[-2:] for ln in lines if ln.startswith(b"committer ")), [b""])[0]
-        if stamp.isdigit() and len(stamp) <= 12:
+        if parents is not None and stamp.isdigit() and len(stamp) <= 12:
             out.append((head[0].decode(), parents, int(stamp), _text(message)))
     return out
 
@@ -78,13 +100,15 @@ _READ: dict[str, tuple[list[str], str]] = {}  # commit id -> (parents, message):
 def read_commit(git, commit: str) -> tuple[list[str], str]:
     """(parents, message) of a commit in one git call; remembered per commit id for the process.
 
-    Over git.COMMIT_MAX_BYTES raises BlobTooLargeError unread."""
+    Over git.COMMIT_MAX_BYTES raises BlobTooLargeError unread; a commit git would refuse to parse
+    raises GitError."""
     if commit in _READ:
         parents, message = _READ[commit]
         return list(parents), message
-    raw = commit_bytes(git, commit).decode(errors="replace")
-    header, _, message = raw.partition("\n\n")
-    parents = [ln.split()[1] for ln in header.splitlines() if ln.startswith("parent ")]
+    header, _, body = commit_bytes(git, commit).partition(b"\n\n")
+    parents, message = parents_of(header), body.decode(errors="replace")
+    if parents is None:
+        raise GitError(("cat-file", "commit", commit[:80]), 128, "a malformed commit git itself would not read")
     if _COMMIT_ID.match(commit) and len(message) <= 65536:  # a hostile giant is read again, never kept
         if len(_READ) > 4096:
             _READ.clear()

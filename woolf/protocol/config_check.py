@@ -8,6 +8,7 @@ Usage:
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,18 @@ if TYPE_CHECKING:  # only for the annotation: config.py imports this module
 STALENESS_KINDS = ("inverse", "polynomial", "hinge", "constant")
 MERGE_RULES = ("attenuated", "nesterov", "delayed_nesterov", "fedbuff")  # see woolf/core/merge_rules.py
 GATES = ("current", "best")
+
+
+def _nans(obj, prefix: str = ""):
+    """Dotted names of every NaN in a config: TOML allows `nan`, and NaN passes every `x < 0` check."""
+    for f in dataclasses.fields(obj):
+        value, name = getattr(obj, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            yield from _nans(value, f"{name}.")
+        elif isinstance(value, float) and math.isnan(value):
+            yield name
+        elif isinstance(value, dict):
+            yield from (f"{name}.{k}" for k, v in value.items() if isinstance(v, float) and math.isnan(v))
 
 
 def check_config(cfg: LedgerConfig, source: str) -> None:
@@ -90,6 +103,8 @@ def check_config(cfg: LedgerConfig, source: str) -> None:
     _check_scoring(cfg, bad)
     if not cfg.name or any(c in cfg.name for c in "\n\r"):
         bad("name", "use a one-line name", cfg.name)
+    for name in _nans(cfg):  # last: a key's own check names its range where it already catches nan
+        bad(name, "use a number (nan is no value of any key)", float("nan"))
 
 
 def _check_delta(cfg: LedgerConfig, bad) -> None:

@@ -74,10 +74,11 @@ def header(path: Path, limits: LimitsConfig, label: str) -> tuple[Spec, dict[str
         raise InvalidWeightsError(f"{label}: {path} does not exist") from None
     except OSError as exc:
         raise InvalidWeightsError(f"{label}: {path.name} cannot be opened as a plain file ({exc.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # checked on the descriptor before any read (a directory opens too)
+        os.close(fd)
+        raise InvalidWeightsError(f"{label}: {path.name} is not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise InvalidWeightsError(f"{label}: {path.name} is not a regular file")
         size = st.st_size
         if size > limits.max_delta_bytes:
             raise InvalidWeightsError(
