@@ -54,6 +54,7 @@ class StepsType(click.ParamType):
 @pass_app
 def train(app: App, steps, fresh, data, device, seed, offline, take, contributor, as_json):
     """Pull the newest version and train from it; keeps the result in .woolf/work."""
+    from woolf.participant.contribute import TrainOptions  # deferred: fast --help
     from woolf.participant.contribute import train as do_train  # deferred: fast --help
 
     ledger = app.ledger()
@@ -71,9 +72,10 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, contributor
             rate = step / max(time.perf_counter() - state["t0"], 1e-9)
             bar.update(task, completed=step, total=total, info=f"loss {loss:.3f}  {rate:.1f} steps/s")
 
+        options = TrainOptions(steps=steps, data=data, device=device, seed=seed, offline=offline,
+                               contributor=contributor, progress=progress, fresh=fresh, take=take)
         try:
-            result = do_train(ledger, steps=steps, data=data, device=device, seed=seed, offline=offline,
-                              contributor=contributor, progress=progress, fresh=fresh, take=take)
+            result = do_train(ledger, options)
             state["done"] = True
             interrupts.release()
         except KeyboardInterrupt:
@@ -118,11 +120,14 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, contributor
 def submit(app: App, weights, base_version, message, delta_url_base, delta_remote, error_feedback, compress,
            contributor, forge, as_json):
     """Open a pull request carrying trained - base."""
+    from woolf.participant.contribute import SubmitOptions  # deferred: fast --help
     from woolf.participant.contribute import submit as do_submit  # deferred: fast --help
 
-    result = do_submit(app.ledger(), weights=weights, message=message, contributor=contributor,
-                       base_version=base_version, forge=forge, delta_url_base=delta_url_base,
-                       delta_remote=delta_remote, error_feedback=error_feedback, compress=compress)
+    options = SubmitOptions(weights=weights, message=message, contributor=contributor,
+                            base_version=base_version, forge=forge, delta_url_base=delta_url_base,
+                            delta_remote=delta_remote, error_feedback=error_feedback,
+                            compress=compress)
+    result = do_submit(app.ledger(), options)
     if as_json:
         app.emit_json(result)
         return

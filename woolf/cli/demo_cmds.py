@@ -36,7 +36,7 @@ from woolf.cli.app import App, json_option, pass_app
 def demo(app: App, participants, rounds, validators, steps, directory, quick, quorum, dishonest, settings,
          adversaries, as_json):
     """Run a whole decentralized training network on this machine."""
-    from woolf.demo.run import run_demo  # deferred: fast --help
+    from woolf.demo.run import DemoOptions, run_demo  # deferred: fast --help
 
     def pick(value, full, small):
         return value if value is not None else (small if quick else full)
@@ -49,10 +49,11 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, qu
         if not sep or not key:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
         overrides[key.strip()] = value.strip()
-    r = run_demo(app.cwd / directory, participants=participants, rounds=rounds, validators=validators,
-                 steps=steps, quick=quick, console=app.err if as_json else app.console, settings=overrides,
-                 quorum=quorum, dishonest=dishonest,
-                 adversaries=[a.strip() for a in adversaries.split(",") if a.strip()])
+    options = DemoOptions(participants=participants, rounds=rounds, validators=validators,
+                          steps=steps, quick=quick, console=app.err if as_json else app.console,
+                          settings=overrides, quorum=quorum, dishonest=dishonest,
+                          adversaries=[a.strip() for a in adversaries.split(",") if a.strip()])
+    r = run_demo(app.cwd / directory, options)
     if as_json:
         app.emit_json(r.to_json())
         if r.interrupted:

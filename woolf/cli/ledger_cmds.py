@@ -73,6 +73,7 @@ def _freshness(app: App, ledger, do_fetch: bool) -> None:
 def init(app: App, path, storage, workload, alpha, weights, name, settings, signing_key, signer, extra,
          unsigned, as_json):
     """Create a new ledger at PATH with version 0, signed with --key."""
+    from woolf.ledger.create import CreateOptions  # deferred: fast --help
     from woolf.ledger.ledger import Ledger  # deferred: fast --help
 
     if unsigned and (signing_key or extra):
@@ -87,9 +88,10 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
         if not sep:
             raise UsageError(f"--set {item!r}: expected KEY=VALUE")
         overrides[key.strip()] = value.strip()
-    ledger = Ledger.init(path, storage=storage, workload=workload, alpha=alpha, weights=weights,
-                         name=name, overrides=overrides, signing_key=signing_key, signer=signer,
-                         extra_signers=list(extra))
+    options = CreateOptions(storage=storage, workload=workload, alpha=alpha, weights=weights,
+                            name=name, overrides=overrides, signing_key=signing_key, signer=signer,
+                            extra_signers=list(extra))
+    ledger = Ledger.init(path, options)
     head = ledger.head()
     if as_json:
         app.emit_json({"path": str(ledger.root), "version": 0, "commit": head.commit,

@@ -36,13 +36,15 @@ def _event(**kw) -> None:
 
 
 def _submit(ledger, name: str, base, weights: dict, note: str) -> str:
-    from woolf.participant.contribute import submit
+    from woolf.participant.contribute import SubmitOptions, submit
     from woolf.storage.weights import save_atomic
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "w.safetensors"
         save_atomic(weights, path, durable=False)
-        return submit(ledger, weights=path, base_version=base.version, contributor=name, message=note)["id"]
+        options = SubmitOptions(weights=path, base_version=base.version, contributor=name,
+                                message=note)
+        return submit(ledger, options)["id"]
 
 
 def _head(ledger):

@@ -22,6 +22,7 @@ from woolf.errors import UsageError
 from woolf.git.keys import configure, create_key
 from woolf.git.repo import Git, clean_env
 from woolf.hub.create import init_hub
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger
 from woolf.protocol.signers import signer_line
 
@@ -73,8 +74,10 @@ def create_hub(root: Path, participants: list[str], validators: list[str],
         _, public = create_key(hub.key_of(name), name)
         if name != "maintainer":
             lines.append(signer_line(name, public, ["validator"] if name in validators else []))
-    Ledger.init(seed, storage=str(hub.storage), name="woolf-demo", overrides=overrides,
-                signing_key=hub.key_of("maintainer"), signer="maintainer", extra_signers=lines)
+    options = CreateOptions(storage=str(hub.storage), name="woolf-demo", overrides=overrides,
+                            signing_key=hub.key_of("maintainer"), signer="maintainer",
+                            extra_signers=lines)
+    Ledger.init(seed, options)
     init_hub(hub.bare, seed)
     shutil.rmtree(seed)
     for name in [*participants, *validators, "observer"]:

@@ -28,6 +28,7 @@ import torch
 
 from woolf.ledger.benchmark import gate_benchmark
 from woolf.workloads.base import TrainData, load_workload
+from woolf.workloads.features import DATA_PARALLEL, features_of
 
 
 @dataclass
@@ -55,7 +56,7 @@ def _run(task: tuple) -> tuple[str, float | None]:
     if kind == "alone":  # one continuous run over all of its shards: the strongest lone baseline
         weights, _ = wl.train(genesis, _shards(wl, name, rounds), rounds * steps, device=device, seed=0)
     elif kind == "parallel":
-        if not hasattr(wl, "train_data_parallel"):
+        if DATA_PARALLEL not in features_of(wl):
             return kind, None
         weights = wl.train_data_parallel(genesis, [_shards(wl, n, rounds) for n in names],
                                          rounds * steps, device=device)

@@ -2,7 +2,10 @@
 
 Usage:
     result = run_demo(Path("woolf-demo"), participants=3, rounds=8, validators=2, console=Console())
+    result = run_demo(Path("woolf-demo"), DemoOptions(quick=True, adversaries=["copycat"]))
     result.final_loss < result.genesis_loss
+
+run_demo takes a DemoOptions, or its fields as keywords (unknown ones: TypeError), or both.
 
 Participants loop pull -> train -> submit at different speeds (so PRs go
 stale); validators validate continuously; the hub is a bare git repository and
@@ -17,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -125,20 +128,39 @@ def _hidden_benchmark(settings: dict) -> tuple[dict, bytes | None]:
             "benchmark.hidden_size": str(len(text))}, text
 
 
-def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int = 2,
-             steps: int | None = None, quick: bool = False, console: Console | None = None,
-             report: bool = True, settings: dict[str, str] | None = None, quorum: int = 1,
-             dishonest: bool = False, adversaries: list[str] | None = None) -> DemoResult:
+@dataclass(frozen=True)
+class DemoOptions:
+    """The network to run; each field is the keyword `run_demo` takes, with the same default."""
+
+    participants: int = 3  # honest participant processes
+    rounds: int = 8  # contributions per participant
+    validators: int = 2  # validator processes
+    steps: int | None = None  # training steps per contribution; None: 15 with quick, else 30
+    quick: bool = False  # shorter pauses and fewer steps
+    console: Console | None = None  # where progress and the live view go; None: a new Console
+    report: bool = True  # write report/ (HTML, plots, markdown) at the end
+    settings: dict[str, str] | None = None  # config keys of the demo ledger, as `woolf init --set`
+    quorum: int = 1  # validators.quorum: agreeing votes a PR needs to settle
+    dishonest: bool = False  # the last validator votes accept on everything (demo/dishonest.py)
+    adversaries: list[str] | None = None  # kinds of cheating participants (demo/adversaries.py)
+
+
+def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoResult:
+    """Build the hub at ``root``, run the network until every participant is done, then the
+    reference runs and the report. ``options`` or its fields as keywords, or both."""
+    o = replace(options, **kwargs) if options is not None else DemoOptions(**kwargs)
+    participants, rounds, validators, quorum = o.participants, o.rounds, o.validators, o.quorum
+    dishonest, quick = o.dishonest, o.quick
     if participants < 1 or validators < 1 or rounds < 1:
         raise UsageError("a demo needs at least one participant, one validator and one round")
     if quorum < 1 or quorum > validators - dishonest:
         raise UsageError(f"a quorum of {quorum} needs at least {quorum} honest validators "
                          f"({validators} validators{', one of them dishonest' if dishonest else ''})",
                          hint="raise --validators or lower --quorum")
-    settings = {**(settings or {}), **({"validators.quorum": str(quorum)} if quorum > 1 else {})}
+    settings = {**(o.settings or {}), **({"validators.quorum": str(quorum)} if quorum > 1 else {})}
     from woolf.demo.adversaries import KINDS
 
-    adversaries = list(dict.fromkeys(adversaries or []))
+    adversaries = list(dict.fromkeys(o.adversaries or []))
     if set(adversaries) - set(KINDS):
         raise UsageError(f"unknown adversaries {sorted(set(adversaries) - set(KINDS))}",
                          hint=f"choose from {', '.join(KINDS)}")
@@ -147,8 +169,8 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
         pinned, hidden = _hidden_benchmark(settings or {})
         settings = {"queue.max_open_per_contributor": "4", "scoring.min_assigned": "0.01", **pinned,
                     **(settings or {})}
-    console = console or Console()
-    steps = steps or (15 if quick else 30)
+    console = o.console or Console()
+    steps = o.steps or (15 if quick else 30)
     names = [f"p{i + 1}" for i in range(participants)]
     vnames = [f"v{i + 1}" for i in range(validators)]
     t0 = time.time()
@@ -227,7 +249,7 @@ def run_demo(root: Path, participants: int = 3, rounds: int = 8, validators: int
             console.print("[yellow]interrupted: reference runs stopped[/]")
         result.reference_seconds = round(time.time() - t_ref, 1)
     result.wall_seconds = round(time.time() - t0, 1)
-    if report:
+    if o.report:
         from woolf.report.build import build_report
 
         result.report = str(build_report(observer, root / "report", demo=result.to_json())["html"])

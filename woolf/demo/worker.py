@@ -29,7 +29,7 @@ def _event(**kw) -> None:
 
 
 def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, seed: int) -> None:
-    from woolf.participant.contribute import submit, train
+    from woolf.participant.contribute import SubmitOptions, TrainOptions, submit, train
 
     ledger = Ledger.open(clone)
 
@@ -38,9 +38,9 @@ def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, s
 
     for r in range(rounds):
         try:
-            result = train(ledger, steps=steps, contributor=name, seed=seed * 1000 + r, device="cpu",
-                           progress=slower if delay else None)
-            sub = submit(ledger, contributor=name, message=f"{name} round {r}")
+            result = train(ledger, TrainOptions(steps=steps, contributor=name, seed=seed * 1000 + r,
+                                                device="cpu", progress=slower if delay else None))
+            sub = submit(ledger, SubmitOptions(contributor=name, message=f"{name} round {r}"))
             _event(kind="submitted", who=name, round=r, id=sub["id"], base=result["base_version"],
                    local_loss=result["metrics"]["after"]["loss"])
         except WoolfError as exc:

@@ -28,6 +28,7 @@ from woolf.protocol.config import parse_config
 from woolf.protocol.safejson import loads_untrusted
 from woolf.protocol.versions import Version
 from woolf.storage.files import write_bytes_atomic
+from woolf.workloads.features import BIND, features_of
 
 MAX_BENCHMARK_BYTES = 256 * 1024 * 1024
 MIN_BENCHMARK_BYTES = 256
@@ -113,7 +114,7 @@ class Evaluator:
         from woolf.workloads.base import load_workload
 
         wl = load_workload(cfg.workload)
-        if hasattr(wl, "bind"):  # the model files as that version had them
+        if BIND in features_of(wl):  # the model files as that version had them
             wl.bind(lambda rel: self.ledger.git.show_bytes(f"{version.commit}:{rel}"))
         self._workloads.append((cfg, wl))
         return wl

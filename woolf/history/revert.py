@@ -7,7 +7,7 @@ Usage:
 The delta is parent(V) − V per tensor (float32 arithmetic, in the model's
 dtype): the weights change version V made, whatever rule and attenuation made
 it. It is submitted on origin's newest version through the ordinary submit
-path (woolf/participant/contribute.py::submit_delta) with ``reverts`` in submission.json
+path (woolf/ledger/submission.py::submit_delta) with ``reverts`` in submission.json
 and a ``Woolf-Reverts`` trailer; validators check staleness, the gate and
 the rest as for any PR, and a merge of it carries ``Woolf-Reverts: V``. On the
 newest version under the `attenuated` rule with alpha 1, the merge gives V's
@@ -20,7 +20,7 @@ from __future__ import annotations
 from woolf.core.merge import compute_delta
 from woolf.errors import UsageError
 from woolf.forges import forge_for
-from woolf.ledger.submission import submit_delta
+from woolf.ledger.submission import SubmitDeltaOptions, submit_delta
 from woolf.protocol.contributor import contributor_id
 from woolf.timing import Timer
 
@@ -54,7 +54,8 @@ def revert(ledger, number: int, message: str = "", contributor: str | None = Non
     if all(not bool(t.any()) for t in delta.values()):
         raise UsageError(f"version {number} did not change the weights (a buffered merge): nothing to take back")
     text = message or f"revert version {number} ({target.contributor}, {target.submission})"
-    result = submit_delta(ledger, delta, head, who, text, forge_for(ledger, forge), timer, reverts=target)
+    result = submit_delta(ledger, delta, head, SubmitDeltaOptions(
+        who=who, message=text, the_forge=forge_for(ledger, forge), timer=timer, reverts=target))
     result.pop("pointer"), result.pop("declared")
     return {**result, "reverts": {"version": number, "commit": target.commit,
                                   "contributor": target.contributor, "submission": target.submission}}

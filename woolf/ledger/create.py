@@ -1,10 +1,13 @@
 """Create a new ledger: git repository, DVC, config, benchmark, CI files, version 0.
 
 Usage:
-    create_ledger(Path("my-ledger"), storage="s3://bucket/prefix", overrides={"policy.min_improvement": "-0.05"})
-    create_ledger(Path("my-ledger"), workload="transformers", weights=Path("my-model"))  # a HF model directory
-    create_ledger(Path("my-ledger"), signing_key=Path("~/.ssh/woolf"), signer="alice",
-                  extra_signers=['v2 namespaces="git" ssh-ed25519 AAAA... roles=validator'])
+    create_ledger(Path("my-ledger"), storage="s3://bucket/prefix",
+                  overrides={"policy.min_improvement": "-0.05"})
+    create_ledger(Path("my-ledger"), workload="transformers", weights=Path("my-model"))  # HF dir
+    create_ledger(Path("my-ledger"), CreateOptions(signing_key=Path("~/.ssh/woolf"), signer="alice",
+                  extra_signers=['v2 namespaces="git" ssh-ed25519 AAAA... roles=validator']))
+
+It takes a CreateOptions, or its fields as keywords (unknown ones: TypeError), or both.
 
 With a signing key the creator is listed in ledger/allowed_signers as maintainer
 and validator, version 0 is signed with that key, and the new repository is
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from dataclasses import dataclass, replace
 from importlib.resources import files
 from pathlib import Path
 
@@ -64,16 +68,31 @@ def _signers(signing_key: Path | None, signer: str | None, extra: list[str] | tu
     return Signers.parse("\n".join(lines), "--signer").render()  # validates every line
 
 
-def create_ledger(path: Path, storage: str | None = None, workload: str = "charlm",
-                  alpha: float | None = None, weights: Path | None = None, name: str | None = None,
-                  seed: int = 0, overrides: dict[str, str] | None = None, signing_key: Path | None = None,
-                  signer: str | None = None, extra_signers: list[str] | tuple[str, ...] = ()) -> None:
+@dataclass(frozen=True)
+class CreateOptions:
+    """What the new ledger is; each field is the keyword `create_ledger` takes, same default."""
+
+    storage: str | None = None  # the DVC remote URL or directory; None: PATH.storage beside PATH
+    workload: str = "charlm"  # a built-in name or an installed entry point (workloads/base.py)
+    alpha: float | None = None  # merge.alpha_base, the scale of every merged delta
+    weights: Path | None = None  # start from this checkpoint (transformers: a model directory)
+    name: str | None = None  # the ledger's name; None: the directory's
+    seed: int = 0  # the seed of genesis weights (without ``weights``)
+    overrides: dict[str, str] | None = None  # config keys -> values, as `woolf init --set`
+    signing_key: Path | None = None  # the creator's SSH key (maintainer, validator); None: unsigned
+    signer: str | None = None  # the creator's name in allowed_signers; None: the key's comment
+    extra_signers: list[str] | tuple[str, ...] = ()  # more allowed_signers lines
+
+
+def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) -> None:
     """Refuses a path that holds a ledger or anything else; removes what it made if it fails."""
     from woolf.storage.weights import compare_spec, load_checked, read_spec, save_atomic, spec_of
     from woolf.workloads.base import load_workload
 
+    o = replace(options, **kwargs) if options is not None else CreateOptions(**kwargs)
+    storage, weights, seed, signing_key = o.storage, o.weights, o.seed, o.signing_key
     path = Path(path).resolve()
-    signers_text = _signers(signing_key, signer, extra_signers)
+    signers_text = _signers(signing_key, o.signer, o.extra_signers)
     if (path / layout.CONFIG).exists():
         raise UsageError(f"{path} already holds a ledger", hint="use `woolf status` there")
     if path.exists() and not path.is_dir():
@@ -83,11 +102,11 @@ def create_ledger(path: Path, storage: str | None = None, workload: str = "charl
     storage = storage or str(path.parent / f"{path.name}.storage")
     if "://" not in storage:
         storage = str(Path(storage).resolve())
-    cfg = LedgerConfig(name=name or path.name)
-    cfg.workload.name = workload
-    if alpha is not None:
-        cfg.merge.alpha_base = alpha
-    cfg = apply_overrides(cfg, overrides or {})  # validates everything before touching disk
+    cfg = LedgerConfig(name=o.name or path.name)
+    cfg.workload.name = o.workload
+    if o.alpha is not None:
+        cfg.merge.alpha_base = o.alpha
+    cfg = apply_overrides(cfg, o.overrides or {})  # validates everything before touching disk
     model_files: dict[str, bytes] = {}  # files the workload keeps in git (transformers: ledger/model/)
     if cfg.workload.name == "transformers":
         from woolf.workloads.hf import import_model_dir

@@ -21,7 +21,7 @@ from woolf.errors import (
     UsageError,
 )
 from woolf.git.repo import Git, toplevel
-from woolf.ledger.create import create_ledger
+from woolf.ledger.create import CreateOptions, create_ledger
 from woolf.protocol import layout
 from woolf.protocol.config import (
     LedgerConfig,
@@ -32,6 +32,7 @@ from woolf.protocol.versions import Version, read_versions, version_from_message
 from woolf.storage.dvcstore import DvcStore
 from woolf.storage.files import copy_atomic
 from woolf.storage.pointer import Pointer
+from woolf.workloads.features import BIND, features_of
 
 # weights (torch or numpy) are imported where they are touched: `woolf log` reads git only.
 
@@ -79,12 +80,10 @@ class Ledger:
         return ledger
 
     @classmethod
-    def init(cls, path: Path, storage: str | None = None, workload: str = "charlm",
-             alpha: float | None = None, weights: Path | None = None, name: str | None = None,
-             seed: int = 0, overrides: dict[str, str] | None = None, **signing) -> Ledger:
-        """Create a ledger at ``path`` with version 0 (see woolf/ledger/create.py; ``signing``: its key arguments)."""
-        create_ledger(path, storage=storage, workload=workload, alpha=alpha, weights=weights, name=name,
-                      seed=seed, overrides=overrides, **signing)
+    def init(cls, path: Path, options: CreateOptions | None = None, **kwargs) -> Ledger:
+        """Create a ledger at ``path`` with version 0: ``options`` or its fields as keywords
+        (woolf/ledger/create.py)."""
+        create_ledger(path, options, **kwargs)
         return cls(Path(path).resolve())
 
     @property
@@ -105,7 +104,7 @@ class Ledger:
         cfg = self.config
         if self._workload is None or self._workload[0] != cfg:  # one per config (re-read per PR): built once
             wl = load_workload(cfg.workload)
-            if hasattr(wl, "bind"):
+            if BIND in features_of(wl):
                 wl.bind(lambda rel: self.git.show_bytes(f"{self.main_ref}:{rel}"))
             self._workload = (cfg, wl)
         return self._workload[1]

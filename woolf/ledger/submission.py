@@ -2,7 +2,8 @@
 
 Usage:
     check_delta(delta, "the delta is all zeros")          # NaN/Inf or all zeros: InvalidWeightsError
-    pr = submit_delta(ledger, delta, base, "alice", "message", forge, Timer())
+    pr = submit_delta(ledger, delta, base, SubmitDeltaOptions(who="alice", the_forge=forge))
+    pr = submit_delta(ledger, delta, base, who="alice", the_forge=forge)   # the same, as keywords
 
 `woolf submit` (participant/contribute.py) and `woolf revert` (history/revert.py) both come here,
 so every PR has the same shape whoever opens it.
@@ -13,13 +14,17 @@ from __future__ import annotations
 import datetime
 import json
 import secrets
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from woolf.core.finite import scan
 from woolf.errors import InvalidWeightsError
+from woolf.forges.base import Forge
 from woolf.ledger.tasks import record_submitted
 from woolf.protocol import layout
+from woolf.protocol.compress_spec import CompressSpec
 from woolf.protocol.trailers import format_message
+from woolf.protocol.versions import Version
 from woolf.storage.dvcstore import REMOTE_NAME
 from woolf.storage.sparse import save_delta
 from woolf.timing import Timer
@@ -39,19 +44,38 @@ def new_id(who: str) -> str:
     return f"{now:%Y%m%dT%H%M%S}{now.microsecond // 1000:03d}Z-{who}-{secrets.token_hex(4)}"
 
 
-def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, timer: Timer,
-                 record: dict | None = None, delta_url_base: str | None = None,
-                 delta_remote: str | None = None, reverts=None, cspec=None, parts=None, prechecked: bool = False) -> dict:
+@dataclass(frozen=True)
+class SubmitDeltaOptions:
+    """Who opens the PR, through what, and what else it carries; each field is the keyword
+    `submit_delta` takes, with the same default."""
+
+    who: str  # the contributor id the PR is opened as
+    the_forge: Forge  # the forge that opens it (woolf/forges/)
+    message: str = ""  # the PR's note (its commit body and submission.json)
+    timer: Timer = field(default_factory=Timer)  # where save/upload/git timings go
+    record: dict | None = None  # `train`'s trained.json: its training, metrics and task
+    delta_url_base: str | None = None  # a fork's public storage URL, named in submission.json
+    delta_remote: str | None = None  # the DVC remote to upload to; None: the ledger's
+    reverts: Version | None = None  # the PR takes back that merge (history/revert.py)
+    cspec: CompressSpec | None = None  # send the delta compressed (topk) by this spec
+    parts: dict | None = None  # with ``cspec``: the delta's compressed parts, made already
+    prechecked: bool = False  # the caller already ran check_delta on the delta
+
+
+def submit_delta(ledger, delta: dict, base, options: SubmitDeltaOptions | None = None,
+                 **kwargs) -> dict:
     """Open a PR carrying ``delta`` on version ``base``: upload and verify it, then push the ref.
 
-    ``cspec``/``parts``: the delta goes as a compressed (topk) file of those parts.
-    ``reverts`` (a Version): the PR takes back that merge (woolf/history/revert.py); it is
-    named in submission.json and in a ``Woolf-Reverts`` trailer, and judged like any PR.
-    ``prechecked``: the caller already ran check_delta on ``delta``.
+    ``options`` or its fields as keywords. With ``cspec``/``parts`` the delta goes as a
+    compressed (topk) file of those parts. ``reverts`` (a Version): the PR takes back that merge
+    (woolf/history/revert.py); it is named in submission.json and in a ``Woolf-Reverts``
+    trailer, and judged like any PR.
     """
-    record = record or {}
+    o = replace(options, **kwargs) if options is not None else SubmitDeltaOptions(**kwargs)
+    who, timer, reverts, cspec, parts = o.who, o.timer, o.reverts, o.cspec, o.parts
+    record = o.record or {}
     cfg = ledger.config
-    if not prechecked:
+    if not o.prechecked:
         check_delta(delta, "the delta is all zeros: it would change nothing")
     sub_id = new_id(who)
     delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
@@ -67,15 +91,15 @@ def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, t
     with timer("upload"):
         # uploaded and verified; a fork's contributor uploads to a DVC remote of their own
         pointer = ledger.store.put(tmp, Path(delta_rel).name, md5=md5, sha256=sha,
-                                   remote=delta_remote or REMOTE_NAME)
+                                   remote=o.delta_remote or REMOTE_NAME)
     meta = {
         "schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
-        "base_commit": base.commit, "message": message,
+        "base_commit": base.commit, "message": o.message,
         "delta": {**(cspec.declared() if cspec else {"kind": "dense"}), "sha256": sha, "md5": md5, "size": size},
         "training": record.get("training"), "metrics": record.get("metrics"),
     }
-    if delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where to read it
-        meta["delta"]["url"] = f"{delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"
+    if o.delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where
+        meta["delta"]["url"] = f"{o.delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"
     if reverts is not None:
         meta["reverts"] = {"version": reverts.version, "commit": reverts.commit}
     commit_msg = format_message(f"woolf: submission {sub_id}",
@@ -83,14 +107,14 @@ def submit_delta(ledger, delta: dict, base, who: str, message: str, the_forge, t
                                  "Woolf-Base-Version": base.version, "Woolf-Delta-Sha256": sha,
                                  "Woolf-Reverts": None if reverts is None else reverts.version,
                                  "Woolf-Task": record.get("task")},  # the task it trained under
-                                body=message)
+                                body=o.message)
     with timer("git"):
         commit = ledger.git.commit_tree_with(
             base.commit,
             {ptr_rel: pointer.render(), meta_rel: json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n"},
             commit_msg, parents=[base.commit],
         )
-        pr = the_forge.open(sub_id, commit)
+        pr = o.the_forge.open(sub_id, commit)
     if record.get("task"):
         record_submitted(ledger, record["task"], sub_id)
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,

@@ -2,9 +2,10 @@
 
 Modules: contribute.py (train, submit), state.py (the clone's private work and state areas,
 measured speed), residual.py (compression error feedback), feedback.py (what the last verdict
-means for local state), follow.py (following main while training), tasks.py (reserving a task).
+means for local state), follow.py (following main while training). Reserving a task and
+recording its PR are ledger/tasks.py.
 Imports no other role.
 
 Usage:
-    from woolf.participant.contribute import train, submit
+    from woolf.participant.contribute import SubmitOptions, TrainOptions, submit, train
 """

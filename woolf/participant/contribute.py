@@ -1,22 +1,29 @@
 """A participant's side: train from the current version, submit the delta as a PR.
 
 Usage:
-    result = train(ledger, steps=60, contributor="alice")      # -> .woolf/work/trained.*
-    pr = submit(ledger, message="60 steps on my shard")         # -> {"id": ..., "base_version": ...}
+    result = train(ledger, steps=60, contributor="alice")     # -> .woolf/work/trained.*
+    result = train(ledger, TrainOptions(steps=60, contributor="alice"))   # the same
+    pr = submit(ledger, message="60 steps on my shard")        # -> {"id": ..., "base_version": ..}
+    pr = submit(ledger, SubmitOptions(weights=Path("mine.safetensors"), base_version=3))
+
+Each takes its options object, or the options' fields as keywords (unknown ones: TypeError).
+What the workload's train() is given beyond the base protocol follows its declared FEATURES
+(woolf/workloads/features.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from woolf.core import npdelta
 from woolf.errors import UsageError
 from woolf.forges import forge_for
-from woolf.ledger.submission import check_delta, submit_delta
+from woolf.ledger.submission import SubmitDeltaOptions, check_delta, submit_delta
 from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
 from woolf.participant.feedback import clear_residual, remember, settle
@@ -31,135 +38,194 @@ from woolf.storage.weights import (
     to_torch,
 )
 from woolf.timing import Timer
+from woolf.workloads.features import FINGERPRINT, FOLLOW, GLOBAL_STEP, STATE_DIR, features_of
 
 
-def train(ledger, steps: int | str | None = None, data: str | None = None, device: str = "auto",
-          seed: int = 0, offline: bool = False, contributor: str | None = None,
-          progress=None, fresh: bool = False, follow: bool = True, task: bool = True,
-          take: str | None = None) -> dict:
+@dataclass(frozen=True)
+class TrainOptions:
+    """How `train` runs; each field is the keyword `train` takes, with the same default."""
+
+    steps: int | str | None = None  # steps, or "auto" (sized from speed); None: workload.steps
+    data: str | None = None  # a file or directory of text; None: this contributor's shard
+    device: str = "auto"  # "auto", "cpu", "cuda"
+    seed: int = 0  # torch's seed for this run (batch order, dropout)
+    offline: bool = False  # do not pull first: train from the local main (and follow nothing)
+    contributor: str | None = None  # the contributor id; None: git user.name
+    progress: Callable[[int, int, float], None] | None = None  # (step, total, loss) per step
+    fresh: bool = False  # discard the optimizer state in .woolf/state first
+    follow: bool = True  # follow main's newer versions while training (workload.follow_every)
+    task: bool = True  # with an origin, train as a task: shard reserved, heartbeats, settled
+    take: str | None = None  # train the shard of this expired, cancelled or failed task
+
+
+def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
     """Train from the newest version; keep the result in the git-ignored work area.
 
-    The inner optimizer's state persists in .woolf/state across contributions (``fresh``
+    ``options`` or its fields as keywords (``train(ledger, steps=60)``), or both (the keywords
+    win). The inner optimizer's state persists in .woolf/state across contributions (``fresh``
     discards it); ``steps="auto"`` sizes the contribution from this participant's speed. With
-    ``workload.follow_every`` set, training follows main's newer versions (woolf/participant/follow.py).
-    With an origin (git-native forge) training is a task (woolf/ledger/tasks.py): its shard reserved
-    with a lease before it starts, heartbeats while it runs, cancelled on Ctrl-C, failed on
-    an error; ``take`` trains the shard of an expired task. ``task=False`` skips all that.
+    ``workload.follow_every`` set, training follows main's newer versions
+    (woolf/participant/follow.py). With an origin (git-native forge) training is a task
+    (woolf/ledger/tasks.py): its shard reserved with a lease before it starts, heartbeats while
+    it runs, cancelled on Ctrl-C, failed on an error; ``take`` trains the shard of an expired
+    task. ``task=False`` skips all that.
     """
     import torch
 
-    from woolf.participant.follow import Follower
     from woolf.workloads.base import resolve_device
 
-    who = contributor_id(contributor, ledger.git)
-    if isinstance(steps, int) and steps <= 0:
-        raise UsageError(f"--steps must be a positive number of steps or 'auto', got {steps}")
-    head = ledger.head() if offline else ledger.pull()
-    require_trusted_head(ledger, head)  # the config and weights came from maintainer and validator keys
+    o = replace(options, **kwargs) if options is not None else TrainOptions(**kwargs)
+    who = contributor_id(o.contributor, ledger.git)
+    if isinstance(o.steps, int) and o.steps <= 0:
+        raise UsageError(f"--steps must be a positive number of steps or 'auto', got {o.steps}")
+    head = ledger.head() if o.offline else ledger.pull()
+    require_trusted_head(ledger, head)  # config and weights came from maintainer and validator keys
     cfg = ledger.config
     wl = ledger.workload()
-    fingerprint = getattr(wl, "fingerprint", lambda: cfg.workload.name)()
-    if fresh:
+    fingerprint = wl.fingerprint() if FINGERPRINT in features_of(wl) else cfg.workload.name
+    if o.fresh:
         shutil.rmtree(state_dir(ledger), ignore_errors=True)
-    steps = auto_steps(ledger, fingerprint, state_dir(ledger)) if steps == "auto" else (steps or cfg.workload.steps)
-    task = reserve_for_training(ledger, who, head, steps, take) if task else None
-    if take and not data and not cfg.workload.command:  # an expired task's shard: its owner's files
+    steps = (auto_steps(ledger, fingerprint, state_dir(ledger)) if o.steps == "auto"
+             else (o.steps or cfg.workload.steps))
+    task = reserve_for_training(ledger, who, head, steps, o.take) if o.task else None
+    data = o.data
+    if o.take and not data and not cfg.workload.command:  # an expired task's shard: its owner's
         owner, version = take_shard_data(task.rec.shard)
         data = ("shard", owner, version)
     with task.running() if task else contextlib.nullcontext():
-        device = resolve_device(device)
+        device = resolve_device(o.device)
         base = ledger.load_weights(head)
         out = work_dir(ledger)
         out.mkdir(parents=True, exist_ok=True)
-        torch.manual_seed(seed)
-        global_step = head.version * cfg.workload.steps  # the ledger's progress, for LR schedules
+        torch.manual_seed(o.seed)
         if cfg.workload.command:
-            from woolf.workloads.command import run_training_command
-
-            if not data:
-                raise UsageError("this ledger trains with an external command: pass --data PATH")
-            require_command_trust(ledger, head)
-            state_dir(ledger).mkdir(parents=True, exist_ok=True)
-            path, summary = run_training_command(cfg.workload.command, base, data, steps, seed, out,
-                                                 state=state_dir(ledger) / "command")
-            trained = load_checked(path, cfg.limits, expect=spec_of(base), label="command output")
-            shutil.rmtree(path.parent, ignore_errors=True)
+            trained, summary = _train_by_command(ledger, head, base, data, steps, o.seed, out)
         else:
             train_data = (wl.default_data(data[1], data[2]) if isinstance(data, tuple)
-                      else wl.data_from_path(data) if data else wl.default_data(who, head.version))
-            extra = {}
-            params = inspect.signature(wl.train).parameters
-            if "state_dir" in params:
-                extra["state_dir"] = state_dir(ledger) / "optimizer"
-            if "global_step" in params:
-                extra["global_step"] = global_step
-            follower = None
-            if follow and cfg.workload.follow_every and "follow" in params and not offline:
-                follower = Follower(ledger, head, base)
-                extra.update(follow=follower, follow_every=cfg.workload.follow_every)
-            trained, summary = wl.train(base, train_data, steps, device=device, seed=seed, progress=progress,
-                                        **extra)
+                          else wl.data_from_path(data) if data
+                          else wl.default_data(who, head.version))
+            extra, follower = _train_keywords(ledger, features_of(wl), o, head, base)
+            trained, summary = wl.train(base, train_data, steps, device=device, seed=o.seed,
+                                        progress=o.progress, **extra)
             summary["files"] = len(train_data.files)
-            if follower is not None:  # one last look, then the delta is relative to the newest version
+            if follower is not None:  # one last look: the delta is relative to the newest version
                 shift = follower()
                 if shift is not None:
-                    trained = {k: (v.to(torch.float32) + shift[k]).to(v.dtype) for k, v in trained.items()}
+                    trained = {k: (v.to(torch.float32) + shift[k]).to(v.dtype)
+                               for k, v in trained.items()}
                 summary["followed"] = follower.rebases
                 head, base = follower.base, follower.base_weights
         record_speed(fingerprint, summary, state_dir(ledger))
         bench = ledger.benchmark()
         # the version's own recorded metrics, when it has them (validators evaluated it already)
         before = head.metrics if head.metrics and cfg.policy.metric in head.metrics else None
-        metrics = {"before": before or wl.evaluate(base, bench, device), "after": wl.evaluate(trained, bench, device)}
+        metrics = {"before": before or wl.evaluate(base, bench, device),
+                   "after": wl.evaluate(trained, bench, device)}
         save_atomic(trained, out / "trained.safetensors")
         record = {"base_version": head.version, "base_commit": head.commit, "contributor": who,
-                  "training": summary, "metrics": metrics, "seed": seed, "task": task.rec.id if task else None}
+                  "training": summary, "metrics": metrics, "seed": o.seed,
+                  "task": task.rec.id if task else None}
         write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
     return {**record, "weights": str(out / "trained.safetensors")}
 
 
-def submit(ledger, weights: Path | None = None, message: str = "", contributor: str | None = None,
-           base_version: int | None = None, forge: str | None = None,
-           delta_url_base: str | None = None, delta_remote: str | None = None,
-           error_feedback: bool | None = None, compress: str | None = None,
-           compress_feedback: bool = True) -> dict:
+def _train_keywords(ledger, features: frozenset[str], o: TrainOptions, head, base) -> tuple:
+    """What the workload's train() gets beyond the base protocol, by its declared features;
+    and the Follower, when it follows main."""
+    from woolf.participant.follow import Follower
+
+    cfg = ledger.config
+    extra: dict = {}
+    if STATE_DIR in features:
+        extra["state_dir"] = state_dir(ledger) / "optimizer"
+    if GLOBAL_STEP in features:  # the ledger's progress, for LR schedules
+        extra["global_step"] = head.version * cfg.workload.steps
+    follower = None
+    if o.follow and cfg.workload.follow_every and FOLLOW in features and not o.offline:
+        follower = Follower(ledger, head, base)
+        extra.update(follow=follower, follow_every=cfg.workload.follow_every)
+    return extra, follower
+
+
+def _train_by_command(ledger, head, base, data, steps: int, seed: int, out: Path) -> tuple:
+    """workload.command trains: the trained weights (checked like any) and its summary."""
+    from woolf.workloads.command import FEATURES, run_training_command
+
+    cfg = ledger.config
+    if not data:
+        raise UsageError("this ledger trains with an external command: pass --data PATH")
+    require_command_trust(ledger, head)
+    state = state_dir(ledger) / "command" if STATE_DIR in FEATURES else None
+    state_dir(ledger).mkdir(parents=True, exist_ok=True)
+    path, summary = run_training_command(cfg.workload.command, base, data, steps, seed, out,
+                                         state=state)
+    trained = load_checked(path, cfg.limits, expect=spec_of(base), label="command output")
+    shutil.rmtree(path.parent, ignore_errors=True)
+    return trained, summary
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    """What `submit` sends and where; each field is the keyword `submit` takes, same default."""
+
+    weights: Path | None = None  # weights trained by any means; None: `train`'s, in .woolf/work
+    message: str = ""  # the PR's note
+    contributor: str | None = None  # the contributor id; None: the trained record's, git user.name
+    base_version: int | None = None  # with weights: the version they came from; None: local main
+    forge: str | None = None  # the forge that opens the PR (forges/); None: the ledger's own
+    delta_url_base: str | None = None  # public https URL of your DVC storage, for fork PRs
+    delta_remote: str | None = None  # upload the delta to this DVC remote of yours
+    error_feedback: bool | None = None  # add what earlier PRs did not get merged; None: config's
+    compress: str | None = None  # "dense" or "topk:..." (protocol/compress_spec.py); None: config's
+    compress_feedback: bool = True  # keep what top-k dropped for the next delta
+
+
+def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
     """Delta = trained - base, checked, compressed (``compress`` or delta.compress), uploaded and
-    verified, then the PR ref is pushed. A top-k delta keeps what it dropped for the next one."""
+    verified, then the PR ref is pushed. A top-k delta keeps what it dropped for the next one.
+    ``options`` or its fields as keywords (``submit(ledger, message="...")``), or both."""
+    o = replace(options, **kwargs) if options is not None else SubmitOptions(**kwargs)
     record: dict = {}
+    weights, base_version = o.weights, o.base_version
     if weights is None:
         meta_path = work_dir(ledger) / "trained.json"
         if not meta_path.exists():
-            raise UsageError("nothing trained to submit", hint="run `woolf train` first, or pass --weights")
+            raise UsageError("nothing trained to submit",
+                             hint="run `woolf train` first, or pass --weights")
         record = json.loads(meta_path.read_text())
         weights = work_dir(ledger) / "trained.safetensors"
         base_version = record["base_version"]
-    who = contributor_id(contributor or record.get("contributor"), ledger.git)
+    who = contributor_id(o.contributor or record.get("contributor"), ledger.git)
     dirty = ledger.git.out("status", "--porcelain", "--untracked-files=no")
     if dirty:
         raise UsageError(f"the checkout has uncommitted changes to ledger files:\n{dirty}",
-                         hint="a submission carries only a delta; `git stash` or `git checkout .` first")
+                         hint="a submission carries only a delta; `git stash` or `git checkout .` "
+                              "first")
     ledger.fetch()
     origin_head = ledger.head("refs/remotes/origin/main")
     if base_version is None:
         base_version = ledger.head().version
     if not 0 <= base_version <= origin_head.version:
-        raise UsageError(f"base version {base_version} is not on origin's main (0..{origin_head.version})")
+        raise UsageError(f"base version {base_version} is not on origin's main "
+                         f"(0..{origin_head.version})")
     base = ledger.show(base_version, ref="refs/remotes/origin/main")
     if record and record.get("base_commit") != base.commit:
         raise UsageError(
-            f"the weights were trained from {record.get('base_commit', '?')[:12]}, which is no longer "
-            f"version {base_version} on origin's main", hint="`woolf train` again from the current version")
+            f"the weights were trained from {record.get('base_commit', '?')[:12]}, which is no "
+            f"longer version {base_version} on origin's main",
+            hint="`woolf train` again from the current version")
     cfg = ledger.config
-    cspec = compression_spec(cfg, compress)
+    cspec = compression_spec(cfg, o.compress)
     timer = Timer()
     with timer("load"):
         # a float32 model is read and subtracted in numpy: torch is imported only if a step needs it
-        base_w = ledger.load_weights(base, numpy="float32")  # hashed as it is read, if not verified yet
+        base_w = ledger.load_weights(base, numpy="float32")  # hashed as read, if not verified yet
         as_numpy = npdelta.is_numpy(base_w)
-        # finiteness is proven on the delta (base is the ledger's, finite; trained is finite iff the delta is)
-        trained = load_checked(Path(weights), cfg.limits, expect=spec_of(base_w), label="trained weights",
-                               finite=False, numpy=as_numpy)
-    the_forge = forge_for(ledger, forge)
+        # finiteness is proven on the delta (base is the ledger's, finite; trained is finite iff
+        # the delta is)
+        trained = load_checked(Path(weights), cfg.limits, expect=spec_of(base_w),
+                               label="trained weights", finite=False, numpy=as_numpy)
+    the_forge = forge_for(ledger, o.forge)
     feedback_note = ""
     with timer("delta"):
         if as_numpy:
@@ -168,27 +234,30 @@ def submit(ledger, weights: Path | None = None, message: str = "", contributor: 
             from woolf.core.merge import compute_delta
 
             delta = compute_delta(trained, base_w, into=trained)
-        if cfg.workload.error_feedback if error_feedback is None else error_feedback:
+        if cfg.workload.error_feedback if o.error_feedback is None else o.error_feedback:
             residual, feedback_note = settle(ledger, the_forge, spec_of(base_w))
             if residual is not None:  # what earlier PRs did not get merged rides along
                 import torch
 
-                delta = {k: (v.to(torch.float32) + residual[k]).to(v.dtype) for k, v in to_torch(delta).items()}
+                delta = {k: (v.to(torch.float32) + residual[k]).to(v.dtype)
+                         for k, v in to_torch(delta).items()}
         del trained, base_w
         check_delta(delta, "the trained weights equal the base: the delta is all zeros",
-                     hint="train first (`woolf train`)")
+                    hint="train first (`woolf train`)")
     parts = kept = None
     if cspec is not None:
         with timer("compress"):
             delta = to_torch(delta)  # shares the arrays' memory
             if not all(t.is_floating_point() for t in delta.values()):
-                raise UsageError("only a model whose tensors are all floating point can send a topk delta",
-                                 hint="--compress dense")
-            parts, kept, note = compress_with_feedback(ledger, delta, cspec, spec_of(delta), compress_feedback)
+                raise UsageError("only a model whose tensors are all floating point can send a "
+                                 "topk delta", hint="--compress dense")
+            parts, kept, note = compress_with_feedback(ledger, delta, cspec, spec_of(delta),
+                                                       o.compress_feedback)
             feedback_note = "; ".join(x for x in (feedback_note, note) if x)
-    result = submit_delta(ledger, delta, base, who, message, the_forge, timer, record=record,
-                          delta_url_base=delta_url_base, delta_remote=delta_remote, cspec=cspec, parts=parts,
-                          prechecked=True)
+    result = submit_delta(ledger, delta, base, SubmitDeltaOptions(
+        who=who, message=o.message, the_forge=the_forge, timer=timer, record=record,
+        delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, cspec=cspec, parts=parts,
+        prechecked=True))
     del delta, parts
     remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
     keep_residual(ledger, kept, cspec)  # what top-k dropped rides in the next delta

@@ -5,9 +5,12 @@ Usage:
     weights = wl.genesis(seed=0)
     new, summary = wl.train(weights, data=wl.default_data("alice", 3), steps=60)
     wl.evaluate(new, benchmark_bytes)             # {"loss": ...}
+    features_of(wl)                               # what more it declares (features.py)
 
-A workload is any object with these methods; ``params`` from the config are
-passed to its constructor as data (JSON-like values only). The config names a
+A workload is any object with these methods, and a ``FEATURES`` set naming what more it
+offers (woolf/workloads/features.py: state_dir, global_step, follow, fingerprint, bind,
+data_parallel), which callers check before passing or calling more. ``params`` from the
+config are passed to its constructor as data (JSON-like values only). The config names a
 workload, never code: a built-in, or an entry point that an installed package
 registers in the group ``goodwoolf.workloads`` (installing it is the
 participant's own decision). A ``module:object`` string is refused. Training may instead be an external command (see
@@ -42,6 +45,9 @@ class TrainData:
 
 class Workload(Protocol):
     name: str
+    # optional features, by the names in features.py; train() gets state_dir=, global_step=,
+    # follow= only when they are declared. Undeclared (an older workload): what it has.
+    FEATURES: frozenset[str]
 
     def genesis(self, seed: int = 0) -> dict[str, torch.Tensor]: ...
 

@@ -5,6 +5,7 @@ Usage:
     w0 = wl.genesis(seed=0)
     w1, summary = wl.train(w0, wl.default_data("alice", 0), steps=60)
     wl.evaluate(w1, wl.benchmark_bytes())          # {"loss": nats per byte, "bpb": bits per byte}
+    wl.FEATURES    # state_dir, global_step, follow, fingerprint, data_parallel (features.py)
 
 Sized so that a useful contribution takes seconds on two CPU cores.
 """
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 
 from woolf.errors import UsageError
 from woolf.workloads.base import Progress, TrainData, apply_follow
+from woolf.workloads.features import DATA_PARALLEL, FINGERPRINT, FOLLOW, GLOBAL_STEP, STATE_DIR
 from woolf.workloads.optstate import load_optimizer, save_optimizer
 from woolf.workloads.textcommon import TextCorpus
 
@@ -61,6 +63,7 @@ class TinyGPT(nn.Module):
 
 class CharLM(TextCorpus):
     name = "charlm"
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL})
 
     def __init__(self, d_model: int = 64, n_layer: int = 2, n_head: int = 4, context: int = 64,
                  batch_size: int = 16, lr: float = 3e-3, benchmark_bytes: int = 32768,

@@ -4,6 +4,7 @@ Usage:
     wl = Synthetic(n_params=10_000_000, n_tensors=8)
     w0 = wl.genesis(); w1, _ = wl.train(w0, wl.default_data("a", 0), steps=1)
     wl.evaluate(w1, wl.benchmark_bytes())        # {"loss": mean squared distance to a fixed target}
+    wl.FEATURES                                  # empty: the base protocol only (features.py)
 
 Training adds seeded noise and evaluation is one pass over the weights, so a
 benchmark measures the ledger (git, DVC, hashing, arithmetic, transfer), not a model.
@@ -20,6 +21,7 @@ from woolf.workloads.base import TrainData
 
 class Synthetic:
     name = "synthetic"
+    FEATURES: frozenset[str] = frozenset()  # the base protocol only: no state, no following
 
     def __init__(self, n_params: int = 1_000_000, n_tensors: int = 8, step_size: float = 1e-3):
         self.n_params, self.n_tensors, self.step_size = n_params, n_tensors, step_size

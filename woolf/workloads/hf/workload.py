@@ -5,6 +5,7 @@ Usage:
     wl.bind(lambda rel: ledger.git.show_bytes(f"origin/main:{rel}"))   # Ledger.workload() does this
     w1, summary = wl.train(w0, wl.default_data("alice", 0), steps=20, device="cuda")
     wl.evaluate(w1, wl_benchmark)     # {"loss": nats per token, "ppl": perplexity}
+    wl.FEATURES                       # state_dir, global_step, follow, fingerprint, bind
 
 The model's config and tokenizer are committed in the ledger (``model``) and
 pinned by sha256 in ``files``; ``bind`` reads them and refuses other bytes.
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 
 from woolf.errors import ConfigError, IntegrityError, InvalidWeightsError, UsageError
 from woolf.workloads.base import Progress, TrainData, apply_follow
+from woolf.workloads.features import BIND, FINGERPRINT, FOLLOW, GLOBAL_STEP, STATE_DIR
 from woolf.workloads.hf.modeldir import (
     MODEL_DIR,
     REQUIRED,
@@ -44,6 +46,7 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 class Transformers(TextCorpus):
     name = "transformers"
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND})
 
     def __init__(self, model: str = MODEL_DIR, files: dict | None = None, dtype: str = "float32",
                  transformers: str = "", context: int = 128, batch_size: int = 8, grad_accum: int = 1,
