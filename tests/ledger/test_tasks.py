@@ -161,7 +161,7 @@ def test_validator_killed_mid_vote_storage_down_and_a_pr_without_quorum_expires(
     finally:
         shutil.move(away, storage)
     assert LocalForge.for_ledger(v2.ledger).get(sub).state == "open"
-    v2._retry_at.clear()
+    v2.state.retry_at.clear()
     [verdict] = v2.run()  # storage is back: v2's vote and v1's make the quorum
     assert verdict.accepted and verdict.version == 1
     # a second PR gets one vote only: after vote_timeout it is settled as expired

@@ -101,8 +101,8 @@ def test_f13_under_quorum_a_delta_storage_never_serves_is_settled(make_net):
     assert v1.run() == [] and v2.run() == []  # young: storage may be back soon, no vote
     assert not v1.ledger.git.out("ls-remote", "origin", f"refs/woolf/pr/{sub}/votes/*")
     time.sleep(2.2)
-    v1._retry_at.clear()
-    v2._retry_at.clear()
+    v1.state.retry_at.clear()
+    v2.state.retry_at.clear()
     assert v1.run() == []  # a reject vote naming the unavailable delta
     [verdict] = v2.run()  # the second agreeing reject vote settles it
     assert verdict.state == "rejected" and "delta object unavailable" in verdict.reason
@@ -123,8 +123,8 @@ def test_f11_rejections_are_pushed_together_and_a_lost_race_loses_none(network):
     val, mallory = network.clone("val"), network.clone("mallory")
     junk = [craft_pr(mallory, raw=b"x" * 10) for _ in range(3)]
     a = Validator(val, device="cpu")
-    a._batching = True  # as run() does on the git-native forge
-    assert all(a.validate_one(j) is None for j in junk) and len(a._pending) == 3
+    a.state.batching = True  # as run() does on the git-native forge
+    assert all(a.validate_one(j) is None for j in junk) and len(a.state.pending) == 3
     [first] = Validator(network.clone("val2"), device="cpu").run(ids=[junk[0]])  # decides one meanwhile
     assert first.id == junk[0]
     assert sorted(v.id for v in a._flush()) == sorted(junk[1:])  # the atomic push lost; one each

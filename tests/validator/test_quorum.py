@@ -202,8 +202,8 @@ def test_a_candidate_dropped_from_memory_is_made_again_when_its_quorum_arrives(m
     craft_pr(mallory, tensors=random_delta(mallory, seed=1))
     v1 = Validator(net.clone("v1"), device="cpu")
     assert v1.run() == []  # votes on both; the first one's candidate is dropped from memory
-    [first] = [i for i, j in v1._judged.items() if j[2] is None]
-    assert len(v1._judged) == 2
+    [first] = [i for i, j in v1.state.judged.items() if j.step is None]
+    assert len(v1.state.judged) == 2
     v2 = Validator(net.clone("v2"), device="cpu")  # v2 votes on that PR and stops (as if it crashed)
     pr, main = v2.fresh(first)
     verdict, _, sha = v2._judge(pr, main, Timer())

@@ -257,7 +257,7 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
 
 
 def _outcomes(observer, result: DemoResult, adversaries: list[str]) -> None:
-    """What each contributor got, from the leaderboard (woolf/scoring), and whether honesty ranked first."""
+    """What each contributor got, from the leaderboard (report/board.py), and whether honesty ranked first."""
     from woolf.report.board import leaderboard
 
     rows = leaderboard(observer)["rows"]

@@ -3,14 +3,21 @@
 Usage:
     forge.open(sub_id, head_sha); forge.list(); forge.get(sub_id)
     forge.comment(sub_id, text); forge.reject(pr, reason, fields); forge.merge(pr, commit, main_sha)
-    forge.withdraw(sub_id)
+    forge.withdraw(sub_id); forge.expire(pr, reason, fields); forge.vote_status(pr, voter, decision, reason)
+    if forge.batches_verdicts: forge.push_verdicts([forge.verdict_commit(pr, "rejected", reason, fields)])
+
+A forge says what it can do by class attributes (``batches_verdicts``, ``votes_ride_verdicts``)
+and keeps the defaults of the methods it has nothing to do for (``skipped``, ``vote_status``), so
+its callers never ask which forge it is.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from woolf.errors import ForgeError
 from woolf.protocol import layout
 from woolf.protocol.contributor import claimed_contributor
 from woolf.protocol.layout import META_MAX_BYTES, META_MAX_DEPTH
@@ -58,27 +65,38 @@ class PullRequest:
 
 
 class Forge(ABC):
+    # Capabilities (class attributes; a forge that has one sets it True):
+    batches_verdicts = False  # verdict_commit + push_verdicts: several verdicts in one atomic push
+    votes_ride_verdicts = False  # reject/merge take ``also``: ref updates (a quorum's last vote) in their push
+    skipped: Sequence[tuple[str, str]] = ()  # (ref, why) of malformed PR refs in the last listing
+
     @abstractmethod
     def open(self, sub_id: str, head: str) -> PullRequest: ...
 
     @abstractmethod
-    def list(self, state: str | None = None) -> list[PullRequest]: ...
+    def list(self, state: str | None = None, local_only: bool = False) -> list[PullRequest]: ...
 
     @abstractmethod
-    def get(self, sub_id: str) -> PullRequest: ...
+    def get(self, sub_id: str, fetch: bool = True) -> PullRequest: ...
 
     @abstractmethod
     def comment(self, sub_id: str, text: str) -> None: ...
 
     @abstractmethod
-    def reject(self, pr: PullRequest, reason: str, fields: dict) -> None:
-        """Close as rejected; raises RaceLostError if the PR already has a verdict."""
+    def reject(self, pr: PullRequest, reason: str, fields: dict, also=None) -> None:
+        """Close as rejected; raises RaceLostError if the PR already has a verdict.
+
+        ``also``: (commit, ref, expected old) updates pushed atomically with it (votes_ride_verdicts)."""
 
     @abstractmethod
-    def merge(self, pr: PullRequest, version_commit: str, main_sha: str) -> None:
+    def expire(self, pr: PullRequest, reason: str, fields: dict) -> None:
+        """Close a PR whose votes never reached quorum in time (validators.vote_timeout)."""
+
+    @abstractmethod
+    def merge(self, pr: PullRequest, version_commit: str, main_sha: str, also=None) -> None:
         """Fast-forward main to ``version_commit`` and mark merged, atomically.
 
-        Raises RaceLostError when main moved or the PR got a verdict meanwhile.
+        Raises RaceLostError when main moved or the PR got a verdict meanwhile. ``also``: as for reject.
         """
 
     @abstractmethod
@@ -87,6 +105,23 @@ class Forge(ABC):
     def refresh(self, sub_id: str) -> PullRequest:
         """The PR's current state, as a validator needs it right before deciding."""
         return self.get(sub_id, fetch=True)
+
+    def vote_status(self, pr: PullRequest, voter: str, decision: str, reason: str) -> None:
+        """Show one validator's vote on the PR, where the forge has a place for it (nothing by default)."""
+        return None
+
+    def verdict_commit(self, pr: PullRequest, state: str, reason: str, fields: dict) -> tuple[str, str]:
+        """(commit, ref) of a verdict on ``pr``, not pushed yet (forges with batches_verdicts)."""
+        raise ForgeError(f"{type(self).__name__} cannot make a verdict ahead of its push")
+
+    def push_verdicts(self, verdicts: list[tuple[str, str]]) -> None:
+        """Several verdicts from verdict_commit in one atomic push (forges with batches_verdicts)."""
+        raise ForgeError(f"{type(self).__name__} cannot push verdicts together")
+
+    def _no_also(self, also) -> None:
+        """For a forge without votes_ride_verdicts: ``also`` must be empty."""
+        if also:
+            raise ForgeError(f"{type(self).__name__} cannot push other refs with a verdict")
 
 
 _META_CACHE: dict[str, dict | None] = {}  # submission.json blob id -> parsed metadata (None: unusable)

@@ -54,6 +54,9 @@ def verdict_markdown(state: str, reason: str, fields: dict) -> str:
 
 
 class GitHubForge(Forge):
+    # batches_verdicts and votes_ride_verdicts stay False: a verdict is API calls, not a ref in a push;
+    # vote_status shows each validator's vote as a commit status
+
     def __init__(self, git, cfg, api=None, remote: str = "origin",
                  fork_remote: str | None = None, fork_owner: str | None = None):
         if not cfg.repo:
@@ -197,7 +200,8 @@ class GitHubForge(Forge):
                                 f"{p['head']['sha'][:12]} after evaluation; it is evaluated again")
         return p
 
-    def reject(self, pr: PullRequest, reason: str, fields: dict) -> None:
+    def reject(self, pr: PullRequest, reason: str, fields: dict, also=None) -> None:
+        self._no_also(also)  # a verdict here is API calls: votes are pushed on their own
         self._current(pr)
         self._verdict(pr, "rejected", reason, fields)
         self.api.json("PATCH", f"{self.repo_path}/pulls/{pr.number}", json={"state": "closed"})
@@ -214,7 +218,8 @@ class GitHubForge(Forge):
             "state": "success" if decision == "accept" else "failure", "context": f"{VOTE_CONTEXT}/{voter}",
             "description": f"{decision}: {reason}"[:140]})
 
-    def merge(self, pr: PullRequest, version_commit: str, main_sha: str) -> None:
+    def merge(self, pr: PullRequest, version_commit: str, main_sha: str, also=None) -> None:
+        self._no_also(also)
         self._current(pr)  # nothing is merged that was not evaluated at this head
         self.git.push(self.remote, [(version_commit, layout.MAIN)], leases={layout.MAIN: main_sha})
         _, fields = _trailers(self.git.message(version_commit))

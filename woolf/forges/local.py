@@ -42,6 +42,9 @@ _KINDS = ("head", "verdict", "comments")
 
 
 class LocalForge(Forge):
+    batches_verdicts = True  # verdicts are refs: many go in one atomic push (one run of the hub's hook)
+    votes_ride_verdicts = True  # a quorum's last vote goes in the push that settles the PR
+
     def __init__(self, git: Git, remote: str = "origin"):
         self.git = git
         self.remote = remote

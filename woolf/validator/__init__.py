@@ -13,7 +13,8 @@ re-fetches and re-evaluates.
 
 Modules: queue.py holds the Validator (the queue, one PR at a time, lost
 races, retries); step.py one PR's evaluation and merge (checks, merge rule,
-gate, upload, the atomic push); verdict.py the Verdict record and failpoints.
+gate, upload, the atomic push); verdict.py the Verdict record and failpoints; state.py what
+the Validator remembers (ValidatorState: per pass and across passes) and the records it keeps.
 """
 
 from woolf.validator.queue import MAX_RACES, ORIGIN_MAIN, Validator

@@ -18,7 +18,7 @@ PR stays open: the verdict is "requeued" and the scheduled sweeper
 With `validators.quorum = k > 1` each validator's runner evaluates in its own job
 and applies its own record: after the same re-checks, apply casts this
 validator's signed vote from the record (never evaluating) and settles the PR
-when that vote completes k agreeing votes (woolf/validator/quorum.py, `fixed=`); a
+when that vote completes k agreeing votes (woolf/validator/quorum.py, `fixed=Fixed(...)`); a
 vote that does not is the verdict "voted", and the PR waits for the others.
 """
 
@@ -35,8 +35,9 @@ from woolf.timing import Timer
 from woolf.validator import Verdict
 from woolf.validator.admission import admit
 from woolf.validator.quorum import requeued
+from woolf.validator.state import Fixed
 
-SCHEMA = 3  # 3: + device (where the metrics were evaluated), scores and flags (woolf/scoring)
+SCHEMA = 3  # 3: + device (where the metrics were evaluated), scores and flags (validator/screen.py, score.py)
 RECORD_KEYS = {"schema", "id", "head", "main", "accepted", "reason", "staleness", "attenuation",
                "metrics", "base_version", "contributor", "timings", "candidate_sha256", "device",
                "scores", "flags"}
@@ -163,7 +164,7 @@ def apply_record(v, record: dict) -> Verdict | None:
             verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
     if not verdict.accepted:
         if quorum:
-            return v.vote_one(pr.id, fixed=(main.commit, verdict, None, None, pr.head))
+            return v.vote_one(pr.id, fixed=Fixed(main.commit, verdict, None, None, pr.head))
         try:
             v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
         except RaceLostError:
@@ -184,7 +185,7 @@ def apply_record(v, record: dict) -> Verdict | None:
     verdict.base_version, verdict.attenuation = adm.base.version, att
     try:
         _, step = v.candidate(adm, main, att, timer)  # recomputed, never re-evaluated
-        sc = adm.screened  # woolf/scoring: recomputed content hash, norm and clip
+        sc = adm.screened  # validator/screen.py: recomputed content hash, norm and clip
         verdict.content, verdict.delta_norm, verdict.clip = sc.content, sc.norm, sc.clip
         verdict.flags += [f for f in sc.flags if f not in verdict.flags]
     except Rejected as exc:  # e.g. the delta became unreadable since evaluation
@@ -192,14 +193,14 @@ def apply_record(v, record: dict) -> Verdict | None:
         if quorum:  # storage that cannot serve the delta now is no vote (the voter's rule too)
             if exc.message.startswith("delta object unavailable"):
                 return requeued(pr, "its delta is unavailable in storage now")
-            return v.vote_one(pr.id, fixed=(main.commit, verdict, None, None, pr.head))
+            return v.vote_one(pr.id, fixed=Fixed(main.commit, verdict, None, None, pr.head))
         v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
         return verdict
     weights, recorded = candidate_digests(step)  # a vote names the weights file's sha256
     if recorded != record["candidate_sha256"]:
         raise UsageError("the recomputed candidate differs from the evaluated one (sha256)")
     if quorum:
-        return v.vote_one(pr.id, fixed=(main.commit, verdict, step, weights, pr.head))
+        return v.vote_one(pr.id, fixed=Fixed(main.commit, verdict, step, weights, pr.head))
     try:
         v.merge(pr, main, verdict, step, timer)
     except RaceLostError:

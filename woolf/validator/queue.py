@@ -4,6 +4,9 @@ Usage:
     v = Validator(ledger, device="auto", name="ci-gpu-1")
     verdicts = v.run()                 # every open PR, in queue order
     v.watch(interval=2.0, stop=lambda: False, on_verdict=print)
+
+What the Validator remembers (the open PRs a pass read, caches, retry times, votes judged) is
+one ValidatorState (woolf/validator/state.py): ``v.state``, handed to the steps that use it.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ from woolf.errors import (
 )
 from woolf.forges import forge_for
 from woolf.forges.base import PullRequest
-from woolf.forges.local import LocalForge
 from woolf.ledger.trust import require_validator, require_validator_key
 from woolf.timing import Timer
 from woolf.validator.quorum import QuorumStep
+from woolf.validator.state import MergedDeltas, Pending, ValidatorState
 from woolf.validator.step import MergeStep
 from woolf.validator.verdict import Verdict
 from woolf.workloads.base import resolve_device
@@ -35,7 +38,7 @@ from woolf.workloads.base import resolve_device
 ORIGIN_MAIN = "refs/remotes/origin/main"
 MAX_RACES = 8
 RETRY_AFTER = 60.0  # seconds before a PR that failed without a verdict is tried again by the same validator
-BATCH = 64  # rejections pushed together in one atomic push (one run of the hub's hook) on the git-native forge
+BATCH = 64  # rejections pushed together in one atomic push (one run of the hub's hook), where the forge batches_verdicts
 log = logging.getLogger("woolf.validator")
 
 
@@ -48,24 +51,19 @@ class Validator(QuorumStep, MergeStep):
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.forge = forge or forge_for(ledger, forge_kind)
         require_validator_key(ledger, ledger.head())  # a missing key is this validator's error, not a PR's
-        self._eval_cache: dict[str, dict] = {}
-        self._merged_cache: tuple[str, set[str]] | None = None
-        self._retry_at: dict[str, float] = {}  # PR id -> monotonic time before which it is not retried
-        self._reported: set[str] = set()  # malformed refs already reported
-        self._open_snapshot: list[PullRequest] | None = None  # open PRs as the current pass read them
-        self._batching = False  # run() on the git-native forge: rejections wait in _pending for one push
-        self._pending: list[tuple[Verdict, str, str]] = []  # (verdict, commit, ref) not pushed yet
+        self.state = ValidatorState()  # per pass and across passes: woolf/validator/state.py
 
     # -- queue -----------------------------------------------------------------
     def run(self, ids: list[str] | None = None, on_verdict=None) -> list[Verdict]:
         """One pass over the open PRs in queue order; one PR's failure never ends the pass."""
+        state = self.state
         prs = sorted(self.forge.list(state="open"), key=PullRequest.queue_key)  # list() syncs the forge
-        self._open_snapshot = prs  # the queue as read: per-contributor limits and copies (woolf/scoring)
+        state.open_snapshot = prs  # the queue as read: per-contributor limits and copies (screen.py)
         if self.ledger.config.queue.fair:
             prs = fair_order(prs)  # round-robin by contributor, then by receive time
-        for ref, why in getattr(self.forge, "skipped", []):  # malformed refs: reported once, never queued
-            if ref not in self._reported:
-                self._reported.add(ref)
+        for ref, why in self.forge.skipped:  # malformed refs: reported once, never queued
+            if ref not in state.reported:
+                state.reported.add(ref)
                 log.warning("skipped malformed PR ref %r: %s", ref, why)
         queue = [pr.id for pr in prs]
         if ids:
@@ -84,14 +82,14 @@ class Validator(QuorumStep, MergeStep):
                 if on_verdict:
                     on_verdict(verdict)
 
-        self._batching = isinstance(self.forge, LocalForge) and self.ledger.config.validators.quorum == 1
+        state.batching = self.forge.batches_verdicts and self.ledger.config.validators.quorum == 1
         try:
             for sub_id in queue:  # when the forge received each PR, never the id's self-chosen timestamp
-                if not ids and self._retry_at.get(sub_id, 0.0) > now:
+                if not ids and state.retry_at.get(sub_id, 0.0) > now:
                     continue  # failed without a verdict moments ago (its rejection could not be written): later
                 verdict = self.validate_one(sub_id)
                 landed([verdict] if verdict is not None else [])
-                if len(self._pending) >= BATCH:
+                if len(state.pending) >= BATCH:
                     landed(self._flush())
             landed(self._flush())
         except BaseException:
@@ -99,31 +97,31 @@ class Validator(QuorumStep, MergeStep):
                 self._flush()  # the rejections decided before the failure are not lost
             raise
         finally:
-            self._batching = False
+            state.batching = False
         return verdicts
 
     def _flush(self) -> list[Verdict]:
-        """Push the rejections waiting in _pending: one atomic push, or one each when that loses a race
-        (another validator decided one of them) or the hub refuses one; the verdicts that landed."""
-        pending, self._pending = self._pending, []
+        """Push the rejections waiting in state.pending: one atomic push, or one each when that loses a
+        race (another validator decided one of them) or the hub refuses one; the verdicts that landed."""
+        pending = self.state.take_pending()
         if not pending:
             return []
         try:
-            self.forge.push_verdicts([(commit, ref) for _, commit, ref in pending])
-            return [v for v, _, _ in pending]
+            self.forge.push_verdicts([(p.commit, p.ref) for p in pending])
+            return [p.verdict for p in pending]
         except (RaceLostError, ForgeError):
             pass
         done = []
-        for verdict, commit, ref in pending:
+        for p in pending:
             try:
-                self.forge.push_verdicts([(commit, ref)])
+                self.forge.push_verdicts([(p.commit, p.ref)])
             except RaceLostError:
                 continue  # another validator decided it meanwhile
             except ForgeError as exc:  # this one refused or unreachable: the others still land
-                log.warning("%s: its rejection could not be pushed (%s); retried later", verdict.id, exc.message)
-                self._retry_at[verdict.id] = time.monotonic() + RETRY_AFTER
+                log.warning("%s: its rejection could not be pushed (%s); retried later", p.verdict.id, exc.message)
+                self.state.retry_later(p.verdict.id, RETRY_AFTER)
                 continue
-            done.append(verdict)
+            done.append(p.verdict)
         return done
 
     def watch(self, interval: float = 2.0, stop=lambda: False, on_verdict=None) -> list[Verdict]:
@@ -160,12 +158,12 @@ class Validator(QuorumStep, MergeStep):
                     if pr.state != "open":
                         return None
                 verdict, step = self.evaluate(pr, main, timer)
-                if not verdict.accepted and self._batching:  # pushed with others by run(): one hook run
+                if not verdict.accepted and self.state.batching:  # pushed with others by run(): one hook run
                     with timer("push"):
                         commit, ref = self.forge.verdict_commit(pr, "rejected", verdict.reason,
                                                                 self._fields(verdict, timer))
                     verdict.timings = dict(timer)
-                    self._pending.append((verdict, commit, ref))
+                    self.state.pending.append(Pending(verdict, commit, ref))
                     return None
                 if not verdict.accepted:
                     with timer("push"):
@@ -187,7 +185,7 @@ class Validator(QuorumStep, MergeStep):
         except Exception as exc:  # noqa: BLE001 - one hostile PR must never stop the queue
             log.warning("%s: validation failed with %s: %s", sub_id, type(exc).__name__, str(exc)[:400])
             if pr is None or pr.state != "open":
-                self._retry_at[sub_id] = time.monotonic() + RETRY_AFTER
+                self.state.retry_later(sub_id, RETRY_AFTER)
                 return None
             verdict = Verdict(pr.id, False, "rejected",
                               f"the validator could not process this PR ({type(exc).__name__}); "
@@ -196,16 +194,18 @@ class Validator(QuorumStep, MergeStep):
                 self.forge.reject(pr, verdict.reason, self._fields(verdict, timer))
             except Exception as again:  # noqa: BLE001 - the verdict could not be written either
                 log.warning("%s: rejection not recorded (%s); retried in %gs", sub_id, again, RETRY_AFTER)
-                self._retry_at[sub_id] = time.monotonic() + RETRY_AFTER
+                self.state.retry_later(sub_id, RETRY_AFTER)
                 return None
             verdict.timings = dict(timer)
             return verdict
 
     def _merged_deltas(self, main) -> set[str]:
-        if self._merged_cache and self._merged_cache[0] == main.commit:
-            return self._merged_cache[1]
+        """sha256 of every merged delta on ``main`` (admission's replay check), read once per main head."""
+        cached = self.state.merged
+        if cached and cached.main == main.commit:
+            return cached.sha256s
         found = {v.delta_sha256 for v in self.ledger.log() if v.delta_sha256}
-        self._merged_cache = (main.commit, found)
+        self.state.merged = MergedDeltas(main.commit, found)
         return found
 
     def fresh(self, sub_id: str):

@@ -21,10 +21,13 @@ instead of staying open forever. Any failure of the ledger's own storage or
 forge is no vote: the PR stays open and is retried. Any other failure while
 judging a PR is a reject vote naming it.
 
-CI (woolf/validator/ci.py): `vote_one(sub_id, fixed=(main, verdict, step, sha, head))` votes a
-verdict judged elsewhere (a re-checked verdict record) and never evaluates; if main
+CI (woolf/validator/ci.py): `vote_one(sub_id, fixed=Fixed(main, verdict, step, sha, head))` votes
+a verdict judged elsewhere (a re-checked verdict record) and never evaluates; if main
 moved it returns a "requeued" verdict, and a vote that does not complete a quorum
 returns a "voted" verdict (after one more look, in case another runner voted at once).
+
+What a validator remembers between PRs and passes (its judgments, the votes it found invalid,
+its voter name) is its ValidatorState (woolf/validator/state.py).
 """
 
 from __future__ import annotations
@@ -34,14 +37,14 @@ import time
 from dataclasses import replace
 
 from woolf.errors import ForgeError, IntegrityError, RaceLostError, StorageError, UsageError
-from woolf.forges.local import LocalForge
 from woolf.git.keys import public_of
 from woolf.protocol import layout
 from woolf.protocol.signers import Signers, signers_text
-from woolf.protocol.tally import Ballot, tally
+from woolf.protocol.tally import Ballot, Outcome, tally
 from woolf.protocol.votes import make_vote, push_vote, read_votes, vote_ref
 from woolf.storage.writer import sha256_of
 from woolf.timing import Timer
+from woolf.validator.state import Fixed, Judged, Round, Unpushed
 from woolf.validator.verdict import Verdict, _failpoint
 
 log = logging.getLogger("woolf.validator")
@@ -57,14 +60,12 @@ def candidate_sha256(step) -> str:
 
 
 class QuorumStep:
-    """Voting and settling; needs Validator's ledger, forge, name, fresh, evaluate, merge, _fields."""
-
-    _voter_name: str | None = None
+    """Voting and settling; needs Validator's ledger, forge, name, state, fresh, evaluate, merge, _fields."""
 
     def voter(self, main) -> str:
         """The name this validator votes under: its key's name in allowed_signers (signed ledgers)."""
-        if self._voter_name:
-            return self._voter_name
+        if self.state.voter_name:
+            return self.state.voter_name
 
         text = signers_text(self.ledger.git, main.commit)
         if text is None:
@@ -76,7 +77,7 @@ class QuorumStep:
         if not name or not layout.CONTRIBUTOR.match(name):
             raise UsageError(f"cannot vote as {name!r}: a voter is one plain name",
                              hint="pass --name NAME (lower-case letters, digits, . _ -)")
-        self._voter_name = name
+        self.state.voter_name = name
         return name
 
     def _judge(self, pr, main, timer: Timer) -> tuple[Verdict | None, object, str | None]:
@@ -101,9 +102,7 @@ class QuorumStep:
     def _unavailable_for(self, pr) -> float:
         """Seconds since this validator received ``pr`` (its first sight of the head ref, kept in the
         reflog across restarts; else the first time it found the delta unavailable)."""
-        if not hasattr(self, "_unavailable_since"):
-            self._unavailable_since: dict[str, float] = {}
-        first = self._unavailable_since.setdefault(pr.id, time.time())
+        first = self.state.unavailable_since.setdefault(pr.id, time.time())
         if isinstance(pr.received, (int, float)):
             first = min(first, float(pr.received))
         return time.time() - first
@@ -118,7 +117,7 @@ class QuorumStep:
             return make_vote(self.ledger, pr, main.commit, self.voter(main), fields,
                              f"woolf: vote {fields['Woolf-Vote']} {pr.id}")
 
-    def vote_one(self, sub_id: str, fixed: tuple | None = None) -> Verdict | None:
+    def vote_one(self, sub_id: str, fixed: Fixed | None = None) -> Verdict | None:
         """_vote_one, where a failure on one PR (not the ledger's own) is logged and retried later,
         never the end of the pass: the PRs behind it still get their votes. A vote from a CI record
         (``fixed``) is one PR's job: its failure is the job's."""
@@ -130,104 +129,148 @@ class QuorumStep:
             raise  # the ledger's own storage or forge: this pass stops, as in validate_one
         except Exception as exc:  # noqa: BLE001 - one hostile PR must never stop the queue
             log.warning("%s: voting failed with %s: %s; retried later", sub_id, type(exc).__name__, str(exc)[:400])
-            self._retry_at[sub_id] = time.monotonic() + RETRY_UNAVAILABLE * 6
+            self.state.retry_later(sub_id, RETRY_UNAVAILABLE * 6)
             return None
 
-    def _vote_one(self, sub_id: str, fixed: tuple | None = None) -> Verdict | None:
-        if not hasattr(self, "_judged"):
-            self._judged: dict[str, tuple] = {}  # PR id -> (main commit, verdict, step, candidate sha)
-            self._ignored_votes: set[str] = set()
+    def _vote_one(self, sub_id: str, fixed: Fixed | None = None) -> Verdict | None:
+        """Rounds of read ballots → judge → vote → settle (or wait, or expire) on one PR, at most
+        MAX_ROUNDS: a round whose push loses a race starts again from a fresh read."""
         looked_again = False
         for _ in range(MAX_ROUNDS):
-            pushed = False
-            timer = Timer(fixed[1].timings if fixed else {})  # a record's vote carries its evaluation's timings
-            with timer("fetch"):
-                pr, main = self.fresh(sub_id)
-                if pr.state != "open":
-                    self._judged.pop(sub_id, None)
-                    return None
-            q, me = self.ledger.config.validators, self.voter(main)
-            with timer("vote"):  # reading and verifying the others' votes
-                ballots, ignored = read_votes(self.ledger.git, pr.id, signers_text(self.ledger.git, main.commit),
-                                              self.ledger.config.policy.metric)
-            for ref, why in ignored:
-                if f"{ref}{why}" not in self._ignored_votes:
-                    self._ignored_votes.add(f"{ref}{why}")
-                    log.warning("%s: ignored vote %s: %s", sub_id, ref, why)
-            current = [b for b in ballots if b.main == main.commit]
-            mine = next((b for b in current if b.validator == me), None)
-            judged = self._judged.get(sub_id)
-            if fixed is not None:  # (main, verdict, step, sha, head) from a re-checked CI record
-                if fixed[4] != pr.head:
-                    return requeued(pr, "the PR's head moved since evaluation")
-                if fixed[0] != main.commit:
-                    return requeued(pr, "main moved since evaluation")
-                judged = fixed[:4]
-            elif judged is None or judged[0] != main.commit:
-                verdict, step, sha = self._judge(pr, main, timer)
-                if verdict is None:
-                    self._retry_at[sub_id] = time.monotonic() + RETRY_UNAVAILABLE
-                    log.warning("%s: its delta is unavailable in storage now; no vote, retried", sub_id)
-                    return None
-                judged = self._judged[sub_id] = (main.commit, verdict, step, sha)
-                kept = [i for i, j in self._judged.items() if i != sub_id and j[2] is not None]
-                for other in kept[:max(0, len(kept) - KEEP_STEPS)]:
-                    self._judged[other] = (*self._judged[other][:2], None, self._judged[other][3])  # memory
-            _, verdict, step, sha = judged
-            want = "accept" if verdict.accepted else "reject"
-            unpushed = None  # (ballot, old tip): this validator's new vote, not pushed yet
-            if mine is None or mine.decision != want or mine.candidate != (sha if verdict.accepted else None):
-                mine, old = self._vote(pr, main, verdict, sha, timer)
-                unpushed = (mine, old)
-                current = [b for b in current if b.validator != me] + [mine]
-            out = tally(current, q.quorum, q.epsilon)
-            if out.state == "merged" and step is None and verdict.accepted and unpushed is None \
-                    and me in {b.validator for b in out.votes}:
-                verdict, step, sha = self._judge(pr, main, timer)  # its candidate was dropped: make it again
-                if verdict is None or sha != out.candidate:
-                    return None
-            settles = (out.state != "pending" and me in {b.validator for b in out.votes}
-                       and (out.state == "rejected" or step is not None))
-            if unpushed and not (settles and isinstance(self.forge, LocalForge)):
-                try:  # the vote goes alone; when it completes a quorum it rides in the settling push below
-                    with timer("vote"):
-                        push_vote(self.ledger, pr, *unpushed)
-                except RaceLostError:
-                    continue
-                unpushed, pushed = None, True
-
-                _failpoint("after-vote")
-                if hasattr(self.forge, "vote_status"):  # GitHub: the vote shows on the PR, one status per validator
-                    self.forge.vote_status(pr, me, mine.decision, verdict.reason)
+            r = self._read_ballots(sub_id, fixed)
+            if r is None:
+                return None  # no longer open (settled by another member, or withdrawn)
+            moved = fixed.moved(r.pr, r.main) if fixed is not None else None
+            if moved:
+                return requeued(r.pr, moved)
+            r.judged = fixed if fixed is not None else self._judgment(r)
+            if r.judged is None:
+                return None  # its delta is unavailable in storage now: no vote, retried
+            out = self._cast(r)
+            if out is None:
+                return None  # the candidate made again is not the one the quorum agreed on
+            settles = self._settles(r, out)
+            if not self._send_vote(r, settles):
+                continue  # the vote lost a race: read again
             if out.state == "pending":
-                if fixed is not None and pushed and not looked_again:
+                if fixed is not None and r.pushed and not looked_again:
                     looked_again = True  # another runner may have voted at the same moment: look once more
                     continue
-                expired = self._maybe_expire(pr, ballots, q, verdict, timer)
-                if expired is not None or fixed is None:
-                    return expired
-                return _voted(pr, verdict, mine, q.quorum)
+                return self._wait(r, fixed is not None)
             if not settles:  # a member of the quorum that holds the candidate writes the verdict
-                return None if fixed is None else _voted(pr, verdict, mine, q.quorum)
-            extra = {"Woolf-Votes": [b.commit for b in out.votes], "Woolf-Main": main.commit}
-            also = [(unpushed[0].commit, vote_ref(pr.id, me), unpushed[1])] if unpushed else None
-            try:
-                if out.state == "rejected":
-                    with timer("push"):
-                        self.forge.reject(pr, verdict.reason, {**self._fields(verdict, timer), **extra},
-                                          **({"also": also} if also else {}))
-                else:
-                    self.merge(pr, main, verdict, step, timer, extra={"Woolf-Votes": extra["Woolf-Votes"]},
-                               also=also)
-            except RaceLostError:
-                continue  # main moved or another member settled it: re-fetch and look again
-            verdict.timings = dict(timer)
-            self._judged.pop(sub_id, None)
-            return verdict
+                return None if fixed is None else _voted(r.pr, r.judged.verdict, r.mine, r.q.quorum)
+            verdict = self._settle(r, out)
+            if verdict is not None:
+                return verdict
+            # main moved or another member settled it: read again
         return None
 
+    def _read_ballots(self, sub_id: str, fixed: Fixed | None) -> Round | None:
+        """The PR and main as they are now, and the votes cast on the PR (each ignored one logged once);
+        None when the PR is no longer open."""
+        timer = Timer(fixed.verdict.timings if fixed else {})  # a record's vote carries its evaluation's timings
+        with timer("fetch"):
+            pr, main = self.fresh(sub_id)
+            if pr.state != "open":
+                self.state.forget(sub_id)
+                return None
+        q, me = self.ledger.config.validators, self.voter(main)
+        with timer("vote"):  # reading and verifying the others' votes
+            ballots, ignored = read_votes(self.ledger.git, pr.id, signers_text(self.ledger.git, main.commit),
+                                          self.ledger.config.policy.metric)
+        for ref, why in ignored:
+            if f"{ref}{why}" not in self.state.ignored_votes:
+                self.state.ignored_votes.add(f"{ref}{why}")
+                log.warning("%s: ignored vote %s: %s", sub_id, ref, why)
+        current = [b for b in ballots if b.main == main.commit]
+        mine = next((b for b in current if b.validator == me), None)
+        return Round(pr, main, q, me, timer, ballots, current, mine)
+
+    def _judgment(self, r: Round) -> Judged | None:
+        """This validator's judgment of the PR against main's head: the one it made before, else a new
+        evaluation (remembered); None when its delta is unavailable in storage now (retried later)."""
+        judged = self.state.judged.get(r.pr.id)
+        if judged is not None and judged.main == r.main.commit:
+            return judged
+        verdict, step, sha = self._judge(r.pr, r.main, r.timer)
+        if verdict is None:
+            self.state.retry_later(r.pr.id, RETRY_UNAVAILABLE)
+            log.warning("%s: its delta is unavailable in storage now; no vote, retried", r.pr.id)
+            return None
+        return self.state.remember(r.pr.id, Judged(r.main.commit, verdict, step, sha), KEEP_STEPS)
+
+    def _cast(self, r: Round) -> Outcome | None:
+        """Make this validator's vote (not pushed yet) unless the one it has against main's head says the
+        same, and tally the votes. None when the quorum, this validator in it, merges a candidate it
+        dropped from memory, and making that again gives another one."""
+        verdict, sha = r.judged.verdict, r.judged.sha
+        want = "accept" if verdict.accepted else "reject"
+        if r.mine is None or r.mine.decision != want or r.mine.candidate != (sha if verdict.accepted else None):
+            ballot, old = self._vote(r.pr, r.main, verdict, sha, r.timer)
+            r.mine, r.unpushed = ballot, Unpushed(ballot, old)
+            r.current = [b for b in r.current if b.validator != r.me] + [ballot]
+        out = tally(r.current, r.q.quorum, r.q.epsilon)
+        if out.state == "merged" and r.judged.step is None and verdict.accepted and r.unpushed is None \
+                and r.me in {b.validator for b in out.votes}:
+            verdict, step, sha = self._judge(r.pr, r.main, r.timer)  # its candidate was dropped: make it again
+            if verdict is None or sha != out.candidate:
+                return None
+            r.judged = Judged(r.main.commit, verdict, step, sha)  # for this round only, as the vote stands
+        return out
+
+    def _settles(self, r: Round, out: Outcome) -> bool:
+        """Whether this validator writes the verdict: it is in the agreeing quorum and, for a merge,
+        holds the candidate."""
+        return (out.state != "pending" and r.me in {b.validator for b in out.votes}
+                and (out.state == "rejected" or r.judged.step is not None))
+
+    def _send_vote(self, r: Round, settles: bool) -> bool:
+        """Push this round's new vote on its own, unless this validator settles the PR on a forge whose
+        verdict push can carry it (votes_ride_verdicts); False when the push lost a race."""
+        if r.unpushed is None or (settles and self.forge.votes_ride_verdicts):
+            return True
+        try:
+            with r.timer("vote"):
+                push_vote(self.ledger, r.pr, r.unpushed.ballot, r.unpushed.old)
+        except RaceLostError:
+            return False
+        r.unpushed, r.pushed = None, True
+
+        _failpoint("after-vote")
+        self.forge.vote_status(r.pr, r.me, r.mine.decision, r.judged.verdict.reason)  # e.g. GitHub: a status
+        return True
+
+    def _wait(self, r: Round, from_record: bool) -> Verdict | None:
+        """No quorum yet: the PR expires once its first vote is older than vote_timeout; else it waits
+        (None; for a CI record, the verdict "voted")."""
+        expired = self._maybe_expire(r.pr, r.ballots, r.q, r.judged.verdict, r.timer)
+        if expired is not None or not from_record:
+            return expired
+        return _voted(r.pr, r.judged.verdict, r.mine, r.q.quorum)
+
+    def _settle(self, r: Round, out: Outcome) -> Verdict | None:
+        """Write the verdict the quorum agreed on, naming its votes (this validator's unpushed vote rides
+        in the same push); None when that push lost a race."""
+        verdict = r.judged.verdict
+        votes = [b.commit for b in out.votes]
+        also = [(r.unpushed.ballot.commit, vote_ref(r.pr.id, r.me), r.unpushed.old)] if r.unpushed else None
+        try:
+            if out.state == "rejected":
+                with r.timer("push"):
+                    self.forge.reject(r.pr, verdict.reason, {**self._fields(verdict, r.timer), "Woolf-Votes": votes,
+                                                             "Woolf-Main": r.main.commit}, also=also)
+            else:
+                self.merge(r.pr, r.main, verdict, r.judged.step, r.timer, extra={"Woolf-Votes": votes}, also=also)
+        except RaceLostError:
+            return None
+        verdict.timings = dict(r.timer)
+        self.state.forget(r.pr.id)
+        return verdict
+
     def _maybe_expire(self, pr, ballots, q, verdict: Verdict, timer: Timer) -> Verdict | None:
-        if not ballots or not hasattr(self.forge, "expire"):
+        """The verdict "expired" once the PR's first vote is older than validators.vote_timeout; None
+        before that, or when another validator settled it first."""
+        if not ballots:
             return None
         first = min(int(t) for t in self.ledger.git.out(
             "log", "--no-walk=unsorted", "--format=%ct", *(b.commit for b in ballots)).split())
@@ -239,7 +282,7 @@ class QuorumStep:
             self.forge.expire(pr, reason, {"Woolf-Validator": self.name, "Woolf-Votes": [b.commit for b in ballots]})
         except RaceLostError:
             return None
-        self._judged.pop(pr.id, None)
+        self.state.forget(pr.id)
 
         return Verdict(pr.id, False, "expired", reason, verdict.contributor, verdict.base_version)
 

@@ -1,10 +1,12 @@
 """A delta's contribution scores (Gauntlet): the loss it removes on its assigned shard and on a random one.
 
-Usage (from the validator's MergeStep):
-    verdict.scores = score_delta(validator, adm, current, screened.delta, workload)
-    reason = judge_scores(validator, verdict)              # before the benchmark: learned nothing, not unique
-    reason = judge(validator, verdict, before, probe)     # after the gate: changes nothing, drawdown
-    fields = verdict_fields(verdict)                       # Woolf-Scores, Woolf-Flags, ... trailers
+Usage (from the validator's MergeStep, with the ledger and device it validates with):
+    verdict.scores = score_delta(ledger, device, adm, main, current, screened.delta, workload)
+    reason = judge_scores(ledger.config, verdict)          # before the benchmark: learned nothing, not unique
+    reason = judge(ledger, verdict, before, probe)         # after the gate: changes nothing, drawdown
+    fields = verdict_fields(verdict, ledger.config)        # Woolf-Scores, Woolf-Flags, ... trailers
+
+Nothing here keeps state between PRs (the validator's is woolf/validator/state.py).
 
 The assigned shard is the workload's default data for (contributor, base version), the
 data the participant was given; the random shard is the same function of a name drawn
@@ -40,7 +42,7 @@ def random_name(pr_id: str) -> str:
     return f"~random:{pr_id}"  # '~' and ':' are not in any contributor id
 
 
-def _base_weights(v, adm, main, current):
+def _base_weights(ledger, adm, main, current):
     """The PR's base version's weights (main's when it is not stale); read per PR, never kept in memory.
 
     Weights that storage does not serve or that fail their recorded hash (anyone who may write
@@ -50,7 +52,7 @@ def _base_weights(v, adm, main, current):
     if adm.base.commit == main.commit:
         return current
     try:
-        return v.ledger.load_weights(adm.base)
+        return ledger.load_weights(adm.base)
     except (IntegrityError, StorageError) as exc:
         raise Rejected(base_unreadable(adm.base.version, exc)) from None
 
@@ -65,9 +67,9 @@ def base_unreadable(version: int, exc: WoolfError) -> str:
             "scored against them: train on the current version and submit again")
 
 
-def score_delta(v, adm, main, current, delta, wl) -> dict | None:
+def score_delta(ledger, device, adm, main, current, delta, wl) -> dict | None:
     """{"assigned", "random", "difference", "seconds"}; None when scoring is off or the workload has no shards."""
-    cfg = v.ledger.config
+    cfg = ledger.config
     if not cfg.scoring.enabled:
         return None
     t0 = time.perf_counter()
@@ -75,12 +77,12 @@ def score_delta(v, adm, main, current, delta, wl) -> dict | None:
     try:
         own = sample(wl.default_data(adm.meta["contributor"], adm.base.version).texts, cfg.scoring.sample_bytes)
         rnd = sample(wl.default_data(random_name(adm.meta["id"]), adm.base.version).texts, cfg.scoring.sample_bytes)
-        base = _base_weights(v, adm, main, current)
+        base = _base_weights(ledger, adm, main, current)
         after = apply_delta(base, delta, 1.0)
         out = {}
         for name, data in (("assigned", own), ("random", rnd)):
-            b = wl.evaluate(base, data, v.device).get(metric)
-            a = wl.evaluate(after, data, v.device).get(metric)
+            b = wl.evaluate(base, data, device).get(metric)
+            a = wl.evaluate(after, data, device).get(metric)
             out[name] = improvement(float(b), float(a), direction)
     except WoolfError:
         raise  # a Rejected (base weights unreadable) or the ledger's own failure
@@ -106,13 +108,13 @@ def drawdown_limit(policy) -> float:
     return policy.max_drawdown
 
 
-def drawdown_reason(v, probe: dict) -> str | None:
+def drawdown_reason(ledger, probe: dict) -> str | None:
     """The candidate may never be more than `policy.max_drawdown` behind the best of the last `window` versions."""
-    p = v.ledger.config.policy
+    p = ledger.config.policy
     got, limit = _metric(probe, p.metric), drawdown_limit(p)
     if not limit or got is None:
         return None
-    recent = [m for m in (_metric(x.metrics, p.metric) for x in v.ledger.log(limit=p.window)) if m is not None]
+    recent = [m for m in (_metric(x.metrics, p.metric) for x in ledger.log(limit=p.window)) if m is not None]
     recent = [m for m in recent if math.isfinite(m)]
     if not recent:
         return None
@@ -124,22 +126,21 @@ def drawdown_reason(v, probe: dict) -> str | None:
     return None
 
 
-def judge(v, verdict, before: dict, probe: dict) -> str | None:
+def judge(ledger, verdict, before: dict, probe: dict) -> str | None:
     """After the benchmark gate accepted: a delta that changes nothing measurable, a drawdown."""
-    cfg = v.ledger.config
+    cfg = ledger.config
     s = verdict.scores
     b, a = _metric(before, cfg.policy.metric), _metric(probe, cfg.policy.metric)
     if s and "revert" not in verdict.flags and b is not None and a is not None and abs(s["assigned"]) < cfg.scoring.min_effect \
             and abs(b - a) < cfg.scoring.min_effect:
         return (f"the delta changes nothing measurable (benchmark {b - a:+.2g}, its shard {s['assigned']:+.2g}, "
                 f"under scoring.min_effect {cfg.scoring.min_effect:g})")
-    return drawdown_reason(v, probe)
+    return drawdown_reason(ledger, probe)
 
 
-def judge_scores(v, verdict) -> str | None:
+def judge_scores(cfg, verdict) -> str | None:
     """Before the benchmark is evaluated (so a refused delta costs no benchmark evaluation): a delta
     that learned nothing from its own shard; one that did not train on it (uniqueness = reject, or a mark)."""
-    cfg = v.ledger.config
     s = verdict.scores
     if "revert" in verdict.flags:  # a verified revert trained on nothing: it takes back a merge
         return None

@@ -1,8 +1,8 @@
 """Checks on a delta's tensors before it is merged: no-ops, Templar's norm guard, replays and copies.
 
-Usage (from the validator's MergeStep):
-    check_queue(validator, pr)                              # over its contributor's open-PR limit?
-    screened = screen_delta(validator, adm, main, current, delta)   # raises Rejected
+Usage (from the validator's MergeStep, which hands over its ValidatorState: woolf/validator/state.py):
+    check_queue(ledger, forge, state, pr)                   # over its contributor's open-PR limit?
+    screened = screen_delta(ledger, forge, state, adm, main, current, delta)   # raises Rejected
 
 Copies: a delta whose |cosine| to another delta passes `scoring.copy_threshold` (or whose
 tensors that are each copies carry half its squared norm) is a copy of the earlier one:
@@ -13,7 +13,6 @@ before this one (queue order, never the id's self-chosen timestamp). Earliest re
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
@@ -30,6 +29,7 @@ from woolf.storage.pointer import Pointer
 from woolf.storage.sparse import load_delta
 from woolf.storage.weights import spec_of
 from woolf.validator.admission import Admitted
+from woolf.validator.state import MergedContents, OverLimit, ValidatorState
 
 log = logging.getLogger("woolf.validator")
 MAX_OPEN_COMPARED = 64  # open PRs a delta is compared with, at most
@@ -46,33 +46,33 @@ class Screened:
     revert_of: str | None = None  # the merged PR this delta exactly takes back (a verified revert)
 
 
-def open_snapshot(v) -> list:
+def open_snapshot(forge, state: ValidatorState) -> list:
     """The open PRs as this validator's current pass read them (the queue's own view)."""
-    snap = getattr(v, "_open_snapshot", None)
+    snap = state.open_snapshot
     if snap is None:
-        snap = v.forge.list(state="open")
+        snap = forge.list(state="open")
     return snap
 
 
 OVER_LIMIT = "over the open-PR limit: contributor"  # the reason's start; unrated (woolf/ledger/verdicts.py)
 
 
-def _over(v, snapshot, limit: int) -> dict[str, int]:
+def _over(state: ValidatorState, snapshot, limit: int) -> dict[str, int]:
     """beyond_limit of the queue as this pass read it: computed once per pass, not once per PR."""
-    cached = getattr(v, "_over_cache", None)
-    if cached is None or cached[0] is not snapshot or cached[1] != limit:
-        v._over_cache = cached = (snapshot, limit, beyond_limit(snapshot, limit))
-    return cached[2]
+    cached = state.over
+    if cached is None or cached.snapshot is not snapshot or cached.limit != limit:
+        state.over = cached = OverLimit(snapshot, limit, beyond_limit(snapshot, limit))
+    return cached.over
 
 
-def check_queue(v, pr) -> None:
+def check_queue(ledger, forge, state: ValidatorState, pr) -> None:
     """A contributor with more open PRs than `queue.max_open_per_contributor`: those received after its
     first that many are rejected unread (not held against its rating: the name may be someone's claim)."""
-    limit = v.ledger.config.queue.max_open_per_contributor
-    snapshot = open_snapshot(v)
-    over = _over(v, snapshot, limit)
+    limit = ledger.config.queue.max_open_per_contributor
+    snapshot = open_snapshot(forge, state)
+    over = _over(state, snapshot, limit)
     if pr.id in over:
-        signed = _signed_alike(v, pr, snapshot)
+        signed = _signed_alike(ledger, pr, snapshot)
         if signed is not None:  # signed by the contributor's own key: only its signed PRs count
             over = beyond_limit(signed, limit)
     if pr.id in over:
@@ -81,36 +81,31 @@ def check_queue(v, pr) -> None:
                        "is not (withdraw one of your own open PRs to make room, then submit again)")
 
 
-def _signed_alike(v, pr, snapshot) -> list | None:
+def _signed_alike(ledger, pr, snapshot) -> list | None:
     """When ``pr`` is signed by the key its contributor has in main's allowed_signers: that contributor's
     open PRs signed alike (unsigned PRs claiming the name cannot use up its open-PR limit); else None."""
-    text = signers_text(v.ledger.git, v.ledger.head().commit)
+    text = signers_text(ledger.git, ledger.head().commit)
     if text is None:
         return None
     who = canonical(pr.contributor)
     mine = [p for p in snapshot if canonical(p.contributor) == who][:256]
-    found = signatures(v.ledger.git, {p.head: text for p in mine + [pr]})
+    found = signatures(ledger.git, {p.head: text for p in mine + [pr]})
     if found.get(pr.head) != ("G", pr.contributor):
         return None
     return [p for p in mine if found.get(p.head) == ("G", p.contributor)]
 
 
-def _cache(v) -> OrderedDict:
-    if getattr(v, "_delta_cache", None) is None:
-        v._delta_cache = OrderedDict()
-    return v._delta_cache
-
-
-def _load(v, pointer: Pointer, key: str, spec, declared: dict | None = None) -> dict | None:
+def _load(ledger, state: ValidatorState, pointer: Pointer, key: str, spec,
+          declared: dict | None = None) -> dict | None:
     """Another PR's delta (hostile like any), bounded and checked, a compressed one expanded
     (``declared``: its submission's delta kind and parameters); None when it cannot be read."""
-    cache = _cache(v)
+    cache = state.deltas
     if key in cache:
         cache.move_to_end(key)
         return cache[key]
-    cfg = v.ledger.config
+    cfg = ledger.config
     try:
-        path = v.ledger.store.fetch_object(pointer, max_bytes=cfg.limits.max_delta_bytes,
+        path = ledger.store.fetch_object(pointer, max_bytes=cfg.limits.max_delta_bytes,
                                            deadline=cfg.forge.delta_timeout)
         delta = load_delta(path, declared or {"kind": "dense"}, spec, cfg.limits, "delta")
     except WoolfError as exc:
@@ -125,9 +120,9 @@ def _load(v, pointer: Pointer, key: str, spec, declared: dict | None = None) -> 
     return delta
 
 
-def _earlier(v, adm: Admitted, spec):
-    """(label, delta) of merged recent deltas, then of open PRs received before this one."""
-    cfg, ledger = v.ledger.config.scoring, v.ledger
+def _earlier(ledger, forge, state: ValidatorState, adm: Admitted, spec):
+    """(label, delta, PR id) of merged recent deltas, then of open PRs received before this one."""
+    cfg = ledger.config.scoring
     recs = [r for r in merged_records(ledger, limit=cfg.copy_window) if r.id and r.head and r.version is not None]
     merges = {x.version: x for x in ledger.log(limit=cfg.copy_window) if x.submission}
     try:  # every pointer and declared kind in two git calls, not a few per merged PR
@@ -139,14 +134,14 @@ def _earlier(v, adm: Admitted, spec):
         if rec.version not in pointers:
             continue
         ptr, declared = pointers[rec.version]
-        d = _load(v, ptr, rec.delta_sha256 or ptr.md5, spec, declared)
+        d = _load(ledger, state, ptr, rec.delta_sha256 or ptr.md5, spec, declared)
         if d is not None:
             yield f"merged PR {rec.id} (version {rec.version})", d, rec.id
-    snapshot = open_snapshot(v)
+    snapshot = open_snapshot(forge, state)
     mine = next((p for p in snapshot if p.id == adm.meta["id"]), None)
     if mine is None:
         return
-    over = _over(v, snapshot, v.ledger.config.queue.max_open_per_contributor)
+    over = _over(state, snapshot, ledger.config.queue.max_open_per_contributor)
     earlier = [p for p in snapshot if p.queue_key() < mine.queue_key() and p.id not in over]
     for p in earlier[:MAX_OPEN_COMPARED]:
         d = (p.submission or {}).get("delta")
@@ -157,28 +152,29 @@ def _earlier(v, adm: Admitted, spec):
             ptr = Pointer(d["md5"], d["size"], "delta.safetensors")
         except (WoolfError, ValueError, TypeError):
             continue
-        delta = _load(v, ptr, d["sha256"], spec, d)
+        delta = _load(ledger, state, ptr, d["sha256"], spec, d)
         if delta is not None:
             yield f"PR {p.id}, open and received earlier", delta, p.id
 
 
-def _contents(v, main) -> dict:
+def _contents(ledger, state: ValidatorState, main) -> dict:
     """{tensor content sha256: (version, PR id)} of every merged delta, read once per main head."""
-    cached = getattr(v, "_contents_cache", None)
-    if not cached or cached[0] != main.commit:
-        cached = (main.commit, {r.content: (r.version, r.id) for r in merged_records(v.ledger) if r.content})
-        v._contents_cache = cached
-    return cached[1]
+    cached = state.contents
+    if not cached or cached.main != main.commit:
+        cached = MergedContents(main.commit, {r.content: (r.version, r.id)
+                                              for r in merged_records(ledger) if r.content})
+        state.contents = cached
+    return cached.contents
 
 
-def _state_now(v, sub_id: str) -> str:
+def _state_now(forge, sub_id: str) -> str:
     try:
-        return v.forge.refresh(sub_id).state
+        return forge.refresh(sub_id).state
     except WoolfError:
         return "unknown"
 
 
-def verified_revert(v, adm: Admitted, delta: dict[str, torch.Tensor]):
+def verified_revert(ledger, adm: Admitted, delta: dict[str, torch.Tensor]):
     """The version (V) whose merge this delta takes back, if it is exactly parent(V) − V; else None.
 
     A `reverts` claim (admission checked it names version V on main at or before the base)
@@ -191,7 +187,7 @@ def verified_revert(v, adm: Admitted, delta: dict[str, torch.Tensor]):
     claim = adm.meta.get("reverts")
     if not isinstance(claim, dict) or not isinstance(claim.get("version"), int):
         return None
-    ledger, number = v.ledger, claim["version"]
+    number = claim["version"]
     target = ledger.version_at(claim.get("commit", ""))
     if target is None or target.version != number or number < 1 or not target.submission:
         return None
@@ -221,12 +217,12 @@ def _revert_family(ledger, target) -> set:
     return family
 
 
-def screen_delta(v, adm: Admitted, main, current: dict[str, torch.Tensor], delta: dict[str, torch.Tensor],
-                 norms: tuple[float, float] | None = None) -> Screened:
+def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, current: dict[str, torch.Tensor],
+                 delta: dict[str, torch.Tensor], norms: tuple[float, float] | None = None) -> Screened:
     """``norms``: (delta's, model's) as the validator's norm check computed them (scores.norm)."""
-    ledger, cfg = v.ledger, v.ledger.config
+    cfg = ledger.config
     sc = cfg.scoring
-    target = verified_revert(v, adm, delta)
+    target = verified_revert(ledger, adm, delta)
     revert_of = target.submission if target else None
     family = _revert_family(ledger, target) if target else set()
     n, w = norms if norms is not None else (norm(delta), norm(current))
@@ -246,18 +242,18 @@ def screen_delta(v, adm: Admitted, main, current: dict[str, torch.Tensor], delta
         delta.update(clip_delta(delta, clip))  # the merge uses the clipped delta; the audit too (Woolf-Delta-Clip)
         flags.append("clipped")
         n = norm(delta)
-    seen = _contents(v, main).get(content)
+    seen = _contents(ledger, state, main).get(content)
     if seen:
         raise Rejected(f"replay: the same tensors were already merged as version {seen[0]} "
                        f"(PR {seen[1]}), whatever the file's bytes")
     spec = spec_of(current)
-    for label, other, other_id in _earlier(v, adm, spec):
+    for label, other, other_id in _earlier(ledger, forge, state, adm, spec):
         if other_id == adm.meta["id"] or other_id in family:  # a verified revert negates its target
             continue
         sim = similarity(delta, other, sc.copy_threshold)
         if not sim.is_copy(sc.copy_threshold):
             continue
-        if not label.startswith("merged") and _state_now(v, other_id) not in ("open", "merged"):
+        if not label.startswith("merged") and _state_now(forge, other_id) not in ("open", "merged"):
             continue  # the earlier one was rejected or withdrawn since: it protects nothing
         what = "a negation" if sim.cosine <= -sc.copy_threshold else "a copy"
         raise Rejected(f"{what} of {label}: cosine {sim.cosine:+.4f}, {sim.copied_share:.0%} of its norm in "

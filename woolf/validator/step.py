@@ -42,7 +42,7 @@ log = logging.getLogger("woolf.validator")
 
 
 class MergeStep:
-    """Evaluation and merge of one PR; needs ledger, device, name, forge and _eval_cache."""
+    """Evaluation and merge of one PR; needs Validator's ledger, device, name, forge, state and _merged_deltas."""
 
     def candidate(self, adm: Admitted, main, att: float, timer: Timer, before_merge=None):
         """(current weights, merge Step) after the data checks; raises Rejected.
@@ -62,7 +62,8 @@ class MergeStep:
             delta = self._load_delta(adm, current_spec)
         with timer("checks"):
             norms = self._check_norm(current, delta)
-            adm.screened = screen_delta(self, adm, main, current, delta, norms)  # no-op, norm guard, replay, copies
+            adm.screened = screen_delta(self.ledger, self.forge, self.state, adm, main, current, delta,
+                                        norms)  # no-op, norm guard, replay, copies
         if before_merge is not None and before_merge(current, adm.screened.delta):
             return current, None
         with timer("merge"):
@@ -102,7 +103,7 @@ class MergeStep:
         cfg = self.ledger.config
         with timer("checks"):
             adm: Admitted = admit(self.ledger, pr, main, self._merged_deltas(main))
-            check_queue(self, pr)  # over its contributor's open-PR limit: rejected unread
+            check_queue(self.ledger, self.forge, self.state, pr)  # over its contributor's open-PR limit: rejected unread
         verdict.base_version, verdict.staleness = adm.base.version, adm.staleness
         verdict.contributor = adm.meta["contributor"]
         verdict.attenuation = attenuation(cfg.merge.staleness, adm.staleness)
@@ -112,18 +113,18 @@ class MergeStep:
             sc = adm.screened
             verdict.content, verdict.delta_norm, verdict.clip, verdict.flags = sc.content, sc.norm, sc.clip, sc.flags
             with timer("scoring"):  # assigned vs random shard; a delta that learned nothing is refused here
-                verdict.scores = score_delta(self, adm, main, current, delta, wl)
-            verdict.reason = judge_scores(self, verdict) or ""
+                verdict.scores = score_delta(self.ledger, self.device, adm, main, current, delta, wl)
+            verdict.reason = judge_scores(self.ledger.config, verdict) or ""
             return verdict.reason
 
         current, step = self.candidate(adm, main, verdict.attenuation, timer, before_merge=score)
         if step is None:  # vetoed by the scores (verdict.reason says why)
             return verdict, None
-        bench = gate_benchmark(self.ledger)  # the hidden benchmark when the config pins one (woolf/scoring)
+        bench = gate_benchmark(self.ledger)  # the hidden benchmark when the config pins one (ledger/benchmark.py)
         with timer("evaluation"):
-            before = self._eval_cache.get(main.commit)
+            before = self.state.eval_cache.get(main.commit)
             if before is None:
-                before = self._eval_cache[main.commit] = wl.evaluate(current, bench, self.device)
+                before = self.state.eval_cache[main.commit] = wl.evaluate(current, bench, self.device)
             probe = wl.evaluate(step.probe, bench, self.device)
         verdict.device = describe_device(self.device)
         # "after" is the loss of the weights that become the version; a FedBuff merge that only
@@ -136,7 +137,7 @@ class MergeStep:
         verdict.reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
         if not decision.accepted:
             return verdict, None
-        veto = judge(self, verdict, before, probe)  # changes nothing, drawdown
+        veto = judge(self.ledger, verdict, before, probe)  # changes nothing, drawdown
         if veto:
             verdict.reason = veto
             return verdict, None
@@ -266,6 +267,6 @@ class MergeStep:
                                                   parents=[main.commit, pr.head])
         _failpoint("before-push")
         with timer("push"):
-            self.forge.merge(pr, commit, main.commit, **({"also": also} if also else {}))
+            self.forge.merge(pr, commit, main.commit, also=also)
         _failpoint("after-push")
         verdict.timings = dict(timer)

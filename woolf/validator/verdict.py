@@ -32,7 +32,7 @@ class Verdict:
     metrics: dict = field(default_factory=lambda: {"before": None, "after": None})
     timings: dict = field(default_factory=dict)
     device: str | None = None  # where the metrics were evaluated (describe_device); None: not evaluated here
-    scores: dict | None = None  # woolf/scoring: assigned vs random shard improvement
+    scores: dict | None = None  # validator/score.py: assigned vs random shard improvement
     flags: list = field(default_factory=list)  # e.g. not-unique, clipped (marked, not rejected)
     content: str | None = None  # sha256 of the delta's tensors
     delta_norm: float | None = None
