@@ -188,7 +188,7 @@ CASES = dict([
     _raw("shape Infinity", lambda led: header_file(None, b"\0" * 8, b'{"w":{"dtype":"F32","shape":[Infinity],'
                                                                    b'"data_offsets":[0,8]}}'), "Infinity is not JSON"),
     _raw("shape 1e999", lambda led: header_file(None, b"\0" * 8, b'{"w":{"dtype":"F32","shape":[1e999],'
-                                                                 b'"data_offsets":[0,8]}}'), "not a list of integers"),
+                                                                 b'"data_offsets":[0,8]}}'), "overflows to Infinity"),
     _raw("shape of booleans", lambda led: _one_entry(led, shape=[True, True]), "not a list of integers"),
     _raw("entry is a string", lambda led: header_file({"w": "F32"}), "malformed header entry"),
     _raw("header nested 200k deep", lambda led: header_file(None, raw_header=b"[" * 200_000 + b"]" * 200_000),

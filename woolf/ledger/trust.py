@@ -83,7 +83,7 @@ def require_command_trust(ledger, head) -> None:
     if is_signed(ledger, head.commit) or os.environ.get("WOOLF_TRUST_COMMAND") == "1":
         return
     raise UsageError(
-        f"this ledger's config asks to run {ledger.config.workload.command.split()[0]!r} for training, "
+        f"this ledger's config asks to run {(ledger.config.workload.command.split() or [''])[0]!r} for training, "
         "and the ledger is unsigned: nobody vouches for that config",
         hint="if you trust everyone who can push to its main, set WOOLF_TRUST_COMMAND=1; "
              "better, ask its maintainers to sign it (docs/protocol.md#signatures)")

@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 import time
 
-from woolf.errors import ConfigError
+from woolf.errors import ConfigError, WoolfError
 from woolf.git.commits import read_commit
 from woolf.git.repo import COMMIT_MAX_BYTES
 from woolf.protocol import layout
@@ -64,7 +64,10 @@ def check_push(git, updates: list[tuple[str, str, str]]) -> list[str]:
     if errors:
         return errors  # nothing of an oversized push is read further
     for old, new, ref in updates:
-        errors += [f"{ref}: {e}" for e in _check_one(git, old, new, ref, main, new_main, pushed)]
+        try:
+            errors += [f"{ref}: {e}" for e in _check_one(git, old, new, ref, main, new_main, pushed)]
+        except WoolfError as exc:  # an object no rule can read (too large, no commit, bad signers)
+            errors.append(f"{ref}: cannot be checked, so it is refused: {exc.message}")
     return errors
 
 

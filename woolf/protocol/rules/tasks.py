@@ -26,12 +26,22 @@ from woolf.protocol.config import parse_config
 from woolf.protocol.signatures import signatures
 from woolf.protocol.signers import Signers, signers_text
 from woolf.protocol.tasks import FINAL, RECORD_MAX_BYTES, parse_record, read_tasks
+from woolf.protocol.trailers import int_field, parse_message
 
 LIVE = ("reserved", "started", "heartbeat")  # as woolf/ledger/tasks.py
 
 ZERO = "0" * 40
 MAX_SKEW = 300  # seconds a record's commit time may differ from the hub's clock
 _KEEP = ("contributor", "base_version", "base_commit", "shard", "steps", "lease")
+
+
+def _is_version_on_main(git, commit: str, number: int, main: str) -> bool:
+    """``commit`` is version ``number`` on main's first-parent chain (not merely an ancestor: a
+    merged PR's head is one too), counted from main's own number."""
+    top = int_field(parse_message(read_commit(git, main)[1])[1], "Woolf-Version")
+    if top is None or not 0 <= number <= top:
+        return False
+    return git.rev_parse(f"{main}~{top - number}") == commit
 
 
 def check_task(git, task_id: str, old: str, new: str, main: str | None, now: float | None = None) -> list[str]:
@@ -49,7 +59,7 @@ def check_task(git, task_id: str, old: str, new: str, main: str | None, now: flo
     if old == ZERO:
         if rec.state != "reserved" or parents != [rec.base_commit]:
             return ["a task starts with a `reserved` record on its base version"]
-        if main is None or not git.is_ancestor(rec.base_commit, main):
+        if main is None or not _is_version_on_main(git, rec.base_commit, rec.base_version, main):
             return ["a task's base is a version on main"]
         problem = _new_task_problem(git, rec, main, time.time() if now is None else now)
         if problem:
