@@ -7,8 +7,9 @@ Usage:
 
 Every import counts, at module level or inside a function (deferring an import does not remove
 the dependency). An import inside a function is allowed only where it defers something heavy
-(torch, transformers, DVC, ...): the imported woolf module must load one at import time, or the
-import says why it waits with a `# deferred: <reason>` comment on its line.
+(torch, transformers, DVC, ...: the imported woolf module loads one at import time), and it says
+so with a `# deferred: <what>` comment on its line; only cli/ defers light modules (so that
+`woolf --help` loads no library code).
 """
 
 from __future__ import annotations
@@ -144,30 +145,32 @@ def heavy_modules(imports: list[Import]) -> set[str]:
     return heavy
 
 
-def _says_why(module: str, line: int) -> bool:
-    """An import inside a function may say why it waits: `# deferred: <reason>` on its line."""
-    path = PACKAGE.parent / (module.replace(".", "/") + ".py")
+def _says_why(module: str, line: int, package: Path = PACKAGE) -> bool:
+    """An import inside a function says why it waits: `# deferred: <reason>` on its (first) line."""
+    path = package.parent / (module.replace(".", "/") + ".py")
     if not path.is_file():
-        path = PACKAGE.parent / module.replace(".", "/") / "__init__.py"
+        path = package.parent / module.replace(".", "/") / "__init__.py"
     return "# deferred:" in path.read_text().splitlines()[line - 1]
 
 
-def needless_deferrals(imports: list[Import]) -> list[str]:
-    """Import statements inside functions whose woolf targets all load nothing heavy."""
+def needless_deferrals(imports: list[Import], package: Path = PACKAGE) -> list[str]:
+    """Imports inside functions that break the rule: every one says why (`# deferred: ...`), and
+    what it defers is heavy (a woolf module that loads torch, DVC, ... at import time, or such a
+    library itself); only the CLI defers light modules, so that `woolf --help` loads no library."""
     heavy = heavy_modules(imports)
     statements: dict[tuple[str, int], list[str]] = {}
     for i in imports:
-        if i.deferred and i.target.startswith("woolf.") and i.module not in FACADES \
-                and not _says_why(i.module, i.line):
-            statements.setdefault((i.module, i.line), []).append(i.target)
-    for i in imports:  # the standard library is never worth deferring
-        if i.deferred and i.target.split(".")[0] not in ("woolf", "", *HEAVY) and i.module not in FACADES \
-                and not _says_why(i.module, i.line):
+        if i.deferred and i.module not in FACADES:
             statements.setdefault((i.module, i.line), []).append(i.target)
     out = []
     for (mod, line), targets in sorted(statements.items()):
-        resolved = {existing(t) for t in targets} - {None}
-        if not resolved & heavy:
+        if not _says_why(mod, line, package):
+            out.append(f"{mod}:{line} imports {max(targets, key=len)} inside a function without saying "
+                       "why: add `# deferred: <what it defers>` or import it at the top")
+            continue
+        resolved = {existing(t, package) for t in targets} - {None}
+        third_party_heavy = any(t.split(".")[0] in HEAVY for t in targets)
+        if not third_party_heavy and not resolved & heavy and package_of(mod) != "cli":
             out.append(f"{mod}:{line} imports {max(targets, key=len)} inside a function, "
                        f"but it loads nothing heavy: import it at the top")
     return out

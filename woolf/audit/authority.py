@@ -135,7 +135,7 @@ def _object_types(git, shas) -> dict[str, str]:
 
 
 def _reevaluate(ledger, report, versions) -> None:
-    from woolf.workloads.base import load_workload
+    from woolf.workloads.base import load_workload  # deferred: loads torch
 
     for v in versions:
         if v.submission is None or not v.metrics:

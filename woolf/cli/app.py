@@ -56,7 +56,7 @@ class App:
         its own indented line under the row. Cells are text, never markup: they may
         come from refs anyone can push.
         """
-        from rich.text import Text
+        from rich.text import Text  # deferred: rich
 
         # cells may come from refs anyone can push: no control characters reach the terminal
         rows = [[printable(c) for c in r] for r in rows]
@@ -94,7 +94,7 @@ class App:
     def say(self, *parts, err: bool = False) -> None:
         """One line of ``parts`` (text, or (text, style)), each through printable() and shown as rich
         Text, never markup: for lines that quote refs anyone can push."""
-        from rich.text import Text
+        from rich.text import Text  # deferred: rich
 
         line = Text.assemble(*((printable(p[0]), p[1]) if isinstance(p, tuple) else printable(p) for p in parts))
         (self.err if err else self.console).print(line, soft_wrap=True)  # one line: no wrap can start a fake one

@@ -51,7 +51,7 @@ def norm(t) -> float:
     """The float32-accumulated 2-norm of a floating tensor (may be inf or NaN)."""
     if isinstance(t, np.ndarray):
         return _np_norm(t.reshape(-1))
-    import torch
+    import torch  # deferred: torch
 
     return float(torch.linalg.vector_norm(t, dtype=torch.float32))
 
@@ -59,7 +59,7 @@ def norm(t) -> float:
 def _all_finite(t) -> bool:
     if isinstance(t, np.ndarray):
         return bool(np.isfinite(t).all())
-    import torch
+    import torch  # deferred: torch
 
     return bool(torch.isfinite(t).all())
 

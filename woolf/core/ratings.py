@@ -37,7 +37,7 @@ class Rating:
 
 
 def _model():
-    from openskill.models import PlackettLuce
+    from openskill.models import PlackettLuce  # deferred: openskill
 
     return PlackettLuce(beta=BETA, tau=TAU)
 

@@ -36,8 +36,8 @@ def _event(**kw) -> None:
 
 
 def _submit(ledger, name: str, base, weights: dict, note: str) -> str:
-    from woolf.participant.contribute import SubmitOptions, submit
-    from woolf.storage.weights import save_atomic
+    from woolf.participant.contribute import SubmitOptions, submit  # deferred: loads numpy, yaml
+    from woolf.storage.weights import save_atomic  # deferred: loads numpy
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "w.safetensors"
@@ -59,7 +59,7 @@ def _trained(ledger, wl, base, data, steps: int, seed: int) -> dict:
 
 def _copy(ledger, name: str, rng: random.Random):
     """(base, weights) of base + 0.9 x another participant's open delta + noise; None when none is open."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # deferred: safetensors
 
     prs = [p for p in LocalForge.for_ledger(ledger).list(state="open")
            if p.contributor not in KINDS and p.base_version is not None]
@@ -79,7 +79,7 @@ def _copy(ledger, name: str, rng: random.Random):
 
 
 def _noise(ledger, base, rng: random.Random) -> dict:
-    from woolf.core.scores import norm
+    from woolf.core.scores import norm  # deferred: loads torch
 
     norms = sorted(r.delta_norm for r in merged_records(ledger, limit=8, ref="refs/remotes/origin/main")
                    if r.delta_norm)
@@ -92,7 +92,7 @@ def _noise(ledger, base, rng: random.Random) -> dict:
 
 
 def adversary(clone: Path, name: str, rounds: int, steps: int, seed: int, pause: float = 2.0) -> None:
-    from woolf.workloads.base import TrainData
+    from woolf.workloads.base import TrainData  # deferred: loads torch
 
     ledger = Ledger.open(clone)
     wl = ledger.workload()

@@ -158,7 +158,7 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
                          f"({validators} validators{', one of them dishonest' if dishonest else ''})",
                          hint="raise --validators or lower --quorum")
     settings = {**(o.settings or {}), **({"validators.quorum": str(quorum)} if quorum > 1 else {})}
-    from woolf.demo.adversaries import KINDS
+    from woolf.demo.adversaries import KINDS  # deferred: loads torch, yaml
 
     adversaries = list(dict.fromkeys(o.adversaries or []))
     if set(adversaries) - set(KINDS):
@@ -184,7 +184,7 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
         private.write_bytes(hidden)
         os.environ[HIDDEN_ENV] = str(private)
     observer = Ledger.open(hub.clone_of("observer"))
-    from woolf.workloads.base import load_workload
+    from woolf.workloads.base import load_workload  # deferred: loads torch
 
     wl = load_workload(observer.config.workload)
     genesis = observer.load_weights(observer.head())
@@ -250,7 +250,7 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
         result.reference_seconds = round(time.time() - t_ref, 1)
     result.wall_seconds = round(time.time() - t0, 1)
     if o.report:
-        from woolf.report.build import build_report
+        from woolf.report.build import build_report  # deferred: loads torch, matplotlib
 
         result.report = str(build_report(observer, root / "report", demo=result.to_json())["html"])
     return result
@@ -258,7 +258,7 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
 
 def _outcomes(observer, result: DemoResult, adversaries: list[str]) -> None:
     """What each contributor got, from the leaderboard (report/board.py), and whether honesty ranked first."""
-    from woolf.report.board import leaderboard
+    from woolf.report.board import leaderboard  # deferred: loads torch, yaml
 
     rows = leaderboard(observer)["rows"]
     for r in rows:

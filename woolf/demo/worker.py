@@ -29,7 +29,12 @@ def _event(**kw) -> None:
 
 
 def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, seed: int) -> None:
-    from woolf.participant.contribute import SubmitOptions, TrainOptions, submit, train
+    from woolf.participant.contribute import (  # deferred: loads numpy, yaml
+        SubmitOptions,
+        TrainOptions,
+        submit,
+        train,
+    )
 
     ledger = Ledger.open(clone)
 
@@ -48,8 +53,8 @@ def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, s
 
 
 def validator(clone: Path, name: str, stop_file: Path, interval: float, dishonest: bool = False) -> None:
-    from woolf.demo.dishonest import DishonestValidator
-    from woolf.validator import Validator
+    from woolf.demo.dishonest import DishonestValidator  # deferred: loads torch, numpy
+    from woolf.validator import Validator  # deferred: loads torch, numpy
 
     v = (DishonestValidator if dishonest else Validator)(Ledger.open(clone), device="auto", name=name)
     idle = 0  # passes without a verdict since the stop file appeared
@@ -82,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.role == "participant":
             participant(args.clone, args.name, args.rounds, args.steps, args.delay, args.seed)
         elif args.role == "adversary":  # woolf/demo/adversaries.py: the name is the kind of cheat
-            from woolf.demo.adversaries import adversary
+            from woolf.demo.adversaries import adversary  # deferred: loads torch, yaml
 
             adversary(args.clone, args.name, args.rounds, args.steps, args.seed, args.delay or 2.0)
         else:

@@ -63,7 +63,7 @@ class GitHubForge(Forge):
             raise UsageError("forge.repo is not set", hint="set [forge] repo = 'owner/name' in ledger/woolf.toml")
         self.git, self.cfg, self.remote = git, cfg, remote
         if api is None:  # requests (80 ms to import) only where the GitHub forge is used
-            from woolf.forges.github_api import GitHubAPI
+            from woolf.forges.github_api import GitHubAPI  # deferred: loads requests
 
             api = GitHubAPI(cfg.api_url)
         self.api = api

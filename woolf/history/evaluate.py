@@ -111,7 +111,7 @@ class Evaluator:
         for known, wl in self._workloads:
             if known == cfg:
                 return wl
-        from woolf.workloads.base import load_workload
+        from woolf.workloads.base import load_workload  # deferred: loads torch
 
         wl = load_workload(cfg.workload)
         if BIND in features_of(wl):  # the model files as that version had them

@@ -43,9 +43,7 @@ def install_hook(hub: Path, max_push_bytes: int | None = None) -> Path:
         raise UsageError(f"{hub} is not a bare git repository")
     hook = hub / "hooks" / "pre-receive"
     hook.parent.mkdir(exist_ok=True)
-    import woolf
-
-    code = _CODE.format(root=str(Path(woolf.__file__).resolve().parents[1]))
+    code = _CODE.format(root=str(Path(__file__).resolve().parents[2]))  # the directory holding woolf/
     hook.write_text(HOOK.format(python=shlex.quote(sys.executable), code=shlex.quote(code)))
     hook.chmod(0o755)
     git = Git(hub)

@@ -49,7 +49,7 @@ def set_config(ledger, overrides: dict[str, str], reason: str = ""):
     text = (ledger.git.show_bytes(f"{ORIGIN_MAIN}:{layout.CONFIG}") or b"").decode()
     cfg = apply_overrides(parse_config(text), overrides)  # validates every value
     if cfg.workload.name != parse_config(text).workload.name or cfg.workload.params != parse_config(text).workload.params:
-        from woolf.workloads.base import load_workload
+        from woolf.workloads.base import load_workload  # deferred: loads torch
 
         load_workload(cfg.workload)  # refuse a workload that does not load here
     reason = reason or "set " + ", ".join(f"{k}={v}" for k, v in overrides.items())

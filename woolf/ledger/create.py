@@ -86,8 +86,14 @@ class CreateOptions:
 
 def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) -> None:
     """Refuses a path that holds a ledger or anything else; removes what it made if it fails."""
-    from woolf.storage.weights import compare_spec, load_checked, read_spec, save_atomic, spec_of
-    from woolf.workloads.base import load_workload
+    from woolf.storage.weights import (  # deferred: loads numpy
+        compare_spec,
+        load_checked,
+        read_spec,
+        save_atomic,
+        spec_of,
+    )
+    from woolf.workloads.base import load_workload  # deferred: loads torch
 
     o = replace(options, **kwargs) if options is not None else CreateOptions(**kwargs)
     storage, weights, seed, signing_key = o.storage, o.weights, o.seed, o.signing_key
@@ -109,7 +115,7 @@ def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) ->
     cfg = apply_overrides(cfg, o.overrides or {})  # validates everything before touching disk
     model_files: dict[str, bytes] = {}  # files the workload keeps in git (transformers: ledger/model/)
     if cfg.workload.name == "transformers":
-        from woolf.workloads.hf import import_model_dir
+        from woolf.workloads.hf import import_model_dir  # deferred: loads torch, safetensors
 
         imported = import_model_dir(weights, cfg.limits)  # refuses anything but a checked model directory
         cfg.workload.params = {**imported.params, **cfg.workload.params}

@@ -99,7 +99,7 @@ class Ledger:
 
     def workload(self):
         """The config's workload, given main's model files when it keeps some there (transformers)."""
-        from woolf.workloads.base import load_workload
+        from woolf.workloads.base import load_workload  # deferred: loads torch
 
         cfg = self.config
         if self._workload is None or self._workload[0] != cfg:  # one per config (re-read per PR): built once
@@ -175,7 +175,7 @@ class Ledger:
 
     def _rebuilt(self, version: Version, missing: StorageError) -> Path:
         """`woolf gc` removed it: replayed from a snapshot and the deltas, bit for bit."""
-        from woolf.ledger.retention.rebuild import rebuild_missing
+        from woolf.ledger.retention.rebuild import rebuild_missing  # deferred: loads torch, numpy
 
         return rebuild_missing(self, version, missing)
 
@@ -213,7 +213,7 @@ class Ledger:
 
     def load_weights(self, version: Version, numpy: bool = False) -> dict:
         """A version's weights, sha256-verified: an object not yet verified is hashed as it is loaded."""
-        from woolf.storage.weights import load_trusted
+        from woolf.storage.weights import load_trusted  # deferred: loads numpy
 
         ptr = self.pointer(version.commit)
         try:

@@ -70,9 +70,9 @@ def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
     it runs, cancelled on Ctrl-C, failed on an error; ``take`` trains the shard of an expired
     task. ``task=False`` skips all that.
     """
-    import torch
+    import torch  # deferred: torch
 
-    from woolf.workloads.base import resolve_device
+    from woolf.workloads.base import resolve_device  # deferred: loads torch
 
     o = replace(options, **kwargs) if options is not None else TrainOptions(**kwargs)
     who = contributor_id(o.contributor, ledger.git)
@@ -132,7 +132,7 @@ def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
 def _train_keywords(ledger, features: frozenset[str], o: TrainOptions, head, base) -> tuple:
     """What the workload's train() gets beyond the base protocol, by its declared features;
     and the Follower, when it follows main."""
-    from woolf.participant.follow import Follower
+    from woolf.participant.follow import Follower  # deferred: loads torch, yaml
 
     cfg = ledger.config
     extra: dict = {}
@@ -149,7 +149,10 @@ def _train_keywords(ledger, features: frozenset[str], o: TrainOptions, head, bas
 
 def _train_by_command(ledger, head, base, data, steps: int, seed: int, out: Path) -> tuple:
     """workload.command trains: the trained weights (checked like any) and its summary."""
-    from woolf.workloads.command import FEATURES, run_training_command
+    from woolf.workloads.command import (  # deferred: loads torch, numpy
+        FEATURES,
+        run_training_command,
+    )
 
     cfg = ledger.config
     if not data:
@@ -231,13 +234,13 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
         if as_numpy:
             delta = npdelta.subtract(trained, base_w, into=trained)  # trained's memory is reused
         else:
-            from woolf.core.merge import compute_delta
+            from woolf.core.merge import compute_delta  # deferred: loads torch
 
             delta = compute_delta(trained, base_w, into=trained)
         if cfg.workload.error_feedback if o.error_feedback is None else o.error_feedback:
             residual, feedback_note = settle(ledger, the_forge, spec_of(base_w))
             if residual is not None:  # what earlier PRs did not get merged rides along
-                import torch
+                import torch  # deferred: torch
 
                 delta = {k: (v.to(torch.float32) + residual[k]).to(v.dtype)
                          for k, v in to_torch(delta).items()}

@@ -65,18 +65,18 @@ def _unmerged_fraction(ledger, pr) -> float | None:
         return 0.0
     if (version.rule or "attenuated") != "attenuated" or version.alpha is None or version.attenuation is None:
         return 0.0
-    from woolf.core.merge_rules import f32
+    from woolf.core.merge_rules import f32  # deferred: loads torch
 
     return max(0.0, 1.0 - f32(version.alpha * version.attenuation))
 
 
 def settle(ledger, forge, spec: dict) -> tuple[dict | None, str]:
     """The accumulated residual (None if nothing), and what happened, in words (torch tensors)."""
-    import torch
-    from safetensors.torch import load_file, save_file
+    import torch  # deferred: torch
+    from safetensors.torch import load_file, save_file  # deferred: safetensors
 
-    from woolf.storage.sparse import load_delta
-    from woolf.storage.weights import spec_of
+    from woolf.storage.sparse import load_delta  # deferred: loads numpy
+    from woolf.storage.weights import spec_of  # deferred: loads numpy
 
     residual_path = _dir(ledger) / "residual.safetensors"
     residual = None

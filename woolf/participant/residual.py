@@ -42,8 +42,8 @@ def _set_aside(path: Path, why: str) -> str:
 
 def load_residual(ledger, model_spec: dict) -> tuple[dict | None, str]:
     """(the kept residual or None, a note when one was set aside)."""
-    import torch
-    from safetensors import safe_open
+    import torch  # deferred: torch
+    from safetensors import safe_open  # deferred: safetensors
     path = _path(ledger)
     if not path.exists():
         return None, ""
@@ -68,9 +68,9 @@ def load_residual(ledger, model_spec: dict) -> tuple[dict | None, str]:
 def compress_with_feedback(ledger, delta: dict, spec: CompressSpec, model_spec: dict,
                            feedback: bool = True):
     """(parts to send, the residual to keep, a note): ``delta`` plus the kept residual, compressed."""
-    import torch
+    import torch  # deferred: torch
 
-    from woolf.core.compress import compress, expand
+    from woolf.core.compress import compress, expand  # deferred: loads torch
     residual, note = load_residual(ledger, model_spec) if feedback else (None, "")
     total = {k: v.to(torch.float32) + (residual[k] if residual is not None else 0.0) for k, v in delta.items()}
     parts = compress(total, spec)
@@ -85,7 +85,7 @@ def keep_residual(ledger, residual: dict | None, spec: CompressSpec | None = Non
     path = _path(ledger)
     if residual is None:
         return
-    from safetensors.torch import save
+    from safetensors.torch import save  # deferred: safetensors
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"compress": spec.text()} if spec is not None else None
     write_bytes_atomic(save({k: v.contiguous() for k, v in residual.items()}, metadata=meta), path)

@@ -30,7 +30,7 @@ def _num(x, fmt: str) -> str:
 def _plot(timeline: list[dict], out: Path) -> Path | None:
     if not timeline:
         return None
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     who = sorted({w for t in timeline for w in t["ratings"]})
     fig, ax = plt.subplots(figsize=(7, 3.4))

@@ -31,7 +31,7 @@ REMOTE_NAME = "storage"
 @contextlib.contextmanager
 def quiet():
     """DVC's library calls print hints meant for its CLI; keep them off our output."""
-    from dvc.ui import ui
+    from dvc.ui import ui  # deferred: dvc
 
     log = logging.getLogger("dvc")
     was, level = ui._enabled, log.level
@@ -52,7 +52,7 @@ def _upload_hint(exc: Exception) -> str:
 
 
 def init_dvc(root: Path, storage_url: str) -> None:
-    from dvc.repo import Repo
+    from dvc.repo import Repo  # deferred: dvc
 
     with quiet():
         Repo.init(str(root))
@@ -85,7 +85,7 @@ class DvcRemotes:
     @property
     def repo(self):
         if self._repo is None:
-            from dvc.repo import Repo
+            from dvc.repo import Repo  # deferred: dvc
 
             self._repo = Repo(str(self.root))
         return self._repo
@@ -104,7 +104,7 @@ class DvcRemotes:
         if self._repo is not None:
             return self._repo.config
         if self._config is None:
-            from dvc.config import Config
+            from dvc.config import Config  # deferred: dvc
 
             try:
                 self._config = Config(dvc_dir=str(self.root / ".dvc"))

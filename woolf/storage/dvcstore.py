@@ -234,7 +234,7 @@ class DvcStore(DvcRemotes):
 
     def fetch_url(self, pointer: Pointer, url: str, forge_cfg, max_bytes: int) -> Path:
         """A delta from a contributor's own storage, downloaded with limits and md5-verified into the cache."""
-        from woolf.storage.fetch_url import download
+        from woolf.storage.fetch_url import download  # deferred: loads requests
 
         dest = self.cache_path(pointer.md5)
         if dest.exists() and dest.stat().st_size == pointer.size:
@@ -252,7 +252,7 @@ class DvcStore(DvcRemotes):
 
     def upload_cached(self, pointer: Pointer, remote: str = REMOTE_NAME, replace: bool = False) -> None:
         """Upload an object already in the cache to a DVC remote through DVC's ODB, and verify it."""
-        from dvc_objects.fs.local import LocalFileSystem
+        from dvc_objects.fs.local import LocalFileSystem  # deferred: dvc
 
         odb = self._remote_odb(remote)
         if link_into(odb, self.cache_path(pointer.md5), pointer, replace):

@@ -39,7 +39,7 @@ def declared_spec(declared: dict, label: str = "delta") -> CompressSpec | None:
 
 def size_bound(declared: dict, model_spec: dict) -> int | None:
     """The most bytes a delta of this declared kind can take for this model (None: dense, no bound here)."""
-    from woolf.core.compress import parts_bytes
+    from woolf.core.compress import parts_bytes  # deferred: loads torch
 
     spec = declared_spec(declared)
     return None if spec is None else 8 + HEADER_SLACK + parts_bytes(spec, model_spec)
@@ -52,7 +52,7 @@ def load_delta(path: Path, declared: dict, model_spec: dict, limits: LimitsConfi
     spec = declared_spec(declared, label)
     if spec is None:
         return load_checked(path, limits, expect=model_spec, label=label, finite=finite, on_block=on_block)
-    from woolf.core.compress import expand
+    from woolf.core.compress import expand  # deferred: loads torch
 
     parts = _parts(path, spec, model_spec, limits, label, on_block)
     try:
@@ -64,7 +64,7 @@ def load_delta(path: Path, declared: dict, model_spec: dict, limits: LimitsConfi
 def load_entries(path: Path, declared: dict, model_spec: dict, limits: LimitsConfig, label: str = "delta",
                  check: bool = True):
     """A topk delta as {name: (flat positions, float32 values)}, never dense (rebuilds; ``check``: see entries)."""
-    from woolf.core.compress import entries
+    from woolf.core.compress import entries  # deferred: loads torch
 
     spec = declared_spec(declared, label)
     assert spec is not None
@@ -76,7 +76,7 @@ def load_entries(path: Path, declared: dict, model_spec: dict, limits: LimitsCon
 
 
 def _parts(path: Path, spec: CompressSpec, model_spec: dict, limits: LimitsConfig, label: str, on_block=None):
-    from woolf.core.compress import parts_spec
+    from woolf.core.compress import parts_spec  # deferred: loads torch
 
     want = parts_spec(spec, model_spec)
     got = read_spec(path, limits, label)
@@ -95,6 +95,6 @@ def save_delta(delta: dict, path: Path, spec: CompressSpec | None = None,
     """
     if spec is None:
         return save_atomic(delta, path, durable=False, hashed=True)
-    from woolf.core.compress import compress
+    from woolf.core.compress import compress  # deferred: loads torch
 
     return save_atomic(parts if parts is not None else compress(delta, spec), path, durable=False, hashed=True)

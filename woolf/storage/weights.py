@@ -42,7 +42,7 @@ def numpy_dtypes(spec: Spec) -> bool:
 
 @functools.cache
 def torch_dtypes() -> dict:
-    import torch
+    import torch  # deferred: torch
 
     return {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
             "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
@@ -50,7 +50,7 @@ def torch_dtypes() -> dict:
 
 
 def _torch_alloc(dtype: str, shape: tuple[int, ...]):
-    import torch
+    import torch  # deferred: torch
 
     t = torch.empty(shape, dtype=torch_dtypes()[dtype])
     return t, memoryview(t.reshape(-1).view(torch.uint8).numpy())
@@ -62,10 +62,10 @@ def _no_huge_pages() -> None:
     the kernel then compacts memory on first touch: reading 381 MiB into them took 0.1-0.93 s
     (most often the slow end under load), 0.23 s steadily without (benchmarks/RESULTS.md §1)."""
     try:
-        from numpy._core.multiarray import _set_madvise_hugepage
+        from numpy._core.multiarray import _set_madvise_hugepage  # deferred: numpy
     except ImportError:  # numpy 1.x
         try:
-            from numpy.core.multiarray import _set_madvise_hugepage
+            from numpy.core.multiarray import _set_madvise_hugepage  # deferred: numpy
         except ImportError:
             return
     _set_madvise_hugepage(False)
@@ -132,7 +132,7 @@ def compare_spec(got: Spec, expect: Spec, label: str) -> None:
 
 def check_finite(tensors: dict, label: str) -> None:
     """NaN/Inf anywhere is an InvalidWeightsError (a norm proves finiteness; exact check only if it cannot)."""
-    from woolf.core.finite import first_nonfinite
+    from woolf.core.finite import first_nonfinite  # deferred: loads numpy
 
     name = first_nonfinite(tensors)
     if name is not None:
@@ -186,7 +186,7 @@ def spec_of(tensors: dict) -> Spec:
 
 def to_torch(tensors: dict) -> dict:
     """numpy arrays as torch tensors sharing their memory (torch tensors pass through)."""
-    import torch
+    import torch  # deferred: torch
 
     return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in tensors.items()}
 
@@ -207,15 +207,15 @@ def save_atomic(tensors: dict, path: Path, metadata: dict | None = None,
     digests = None
     try:
         if hashed:
-            from woolf.storage.writer import write_hashed
+            from woolf.storage.writer import write_hashed  # deferred: loads numpy
 
             digests = write_hashed(tensors, Path(tmp), metadata=metadata)
         elif tensors and all(isinstance(v, np.ndarray) for v in tensors.values()):
-            from safetensors.numpy import save_file
+            from safetensors.numpy import save_file  # deferred: safetensors
 
             save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, tmp, metadata=metadata)
         else:
-            from safetensors.torch import save_file
+            from safetensors.torch import save_file  # deferred: safetensors
 
             save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
         if durable:

@@ -30,11 +30,11 @@ CHUNK = 16 << 20
 def _probe(tensors: dict, metadata: dict | None) -> bytes:
     """safetensors' own file for one-element stand-ins of ``tensors`` (its header order and layout)."""
     if tensors and all(isinstance(v, np.ndarray) for v in tensors.values()):
-        from safetensors.numpy import save
+        from safetensors.numpy import save  # deferred: safetensors
 
         return save({k: np.zeros(1, dtype=v.dtype) for k, v in tensors.items()}, metadata=metadata)
-    import torch
-    from safetensors.torch import save
+    import torch  # deferred: torch
+    from safetensors.torch import save  # deferred: safetensors
 
     return save({k: torch.zeros(1, dtype=v.dtype) for k, v in tensors.items()}, metadata=metadata)
 
@@ -61,7 +61,7 @@ def _bytes_of(t) -> memoryview:
     if isinstance(t, np.ndarray):
         flat = np.ascontiguousarray(t).reshape(-1)
         return memoryview(flat.view(np.uint8)) if flat.size else memoryview(b"")
-    import torch
+    import torch  # deferred: torch
 
     flat = t.detach().to("cpu").contiguous().reshape(-1)
     if flat.numel() == 0:

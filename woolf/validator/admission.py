@@ -53,7 +53,7 @@ _DELTA_KEYS = {"kind", "sha256", "md5", "size", "url", "chunk", "k", "bits"}
 
 def _kind(d: dict, accept: list[str]) -> None:
     """The delta's kind is one this ledger accepts, with exactly its parameters (woolf/core/compress.py)."""
-    from woolf.core.compress import spec_from_declared
+    from woolf.core.compress import spec_from_declared  # deferred: loads torch
 
     if d["kind"] not in accept:
         raise Rejected(f"delta kind {d['kind'][:40]!r} is not accepted by this ledger (delta.accept: {', '.join(accept)})")

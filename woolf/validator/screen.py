@@ -182,7 +182,7 @@ def verified_revert(ledger, adm: Admitted, delta: dict[str, torch.Tensor]):
     exemptions a revert needs (the norm guard, the negation of its own target, no measurable
     effect on the benchmark or a shard); any other delta is judged like every PR.
     """
-    from woolf.core.merge import compute_delta
+    from woolf.core.merge import compute_delta  # deferred: loads torch
 
     claim = adm.meta.get("reverts")
     if not isinstance(claim, dict) or not isinstance(claim.get("version"), int):

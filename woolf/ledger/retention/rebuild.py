@@ -86,7 +86,7 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
         except (ValueError, KeyError, RuntimeError, TypeError, IndexError) as exc:
             raise IntegrityError(f"version {v.version} cannot be replayed: {exc}", hint="run `woolf audit`") from None
         replayed += 1
-    from safetensors.torch import save
+    from safetensors.torch import save  # deferred: safetensors
 
     data = save(weights)
     del weights

@@ -42,7 +42,7 @@ class Imported:
 
 
 def transformers_version() -> str:
-    import transformers
+    import transformers  # deferred: transformers
 
     return transformers.__version__
 
@@ -50,8 +50,8 @@ def transformers_version() -> str:
 def _need_transformers() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded: the model is local
     try:
-        import tokenizers  # noqa: F401
-        import transformers
+        import tokenizers  # noqa: F401  # deferred: tokenizers
+        import transformers  # deferred: transformers
     except ImportError:
         raise UsageError("the transformers workload needs the `transformers` and `tokenizers` packages",
                          hint='pip install "goodwoolf[hf]"') from None
@@ -62,8 +62,10 @@ def _need_transformers() -> None:
 def build_config(data: bytes, where: str = "config.json"):
     """A transformers config for a causal LM known to the installed transformers; never remote code."""
     _need_transformers()
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # deferred: transformers
+    from transformers.models.auto.modeling_auto import (  # deferred: transformers
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    )
 
     try:
         raw = json.loads(data)
@@ -94,7 +96,7 @@ def build_config(data: bytes, where: str = "config.json"):
 def load_tokenizer(data: bytes, config, where: str = "tokenizer.json"):
     """The `tokenizers` tokenizer in ``data``, checked against the model's vocabulary."""
     _need_transformers()
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # deferred: tokenizers
 
     try:
         tok = Tokenizer.from_str(data.decode("utf-8"))
@@ -132,7 +134,7 @@ def canonical(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _dtype_of(path: Path, limits) -> str:
-    from woolf.storage.weights import read_spec
+    from woolf.storage.weights import read_spec  # deferred: loads numpy
 
     spec = read_spec(path, limits, "model.safetensors")
     floats = {d for d, _ in spec.values() if d in ("F32", "F16", "BF16", "F64")}
@@ -167,7 +169,7 @@ def import_model_dir(path: Path | None, limits) -> Imported:
     load_tokenizer(raw["tokenizer.json"], config, f"{path / 'tokenizer.json'}")
     dtype = _dtype_of(path / "model.safetensors", limits)
 
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # deferred: transformers
 
     try:
         model, info = AutoModelForCausalLM.from_pretrained(

@@ -92,7 +92,7 @@ class Transformers(TextCorpus):
         _ = self.config  # a config that transformers cannot build, or a bad context, fails here
 
     def _check_version(self) -> None:
-        from woolf.workloads.hf.modeldir import transformers_version
+        from woolf.workloads.hf.modeldir import transformers_version  # deferred: loads torch
 
         have = transformers_version()
         if self.pinned and self.pinned.split(".")[:2] != have.split(".")[:2]:
@@ -126,7 +126,7 @@ class Transformers(TextCorpus):
 
     def model(self, seed: int | None = None) -> torch.nn.Module:
         """A float32 instance of the architecture (one per workload object, reused)."""
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM  # deferred: transformers
 
         if seed is not None or self._model is None:
             if seed is not None:
