@@ -252,6 +252,23 @@ def test_main_moves_only_forward_along_its_first_parents(hub):
     assert hub.push((v1, blob, layout.MAIN)) == refused
 
 
+def test_main_cannot_be_replaced_by_a_root_that_claims_a_parent_in_an_extra_header(make_hub):
+    """A commit whose only `parent` line comes after the committer line is a root to git (the line
+    is an extra header, and fsck passes it); the rules must read the parents git reads, so such a
+    commit never passes as main moving forward (it would replace the whole history)."""
+    hub = make_hub(signed=False)
+    v1 = hub.version(hub.genesis, 1, key=None)
+    hub.set(layout.MAIN, v1)
+    tree = _tree_with(hub.repo, v1, "ledger/benchmark/more2.txt", b"version 2\n")
+    message = format_message("woolf: version 2", {"Woolf-Version": 2, "Woolf-Change": "config"})
+    raw = (f"tree {tree}\nauthor t <t@t> {NOW} +0000\ncommitter t <t@t> {NOW} +0000\n"
+           f"parent {v1}\n\n{message}").encode()
+    root = _git(hub.repo, "hash-object", "-w", "-t", "commit", "--stdin", input=raw)
+    assert _git(hub.repo, "rev-list", "--parents", "-n1", root) == root  # git: no parent at all
+    refused = ["refs/heads/main: main only moves forward along its first-parent chain (a force-push or rewind is refused)"]
+    assert hub.push((v1, root, layout.MAIN)) == refused
+
+
 def test_main_takes_a_maintainers_change_and_a_validators_merge_with_its_verdict(hub):
     v1 = hub.version(hub.genesis, 1, key="work")
     assert hub.push((hub.genesis, v1, layout.MAIN)) == []
