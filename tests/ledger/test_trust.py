@@ -10,16 +10,16 @@ hub. Every commit on main is what an attacker who read the code could write.
 
 from __future__ import annotations
 
-import copy
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import key_for
+from tests.gitobjects import Templates, commit_tree, copied
+from tests.gitobjects import git_out as _git
+from tests.gitobjects import pub as _pub
+from tests.gitobjects import tree_with as _tree_with
 from woolf.errors import IntegrityError, UsageError
-from woolf.git.repo import clean_env
 from woolf.ledger.ledger import Ledger
 from woolf.ledger.trust import (
     is_signed,
@@ -36,29 +36,8 @@ from woolf.protocol.trailers import format_message
 
 pytestmark = pytest.mark.unit
 
-_IDENT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 HINT = "nothing is built on it; run `woolf audit` and tell the ledger's maintainers"
 COMMAND = "python train.py {base} {out} {data} {steps}"
-
-
-def _git(repo: Path, *args: str, input: bytes | None = None, env: dict | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=repo, input=input, capture_output=True,
-                          env=clean_env({**_IDENT, **(env or {})}))
-    assert proc.returncode == 0, proc.stderr.decode()
-    return proc.stdout.decode().strip()
-
-
-def _tree_with(repo: Path, commit: str | None, changes: dict[str, bytes]) -> str:
-    env = {"GIT_INDEX_FILE": str(repo / ".git" / "test-index")}
-    _git(repo, "read-tree", *([commit] if commit else ["--empty"]), env=env)
-    for path, data in changes.items():
-        blob = _git(repo, "hash-object", "-w", "--stdin", input=data)
-        _git(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
-    return _git(repo, "write-tree", env=env)
-
-
-def _pub(name: str) -> str:
-    return Path(f"{key_for(name)}.pub").read_text()
 
 
 # work: maintainer and validator; boss: maintainer; val: validator; alice: contributor; mallory: unlisted
@@ -84,10 +63,8 @@ class Main:
         self.tip = self._commit(_tree_with(root, None, files), 0, {}, [], "work" if signed else None)
 
     def _commit(self, tree: str, number: int, fields: dict, parents: list[str], key: str | None) -> str:
-        sign = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={key_for(key)}"] if key else []
         message = format_message(f"woolf: version {number}", {"Woolf-Version": number, **fields})
-        commit = _git(self.root, *sign, "commit-tree", tree, *(a for p in parents for a in ("-p", p)),
-                      "-S" if key else "--no-gpg-sign", input=message.encode())
+        commit = commit_tree(self.root, tree, message, parents, key_for(key) if key else None)
         _git(self.root, "update-ref", layout.MAIN, commit)
         self.tip = commit
         return commit
@@ -108,10 +85,7 @@ class Main:
 
     def copy(self, dest: Path) -> Main:
         """This repository copied to ``dest`` (one genesis built per module, not per test)."""
-        shutil.copytree(self.root, dest)
-        twin = copy.copy(self)
-        twin.root = dest
-        return twin
+        return copied(self, dest, "root")
 
     def ledger(self, sign_as: str | None = None) -> Ledger:
         led = Ledger(self.root)
@@ -120,22 +94,14 @@ class Main:
 
 
 @pytest.fixture(scope="module")
-def _templates(tmp_path_factory) -> tuple[dict, Path]:
-    return {}, tmp_path_factory.mktemp("trust")
+def _templates(tmp_path_factory) -> Templates:
+    return Templates(tmp_path_factory.mktemp("trust"), Main)
 
 
 @pytest.fixture
 def make_main(tmp_path, _templates):
     """make_main(signed=True, **config overrides): a fresh copy of that genesis-only ledger for this test."""
-    made, where = _templates
-
-    def make(signed: bool = True, **overrides) -> Main:
-        key = (signed, tuple(sorted(overrides.items())))
-        if key not in made:
-            made[key] = Main(where / f"template{len(made)}", signed, **overrides)
-        return made[key].copy(tmp_path / f"ledger{len(list(tmp_path.iterdir()))}")
-
-    return make
+    return lambda signed=True, **overrides: _templates.copy_for(tmp_path, signed, **overrides)
 
 
 def _untrusted(led: Ledger) -> IntegrityError:

@@ -8,14 +8,16 @@ no DVC, no hub. Every commit is what an attacker who read the code could write.
 
 from __future__ import annotations
 
-import copy
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import key_for
+from tests.gitobjects import Templates, commit_tree, copied
+from tests.gitobjects import git_out as _git
+from tests.gitobjects import pub as _pub
+from tests.gitobjects import tree_of as _tree
 from woolf.git.repo import Git, clean_env
 from woolf.protocol import layout
 from woolf.protocol.config import LedgerConfig
@@ -27,43 +29,8 @@ from woolf.storage.pointer import Pointer
 
 pytestmark = pytest.mark.unit
 
-_IDENT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-
-
-def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=repo, input=input, capture_output=True, env=clean_env(_IDENT))
-    assert proc.returncode == 0, proc.stderr.decode()
-    return proc.stdout.decode().strip()
-
-
-_TREES: dict[tuple, str] = {}  # files -> tree id, reused where the repository holds it (a copy of a template)
-
-
-def _tree(repo: Path, files: dict) -> str:
-    """A tree of ``files`` ({path: bytes}), nested directories made with mktree."""
-    known = _TREES.get(key := tuple(sorted(files.items())))
-    if known and (repo / ".git" / "objects" / known[:2] / known[2:]).exists():
-        return known
-    lines, dirs = [], {}
-    for path, data in files.items():
-        head, sep, rest = path.partition("/")
-        if sep:
-            dirs.setdefault(head, {})[rest] = data
-        else:
-            lines.append(f"100644 blob {_git(repo, 'hash-object', '-w', '--stdin', input=data)}\t{head}")
-    lines += [f"040000 tree {_tree(repo, sub)}\t{name}" for name, sub in dirs.items()]
-    _TREES[key] = _git(repo, "mktree", input="".join(f"{ln}\n" for ln in lines).encode())
-    return _TREES[key]
-
-
 def _commit(repo: Path, files: dict, message: str, parents=(), key: Path | None = None) -> str:
-    sign = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={key}"] if key else []
-    return _git(repo, *sign, "commit-tree", _tree(repo, files), *(a for p in parents for a in ("-p", p)),
-                "-S" if key else "--no-gpg-sign", input=message.encode())
-
-
-def _pub(name: str) -> str:
-    return Path(f"{key_for(name)}.pub").read_text()
+    return commit_tree(repo, _tree(repo, files), message, parents, key)
 
 
 # work: maintainer and validator (the creator); boss: maintainer only; val: validator; alice: contributor;
@@ -126,29 +93,20 @@ class Chain:
 
     def copy(self, dest: Path) -> Chain:
         """This repository copied to ``dest`` (one genesis built per module, not per test)."""
-        shutil.copytree(self.repo, dest)
-        twin = copy.copy(self)
-        twin.repo, twin.git = dest, Git(dest)
+        twin = copied(self, dest)
+        twin.git = Git(dest)
         return twin
 
 
 @pytest.fixture(scope="module")
-def _templates(tmp_path_factory) -> tuple[dict, Path]:
-    return {}, tmp_path_factory.mktemp("main-rules")
+def _templates(tmp_path_factory) -> Templates:
+    return Templates(tmp_path_factory.mktemp("main-rules"), Chain)
 
 
 @pytest.fixture
 def make_chain(tmp_path, _templates):
     """make_chain(signed=True, **config overrides): a fresh copy of that repository for this test."""
-    made, where = _templates
-
-    def make(signed: bool = True, **overrides) -> Chain:
-        key = (signed, tuple(sorted(overrides.items())))
-        if key not in made:
-            made[key] = Chain(where / f"template{len(made)}", signed, **overrides)
-        return made[key].copy(tmp_path / f"repo{len(list(tmp_path.iterdir()))}")
-
-    return make
+    return lambda signed=True, **overrides: _templates.copy_for(tmp_path, signed, **overrides)
 
 
 @pytest.fixture

@@ -10,9 +10,6 @@ of a ref, commit and PR is what an attacker who read the code could write.
 
 from __future__ import annotations
 
-import copy
-import shutil
-import subprocess
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +18,11 @@ import pytest
 
 import woolf.protocol.rules.push as push_rules
 from tests.conftest import key_for
-from woolf.git.repo import COMMIT_MAX_BYTES, Git, clean_env
+from tests.gitobjects import Templates, commit_tree, copied, tree_with
+from tests.gitobjects import git_out as _git
+from tests.gitobjects import pub as _pub
+from tests.gitobjects import tree_of as _tree
+from woolf.git.repo import COMMIT_MAX_BYTES, Git
 from woolf.protocol import layout
 from woolf.protocol.config import LedgerConfig
 from woolf.protocol.config_text import apply_overrides, render_config
@@ -38,7 +39,6 @@ from woolf.protocol.trailers import format_message
 
 pytestmark = pytest.mark.unit
 
-_IDENT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 NOW = int(time.time())
 ALICE_PR = "20260101T000000000Z-alice-0123abcd"
 MALLORY_PR = "20260101T000000000Z-mallory-00ff00ff"
@@ -46,50 +46,12 @@ NAMESPACES = ("this hub accepts only main, refs/woolf/pr/<id>/{head,verdict,comm
               "and refs/woolf/task/<id>")
 
 
-def _git(repo: Path, *args: str, input: bytes | None = None, env: dict | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=repo, input=input, capture_output=True,
-                          env=clean_env({**_IDENT, **(env or {})}))
-    assert proc.returncode == 0, proc.stderr.decode()
-    return proc.stdout.decode().strip()
-
-
-_TREES: dict[tuple, str] = {}  # files -> tree id, reused where the repository holds it (a copy of a template)
-
-
-def _tree(repo: Path, files: dict) -> str:
-    known = _TREES.get(key := tuple(sorted(files.items())))
-    if known and (repo / ".git" / "objects" / known[:2] / known[2:]).exists():
-        return known
-    lines, dirs = [], {}
-    for path, data in files.items():
-        head, sep, rest = path.partition("/")
-        if sep:
-            dirs.setdefault(head, {})[rest] = data
-        else:
-            lines.append(f"100644 blob {_git(repo, 'hash-object', '-w', '--stdin', input=data)}\t{head}")
-    lines += [f"040000 tree {_tree(repo, sub)}\t{name}" for name, sub in dirs.items()]
-    _TREES[key] = _git(repo, "mktree", input="".join(f"{ln}\n" for ln in lines).encode())
-    return _TREES[key]
-
-
 def _commit(repo: Path, tree: str, message: str, parents=(), key: str | None = None, when: int | None = None) -> str:
-    sign = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={key_for(key)}"] if key else []
-    stamp = {"GIT_COMMITTER_DATE": f"{when} +0000", "GIT_AUTHOR_DATE": f"{when} +0000"} if when else {}
-    return _git(repo, *sign, "commit-tree", tree, *(a for p in parents for a in ("-p", p)),
-                "-S" if key else "--no-gpg-sign", input=message.encode(), env=stamp)
+    return commit_tree(repo, tree, message, parents, key_for(key) if key else None, when)
 
 
 def _tree_with(repo: Path, commit: str, path: str, data: bytes) -> str:
-    """``commit``'s tree with ``path`` written (read-tree, update-index, write-tree on a private index)."""
-    env = {"GIT_INDEX_FILE": str(repo / ".git" / "woolf-test-index")}
-    blob = _git(repo, "hash-object", "-w", "--stdin", input=data)
-    _git(repo, "read-tree", commit, env=env)
-    _git(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
-    return _git(repo, "write-tree", env=env)
-
-
-def _pub(name: str) -> str:
-    return Path(f"{key_for(name)}.pub").read_text()
+    return tree_with(repo, commit, {path: data})
 
 
 # work: maintainer and validator; val, val2: validators; alice, bob: contributors; mallory: no key listed
@@ -160,29 +122,20 @@ class Hub:
 
     def copy(self, dest: Path) -> Hub:
         """This repository copied to ``dest`` (one genesis built per module, not per test)."""
-        shutil.copytree(self.repo, dest)
-        twin = copy.copy(self)
-        twin.repo, twin.git, twin.heads = dest, Git(dest), dict(self.heads)
+        twin = copied(self, dest)
+        twin.git, twin.heads = Git(dest), dict(self.heads)
         return twin
 
 
 @pytest.fixture(scope="module")
-def _templates(tmp_path_factory) -> tuple[dict, Path]:
-    return {}, tmp_path_factory.mktemp("push-rules")
+def _templates(tmp_path_factory) -> Templates:
+    return Templates(tmp_path_factory.mktemp("push-rules"), Hub)
 
 
 @pytest.fixture
 def make_hub(tmp_path, _templates):
     """make_hub(signed=True, **config overrides): a fresh copy of that hub for this test."""
-    made, where = _templates
-
-    def make(signed: bool = True, **overrides) -> Hub:
-        key = (signed, tuple(sorted(overrides.items())))
-        if key not in made:
-            made[key] = Hub(where / f"template{len(made)}", signed, **overrides)
-        return made[key].copy(tmp_path / f"hub{len(list(tmp_path.iterdir()))}")
-
-    return make
+    return lambda signed=True, **overrides: _templates.copy_for(tmp_path, signed, **overrides)
 
 
 @pytest.fixture

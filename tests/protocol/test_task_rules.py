@@ -10,17 +10,19 @@ hub. Every record is what an attacker who read the code could write.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import key_for
-from woolf.git.repo import Git, clean_env
+from tests.gitobjects import commit_tree as _commit
+from tests.gitobjects import copied
+from tests.gitobjects import git_out as _git
+from tests.gitobjects import pub as _pub
+from tests.gitobjects import tree_of as _tree
+from woolf.git.repo import Git
 from woolf.protocol import layout
 from woolf.protocol.config import LedgerConfig
 from woolf.protocol.config_text import render_config
@@ -31,48 +33,10 @@ from woolf.protocol.trailers import format_message
 
 pytestmark = pytest.mark.unit
 
-_IDENT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 NOW = int(time.time())  # the hub's clock in these tests
 ALICE = "20260101T000000000Z-alice-0123abcd"
 BOB = "20260101T000000000Z-bob-89abcdef"
 MALLORY = "20260101T000000000Z-mallory-00ff00ff"
-
-
-def _git(repo: Path, *args: str, input: bytes | None = None, env: dict | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=repo, input=input, capture_output=True,
-                          env=clean_env({**_IDENT, **(env or {})}))
-    assert proc.returncode == 0, proc.stderr.decode()
-    return proc.stdout.decode().strip()
-
-
-_TREES: dict[tuple, str] = {}  # files -> tree id, reused where the repository holds it (a copy of a template)
-
-
-def _tree(repo: Path, files: dict) -> str:
-    known = _TREES.get(key := tuple(sorted(files.items())))
-    if known and (repo / ".git" / "objects" / known[:2] / known[2:]).exists():
-        return known
-    lines, dirs = [], {}
-    for path, data in files.items():
-        head, sep, rest = path.partition("/")
-        if sep:
-            dirs.setdefault(head, {})[rest] = data
-        else:
-            lines.append(f"100644 blob {_git(repo, 'hash-object', '-w', '--stdin', input=data)}\t{head}")
-    lines += [f"040000 tree {_tree(repo, sub)}\t{name}" for name, sub in dirs.items()]
-    _TREES[key] = _git(repo, "mktree", input="".join(f"{ln}\n" for ln in lines).encode())
-    return _TREES[key]
-
-
-def _commit(repo: Path, tree: str, message: str, parents=(), key: Path | None = None, when: int | None = None) -> str:
-    sign = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={key}"] if key else []
-    stamp = {"GIT_COMMITTER_DATE": f"{when} +0000", "GIT_AUTHOR_DATE": f"{when} +0000"} if when else {}
-    return _git(repo, *sign, "commit-tree", tree, *(a for p in parents for a in ("-p", p)),
-                "-S" if key else "--no-gpg-sign", input=message.encode(), env=stamp)
-
-
-def _pub(name: str) -> str:
-    return Path(f"{key_for(name)}.pub").read_text()
 
 
 class Tasks:
@@ -111,9 +75,8 @@ class Tasks:
 
     def copy(self, dest: Path) -> Tasks:
         """This repository copied to ``dest`` (one genesis built per module, not per test)."""
-        shutil.copytree(self.repo, dest)
-        twin = copy.copy(self)
-        twin.repo, twin.git = dest, Git(dest)
+        twin = copied(self, dest)
+        twin.git = Git(dest)
         return twin
 
 

@@ -10,14 +10,16 @@ hand-made head commit. Every byte of the PR is what an attacker who read the cod
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.gitobjects import commit_tree
+from tests.gitobjects import git_out as _git
+from tests.gitobjects import tree_with as _tree_with
 from woolf.errors import Rejected
 from woolf.forges.base import PullRequest
-from woolf.git.repo import COMMIT_MAX_BYTES, clean_env
+from woolf.git.repo import COMMIT_MAX_BYTES
 from woolf.ledger.ledger import Ledger
 from woolf.protocol import layout
 from woolf.protocol.config import LedgerConfig
@@ -30,38 +32,14 @@ from woolf.validator.admission import Admitted, admit
 
 pytestmark = pytest.mark.unit
 
-_IDENT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 SUB_ID = "20260101T000000000Z-alice-0123abcd"
 DELTA_REL, PTR_REL, META_REL = layout.submission_paths(SUB_ID)
 SHA256, MD5, SIZE = "ab" * 32, "cd" * 16, 1234
 AREA = f"outside its submission area submissions/{SUB_ID}/"
 
 
-def _git(repo: Path, *args: str, input: bytes | None = None, env: dict | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=repo, input=input, capture_output=True,
-                          env=clean_env({**_IDENT, **(env or {})}))
-    assert proc.returncode == 0, proc.stderr.decode()
-    return proc.stdout.decode().strip()
-
-
-def _tree_with(repo: Path, commit: str | None, changes: dict) -> str:
-    """``commit``'s tree (None: empty) with ``changes`` made: {path: bytes | (mode, bytes) | None (delete)};
-    mode 160000 takes a commit id as its bytes."""
-    env = {"GIT_INDEX_FILE": str(repo / ".git" / "test-index")}
-    _git(repo, "read-tree", *([commit] if commit else ["--empty"]), env=env)
-    for path, data in changes.items():
-        if data is None:
-            _git(repo, "update-index", "--force-remove", path, env=env)
-            continue
-        mode, data = data if isinstance(data, tuple) else ("100644", data)
-        oid = data.decode() if mode == "160000" else _git(repo, "hash-object", "-w", "--stdin", input=data)
-        _git(repo, "update-index", "--add", "--cacheinfo", f"{mode},{oid},{path}", env=env)
-    return _git(repo, "write-tree", env=env)
-
-
 def _commit(repo: Path, tree: str, message: str, parents=()) -> str:
-    return _git(repo, "commit-tree", tree, *(a for p in parents for a in ("-p", p)), "--no-gpg-sign",
-                input=message.encode())
+    return commit_tree(repo, tree, message, parents)
 
 
 def _version_message(number: int) -> str:
