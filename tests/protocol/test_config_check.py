@@ -15,15 +15,8 @@ import re
 import pytest
 
 from woolf.errors import ConfigError
-from woolf.protocol.config import (
-    _SECTIONS,
-    GATES,
-    MERGE_RULES,
-    STALENESS_KINDS,
-    LedgerConfig,
-    check_config,
-    parse_config,
-)
+from woolf.protocol.config import _SECTIONS, LedgerConfig, check_config, parse_config
+from woolf.protocol.config_check import GATES, MERGE_RULES, STALENESS_KINDS
 
 pytestmark = pytest.mark.unit
 

@@ -45,11 +45,11 @@ def commit_bytes(git, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> bytes:
 _OID = re.compile(rb"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
 
 
-def parents_of(header: bytes) -> list[str] | None:
+def parents_of(lines: list[bytes]) -> list[str] | None:
     """The parents git itself reads: the `parent <id>` lines right after the `tree` line, and no
     others (a `parent` line further down is an extra header git ignores, and fsck allows). None
-    when git would refuse the commit (no tree line first, or a malformed id in that block)."""
-    lines = header.split(b"\n")
+    when git would refuse the commit (no tree line first, or a malformed id in that block).
+    ``lines``: the commit's header, split on newlines."""
     if not lines[0].startswith(b"tree "):
         return None
     parents = []
@@ -67,8 +67,8 @@ def commit_records(git, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> l
     """(sha, parents, committer time, message) of each commit, in order, from `cat-file --batch`:
     framed by each object's size, so no byte of a message can split or forge a record (a
     `git log --format` separator can be written into a message). Commits that are missing,
-    malformed (git would not parse them),
-    over ``max_bytes`` or without a readable committer time are left out."""
+    malformed (git would not parse them), over ``max_bytes`` or without a readable committer
+    time are left out."""
     shas = [s for s in shas if s and "\n" not in s]
     if not shas:
         return []
@@ -86,14 +86,14 @@ def commit_records(git, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> l
         body, pos = raw[end + 1:end + 1 + size], end + 2 + size
         header, _, message = body.partition(b"\n\n")
         lines = header.split(b"\n")
-        parents = parents_of(header)
+        parents = parents_of(lines)
         stamp = next((ln.rsplit(b" ", 2)[-2:] for ln in lines if ln.startswith(b"committer ")), [b""])[0]
         if parents is not None and stamp.isdigit() and len(stamp) <= 12:
             out.append((head[0].decode(), parents, int(stamp), _text(message)))
     return out
 
 
-_COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
+COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")  # a full commit id: names its bytes forever, so may be cached
 _READ: dict[str, tuple[list[str], str]] = {}  # commit id -> (parents, message): a commit id names its bytes
 
 
@@ -106,10 +106,10 @@ def read_commit(git, commit: str) -> tuple[list[str], str]:
         parents, message = _READ[commit]
         return list(parents), message
     header, _, body = commit_bytes(git, commit).partition(b"\n\n")
-    parents, message = parents_of(header), body.decode(errors="replace")
+    parents, message = parents_of(header.split(b"\n")), body.decode(errors="replace")
     if parents is None:
         raise GitError(("cat-file", "commit", commit[:80]), 128, "a malformed commit git itself would not read")
-    if _COMMIT_ID.match(commit) and len(message) <= 65536:  # a hostile giant is read again, never kept
+    if COMMIT_ID.match(commit) and len(message) <= 65536:  # a hostile giant is read again, never kept
         if len(_READ) > 4096:
             _READ.clear()
         _READ[commit] = (list(parents), message)

@@ -16,12 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from woolf.errors import ConfigError
-from woolf.protocol.config_check import (  # noqa: F401  (the allowed values, named where configs are read)
-    GATES,
-    MERGE_RULES,
-    STALENESS_KINDS,
-    check_config,
-)
+from woolf.protocol.config_check import check_config  # the allowed value of every key
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -90,7 +85,7 @@ class LimitsConfig:
 
 @dataclass
 class ScoringConfig:
-    """Contribution scores, copies and the norm guard (woolf/validator/ (screen.py, score.py), docs/protocol.md#scoring)."""
+    """Contribution scores, copies and the norm guard (woolf/validator/screen.py and score.py, docs/protocol.md#scoring)."""
 
     enabled: bool = True  # measure each delta on its assigned shard and on a random one
     sample_bytes: int = 8192  # bytes of each shard evaluated (the benchmark is usually 4x this)

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from woolf.errors import ConfigError
+from woolf.git.commits import COMMIT_ID
 from woolf.protocol.layout import CONTRIBUTOR
 
 SIGNERS_PATH = "ledger/allowed_signers"
@@ -99,14 +100,12 @@ def signer_line(name: str, public_key: str, roles: list[str] | tuple[str, ...] =
     return signer.line()
 
 
-_COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
-
 
 def signers_text(git, commit: str | None) -> bytes | None:
     """ledger/allowed_signers at ``commit``; remembered per commit id (its content cannot change)."""
     if not commit:
         return None
-    if not _COMMIT_ID.match(commit):  # a ref name moves: read it every time
+    if not COMMIT_ID.match(commit):  # a ref name moves: read it every time
         return git.show_bytes(f"{commit}:{SIGNERS_PATH}")
     cache = git.__dict__.setdefault("_signers_at", {})
     text = cache.get(commit)

@@ -22,8 +22,6 @@ allowed_signers is unsigned and only the shape rules apply.
 
 from __future__ import annotations
 
-import re
-
 from woolf.errors import ConfigError
 from woolf.git.commits import read_commit
 from woolf.protocol import layout
@@ -32,7 +30,6 @@ from woolf.protocol.signatures import role_problem, signatures
 from woolf.protocol.signers import SIGNERS_PATH, Signers, signers_text
 from woolf.protocol.trailers import int_field, parse_message
 
-_COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
 CHANGEABLE = (layout.CONFIG, SIGNERS_PATH)  # the files a change may touch, exactly
 CHANGEABLE_DIR = "ledger/benchmark/"  # and anything under this directory
 ROLE_OF = {"genesis": "maintainer", "merge": "validator", "change": "maintainer"}
