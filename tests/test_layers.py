@@ -122,15 +122,16 @@ def layer_violations(imports: list[Import]) -> list[str]:
     return out
 
 
-def heavy_modules(imports: list[Import]) -> set[str]:
-    """woolf modules that load a heavy library at import time, directly or through another."""
+def heavy_libraries(imports: list[Import]) -> dict[str, set[str]]:
+    """woolf module -> the heavy libraries it loads at import time, directly or through another."""
     eager: dict[str, set[str]] = {}
-    heavy: set[str] = set()
+    libs: dict[str, set[str]] = {}
     for i in imports:
         if i.deferred:
             continue
-        if i.target.split(".")[0] in HEAVY:
-            heavy.add(i.module)
+        top = i.target.split(".")[0]
+        if top in HEAVY:
+            libs.setdefault(i.module, set()).add(top)
         elif i.target.startswith("woolf.") and (t := existing(i.target)):
             eager.setdefault(i.module, set()).add(t)
             # importing a submodule runs its packages' __init__ too
@@ -139,10 +140,17 @@ def heavy_modules(imports: list[Import]) -> set[str]:
     while changed:
         changed = False
         for mod, targets in eager.items():
-            if mod not in heavy and targets & heavy:
-                heavy.add(mod)
-                changed = True
-    return heavy
+            for t in targets:
+                new = libs.get(t, set()) - libs.get(mod, set())
+                if new:
+                    libs.setdefault(mod, set()).update(new)
+                    changed = True
+    return libs
+
+
+def heavy_modules(imports: list[Import]) -> set[str]:
+    """woolf modules that load a heavy library at import time, directly or through another."""
+    return {m for m, found in heavy_libraries(imports).items() if found}
 
 
 def _says_why(module: str, line: int, package: Path = PACKAGE) -> bool:
@@ -157,7 +165,8 @@ def needless_deferrals(imports: list[Import], package: Path = PACKAGE) -> list[s
     """Imports inside functions that break the rule: every one says why (`# deferred: ...`), and
     what it defers is heavy (a woolf module that loads torch, DVC, ... at import time, or such a
     library itself); only the CLI defers light modules, so that `woolf --help` loads no library."""
-    heavy = heavy_modules(imports)
+    libs = heavy_libraries(imports)
+    heavy = {m for m, found in libs.items() if found}
     statements: dict[tuple[str, int], list[str]] = {}
     for i in imports:
         if i.deferred and i.module not in FACADES:
@@ -173,6 +182,13 @@ def needless_deferrals(imports: list[Import], package: Path = PACKAGE) -> list[s
         if not third_party_heavy and not resolved & heavy and package_of(mod) != "cli":
             out.append(f"{mod}:{line} imports {max(targets, key=len)} inside a function, "
                        f"but it loads nothing heavy: import it at the top")
+            continue
+        deferred = {t.split(".")[0] for t in targets if t.split(".")[0] in HEAVY}
+        for r in resolved:
+            deferred |= libs.get(r, set())
+        if deferred and deferred <= libs.get(mod, set()):
+            out.append(f"{mod}:{line} imports {max(targets, key=len)} inside a function, but {mod} "
+                       f"loads {', '.join(sorted(deferred))} at import time already: import it at the top")
     return out
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 
 def printable(text) -> str:
@@ -56,8 +57,6 @@ class App:
         its own indented line under the row. Cells are text, never markup: they may
         come from refs anyone can push.
         """
-        from rich.text import Text  # deferred: rich
-
         # cells may come from refs anyone can push: no control characters reach the terminal
         rows = [[printable(c) for c in r] for r in rows]
         cut = headers.index(yielding) if yielding in headers else None
@@ -94,8 +93,6 @@ class App:
     def say(self, *parts, err: bool = False) -> None:
         """One line of ``parts`` (text, or (text, style)), each through printable() and shown as rich
         Text, never markup: for lines that quote refs anyone can push."""
-        from rich.text import Text  # deferred: rich
-
         line = Text.assemble(*((printable(p[0]), p[1]) if isinstance(p, tuple) else printable(p) for p in parts))
         (self.err if err else self.console).print(line, soft_wrap=True)  # one line: no wrap can start a fake one
 

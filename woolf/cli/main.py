@@ -14,6 +14,17 @@ import click
 
 from woolf import interrupts
 from woolf._version import __version__
+from woolf.cli import (
+    contrib_cmds,
+    demo_cmds,
+    history_cmds,
+    ledger_cmds,
+    maintainer_cmds,
+    quorum_cmds,
+    score_cmds,
+    storage_cmds,
+    validate_cmds,
+)
 from woolf.cli.app import App
 from woolf.errors import WoolfError
 
@@ -47,18 +58,6 @@ def cli(ctx: click.Context, directory: Path) -> None:
 
 
 def _register() -> None:
-    from woolf.cli import (  # deferred: fast --help
-        contrib_cmds,
-        demo_cmds,
-        history_cmds,
-        ledger_cmds,
-        maintainer_cmds,
-        quorum_cmds,
-        score_cmds,
-        storage_cmds,
-        validate_cmds,
-    )
-
     for module in (ledger_cmds, contrib_cmds, validate_cmds, demo_cmds, maintainer_cmds, history_cmds,
                    storage_cmds, quorum_cmds, score_cmds):
         for command in module.COMMANDS:

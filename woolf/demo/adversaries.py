@@ -21,11 +21,13 @@ from pathlib import Path
 
 import torch
 
+from woolf.core.scores import norm
 from woolf.errors import WoolfError
 from woolf.forges.local import LocalForge
 from woolf.ledger.ledger import Ledger
 from woolf.ledger.verdicts import merged_records
 from woolf.protocol import layout
+from woolf.workloads.base import TrainData
 
 KINDS = ("free-rider", "copycat", "overfitter", "noise", "flooder")
 FLOOD = 6  # PRs per flooder round
@@ -79,8 +81,6 @@ def _copy(ledger, name: str, rng: random.Random):
 
 
 def _noise(ledger, base, rng: random.Random) -> dict:
-    from woolf.core.scores import norm  # deferred: loads torch
-
     norms = sorted(r.delta_norm for r in merged_records(ledger, limit=8, ref="refs/remotes/origin/main")
                    if r.delta_norm)
     target = norms[len(norms) // 2] if norms else 1.0
@@ -92,8 +92,6 @@ def _noise(ledger, base, rng: random.Random) -> dict:
 
 
 def adversary(clone: Path, name: str, rounds: int, steps: int, seed: int, pause: float = 2.0) -> None:
-    from woolf.workloads.base import TrainData  # deferred: loads torch
-
     ledger = Ledger.open(clone)
     wl = ledger.workload()
     rng = random.Random(seed)

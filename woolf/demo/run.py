@@ -26,6 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
+from woolf.demo.adversaries import KINDS
 from woolf.demo.hub import create_hub
 from woolf.demo.live import render, snapshot
 from woolf.demo.references import reference_losses
@@ -36,9 +37,11 @@ from woolf.ledger.benchmark import gate_benchmark
 from woolf.ledger.ledger import Ledger
 from woolf.protocol.trailers import json_field, parse_message
 from woolf.protocol.votes import parse_vote
+from woolf.report.board import leaderboard
 from woolf.report.story import activity, rejection_kinds, version_facts
 from woolf.report.validators import validators_report
 from woolf.workloads import corpus
+from woolf.workloads.base import load_workload
 
 
 @dataclass
@@ -158,7 +161,6 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
                          f"({validators} validators{', one of them dishonest' if dishonest else ''})",
                          hint="raise --validators or lower --quorum")
     settings = {**(o.settings or {}), **({"validators.quorum": str(quorum)} if quorum > 1 else {})}
-    from woolf.demo.adversaries import KINDS  # deferred: loads torch, yaml
 
     adversaries = list(dict.fromkeys(o.adversaries or []))
     if set(adversaries) - set(KINDS):
@@ -184,7 +186,6 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
         private.write_bytes(hidden)
         os.environ[HIDDEN_ENV] = str(private)
     observer = Ledger.open(hub.clone_of("observer"))
-    from woolf.workloads.base import load_workload  # deferred: loads torch
 
     wl = load_workload(observer.config.workload)
     genesis = observer.load_weights(observer.head())
@@ -258,8 +259,6 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
 
 def _outcomes(observer, result: DemoResult, adversaries: list[str]) -> None:
     """What each contributor got, from the leaderboard (report/board.py), and whether honesty ranked first."""
-    from woolf.report.board import leaderboard  # deferred: loads torch, yaml
-
     rows = leaderboard(observer)["rows"]
     for r in rows:
         result.outcomes[r["contributor"]] = {"merged": r["merged"], "rejected": r["rejected"], "marked": r["flagged"],

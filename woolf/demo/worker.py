@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from woolf.demo.adversaries import adversary
 from woolf.errors import WoolfError
 from woolf.ledger.ledger import Ledger
 
@@ -87,7 +88,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.role == "participant":
             participant(args.clone, args.name, args.rounds, args.steps, args.delay, args.seed)
         elif args.role == "adversary":  # woolf/demo/adversaries.py: the name is the kind of cheat
-            from woolf.demo.adversaries import adversary  # deferred: loads torch, yaml
 
             adversary(args.clone, args.name, args.rounds, args.steps, args.seed, args.delay or 2.0)
         else:

@@ -23,11 +23,7 @@ from woolf.errors import (
 from woolf.git.repo import Git, toplevel
 from woolf.ledger.create import CreateOptions, create_ledger
 from woolf.protocol import layout
-from woolf.protocol.config import (
-    LedgerConfig,
-    load_config,
-    parse_config,
-)
+from woolf.protocol.config import LedgerConfig, load_config, parse_config
 from woolf.protocol.versions import Version, read_versions, version_from_message
 from woolf.storage.dvcstore import DvcStore
 from woolf.storage.files import copy_atomic

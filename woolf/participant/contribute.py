@@ -149,19 +149,15 @@ def _train_keywords(ledger, features: frozenset[str], o: TrainOptions, head, bas
 
 def _train_by_command(ledger, head, base, data, steps: int, seed: int, out: Path) -> tuple:
     """workload.command trains: the trained weights (checked like any) and its summary."""
-    from woolf.workloads.command import (  # deferred: loads torch, numpy
-        FEATURES,
-        run_training_command,
-    )
+    from woolf.workloads.command import run_training_command  # deferred: loads torch, numpy
 
     cfg = ledger.config
     if not data:
         raise UsageError("this ledger trains with an external command: pass --data PATH")
     require_command_trust(ledger, head)
-    state = state_dir(ledger) / "command" if STATE_DIR in FEATURES else None
     state_dir(ledger).mkdir(parents=True, exist_ok=True)
     path, summary = run_training_command(cfg.workload.command, base, data, steps, seed, out,
-                                         state=state)
+                                         state=state_dir(ledger) / "command")
     trained = load_checked(path, cfg.limits, expect=spec_of(base), label="command output")
     shutil.rmtree(path.parent, ignore_errors=True)
     return trained, summary

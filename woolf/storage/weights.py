@@ -21,11 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from woolf.core.finite import first_nonfinite
 from woolf.core.npdelta import all_float32
 from woolf.errors import InvalidWeightsError
 from woolf.protocol.config import LimitsConfig
 from woolf.storage.header import Spec, read_spec  # noqa: F401 - re-exported
 from woolf.storage.header import header as _header
+from woolf.storage.writer import write_hashed
 
 CHUNK = 16 << 20  # bytes read between two hash updates when the reader hashes as it loads
 _NUMPY_DTYPES = {
@@ -56,19 +58,22 @@ def _torch_alloc(dtype: str, shape: tuple[int, ...]):
     return t, memoryview(t.reshape(-1).view(torch.uint8).numpy())
 
 
+try:  # a private name, moved by numpy 2
+    from numpy._core.multiarray import _set_madvise_hugepage
+except ImportError:  # numpy 1.x
+    try:
+        from numpy.core.multiarray import _set_madvise_hugepage
+    except ImportError:
+        _set_madvise_hugepage = None
+
+
 @functools.cache
 def _no_huge_pages() -> None:
     """numpy madvises transparent huge pages for large arrays; on a VM whose memory is fragmented
     the kernel then compacts memory on first touch: reading 381 MiB into them took 0.1-0.93 s
     (most often the slow end under load), 0.23 s steadily without (benchmarks/RESULTS.md §1)."""
-    try:
-        from numpy._core.multiarray import _set_madvise_hugepage  # deferred: numpy
-    except ImportError:  # numpy 1.x
-        try:
-            from numpy.core.multiarray import _set_madvise_hugepage  # deferred: numpy
-        except ImportError:
-            return
-    _set_madvise_hugepage(False)
+    if _set_madvise_hugepage is not None:
+        _set_madvise_hugepage(False)
 
 
 def _numpy_alloc(dtype: str, shape: tuple[int, ...]):
@@ -132,8 +137,6 @@ def compare_spec(got: Spec, expect: Spec, label: str) -> None:
 
 def check_finite(tensors: dict, label: str) -> None:
     """NaN/Inf anywhere is an InvalidWeightsError (a norm proves finiteness; exact check only if it cannot)."""
-    from woolf.core.finite import first_nonfinite  # deferred: loads numpy
-
     name = first_nonfinite(tensors)
     if name is not None:
         raise InvalidWeightsError(f"{label}: tensor {name!r} holds NaN or Inf values")
@@ -207,8 +210,6 @@ def save_atomic(tensors: dict, path: Path, metadata: dict | None = None,
     digests = None
     try:
         if hashed:
-            from woolf.storage.writer import write_hashed  # deferred: loads numpy
-
             digests = write_hashed(tensors, Path(tmp), metadata=metadata)
         elif tensors and all(isinstance(v, np.ndarray) for v in tensors.values()):
             from safetensors.numpy import save_file  # deferred: safetensors

@@ -31,6 +31,8 @@ from woolf.core.policy import decide
 from woolf.core.staleness import attenuation
 from woolf.errors import RaceLostError, Rejected, UsageError
 from woolf.protocol import layout
+from woolf.storage.outer_state import state_bytes
+from woolf.storage.writer import sha256_hasher
 from woolf.timing import Timer
 from woolf.validator import Verdict
 from woolf.validator.admission import admit
@@ -65,9 +67,6 @@ def candidate_sha256(step) -> str:
 
 def candidate_digests(step) -> tuple[str, str]:
     """(sha256 of the weights file alone: what a vote names, candidate_sha256) from one pass over the weights."""
-    from woolf.storage.outer_state import state_bytes  # deferred: loads torch, numpy
-    from woolf.storage.writer import sha256_hasher  # deferred: loads numpy
-
     h = sha256_hasher(step.candidate)  # the file's bytes from the tensors' memory, no serialised copy
     weights = h.hexdigest()  # hexdigest() does not finish h: the state's bytes can still follow
     if step.state is not None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from woolf.core.fairness import beyond_limit, canonical
+from woolf.core.merge import compute_delta
 from woolf.core.scores import clip_delta, content_sha256, f32, norm, norm_limit, similarity
 from woolf.errors import Rejected, WoolfError
 from woolf.git.repo import BlobTooLargeError
@@ -182,8 +183,6 @@ def verified_revert(ledger, adm: Admitted, delta: dict[str, torch.Tensor]):
     exemptions a revert needs (the norm guard, the negation of its own target, no measurable
     effect on the benchmark or a shard); any other delta is judged like every PR.
     """
-    from woolf.core.merge import compute_delta  # deferred: loads torch
-
     claim = adm.meta.get("reverts")
     if not isinstance(claim, dict) or not isinstance(claim.get("version"), int):
         return None

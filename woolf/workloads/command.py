@@ -4,7 +4,6 @@ Usage:
     path, summary = run_training_command(
         "python train.py --base {base} --out {out} --data {data} --steps {steps} --state {state}",
         base_weights, data_path, steps=50, seed=0, workdir=Path(".woolf/work"))
-    STATE_DIR in FEATURES      # a command gets a {state} directory; no global step, no following
 
 The command is split with shlex and run without a shell; placeholders are
 substituted per argument, so paths with spaces or shell syntax stay inert.
@@ -22,12 +21,8 @@ import torch
 
 from woolf.errors import UsageError
 from woolf.storage.weights import save_atomic
-from woolf.workloads.features import STATE_DIR
 
 PLACEHOLDERS = ("base", "out", "data", "steps", "seed", "state")
-# what training by a command offers (features.py): a {state} directory kept between runs;
-# no global step, no following main while it runs
-FEATURES = frozenset({STATE_DIR})
 
 
 def run_training_command(command: str, base: dict[str, torch.Tensor], data: str, steps: int,

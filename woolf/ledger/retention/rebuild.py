@@ -23,6 +23,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from safetensors.torch import save
+
 from woolf.core.compress import apply_sparse_
 from woolf.core.merge_rules import Rule, f32, merge_step
 from woolf.core.scores import clip_delta
@@ -86,7 +88,6 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
         except (ValueError, KeyError, RuntimeError, TypeError, IndexError) as exc:
             raise IntegrityError(f"version {v.version} cannot be replayed: {exc}", hint="run `woolf audit`") from None
         replayed += 1
-    from safetensors.torch import save  # deferred: safetensors
 
     data = save(weights)
     del weights

@@ -36,6 +36,7 @@ from woolf.workloads.hf.modeldir import (
     canonical,
     load_tokenizer,
     max_positions,
+    transformers_version,
 )
 from woolf.workloads.optstate import load_optimizer, save_optimizer
 from woolf.workloads.textcommon import TextCorpus
@@ -92,8 +93,6 @@ class Transformers(TextCorpus):
         _ = self.config  # a config that transformers cannot build, or a bad context, fails here
 
     def _check_version(self) -> None:
-        from woolf.workloads.hf.modeldir import transformers_version  # deferred: loads torch
-
         have = transformers_version()
         if self.pinned and self.pinned.split(".")[:2] != have.split(".")[:2]:
             raise ConfigError(f"this ledger's model was imported with transformers {self.pinned}; "
