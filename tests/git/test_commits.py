@@ -434,3 +434,14 @@ def test_parents_are_the_parents_git_reads(git):
     assert git.out("rev-list", "--parents", "-n1", sha).split()[1:] == [real]
     assert commit_records(git, [sha])[0][1] == [real]
     assert read_commit(git, sha)[0] == [real]
+
+
+def test_an_upper_case_parent_id_is_read_as_git_reads_it(git):
+    """git parses a parent id in either case (fsck --strict passes it) and means the lower-case
+    commit; the readers agree with git instead of refusing the commit or passing the text on."""
+    tree = _tree(git)
+    parent = _obj(git, _raw(tree, message=b"parent\n"))
+    sha = _obj(git, _raw(tree, [parent.upper()]))
+    assert git.out("rev-list", "--parents", "-n1", sha).split()[1:] == [parent]
+    assert commit_records(git, [sha])[0][1] == [parent]
+    assert read_commit(git, sha)[0] == [parent]

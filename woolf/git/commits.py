@@ -42,7 +42,7 @@ def commit_bytes(git, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> bytes:
         proc.wait()
 
 
-_OID = re.compile(rb"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
+_OID = re.compile(rb"[0-9a-fA-F]{40}(?:[0-9a-fA-F]{24})?")  # git reads either case (get_oid_hex)
 
 
 def parents_of(lines: list[bytes]) -> list[str] | None:
@@ -57,9 +57,9 @@ def parents_of(lines: list[bytes]) -> list[str] | None:
         if not ln.startswith(b"parent "):
             break
         oid = ln[7:]
-        if not _OID.match(oid):
+        if not _OID.fullmatch(oid):
             return None
-        parents.append(oid.decode())
+        parents.append(oid.decode().lower())  # the id git means: rev-list prints it lower-case
     return parents
 
 
