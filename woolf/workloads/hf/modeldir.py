@@ -40,6 +40,11 @@ class Imported:
     files: dict[str, bytes]
     weights: dict[str, torch.Tensor]
 
+    def as_dtype(self, dtype: str) -> dict[str, torch.Tensor]:
+        """The weights with every floating tensor in ``dtype`` (``--set workload.params.dtype=...``)."""
+        want = getattr(torch, dtype)
+        return {k: v.to(want) if v.is_floating_point() else v for k, v in self.weights.items()}
+
 
 def transformers_version() -> str:
     import transformers  # deferred: transformers
@@ -145,6 +150,14 @@ def _dtype_of(path: Path, limits) -> str:
     return names[floats.pop()]
 
 
+def master_dtype(dtype: str) -> str:
+    """What a ledger stores and merges for a checkpoint of ``dtype``: float32 for bf16/fp16.
+
+    Updates of a fine-tuning step (~1e-5 per element) are below half a bf16 ulp of weights
+    ~0.02: merged in bf16 most of them would round away (benchmarks/bf16_masters.py)."""
+    return "float32" if dtype in ("bfloat16", "float16") else dtype
+
+
 def import_model_dir(path: Path | None, limits) -> Imported:
     """Everything ``woolf init --workload transformers --weights DIR`` commits, or a clear refusal."""
     if path is None or not Path(path).is_dir():
@@ -177,7 +190,9 @@ def import_model_dir(path: Path | None, limits) -> Imported:
             trust_remote_code=False, use_safetensors=True, output_loading_info=True)
     except Exception as exc:
         raise UsageError(f"{path}: transformers cannot load the checkpoint: {str(exc)[:300]}") from None
-    weights = {k: v.clone().contiguous() for k, v in canonical(model).items()}
+    master = master_dtype(dtype)
+    weights = {k: v.to(getattr(torch, master)).contiguous() if v.is_floating_point() else v.clone().contiguous()
+               for k, v in canonical(model).items()}
     problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
     missing = set(problems.get("missing_keys", ())) & set(weights)
     if missing or problems.get("unexpected_keys") or problems.get("mismatched_keys"):
@@ -186,7 +201,9 @@ def import_model_dir(path: Path | None, limits) -> Imported:
                          hint="the weights and config.json must come from the same save_pretrained")
     files = {f"{MODEL_DIR}/{n}": b for n, b in raw.items()}
     params = {"model": MODEL_DIR, "files": {n: hashlib.sha256(b).hexdigest() for n, b in raw.items()},
-              "dtype": dtype, "transformers": transformers_version()}
+              "dtype": master, "transformers": transformers_version()}
+    if master != dtype:  # the ledger keeps float32 masters; what the checkpoint was, for export
+        params["checkpoint_dtype"] = dtype
     limit = max_positions(config)
     if limit:
         params["context"] = min(128, limit)  # the workload's default window, within the model's reach
