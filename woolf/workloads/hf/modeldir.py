@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from woolf.errors import UsageError
+from woolf.storage.shards import INDEX, check_sharded
 
 MODEL_DIR = "ledger/model"
 REQUIRED = ("config.json", "tokenizer.json")  # committed and pinned; the weights go to DVC
@@ -138,14 +139,11 @@ def canonical(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def _dtype_of(path: Path, limits) -> str:
-    from woolf.storage.weights import read_spec  # deferred: loads numpy
-
-    spec = read_spec(path, limits, "model.safetensors")
+def _dtype_of(spec, where: Path) -> str:
     floats = {d for d, _ in spec.values() if d in ("F32", "F16", "BF16", "F64")}
     names = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
     if len(floats) != 1:
-        raise UsageError(f"model.safetensors mixes floating dtypes {sorted(floats)}",
+        raise UsageError(f"{where} mixes floating dtypes {sorted(floats)}",
                          hint="save it in one dtype: model.to(torch.float32).save_pretrained(DIR)")
     return names[floats.pop()]
 
@@ -170,17 +168,24 @@ def import_model_dir(path: Path | None, limits) -> Imported:
     if code:
         raise UsageError(f"{path} holds Python code ({', '.join(code)}); woolf never runs a checkpoint's code",
                          hint="use a model whose architecture transformers ships")
-    if not (path / "model.safetensors").is_file():
+    sharded = (path / INDEX).is_file()
+    if not sharded and not (path / "model.safetensors").is_file():
         other = [p.name for p in path.iterdir() if p.name.endswith((".bin", ".index.json", ".pt"))]
         raise UsageError(f"{path}: no model.safetensors" + (f" (found {', '.join(sorted(other))})" if other else ""),
-                         hint=f"one safetensors file is needed; convert with: {CONVERT}")
+                         hint=f"model.safetensors, or shards and {INDEX}, are needed; convert with: {CONVERT}")
     for name in REQUIRED:
         if not (path / name).is_file():
             raise UsageError(f"{path}: no {name}", hint=f"save the model and its tokenizer with: {CONVERT}")
     raw = {n: (path / n).read_bytes() for n in REQUIRED + OPTIONAL if (path / n).is_file()}
     config = build_config(raw["config.json"], f"{path / 'config.json'}")
     load_tokenizer(raw["tokenizer.json"], config, f"{path / 'tokenizer.json'}")
-    dtype = _dtype_of(path / "model.safetensors", limits)
+    if sharded:  # every shard checked against the index before transformers reads one
+        spec, _ = check_sharded(path, limits)
+    else:
+        from woolf.storage.weights import read_spec  # deferred: loads numpy
+
+        spec = read_spec(path / "model.safetensors", limits, f"{path / 'model.safetensors'}")
+    dtype = _dtype_of(spec, path / (INDEX if sharded else "model.safetensors"))
 
     from transformers import AutoModelForCausalLM  # deferred: transformers
 
@@ -196,7 +201,7 @@ def import_model_dir(path: Path | None, limits) -> Imported:
     problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
     missing = set(problems.get("missing_keys", ())) & set(weights)
     if missing or problems.get("unexpected_keys") or problems.get("mismatched_keys"):
-        raise UsageError(f"{path}/model.safetensors does not fit config.json: "
+        raise UsageError(f"{path / (INDEX if sharded else 'model.safetensors')} does not fit config.json: "
                          + "; ".join(f"{k} {sorted(map(str, v))[:4]}" for k, v in problems.items() if v),
                          hint="the weights and config.json must come from the same save_pretrained")
     files = {f"{MODEL_DIR}/{n}": b for n, b in raw.items()}

@@ -104,6 +104,10 @@ class Transformers(TextCorpus):
                               f"this machine has {have}, whose model code may differ",
                               hint=f'pip install "transformers=={self.pinned}"')
 
+    def model_files(self) -> dict[str, bytes]:
+        """The pinned model files by name (config.json, tokenizer.json, ...), as bind checked them."""
+        return dict(self._require())
+
     def _require(self) -> dict[str, bytes]:
         if self._blobs is None:
             raise UsageError("the transformers workload has no model files",
