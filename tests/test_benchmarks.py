@@ -66,6 +66,14 @@ def test_bf16_masters_smoke(tmp_path):
     assert row["bf16_masters"]["moved_norm_ratio"] >= 0.99 and row["bf16_masters"]["stored_dtype"] == "float32"
 
 
+def test_gpu_check_dry_run(tmp_path):
+    pytest.importorskip("transformers")
+    _run(tmp_path, "gpu_check.py", "--dry-run")
+    (row,) = json.loads((tmp_path / "gpu_check.json").read_text())["rows"]
+    assert "error" not in row, row
+    assert row["train"]["tokens_per_second"] > 0 and row["cpu_vs_device_loss"]["difference"] == 0.0
+
+
 def test_signing_overhead_smoke(tmp_path):
     _run(tmp_path, "signing_overhead.py", "--prs", "1", "--runs", "1", "--small", "--out", "sig.json")
     data = json.loads((tmp_path / "sig.json").read_text())
