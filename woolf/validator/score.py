@@ -21,6 +21,8 @@ import logging
 import math
 import time
 
+import torch
+
 from woolf.core.merge import apply_delta
 from woolf.core.scores import improvement, unique
 from woolf.errors import IntegrityError, Rejected, StorageError, WoolfError
@@ -71,8 +73,6 @@ def _after(base: dict, delta: dict, reuse: bool) -> dict:
     """base + delta, as apply_delta(base, delta, 1.0) computes it; with ``reuse`` a float32 base's own
     memory receives it (the same bits: times 1.0 is exact, IEEE addition commutes), so scoring
     holds no third model."""
-    import torch  # deferred: loaded with the workload already
-
     if reuse and all(v.dtype == torch.float32 and delta[k].dtype == torch.float32 and v.is_contiguous()
                      for k, v in base.items()):
         for k in sorted(base):
