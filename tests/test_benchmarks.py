@@ -74,6 +74,13 @@ def test_gpu_check_dry_run(tmp_path):
     assert row["train"]["tokens_per_second"] > 0 and row["cpu_vs_device_loss"]["difference"] == 0.0
 
 
+def test_peak_memory_smoke(tmp_path):
+    _run(tmp_path, "peak_memory.py", "--params", "1e6", "--out", "mem.json")
+    rows = json.loads((tmp_path / "mem.json").read_text())["rows"]
+    assert [r["command"] for r in rows] == ["init", "train", "submit", "validate", "audit", "checkout", "pull"]
+    assert all(r["peak_rss_mib"] > 0 for r in rows)
+
+
 def test_signing_overhead_smoke(tmp_path):
     _run(tmp_path, "signing_overhead.py", "--prs", "1", "--runs", "1", "--small", "--out", "sig.json")
     data = json.loads((tmp_path / "sig.json").read_text())
