@@ -59,6 +59,28 @@ def test_hf_throughput_smoke(tmp_path):
     assert data["evaluation"][0]["tokens_per_second"] > 0 and data["merge"]["ratio_to_floor"] > 0
 
 
+def test_bf16_masters_smoke(tmp_path):
+    pytest.importorskip("transformers")
+    _run(tmp_path, "bf16_masters.py", "--layers", "1", "--width", "32", "--lrs", "1e-5", "--steps", "1")
+    row = json.loads((tmp_path / "bf16_masters.json").read_text())["rows"][0]
+    assert row["bf16_masters"]["moved_norm_ratio"] >= 0.99 and row["bf16_masters"]["stored_dtype"] == "float32"
+
+
+def test_gpu_check_dry_run(tmp_path):
+    pytest.importorskip("transformers")
+    _run(tmp_path, "gpu_check.py", "--dry-run")
+    (row,) = json.loads((tmp_path / "gpu_check.json").read_text())["rows"]
+    assert "error" not in row, row
+    assert row["train"]["tokens_per_second"] > 0 and row["cpu_vs_device_loss"]["difference"] == 0.0
+
+
+def test_peak_memory_smoke(tmp_path):
+    _run(tmp_path, "peak_memory.py", "--params", "1e6", "--out", "mem.json")
+    rows = json.loads((tmp_path / "mem.json").read_text())["rows"]
+    assert [r["command"] for r in rows] == ["init", "train", "submit", "validate", "audit", "checkout", "pull"]
+    assert all(r["peak_rss_mib"] > 0 for r in rows)
+
+
 def test_signing_overhead_smoke(tmp_path):
     _run(tmp_path, "signing_overhead.py", "--prs", "1", "--runs", "1", "--small", "--out", "sig.json")
     data = json.loads((tmp_path / "sig.json").read_text())

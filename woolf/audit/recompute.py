@@ -30,7 +30,7 @@ from woolf.protocol import layout
 from woolf.protocol.config import parse_config
 from woolf.storage.outer_state import load_state, state_bytes
 from woolf.storage.sparse import load_delta
-from woolf.storage.weights import TRUSTED_LIMITS, load_trusted, spec_of
+from woolf.storage.weights import TRUSTED_LIMITS, load_trusted, read_spec, spec_of
 from woolf.storage.writer import sha256_of
 
 
@@ -73,26 +73,32 @@ def audit(ledger, progress=None, reevaluate: bool = False) -> AuditReport:
             report.problem(v.version, f"version numbers are not consecutive (expected {i})")
             prev, prev_weights = v, None
             continue
-        current = None
+        stored = None  # the version's object, verified (md5, sha256); loaded only if the merge is not recomputed
         try:
             ledger.store.verify_remote(ledger.pointer(v.commit))
-            current = load_trusted(ledger.weights_path(v))
+            stored = ledger.weights_path(v)
         except WoolfError as exc:
             if not (_kind(exc) == "missing" and prev_weights is not None and gc_removable(ledger, v, head)):
                 report.problem(v.version, f"weights: {exc.message}", _kind(exc))
                 prev, prev_weights = v, None
                 continue
             removed += 1  # not kept (`woolf gc`): recomputed from its parent and delta below
-        spec = spec_of(current if current is not None else prev_weights)
+        spec = read_spec(stored, TRUSTED_LIMITS, f"version {v.version}") if stored is not None \
+            else spec_of(prev_weights)
         state, state_ok = _state_of(ledger, report, v, spec)
         if prev is not None and v.submission is not None:  # change versions: woolf/audit/authority.py
             recomputed = _check_merge(ledger, report, prev, v, prev_weights, prev_state)
         else:
             recomputed = prev_weights if prev is not None and v.weights_sha256 == prev.weights_sha256 else None
-        if current is None and recomputed is None:
+        if stored is None and recomputed is None:
             report.problem(v.version, "weights are not stored (gc) and cannot be recomputed", "missing")
-        prev, prev_weights, prev_state = v, (current if current is not None else recomputed), \
-            (state if state_ok else _UNKNOWN)
+        # recomputed weights hash to the version's sha256, as the stored object does (weights_path
+        # checked it): the same bytes, so the stored copy is read only when nothing was recomputed,
+        # after the parent's weights are dropped (two models at a time, never three)
+        prev_weights = None
+        if recomputed is None and stored is not None:
+            recomputed = load_trusted(stored)
+        prev, prev_weights, prev_state = v, recomputed, (state if state_ok else _UNKNOWN)
     if removed:
         report.notes.append(f"{removed} versions' weights are not kept in storage (`woolf gc`); "
                             "each was recomputed from its parent and delta")

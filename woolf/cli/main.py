@@ -17,6 +17,7 @@ from woolf._version import __version__
 from woolf.cli import (
     contrib_cmds,
     demo_cmds,
+    export_cmds,
     history_cmds,
     ledger_cmds,
     maintainer_cmds,
@@ -59,7 +60,7 @@ def cli(ctx: click.Context, directory: Path) -> None:
 
 def _register() -> None:
     for module in (ledger_cmds, contrib_cmds, validate_cmds, demo_cmds, maintainer_cmds, history_cmds,
-                   storage_cmds, quorum_cmds, score_cmds):
+                   storage_cmds, quorum_cmds, score_cmds, export_cmds):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -128,8 +128,8 @@ def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) ->
         wl.bind(model_files.get)
     bench = wl.benchmark_bytes()
     cfg.benchmark.sha256 = hashlib.sha256(bench).hexdigest()
-    if model_files:
-        genesis = imported.weights
+    if model_files:  # float32 masters for a bf16/fp16 checkpoint, unless the config asks otherwise
+        genesis = imported.as_dtype(wl.dtype)
     elif weights is not None:
         spec = read_spec(Path(weights), cfg.limits, "--weights")
         compare_spec(spec, spec_of(wl.genesis(seed)), f"--weights {weights}")

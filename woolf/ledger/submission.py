@@ -4,6 +4,7 @@ Usage:
     check_delta(delta, "the delta is all zeros")          # NaN/Inf or all zeros: InvalidWeightsError
     pr = submit_delta(ledger, delta, base, SubmitDeltaOptions(who="alice", the_forge=forge))
     pr = submit_delta(ledger, delta, base, who="alice", the_forge=forge)   # the same, as keywords
+    pr = submit_delta(ledger, StreamedDelta(trained, base_path, limits, spec), base, ...)  # tensor by tensor
 
 `woolf submit` (participant/contribute.py) and `woolf revert` (history/revert.py) both come here,
 so every PR has the same shape whoever opens it.
@@ -27,6 +28,7 @@ from woolf.protocol.trailers import format_message
 from woolf.protocol.versions import Version
 from woolf.storage.dvcstore import REMOTE_NAME
 from woolf.storage.sparse import save_delta
+from woolf.storage.streamdelta import StreamedDelta, ZeroDelta
 from woolf.timing import Timer
 
 
@@ -60,6 +62,8 @@ class SubmitDeltaOptions:
     cspec: CompressSpec | None = None  # send the delta compressed (topk) by this spec
     parts: dict | None = None  # with ``cspec``: the delta's compressed parts, made already
     prechecked: bool = False  # the caller already ran check_delta on the delta
+    zeros: str | None = None  # a streamed delta that is all zeros: this refusal (and hint)
+    zeros_hint: str | None = None
 
 
 def submit_delta(ledger, delta: dict, base, options: SubmitDeltaOptions | None = None,
@@ -75,13 +79,22 @@ def submit_delta(ledger, delta: dict, base, options: SubmitDeltaOptions | None =
     who, timer, reverts, cspec, parts = o.who, o.timer, o.reverts, o.cspec, o.parts
     record = o.record or {}
     cfg = ledger.config
-    if not o.prechecked:
+    streamed = isinstance(delta, StreamedDelta)  # computed, checked and written tensor by tensor
+    if not o.prechecked and not streamed:
         check_delta(delta, "the delta is all zeros: it would change nothing")
     sub_id = new_id(who)
     delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
     tmp = ledger.root / layout.WORK / "outgoing" / f"{sub_id}.safetensors"
     with timer("save"):  # hashed while written: md5 for DVC, sha256 for the record
-        md5, sha = save_delta(delta, tmp, cspec, parts)
+        if streamed:
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                md5, sha = delta.write(tmp)
+            except ZeroDelta:
+                raise InvalidWeightsError(o.zeros or "the delta is all zeros: it would change nothing",
+                                          hint=o.zeros_hint) from None
+        else:
+            md5, sha = save_delta(delta, tmp, cspec, parts)
         del delta, parts
     size = tmp.stat().st_size
     if size > cfg.limits.max_delta_bytes:

@@ -31,8 +31,11 @@ from woolf.participant.residual import compress_with_feedback, compression_spec,
 from woolf.participant.state import auto_steps, record_speed, state_dir, work_dir
 from woolf.protocol.contributor import contributor_id
 from woolf.storage.files import write_bytes_atomic
+from woolf.storage.streamdelta import StreamedDelta
 from woolf.storage.weights import (
+    TRUSTED_LIMITS,
     load_checked,
+    read_spec,
     save_atomic,
     spec_of,
     to_torch,
@@ -216,6 +219,16 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
     cfg = ledger.config
     cspec = compression_spec(cfg, o.compress)
     timer = Timer()
+    feedback = cfg.workload.error_feedback if o.error_feedback is None else o.error_feedback
+    streamed = _streamed_delta(ledger, base, Path(weights), timer) if cspec is None and not feedback else None
+    if streamed is not None:  # a dense float32 delta: computed, checked and written tensor by tensor
+        result = submit_delta(ledger, streamed, base, SubmitDeltaOptions(
+            who=who, message=o.message, the_forge=forge_for(ledger, o.forge), timer=timer, record=record,
+            delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, prechecked=True,
+            zeros="the trained weights equal the base: the delta is all zeros",
+            zeros_hint="train first (`woolf train`)"))
+        remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
+        return {**result, "error_feedback": ""}
     with timer("load"):
         # a float32 model is read and subtracted in numpy: torch is imported only if a step needs it
         base_w = ledger.load_weights(base, numpy="float32")  # hashed as read, if not verified yet
@@ -233,7 +246,7 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
             from woolf.core.merge import compute_delta  # deferred: loads torch
 
             delta = compute_delta(trained, base_w, into=trained)
-        if cfg.workload.error_feedback if o.error_feedback is None else o.error_feedback:
+        if feedback:
             residual, feedback_note = settle(ledger, the_forge, spec_of(base_w))
             if residual is not None:  # what earlier PRs did not get merged rides along
                 import torch  # deferred: torch
@@ -263,3 +276,14 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
     if feedback_note:
         clear_residual(ledger, result["id"])  # it is part of this PR's delta now
     return {**result, "error_feedback": feedback_note}
+
+
+def _streamed_delta(ledger, base, weights: Path, timer: Timer):
+    """A StreamedDelta of ``weights`` on ``base`` when the model is all float32 (else None: the whole
+    models are loaded, as for other dtypes, error feedback and top-k)."""
+    with timer("load"):
+        base_path = ledger.weights_path(base)  # sha256-verified (hashed once, if new here)
+        spec = read_spec(base_path, TRUSTED_LIMITS, f"version {base.version}")
+        if not npdelta.all_float32(spec):
+            return None
+        return StreamedDelta(weights, base_path, ledger.config.limits, spec)

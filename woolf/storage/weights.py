@@ -128,6 +128,12 @@ def compare_spec(got: Spec, expect: Spec, label: str) -> None:
             hint="train from the ledger's current weights (`woolf pull`, `woolf train`)",
         )
     for name in sorted(expect):
+        if got[name] != expect[name] and got[name][1] == expect[name][1] and expect[name][0] == "F32" \
+                and got[name][0] in ("BF16", "F16"):
+            raise InvalidWeightsError(
+                f"{label}: tensor {name!r} is {got[name][0]}, but this ledger keeps float32 master weights",
+                hint="submit the float32 weights training produced (`woolf train` writes them); "
+                     "a delta cast to bfloat16/float16 loses most of a small update")
         if got[name] != expect[name]:
             raise InvalidWeightsError(
                 f"{label}: tensor {name!r} is {got[name][0]}{list(got[name][1])}, "

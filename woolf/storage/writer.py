@@ -2,6 +2,7 @@
 
 Usage:
     md5, sha = write_hashed(tensors, path, metadata=None)   # path is written whole (caller renames)
+    md5, sha = write_stream({name: (dtype, shape)}, produce, path)   # produce(name) -> array, one at a time
     sha = sha256_of(tensors)                                # the same file's sha256, nothing written
     h = sha256_hasher(tensors); h.update(more)              # the same, then more bytes
 
@@ -16,6 +17,7 @@ Tensors are torch tensors or numpy arrays (all of one kind; numpy needs no torch
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import struct
 from pathlib import Path
@@ -84,10 +86,35 @@ def sha256_hasher(tensors: dict, metadata: dict | None = None):
 
 
 def write_hashed(tensors: dict, path: Path, metadata: dict | None = None) -> tuple[str, str]:
-    head, order = _layout(tensors, metadata)
+    return _write(tensors, tensors.__getitem__, path, metadata)
+
+
+def stand_ins(spec: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> dict[str, np.ndarray]:
+    """Arrays of each dtype and shape that hold one element of memory (a zero-stride view): what
+    ``write_stream`` lays the header out from before any tensor exists."""
+    return {k: np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape=shape, strides=(0,) * len(shape))
+            for k, (dtype, shape) in spec.items()}
+
+
+def write_stream(spec: dict[str, tuple[np.dtype, tuple[int, ...]]], produce, path: Path,
+                 metadata: dict | None = None) -> tuple[str, str]:
+    """The file ``write_hashed`` would write for numpy arrays of ``spec``, each made by ``produce(name)``
+    only when it is written (in the file's order): one tensor in memory at a time, not a model."""
+
+    def checked(name):
+        arr = produce(name)
+        if arr.dtype != spec[name][0] or tuple(arr.shape) != tuple(spec[name][1]):
+            raise ValueError(f"{name}: produced {arr.dtype}{list(arr.shape)}, declared otherwise")
+        return arr
+
+    return _write(stand_ins(spec), checked, path, metadata)
+
+
+def _write(layout_of: dict, get, path: Path, metadata: dict | None) -> tuple[str, str]:
+    head, order = _layout(layout_of, metadata)
     digests = Digests()  # md5 and sha256 in helper threads while the next slice is written
     with open(path, "wb", buffering=0) as fh:
-        for block in [memoryview(head), *(_bytes_of(tensors[n]) for n in order)]:
+        for block in itertools.chain([memoryview(head)], (_bytes_of(get(n)) for n in order)):  # lazily
             for i in range(0, len(block), CHUNK):
                 piece = block[i:i + CHUNK]
                 digests.update(piece)

@@ -21,6 +21,8 @@ import logging
 import math
 import time
 
+import torch
+
 from woolf.core.merge import apply_delta
 from woolf.core.scores import improvement, unique
 from woolf.errors import IntegrityError, Rejected, StorageError, WoolfError
@@ -67,8 +69,23 @@ def base_unreadable(version: int, exc: WoolfError) -> str:
             "scored against them: train on the current version and submit again")
 
 
-def score_delta(ledger, device, adm, main, current, delta, wl) -> dict | None:
-    """{"assigned", "random", "difference", "seconds"}; None when scoring is off or the workload has no shards."""
+def _after(base: dict, delta: dict, reuse: bool) -> dict:
+    """base + delta, as apply_delta(base, delta, 1.0) computes it; with ``reuse`` a float32 base's own
+    memory receives it (the same bits: times 1.0 is exact, IEEE addition commutes), so scoring
+    holds no third model."""
+    if reuse and all(v.dtype == torch.float32 and delta[k].dtype == torch.float32 and v.is_contiguous()
+                     for k, v in base.items()):
+        for k in sorted(base):
+            torch.add(base[k], delta[k], out=base[k])
+        return base
+    return apply_delta(base, delta, 1.0)
+
+
+def score_delta(ledger, device, adm, main, current, delta, wl, spent: list | None = None) -> dict | None:
+    """{"assigned", "random", "difference", "seconds"}; None when scoring is off or the workload has no shards.
+
+    ``spent`` (a list): scoring may write base + delta into ``current``'s memory, and appends
+    "current" to it when it did; the caller reads main's weights again before it uses them."""
     cfg = ledger.config
     if not cfg.scoring.enabled:
         return None
@@ -78,12 +95,17 @@ def score_delta(ledger, device, adm, main, current, delta, wl) -> dict | None:
         own = sample(wl.default_data(adm.meta["contributor"], adm.base.version).texts, cfg.scoring.sample_bytes)
         rnd = sample(wl.default_data(random_name(adm.meta["id"]), adm.base.version).texts, cfg.scoring.sample_bytes)
         base = _base_weights(ledger, adm, main, current)
-        after = apply_delta(base, delta, 1.0)
+        before = {name: wl.evaluate(base, data, device).get(metric) for name, data in (("assigned", own),
+                                                                                        ("random", rnd))}
+        reuse = base is not current or spent is not None
+        after = _after(base, delta, reuse)
+        if after is current and spent is not None:
+            spent.append("current")
         out = {}
         for name, data in (("assigned", own), ("random", rnd)):
-            b = wl.evaluate(base, data, device).get(metric)
             a = wl.evaluate(after, data, device).get(metric)
-            out[name] = improvement(float(b), float(a), direction)
+            out[name] = improvement(float(before[name]), float(a), direction)
+        del after, base
     except WoolfError:
         raise  # a Rejected (base weights unreadable) or the ledger's own failure
     except Exception as exc:  # noqa: BLE001 - a workload without shards, or data too short: no scores

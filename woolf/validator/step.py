@@ -47,8 +47,8 @@ class MergeStep:
     def candidate(self, adm: Admitted, main, att: float, timer: Timer, before_merge=None):
         """(current weights, merge Step) after the data checks; raises Rejected.
 
-        ``before_merge(current, delta)``: runs after the checks and before the merge (scoring reads
-        the delta there); a reason it returns vetoes the merge: (current, None). The merge then
+        ``before_merge(current, delta, spent)``: runs after the checks and before the merge (scoring reads
+        the delta there, and may spend current's memory: it says so in ``spent``); a reason it returns vetoes the merge: (current, None). The merge then
         writes the candidate into the delta's memory (the delta is not needed after it).
 
         A parent version whose outer state is missing or does not fit raises
@@ -64,8 +64,13 @@ class MergeStep:
             norms = self._check_norm(current, delta)
             adm.screened = screen_delta(self.ledger, self.forge, self.state, adm, main, current, delta,
                                         norms)  # no-op, norm guard, replay, copies
-        if before_merge is not None and before_merge(current, adm.screened.delta):
+        spent: list = []  # scoring wrote into current's memory: main's weights are read again
+        if before_merge is not None and before_merge(current, adm.screened.delta, spent):
             return current, None
+        if spent:
+            with timer("load"):
+                current.clear()  # dropped before the new copy is read: never three models at once
+                current.update(self.ledger.load_weights(main))
         with timer("merge"):
             return current, merge_step(Rule.from_config(cfg.merge), current, state, delta, att, reuse_delta=True)
 
@@ -109,11 +114,11 @@ class MergeStep:
         verdict.attenuation = attenuation(cfg.merge.staleness, adm.staleness)
         wl = self.ledger.workload()
 
-        def score(current, delta):  # before the merge, which reuses the delta's memory
+        def score(current, delta, spent):  # before the merge, which reuses the delta's memory
             sc = adm.screened
             verdict.content, verdict.delta_norm, verdict.clip, verdict.flags = sc.content, sc.norm, sc.clip, sc.flags
             with timer("scoring"):  # assigned vs random shard; a delta that learned nothing is refused here
-                verdict.scores = score_delta(self.ledger, self.device, adm, main, current, delta, wl)
+                verdict.scores = score_delta(self.ledger, self.device, adm, main, current, delta, wl, spent)
             verdict.reason = judge_scores(self.ledger.config, verdict) or ""
             return verdict.reason
 

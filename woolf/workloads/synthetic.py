@@ -51,11 +51,18 @@ class Synthetic:
     def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0, progress=None):
         key = int.from_bytes(hashlib.sha256(data.texts[0] + bytes([seed % 256])).digest()[:4], "little")
         g = torch.Generator().manual_seed(key)
-        target = self.genesis(1)
+        # genesis(1) one tensor at a time when the weights come in the model's order (as loaded):
+        # no model-sized target beside them
+        in_order = list(weights) == [name for name, _ in self._shapes()]
+        if in_order:
+            targets = (t for _, t in self._tensors(1))
+        else:
+            full = self.genesis(1)
+            targets = (full[k] for k in weights)
         out = {}
-        for k, v in weights.items():
+        for (k, v), t in zip(weights.items(), targets, strict=True):
             # a step toward the target plus noise: evaluation sees honest progress
-            out[k] = v + self.step_size * steps * (target[k] - v) + 1e-4 * torch.randn(v.shape, generator=g)
+            out[k] = v + self.step_size * steps * (t - v) + 1e-4 * torch.randn(v.shape, generator=g)
         return out, {"steps": steps, "seconds": 0.0, "data": data.source}
 
     @torch.no_grad()

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from woolf.errors import UsageError
+from woolf.storage.shards import INDEX, check_sharded
 
 MODEL_DIR = "ledger/model"
 REQUIRED = ("config.json", "tokenizer.json")  # committed and pinned; the weights go to DVC
@@ -39,6 +40,11 @@ class Imported:
     params: dict
     files: dict[str, bytes]
     weights: dict[str, torch.Tensor]
+
+    def as_dtype(self, dtype: str) -> dict[str, torch.Tensor]:
+        """The weights with every floating tensor in ``dtype`` (``--set workload.params.dtype=...``)."""
+        want = getattr(torch, dtype)
+        return {k: v.to(want) if v.is_floating_point() else v for k, v in self.weights.items()}
 
 
 def transformers_version() -> str:
@@ -133,16 +139,21 @@ def canonical(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def _dtype_of(path: Path, limits) -> str:
-    from woolf.storage.weights import read_spec  # deferred: loads numpy
-
-    spec = read_spec(path, limits, "model.safetensors")
+def _dtype_of(spec, where: Path) -> str:
     floats = {d for d, _ in spec.values() if d in ("F32", "F16", "BF16", "F64")}
     names = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
     if len(floats) != 1:
-        raise UsageError(f"model.safetensors mixes floating dtypes {sorted(floats)}",
+        raise UsageError(f"{where} mixes floating dtypes {sorted(floats)}",
                          hint="save it in one dtype: model.to(torch.float32).save_pretrained(DIR)")
     return names[floats.pop()]
+
+
+def master_dtype(dtype: str) -> str:
+    """What a ledger stores and merges for a checkpoint of ``dtype``: float32 for bf16/fp16.
+
+    Updates of a fine-tuning step (~1e-5 per element) are below half a bf16 ulp of weights
+    ~0.02: merged in bf16 most of them would round away (benchmarks/bf16_masters.py)."""
+    return "float32" if dtype in ("bfloat16", "float16") else dtype
 
 
 def import_model_dir(path: Path | None, limits) -> Imported:
@@ -157,17 +168,24 @@ def import_model_dir(path: Path | None, limits) -> Imported:
     if code:
         raise UsageError(f"{path} holds Python code ({', '.join(code)}); woolf never runs a checkpoint's code",
                          hint="use a model whose architecture transformers ships")
-    if not (path / "model.safetensors").is_file():
+    sharded = (path / INDEX).is_file()
+    if not sharded and not (path / "model.safetensors").is_file():
         other = [p.name for p in path.iterdir() if p.name.endswith((".bin", ".index.json", ".pt"))]
         raise UsageError(f"{path}: no model.safetensors" + (f" (found {', '.join(sorted(other))})" if other else ""),
-                         hint=f"one safetensors file is needed; convert with: {CONVERT}")
+                         hint=f"model.safetensors, or shards and {INDEX}, are needed; convert with: {CONVERT}")
     for name in REQUIRED:
         if not (path / name).is_file():
             raise UsageError(f"{path}: no {name}", hint=f"save the model and its tokenizer with: {CONVERT}")
     raw = {n: (path / n).read_bytes() for n in REQUIRED + OPTIONAL if (path / n).is_file()}
     config = build_config(raw["config.json"], f"{path / 'config.json'}")
     load_tokenizer(raw["tokenizer.json"], config, f"{path / 'tokenizer.json'}")
-    dtype = _dtype_of(path / "model.safetensors", limits)
+    if sharded:  # every shard checked against the index before transformers reads one
+        spec, _ = check_sharded(path, limits)
+    else:
+        from woolf.storage.weights import read_spec  # deferred: loads numpy
+
+        spec = read_spec(path / "model.safetensors", limits, f"{path / 'model.safetensors'}")
+    dtype = _dtype_of(spec, path / (INDEX if sharded else "model.safetensors"))
 
     from transformers import AutoModelForCausalLM  # deferred: transformers
 
@@ -177,16 +195,20 @@ def import_model_dir(path: Path | None, limits) -> Imported:
             trust_remote_code=False, use_safetensors=True, output_loading_info=True)
     except Exception as exc:
         raise UsageError(f"{path}: transformers cannot load the checkpoint: {str(exc)[:300]}") from None
-    weights = {k: v.clone().contiguous() for k, v in canonical(model).items()}
+    master = master_dtype(dtype)
+    weights = {k: v.to(getattr(torch, master)).contiguous() if v.is_floating_point() else v.clone().contiguous()
+               for k, v in canonical(model).items()}
     problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
     missing = set(problems.get("missing_keys", ())) & set(weights)
     if missing or problems.get("unexpected_keys") or problems.get("mismatched_keys"):
-        raise UsageError(f"{path}/model.safetensors does not fit config.json: "
+        raise UsageError(f"{path / (INDEX if sharded else 'model.safetensors')} does not fit config.json: "
                          + "; ".join(f"{k} {sorted(map(str, v))[:4]}" for k, v in problems.items() if v),
                          hint="the weights and config.json must come from the same save_pretrained")
     files = {f"{MODEL_DIR}/{n}": b for n, b in raw.items()}
     params = {"model": MODEL_DIR, "files": {n: hashlib.sha256(b).hexdigest() for n, b in raw.items()},
-              "dtype": dtype, "transformers": transformers_version()}
+              "dtype": master, "transformers": transformers_version()}
+    if master != dtype:  # the ledger keeps float32 masters; what the checkpoint was, for export
+        params["checkpoint_dtype"] = dtype
     limit = max_positions(config)
     if limit:
         params["context"] = min(128, limit)  # the workload's default window, within the model's reach

@@ -9,7 +9,9 @@ Usage:
 
 The model's config and tokenizer are committed in the ledger (``model``) and
 pinned by sha256 in ``files``; ``bind`` reads them and refuses other bytes.
-Weights are the checkpoint's tensors (tied copies once) in ``dtype``; training
+Weights are the checkpoint's tensors (tied copies once) in ``dtype``: float32 master
+weights for a bf16/fp16 checkpoint (``checkpoint_dtype`` remembers what it was; a ledger
+made before float32 masters keeps ``dtype = "bfloat16"`` and works as it did); training
 runs in float32 (with ``autocast`` = "bf16"/"fp16" on the device) and
 ``grad_accum`` micro-batches per step; evaluation always runs in float32, in
 eval mode, over fixed non-overlapping windows, so it is deterministic on CPU.
@@ -52,7 +54,8 @@ class Transformers(TextCorpus):
     def __init__(self, model: str = MODEL_DIR, files: dict | None = None, dtype: str = "float32",
                  transformers: str = "", context: int = 128, batch_size: int = 8, grad_accum: int = 1,
                  lr: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, autocast: str = "",
-                 eval_batch: int = 8, benchmark_bytes: int = 32768, shard_files: int = 8):
+                 eval_batch: int = 8, benchmark_bytes: int = 32768, shard_files: int = 8,
+                 checkpoint_dtype: str = ""):
         files = dict(files or {})
         where = "ledger/woolf.toml: workload.params"
         missing = [n for n in REQUIRED if n not in files]
@@ -61,8 +64,10 @@ class Transformers(TextCorpus):
                               hint="create the ledger with `woolf init --workload transformers --weights DIR`")
         if autocast not in AUTOCAST:
             raise ConfigError(f"{where}.autocast = {autocast!r}", hint="use \"\", \"bf16\" or \"fp16\"")
-        if dtype not in DTYPES:
-            raise ConfigError(f"{where}.dtype = {dtype!r}", hint=f"use one of {', '.join(DTYPES)}")
+        for key, value in (("dtype", dtype), ("checkpoint_dtype", checkpoint_dtype or dtype)):
+            if value not in DTYPES:
+                raise ConfigError(f"{where}.{key} = {value!r}", hint=f"use one of {', '.join(DTYPES)}")
+        self.checkpoint_dtype = checkpoint_dtype or dtype
         for key, value in (("context", context), ("batch_size", batch_size), ("grad_accum", grad_accum),
                            ("eval_batch", eval_batch), ("benchmark_bytes", benchmark_bytes)):
             if not isinstance(value, int) or value <= 0:
@@ -98,6 +103,10 @@ class Transformers(TextCorpus):
             raise ConfigError(f"this ledger's model was imported with transformers {self.pinned}; "
                               f"this machine has {have}, whose model code may differ",
                               hint=f'pip install "transformers=={self.pinned}"')
+
+    def model_files(self) -> dict[str, bytes]:
+        """The pinned model files by name (config.json, tokenizer.json, ...), as bind checked them."""
+        return dict(self._require())
 
     def _require(self) -> dict[str, bytes]:
         if self._blobs is None:

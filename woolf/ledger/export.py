@@ -1,0 +1,93 @@
+"""`woolf export`: a version taken out of the ledger as a model others load.
+
+Usage:
+    export_version(ledger, 3, Path("my-model-v3"))                         # checkpoint's dtype, 5 GB shards
+    export_version(ledger, 3, Path("out"), dtype="float32", max_shard_size="200MB")
+
+For a transformers ledger the directory is what ``save_pretrained`` writes: config.json,
+the tokenizer files, generation_config.json and the weights (``model.safetensors``, or
+shards and ``model.safetensors.index.json`` above ``max_shard_size``), so that
+``AutoModelForCausalLM.from_pretrained(DIR)`` and ``AutoTokenizer.from_pretrained(DIR)``
+load it offline. For any other workload it is ``model.safetensors`` and a README.txt
+saying what it is. The weights come from the version's object after its sha256 is checked
+against the version's record (rebuilt if `woolf gc` removed it, and checked the same), and
+are cast tensor by tensor, one shard in memory at a time. DIR must be new or empty; the
+files are written beside it and moved in at the end, so a failure leaves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from woolf.errors import UsageError
+from woolf.storage.shards import parse_size, write_sharded
+
+DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+DEFAULT_SHARD = "5GB"  # save_pretrained's default
+
+
+def _target(out: Path) -> Path:
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} exists and is a file", hint="export into a new or empty directory")
+    if out.is_dir() and any(out.iterdir()):
+        raise UsageError(f"{out} is not empty; woolf export writes into a new or empty directory only",
+                         hint="choose another directory, or remove what is in it")
+    return out
+
+
+def export_version(ledger, number: int, out: Path, dtype: str | None = None,
+                   max_shard_size: str | int = DEFAULT_SHARD) -> dict:
+    """Write version ``number`` into ``out``; what was written (files, dtype, sha256, ...)."""
+    out = _target(out)
+    if dtype is not None and dtype not in DTYPES:
+        raise UsageError(f"--dtype {dtype!r}", hint=f"use one of {', '.join(DTYPES)}")
+    limit = parse_size(max_shard_size)
+    version = ledger.show(number)
+    source = ledger.weights_path(version)  # sha256 checked against the version's record
+    cfg = ledger.config
+    hf = cfg.workload.name == "transformers"
+    wl = ledger.workload() if hf else None
+    want = dtype or (wl.checkpoint_dtype if hf else None)
+    from woolf.storage.weights import TRUSTED_LIMITS, read_spec  # deferred: loads numpy
+
+    names = sorted(read_spec(source, TRUSTED_LIMITS, f"version {number}"))
+    cast = None
+    if want is not None:
+        import torch  # deferred: torch
+
+        target = getattr(torch, want)
+
+        def cast(t):
+            return t.to(target) if t.is_floating_point() else t
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.export-"))
+    try:
+        files = write_sharded(source, names, tmp, limit, cast=cast, dtype_bytes=DTYPES.get(want))
+        if hf:
+            from woolf.workloads.hf.export import export_files  # deferred: loads transformers
+
+            for name, data in export_files(wl, want).items():
+                (tmp / name).write_bytes(data)
+                files.append(name)
+        else:
+            (tmp / "README.txt").write_text(
+                f"Version {number} of the ledger {cfg.name!r} (workload {cfg.workload.name}), exported by woolf.\n"
+                f"model.safetensors holds its weights{f' cast to {want}' if want else ''}; load them with "
+                "safetensors.torch.load_file and the workload's own model code (woolf/workloads/).\n"
+                f"The ledger's record: version commit {version.commit}, weights sha256 {version.weights_sha256}.\n")
+            files.append("README.txt")
+        record = {"version": number, "commit": version.commit, "weights_sha256": version.weights_sha256,
+                  "workload": cfg.workload.name, "dtype": want or "as stored", "files": sorted(files)}
+        (tmp / "woolf-export.json").write_text(json.dumps(record, indent=2) + "\n")
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {**record, "path": str(out)}
