@@ -110,3 +110,59 @@ def test_a_pr_too_stale_by_its_turn_is_not_held_against_its_contributor():
                                                     "when the queue was read, over the limit of 4; ...")
     assert not stale.rated and copy.rated and not flood.rated  # a name without a key may be anyone's claim
     assert Record("m", "bob", "merged", 4).rated
+
+
+@pytest.mark.unit
+def test_credit_counts_only_what_random_shards_did_not_show():
+    from woolf.report.board import CREDIT_RULE, own_share
+
+    def rec(i, who, before, after, scores=None):
+        return Record(f"id{i}", who, "merged", i, version=i, before={"loss": before}, after={"loss": after},
+                      scores=scores)
+
+    recs = [rec(1, "first", 5.8, 4.8, {"assigned": 2.6, "randoms": [2.5, 2.65]}),  # generic: any data does it
+            rec(2, "alice", 4.8, 4.75, {"assigned": 0.2, "randoms": [0.05, 0.02]}),  # 3/4 beyond every random
+            rec(3, "bob", 4.75, 4.71, {"assigned": 0.1, "randoms": [0.0, 0.06]}),  # 0.4
+            rec(4, "eve", 4.71, 4.72, {"assigned": 0.3, "randoms": [0.0, 0.0]}),  # a regression: in full
+            rec(5, "old", 4.72, 4.70),  # history from before scoring: its whole improvement
+            rec(6, "bob", 4.70, 4.60, {"assigned": 0.1, "random": 0.05}),  # one random shard recorded: 1/2
+            rec(7, "mallory", 4.60, 4.50, {"assigned": -0.1, "randoms": [-0.3, -0.2]})]  # nothing of its own
+    c = credit(_Led, records=recs)
+    by = {r["contributor"]: r for r in c["rows"]}
+    assert own_share({"assigned": 2.6, "randoms": [2.5, 2.65]}) == 0.0 and own_share(None) == 1.0
+    assert abs(by["alice"]["credited"] - 0.05 * 0.75) < 1e-9 and abs(by["bob"]["credited"] - (0.04 * 0.4 + 0.1 * 0.5)) < 1e-9
+    assert by["first"]["credited"] == 0.0 and by["first"]["improvement"] > 0.99 and by["mallory"]["credited"] == 0.0
+    assert abs(by["eve"]["credited"] + 0.01) < 1e-9 and abs(by["old"]["credited"] - 0.02) < 1e-9
+    total = 0.05 * 0.75 + 0.04 * 0.4 + 0.1 * 0.5 - 0.01 + 0.02
+    assert abs(c["total"] - total) < 1e-9 and abs(c["improvement"] - 1.3) < 1e-9
+    assert abs(by["alice"]["share"] - 0.0375 / total) < 1e-9 and by["first"]["share"] == 0.0
+    assert [r["contributor"] for r in c["rows"]][:2] == ["bob", "alice"] and c["rule"] == CREDIT_RULE
+
+
+@pytest.mark.unit
+def test_ratings_weigh_differences_by_their_window_noise_and_let_luck_fade():
+    from woolf.core.scores import UNSCORED, window_noise
+
+    noisy = [{"difference": 0.3, "randoms": [2.5, 2.9]}, {"difference": -0.2, "randoms": [2.4, 2.0]}]
+    quiet = [{"difference": 0.1, "randoms": [0.02, 0.0]}, {"difference": 0.0, "randoms": [0.01, -0.01]}]
+    n1, n2 = window_noise(noisy), window_noise(quiet)
+    assert abs(n1 - (0.08 * 1.5) ** 0.5) < 1e-9 and n2 < n1 / 10 and window_noise([None, {"difference": 1}]) is None
+    # near genesis 0.3 nats is chance; later 0.1 is several noise widths
+    assert rank_score("merged", noisy[0], None, n1) < 1 < rank_score("merged", quiet[0], None, n2) <= 5
+    assert rank_score("rejected", {"difference": 0.4, "assigned": 0.001},
+                      "the delta removes +0.0010 of loss on its own assigned shard, under scoring.min_assigned") == UNSCORED
+    # a free-rider lucky once at genesis, then nothing; an honest one steadily ahead afterwards
+    r = lambda d, spread: {"difference": d, "randoms": [spread, -spread]}  # noqa: E731
+    history = [("rider", "merged", r(0.6, 0.3)), ("honest", "merged", r(-0.3, 0.3))]
+    history += [("rider", "merged", r(0.0, 0.05)), ("honest", "merged", r(0.1, 0.05))] * 5
+    table, timeline = rate(history, window=2)
+    assert timeline[0]["ratings"]["rider"] > timeline[0]["ratings"]["honest"]
+    assert table["honest"].ordinal > table["rider"].ordinal
+
+
+@pytest.mark.unit
+def test_a_signed_flood_beyond_twice_the_limit_counts_against_its_key():
+    from woolf.validator.screen import FLOOD
+
+    signed = Record("f", "bob", "rejected", 3, reason=f"{FLOOD} 'bob' had 12 signed open PRs when the queue was read")
+    assert signed.rated and rank_score(signed.state, signed.scores, signed.reason) < -5
