@@ -11,21 +11,22 @@ beyond the mean of random ones, in units of its window's own measurement noise (
 between random shards), so the chance-dominated scores near genesis weigh no more than later
 ones; rejections before evaluation and deltas that learned nothing from their own shard rank
 far below. In each window every contributor who has a verdict there is one team, scored by
-a moving average of all its outcomes so far in which each verdict weighs as much as all its
-earlier ones together (DECAY; Templar smooths its scores alike): one lucky window cannot carry
-a rating, and a contributor's early, chance-dominated verdicts fade as its record grows. The
-window is one Plackett-Luce match (Gauntlet's beta = 7, tau = 0.1). A window with a single contributor
-teaches nothing and is skipped. The same history always gives the same ratings. A 3-tuple (contributor, state, scores) is read as having no reason.
+a moving average over its windows so far of its mean outcome in each, where each window weighs
+as much as all its earlier ones together (DECAY; Templar smooths its scores alike): one lucky
+window cannot carry a rating, and a contributor's early, chance-dominated verdicts fade as its
+record grows. The window is one Plackett-Luce match (Gauntlet's beta = 7, tau = 0.1). A window
+with a single contributor teaches nothing and is skipped. The same history always gives the
+same ratings. A 3-tuple (contributor, state, scores) is read as having no reason.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from woolf.core.scores import rank_score, window_noise
+from woolf.core.scores import learned_nothing, rank_score, window_noise
 
 BETA, TAU = 7.0, 0.1
-DECAY = 0.5  # weight of a contributor's earlier outcomes per newer verdict (offline: benchmarks/RESULTS.md §7)
+DECAY = 0.5  # weight of a contributor's earlier windows per newer one (offline: benchmarks/RESULTS.md §7)
 
 
 @dataclass
@@ -53,18 +54,21 @@ def rate(history: list[tuple], window: int = 8) -> tuple[dict[str, Rating], list
     model = _model()
     current: dict[str, object] = {}
     table: dict[str, Rating] = {}
-    record: dict[str, tuple[float, float]] = {}  # each contributor's (weighted sum, weight) of outcomes so far
+    record: dict[str, tuple[float, float]] = {}  # each contributor's (weighted sum, weight) of window means
     timeline: list[dict] = []
     window = max(1, int(window))
     for i in range(0, len(history), window):
         chunk = [(*v, None)[:4] for v in history[i:i + window]]
-        noise = window_noise([scores for _, _, scores, _ in chunk])
-        by_who: dict[str, float] = {}
+        noise = window_noise([scores for _, state, scores, reason in chunk if not learned_nothing(state, reason)])
+        outcomes: dict[str, list[float]] = {}
         for who, state, scores, reason in chunk:
             if who:
-                total, weight = record.get(who, (0.0, 0.0))
-                record[who] = (total * DECAY + rank_score(state, scores, reason, noise), weight * DECAY + 1.0)
-                by_who[who] = record[who][0] / record[who][1]
+                outcomes.setdefault(who, []).append(rank_score(state, scores, reason, noise))
+        by_who: dict[str, float] = {}
+        for who, got in outcomes.items():
+            total, weight = record.get(who, (0.0, 0.0))
+            record[who] = (total * DECAY + sum(got) / len(got), weight * DECAY + 1.0)
+            by_who[who] = record[who][0] / record[who][1]
         for who in by_who:
             if who not in current:
                 current[who] = model.rating(name=who)

@@ -112,9 +112,10 @@ def _randoms(scores) -> list[float] | None:
 
 def window_noise(scores: list) -> float | None:
     """How far one verdict's ``difference`` moves by chance in this window: each verdict's random shards
-    (data no delta trained on) differ only by chance; their variance, pooled over the window's verdicts,
-    times (1 + 1/k) for assigned minus the mean of k. None when no verdict measured two random shards
-    (history from before them): differences are then used as they are."""
+    (data no delta trained on) differ only by chance; their variance, pooled over the window's measured
+    verdicts (the caller leaves out refused ones: random deltas move nothing), times (1 + 1/k) for
+    assigned minus the mean of k. None when no verdict measured two random shards (history from before
+    them): differences are then used as they are."""
     var, k = [], 2
     for s in scores:
         r = _randoms(s)
@@ -127,6 +128,11 @@ def window_noise(scores: list) -> float | None:
     return math.sqrt(sum(var) / len(var) * (1 + 1 / k))
 
 
+def learned_nothing(state: str, reason: str | None) -> bool:
+    """A rejection by scoring.min_assigned: its scores are recorded, but it is refused like a copy."""
+    return state != "merged" and isinstance(reason, str) and reason.startswith(LEARNED_NOTHING)
+
+
 def rank_score(state: str, scores: dict | None, reason: str | None = None, noise: float | None = None) -> float:
     """One verdict's outcome in its rating window: when it was measured (merged or not: a gate rejection
     is often staleness, not cheating), its assigned-minus-random ``difference`` in units of the window's
@@ -134,7 +140,7 @@ def rank_score(state: str, scores: dict | None, reason: str | None = None, noise
     later), clipped to +-5; a rejection before evaluation, or a delta that learned nothing from its own
     shard (scoring.min_assigned: random deltas), ranks below every measured verdict; a merge without
     scores (history from before scoring) is 0."""
-    if state != "merged" and isinstance(reason, str) and reason.startswith(LEARNED_NOTHING):
+    if learned_nothing(state, reason):
         return UNSCORED
     diff = scores.get("difference") if isinstance(scores, dict) else None
     if not isinstance(diff, (int, float)) or isinstance(diff, bool) or not math.isfinite(diff):
