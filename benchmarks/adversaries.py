@@ -97,6 +97,7 @@ def main() -> None:
               f"{dirty['honest_merged']}/{dirty['honest_prs']} with adversaries (ratio {ratio})  {kinds}  "
               f"honest above all adversaries: {dirty['honest_above_adversaries']}  scoring/evaluation "
               f"{dirty['scoring_over_evaluation']}  ratings {ratings}", flush=True)
+        write_json(args.out, {"machine": machine(), "settings": vars(args), "runs": pairs, "partial": True})
     ratios = [p["adversarial"]["scoring_over_evaluation"] for p in pairs if p["adversarial"]["scoring_over_evaluation"]]
     out = {"machine": machine(), "settings": vars(args), "runs": pairs,
            "median_scoring_over_evaluation": statistics.median(ratios) if ratios else None}
