@@ -51,8 +51,10 @@ def test_credit_counts_regressions_against_their_author():
             Record("x", "bob", "merged", 4, version=4, before=None, after={"loss": 2.4})]  # no record: skipped
     c = credit(_Led, records=recs)
     by = {r["contributor"]: r for r in c["rows"]}
-    assert abs(c["total"] - 0.55) < 1e-12 and c["versions"] == 3
-    assert abs(by["alice"]["share"] - 0.5 / 0.55) < 1e-12 and by["eve"]["improvement"] < 0
+    assert abs(c["improvement"] - 0.55) < 1e-12 and c["versions"] == 3
+    # alice's 0.5 is capped at the median of the improving merges around it (0.5 and 0.1: 0.3)
+    assert abs(c["total"] - 0.35) < 1e-12 and abs(by["alice"]["credited"] - 0.3) < 1e-12
+    assert abs(by["alice"]["share"] - 0.3 / 0.35) < 1e-12 and by["eve"]["improvement"] < 0
     assert by["eve"]["regressions"] == 1 and [r["contributor"] for r in c["rows"]] == ["alice", "bob", "eve"]
     assert credit(_Led, since=1, records=recs)["versions"] == 2
     board = leaderboard(_Led, history=[Record("r", canonical("ＡＬＩＣＥ"), "rejected", 5)] + recs)
@@ -113,30 +115,31 @@ def test_a_pr_too_stale_by_its_turn_is_not_held_against_its_contributor():
 
 
 @pytest.mark.unit
-def test_credit_counts_only_what_random_shards_did_not_show():
-    from woolf.report.board import CREDIT_RULE, own_share
+def test_credit_caps_each_merge_at_the_typical_gain_around_it():
+    from woolf.report.board import CREDIT_RULE, typical_gains
 
-    def rec(i, who, before, after, scores=None):
-        return Record(f"id{i}", who, "merged", i, version=i, before={"loss": before}, after={"loss": after},
-                      scores=scores)
+    def rec(i, who, before, after):
+        return Record(f"id{i}", who, "merged", i, version=i, before={"loss": before}, after={"loss": after})
 
-    recs = [rec(1, "first", 5.8, 4.8, {"assigned": 2.6, "randoms": [2.5, 2.65]}),  # generic: any data does it
-            rec(2, "alice", 4.8, 4.75, {"assigned": 0.2, "randoms": [0.05, 0.02]}),  # 3/4 beyond every random
-            rec(3, "bob", 4.75, 4.71, {"assigned": 0.1, "randoms": [0.0, 0.06]}),  # 0.4
-            rec(4, "eve", 4.71, 4.72, {"assigned": 0.3, "randoms": [0.0, 0.0]}),  # a regression: in full
-            rec(5, "old", 4.72, 4.70),  # history from before scoring: its whole improvement
-            rec(6, "bob", 4.70, 4.60, {"assigned": 0.1, "random": 0.05}),  # one random shard recorded: 1/2
-            rec(7, "mallory", 4.60, 4.50, {"assigned": -0.1, "randoms": [-0.3, -0.2]})]  # nothing of its own
-    c = credit(_Led, records=recs)
+    # the first merge from genesis drops the loss by a whole nat: any delta would have
+    losses = [5.8, 4.8, 4.7, 4.64, 4.65, 4.60, 4.55, 4.52, 4.50, 4.20]
+    who = ["first", "alice", "bob", "eve", "alice", "bob", "alice", "bob", "carol"]
+    recs = [rec(i + 1, w, losses[i], losses[i + 1]) for i, w in enumerate(who)]
+    gains = [losses[i] - losses[i + 1] for i in range(len(who))]
+    # nearest 8 of version 1 are versions 1-8; their improving gains: 1.0 .1 .06 .05 .05 .03 .02 -> median .05
+    caps = typical_gains(gains)
+    assert abs(caps[0] - 0.05) < 1e-9 and caps == typical_gains(gains) and typical_gains([-0.1, -0.2]) == [None, None]
+    c = credit(_Led, records=list(reversed(recs)))  # newest first, as merged_records gives them
     by = {r["contributor"]: r for r in c["rows"]}
-    assert own_share({"assigned": 2.6, "randoms": [2.5, 2.65]}) == 0.0 and own_share(None) == 1.0
-    assert abs(by["alice"]["credited"] - 0.05 * 0.75) < 1e-9 and abs(by["bob"]["credited"] - (0.04 * 0.4 + 0.1 * 0.5)) < 1e-9
-    assert by["first"]["credited"] == 0.0 and by["first"]["improvement"] > 0.99 and by["mallory"]["credited"] == 0.0
-    assert abs(by["eve"]["credited"] + 0.01) < 1e-9 and abs(by["old"]["credited"] - 0.02) < 1e-9
-    total = 0.05 * 0.75 + 0.04 * 0.4 + 0.1 * 0.5 - 0.01 + 0.02
-    assert abs(c["total"] - total) < 1e-9 and abs(c["improvement"] - 1.3) < 1e-9
-    assert abs(by["alice"]["share"] - 0.0375 / total) < 1e-9 and by["first"]["share"] == 0.0
-    assert [r["contributor"] for r in c["rows"]][:2] == ["bob", "alice"] and c["rule"] == CREDIT_RULE
+    assert abs(by["first"]["credited"] - 0.05) < 1e-9 and abs(by["first"]["improvement"] - 1.0) < 1e-9
+    assert abs(by["eve"]["credited"] + 0.01) < 1e-9  # a regression counts in full
+    # carol's late 0.3 is capped at the median around it (versions 2-9: .1 .06 .05 .05 .03 .02 .3 -> .05)
+    assert abs(by["carol"]["credited"] - 0.05) < 1e-9
+    assert abs(by["alice"]["credited"] - (0.05 + 0.05 + 0.03)) < 1e-9  # 0.1 capped, 0.05 and 0.03 whole
+    assert abs(c["improvement"] - 1.6) < 1e-9 and abs(c["total"] - sum(r["credited"] for r in c["rows"])) < 1e-9
+    assert by["first"]["share"] < 0.25 and c["rule"] == CREDIT_RULE  # was 1.0 / 1.6 = 62% of all credit
+    assert credit(_Led, since=8, records=recs)["versions"] == 1  # --since counts later versions, capped alike
+    assert abs(credit(_Led, since=8, records=recs)["total"] - 0.05) < 1e-9
 
 
 @pytest.mark.unit

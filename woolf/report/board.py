@@ -6,16 +6,14 @@ Usage:
 
 Ratings: woolf/core/ratings.py over the verdict history (woolf/ledger/verdicts.py). Credit
 (CREDIT_RULE): each merged version's benchmark improvement (before - after, as its validator
-recorded them) goes to its author in the proportion own_share gives: the part of what its
-delta removed from its own assigned shard beyond every random shard. What training on any
-data would have given (near genesis: nearly all of it) is what the ledger reaches anyway,
-whoever merges first; a regressing merge counts against its author in full. Shares are of the
-ledger's total credited improvement over the versions counted.
+recorded them) goes to its author, capped at the typical improvement of the merges around it
+(typical_gains: the median over the nearest RATING_WINDOW merges that improved). The first
+merges from genesis drop the loss by whole nats that any delta would have given, which is
+what the ledger reaches anyway, whoever merges first; a regressing merge counts against its
+author in full. Shares are of the ledger's total credited improvement over the versions counted.
 """
 
 from __future__ import annotations
-
-import math
 
 from woolf.core.ratings import rate
 from woolf.ledger.verdicts import merged_records, verdict_history
@@ -52,28 +50,21 @@ def leaderboard(ledger, forge=None, window: int = RATING_WINDOW, history=None) -
     return {"rows": ordered, "timeline": timeline, "window": window, "verdicts": len(history)}
 
 
-CREDIT_RULE = ("credit: each merged version's benchmark improvement, counted in the proportion of its delta's gain "
-               "on its own assigned shard beyond every random shard (what training on any data gives, the ledger "
-               "reaches anyway, whoever merges first); a regression counts against its author in full")
+CREDIT_RULE = ("credit: each merged version's benchmark improvement, capped at the median improvement of the "
+               f"{RATING_WINDOW} merged versions nearest it (a larger drop is the easy early one any merge at that point "
+               "would have made: the ledger reaches it anyway, whoever merges first); a regression counts against its "
+               "author in full")
 
 
-def _finite(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
-
-
-def own_share(scores: dict | None) -> float:
-    """The part of a delta's own-shard gain that no random shard showed: (assigned - max random) / assigned,
-    within [0, 1]; 1 for history from before scoring (no scores: the whole improvement, as it was)."""
-    if not isinstance(scores, dict):
-        return 1.0
-    own = _finite(scores.get("assigned"))
-    randoms = scores.get("randoms") if isinstance(scores.get("randoms"), list) else [scores.get("random")]
-    randoms = [r for r in (_finite(x) for x in randoms[:16]) if r is not None]
-    if own is None or not randoms:
-        return 1.0
-    if own <= 0:
-        return 0.0
-    return max(0.0, min(1.0, (own - max(randoms)) / own))
+def typical_gains(gains: list[float], near: int = RATING_WINDOW) -> list[float | None]:
+    """For each merge (in version order), the median improvement of the ``near`` merges nearest it (itself
+    included), over those that improved; None when none of them did."""
+    out = []
+    for i in range(len(gains)):
+        lo = max(0, min(i - near // 2, len(gains) - near))
+        ups = sorted(g for g in gains[lo:lo + near] if g > 0)
+        out.append(None if not ups else (ups[(len(ups) - 1) // 2] + ups[len(ups) // 2]) / 2)
+    return out
 
 
 def credit(ledger, since: int | None = None, records=None) -> dict:
@@ -81,15 +72,16 @@ def credit(ledger, since: int | None = None, records=None) -> dict:
     "versions": n, "since": since, "rule": CREDIT_RULE}."""
     policy = ledger.config.policy
     records = merged_records(ledger) if records is None else records
+    merges = sorted(((rec, rec.improvement(policy.metric, policy.direction)) for rec in records
+                     if rec.version is not None), key=lambda rg: rg[0].version)
+    merges = [(rec, g) for rec, g in merges if g is not None]
+    caps = typical_gains([g for _, g in merges])  # over the whole history: --since only chooses what is counted
     rows: dict[str, dict] = {}
     total, raw, counted = 0.0, 0.0, 0
-    for rec in records:
-        if rec.version is None or (since is not None and rec.version <= since):
+    for (rec, gain), cap in zip(merges, caps, strict=True):
+        if since is not None and rec.version <= since:
             continue
-        gain = rec.improvement(policy.metric, policy.direction)
-        if gain is None:
-            continue
-        credited = gain * own_share(rec.scores) if gain > 0 else gain
+        credited = min(gain, cap) if gain > 0 and cap is not None else gain
         counted += 1
         total, raw = total + credited, raw + gain
         row = rows.setdefault(rec.contributor, {"contributor": rec.contributor, "credited": 0.0, "improvement": 0.0,
