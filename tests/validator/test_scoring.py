@@ -121,6 +121,7 @@ def test_random_delta_teaches_its_shard_nothing(make_net):
     honest = craft_pr(val, tensors=_trained(val, "alice"), who="alice")
     verdicts = _validate(val)
     assert not verdicts[noise].accepted and "did not learn the data it was given" in verdicts[noise].reason
+    assert "random" not in verdicts[noise].scores  # refused on its own shard alone: random shards cost nothing
     assert verdicts[honest].accepted and verdicts[honest].scores["assigned"] > 0.01
 
 

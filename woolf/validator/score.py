@@ -93,7 +93,8 @@ def base_unreadable(version: int, exc: WoolfError) -> str:
 
 def score_delta(ledger, device, adm, main, current, delta, wl) -> dict | None:
     """{"assigned", "random" (their mean), "randoms", "difference", "seed", "seconds"}; None when scoring is
-    off or the workload has no shards."""
+    off or the workload has no shards. A delta under `scoring.min_assigned` on its own shard is refused by
+    that alone (judge_scores): its random shards are not evaluated (a third of the cost), no "random"."""
     cfg = ledger.config
     if not cfg.scoring.enabled:
         return None
@@ -112,6 +113,10 @@ def score_delta(ledger, device, adm, main, current, delta, wl) -> dict | None:
             b = wl.evaluate(base, data, device).get(metric)
             a = wl.evaluate(after, data, device).get(metric)
             got.append(improvement(float(b), float(a), direction))
+            floor = cfg.scoring.min_assigned
+            if len(got) == 1 and math.isfinite(floor) and not got[0] >= floor:  # learned nothing: refused on this alone
+                return {"assigned": got[0] if math.isfinite(got[0]) else -1e9, "seed": seed[:32],
+                        "seconds": round(time.perf_counter() - t0, 4)}
     except WoolfError:
         raise  # a Rejected (base weights unreadable) or the ledger's own failure
     except Exception as exc:  # noqa: BLE001 - a workload without shards, or data too short: no scores
