@@ -8,8 +8,10 @@ Usage:
 
 Per run pair: the share of honest PRs merged without adversaries and with them (target:
 with >= 0.9 x without), every adversary's merged / rejected / marked counts and rating,
-whether every honest participant is rated above every adversary, and the ratio of the
-time spent scoring (two shards, before and after) to the benchmark evaluation per PR.
+whether every honest participant is rated above every adversary, the validator seconds a
+refused cheat's PR cost (median over its rejections: cheap screens refuse before scoring or
+before the benchmark), the final ratings, and the ratio of the time spent scoring (its own
+and two random shards, before and after) to the benchmark evaluation per PR.
 """
 
 from __future__ import annotations
@@ -45,15 +47,23 @@ def one_run(args, adversaries: list[str]) -> dict:
     by_kind = {}
     for k in adversaries:
         mine = [p for p in prs if p.contributor == k]
+        costs = [sum(v for v in p.timings.values() if isinstance(v, (int, float)))
+                 for p in mine if p.state == "rejected" and p.timings]
         by_kind[k] = {"prs": len(mine), "merged": sum(p.state == "merged" for p in mine),
                       "rejected": sum(p.state == "rejected" for p in mine),
                       "over_limit": sum("over the limit" in (p.reason or "") for p in mine),
                       "copies": sum("copy of" in (p.reason or "") or "negation of" in (p.reason or "") for p in mine),
+                      "refusal_seconds_median": statistics.median(costs) if costs else None,
                       **{f"outcome_{x}": y for x, y in res.outcomes.get(k, {}).items()}}
+    honest_costs = [sum(v for v in p.timings.values() if isinstance(v, (int, float)))
+                    for p in honest if p.timings]
     return {"adversaries": adversaries, "honest_prs": len(honest),
             "honest_merged": sum(p.state == "merged" for p in honest),
             "honest_rejections": [p.reason[:80] for p in honest if p.state == "rejected" and p.reason],
             "by_kind": by_kind, "outcomes": res.outcomes, "honest_above_adversaries": res.honest_above_adversaries,
+            "honest_seconds_median": statistics.median(honest_costs) if honest_costs else None,
+            "ratings": {w: o.get("rating") for w, o in res.outcomes.items()},
+            "credit": {w: o.get("credit") for w, o in res.outcomes.items()},
             "scoring_over_evaluation": (sum(t["scoring"] for t in timed) / sum(t["evaluation"] for t in timed))
             if timed else None, "scored_prs": len(timed),
             "final_loss": res.final_loss, "alone_loss": res.alone_loss, "network_seconds": res.network_seconds}
@@ -68,21 +78,26 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="the demo's --quick sizes")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", default="adversaries.json")
+    ap.add_argument("--only-adversarial", action="store_true", help="no clean run: ratings only, half the time")
     args = ap.parse_args()
     if args.quick:
         args.participants, args.validators, args.rounds, args.steps = 2, 1, 4, 15
     pairs = []
     for i in range(args.runs):
-        clean, dirty = one_run(args, []), one_run(args, KINDS)
+        clean = None if args.only_adversarial else one_run(args, [])
+        dirty = one_run(args, KINDS)
         ratio = None
-        if clean["honest_prs"] and dirty["honest_prs"] and clean["honest_merged"]:
+        if clean and clean["honest_prs"] and dirty["honest_prs"] and clean["honest_merged"]:
             ratio = (dirty["honest_merged"] / dirty["honest_prs"]) / (clean["honest_merged"] / clean["honest_prs"])
         pairs.append({"clean": clean, "adversarial": dirty, "honest_merge_ratio": ratio})
         kinds = "  ".join(f"{k} {v['merged']}/{v['prs']} merged" for k, v in dirty["by_kind"].items())
-        print(f"run {i + 1}: honest merged {clean['honest_merged']}/{clean['honest_prs']} clean, "
+        ratings = "  ".join(f"{w} {r:.2f}" if r is not None else f"{w} -" for w, r in dirty["ratings"].items())
+        clean_txt = f"{clean['honest_merged']}/{clean['honest_prs']}" if clean else "-"
+        print(f"run {i + 1}: honest merged {clean_txt} clean, "
               f"{dirty['honest_merged']}/{dirty['honest_prs']} with adversaries (ratio {ratio})  {kinds}  "
               f"honest above all adversaries: {dirty['honest_above_adversaries']}  scoring/evaluation "
-              f"{dirty['scoring_over_evaluation']}", flush=True)
+              f"{dirty['scoring_over_evaluation']}  ratings {ratings}", flush=True)
+        write_json(args.out, {"machine": machine(), "settings": vars(args), "runs": pairs, "partial": True})
     ratios = [p["adversarial"]["scoring_over_evaluation"] for p in pairs if p["adversarial"]["scoring_over_evaluation"]]
     out = {"machine": machine(), "settings": vars(args), "runs": pairs,
            "median_scoring_over_evaluation": statistics.median(ratios) if ratios else None}

@@ -132,3 +132,11 @@ def test_flood_cost_smoke(tmp_path):
     _run(tmp_path, "flood_cost.py", "--n", "2", "--small", "--out", "flood.json")
     [row] = json.loads((tmp_path / "flood.json").read_text())["rows"]
     assert row["n"] == 2 and row["rejected"] == 2 and row["validate_s"] > 0  # every junk PR gets its verdict
+
+
+def test_score_separation_smoke(tmp_path):
+    _run(tmp_path, "score_separation.py", "--pre", "0", "--n", "2", "--steps", "2", "--trials", "3", "--out", "sep.json")
+    data = json.loads((tmp_path / "sep.json").read_text())
+    [stage] = data["stages"]
+    assert set(stage["separation"]) == {"honest", "free-rider", "overfitter", "flooder"} and len(stage["rows"]) == 8
+    assert {s["windows"] for s in data["simulations"]} == {5, 10}

@@ -51,8 +51,10 @@ def test_credit_counts_regressions_against_their_author():
             Record("x", "bob", "merged", 4, version=4, before=None, after={"loss": 2.4})]  # no record: skipped
     c = credit(_Led, records=recs)
     by = {r["contributor"]: r for r in c["rows"]}
-    assert abs(c["total"] - 0.55) < 1e-12 and c["versions"] == 3
-    assert abs(by["alice"]["share"] - 0.5 / 0.55) < 1e-12 and by["eve"]["improvement"] < 0
+    assert abs(c["improvement"] - 0.55) < 1e-12 and c["versions"] == 3
+    # alice's 0.5 is capped at the median of the improving merges around it (0.5 and 0.1: 0.3)
+    assert abs(c["total"] - 0.35) < 1e-12 and abs(by["alice"]["credited"] - 0.3) < 1e-12
+    assert abs(by["alice"]["share"] - 0.3 / 0.35) < 1e-12 and by["eve"]["improvement"] < 0
     assert by["eve"]["regressions"] == 1 and [r["contributor"] for r in c["rows"]] == ["alice", "bob", "eve"]
     assert credit(_Led, since=1, records=recs)["versions"] == 2
     board = leaderboard(_Led, history=[Record("r", canonical("ＡＬＩＣＥ"), "rejected", 5)] + recs)
@@ -110,3 +112,60 @@ def test_a_pr_too_stale_by_its_turn_is_not_held_against_its_contributor():
                                                     "when the queue was read, over the limit of 4; ...")
     assert not stale.rated and copy.rated and not flood.rated  # a name without a key may be anyone's claim
     assert Record("m", "bob", "merged", 4).rated
+
+
+@pytest.mark.unit
+def test_credit_caps_each_merge_at_the_typical_gain_around_it():
+    from woolf.report.board import CREDIT_RULE, typical_gains
+
+    def rec(i, who, before, after):
+        return Record(f"id{i}", who, "merged", i, version=i, before={"loss": before}, after={"loss": after})
+
+    # the first merge from genesis drops the loss by a whole nat: any delta would have
+    losses = [5.8, 4.8, 4.7, 4.64, 4.65, 4.60, 4.55, 4.52, 4.50, 4.20]
+    who = ["first", "alice", "bob", "eve", "alice", "bob", "alice", "bob", "carol"]
+    recs = [rec(i + 1, w, losses[i], losses[i + 1]) for i, w in enumerate(who)]
+    gains = [losses[i] - losses[i + 1] for i in range(len(who))]
+    # nearest 8 of version 1 are versions 1-8; their improving gains: 1.0 .1 .06 .05 .05 .03 .02 -> median .05
+    caps = typical_gains(gains)
+    assert abs(caps[0] - 0.05) < 1e-9 and caps == typical_gains(gains) and typical_gains([-0.1, -0.2]) == [None, None]
+    c = credit(_Led, records=list(reversed(recs)))  # newest first, as merged_records gives them
+    by = {r["contributor"]: r for r in c["rows"]}
+    assert abs(by["first"]["credited"] - 0.05) < 1e-9 and abs(by["first"]["improvement"] - 1.0) < 1e-9
+    assert abs(by["eve"]["credited"] + 0.01) < 1e-9  # a regression counts in full
+    # carol's late 0.3 is capped at the median around it (versions 2-9: .1 .06 .05 .05 .03 .02 .3 -> .05)
+    assert abs(by["carol"]["credited"] - 0.05) < 1e-9
+    assert abs(by["alice"]["credited"] - (0.05 + 0.05 + 0.03)) < 1e-9  # 0.1 capped, 0.05 and 0.03 whole
+    assert abs(c["improvement"] - 1.6) < 1e-9 and abs(c["total"] - sum(r["credited"] for r in c["rows"])) < 1e-9
+    assert by["first"]["share"] < 0.25 and c["rule"] == CREDIT_RULE  # was 1.0 / 1.6 = 62% of all credit
+    assert credit(_Led, since=8, records=recs)["versions"] == 1  # --since counts later versions, capped alike
+    assert abs(credit(_Led, since=8, records=recs)["total"] - 0.05) < 1e-9
+
+
+@pytest.mark.unit
+def test_ratings_weigh_differences_by_their_window_noise_and_let_luck_fade():
+    from woolf.core.scores import UNSCORED, window_noise
+
+    noisy = [{"difference": 0.3, "randoms": [2.5, 2.9]}, {"difference": -0.2, "randoms": [2.4, 2.0]}]
+    quiet = [{"difference": 0.1, "randoms": [0.02, 0.0]}, {"difference": 0.0, "randoms": [0.01, -0.01]}]
+    n1, n2 = window_noise(noisy), window_noise(quiet)
+    assert abs(n1 - (0.08 * 1.5) ** 0.5) < 1e-9 and n2 < n1 / 10 and window_noise([None, {"difference": 1}]) is None
+    # near genesis 0.3 nats is chance; later 0.1 is several noise widths
+    assert rank_score("merged", noisy[0], None, n1) < 1 < rank_score("merged", quiet[0], None, n2) <= 5
+    assert rank_score("rejected", {"difference": 0.4, "assigned": 0.001},
+                      "the delta removes +0.0010 of loss on its own assigned shard, under scoring.min_assigned") == UNSCORED
+    # a free-rider lucky once at genesis, then nothing; an honest one steadily ahead afterwards
+    r = lambda d, spread: {"difference": d, "randoms": [spread, -spread]}  # noqa: E731
+    history = [("rider", "merged", r(0.6, 0.3)), ("honest", "merged", r(-0.3, 0.3))]
+    history += [("rider", "merged", r(0.0, 0.05)), ("honest", "merged", r(0.1, 0.05))] * 5
+    table, timeline = rate(history, window=2)
+    assert timeline[0]["ratings"]["rider"] > timeline[0]["ratings"]["honest"]
+    assert table["honest"].ordinal > table["rider"].ordinal
+
+
+@pytest.mark.unit
+def test_a_signed_flood_beyond_twice_the_limit_counts_against_its_key():
+    from woolf.validator.screen import FLOOD
+
+    signed = Record("f", "bob", "rejected", 3, reason=f"{FLOOD} 'bob' had 12 signed open PRs when the queue was read")
+    assert signed.rated and rank_score(signed.state, signed.scores, signed.reason) < -5

@@ -18,7 +18,8 @@ from woolf.forges.local import LocalForge
 from woolf.ledger.verdicts import merged_records, rejected_records, verdict_history
 from woolf.protocol import layout
 from woolf.validator import Validator
-from woolf.validator.score import random_name
+from woolf.validator.score import RANDOM_SHARDS, random_name, score_seed
+from woolf.workloads.base import TrainData
 
 
 def _noise(led, scale=0.01, seed=0):
@@ -36,6 +37,17 @@ def _trained(led, data_name: str, steps=20, seed=0):
     return compute_delta(new, w)
 
 
+def _rider(led, steps=20, seed=0):
+    """A free-rider that knows what its PR will be compared with (main's commit, no hidden salt): a delta
+    trained on the random shards the validator will draw, not on its own."""
+    led.fetch()
+    main = led.head("refs/remotes/origin/main")
+    w, wl, draw = led.load_weights(main), led.workload(), score_seed(led, main)
+    texts = [t for j in range(RANDOM_SHARDS) for t in wl.default_data(random_name(draw, j), main.version).texts]
+    new, _ = wl.train(w, TrainData(texts, "random shards"), steps, seed=seed)
+    return compute_delta(new, w)
+
+
 def _validate(val, **kw):
     return {v.id: v for v in Validator(val, device="cpu", name="v1").run(**kw)}
 
@@ -46,14 +58,12 @@ def test_scores_in_merged_and_rejected_verdicts_and_uniqueness(make_net):
     val = net.clone("val")
     # from genesis most of what any training learns is generic (scores are noisy there): warm up first
     assert _validate(val, ids=[craft_pr(val, tensors=_trained(val, "alice"), who="alice")]).popitem()[1].accepted
-    # fixed ids: the random shard is drawn from the id (at this tiny size one draw is noisy)
-    honest = craft_pr(val, tensors=_trained(val, "carol"), who="carol", sub_id="20261129T000000400Z-carol-00c0ffee")
+    honest = craft_pr(val, tensors=_trained(val, "carol"), who="carol")
     h = _validate(val)[honest]
-    # a free-rider: trained on its PR's random shard, not on what it was given
-    rider_id = "20261129T000000500Z-bob-0badf00d"
-    rider = craft_pr(val, tensors=_trained(val, random_name(rider_id)), who="bob", sub_id=rider_id)
+    # a free-rider: trained on the random shards (known here: main's commit, no hidden salt), not on its own
+    rider = craft_pr(val, tensors=_rider(val), who="bob")
     r = _validate(val)[rider]
-    assert h.accepted and h.scores["assigned"] > 0 and h.scores["difference"] > 0 and not h.flags
+    assert h.accepted and h.scores["assigned"] > 0 and h.scores["difference"] > r.scores["difference"]
     assert r.accepted and r.scores["random"] > r.scores["assigned"] and r.flags == ["not-unique"]
     bad = craft_pr(val, tensors=_noise(val, scale=0.5, seed=3), who="carol")
     verdicts = _validate(val)
@@ -74,8 +84,8 @@ def test_scores_in_merged_and_rejected_verdicts_and_uniqueness(make_net):
 def test_uniqueness_reject_mode(make_net):
     net = make_net(**{"policy.min_improvement": "-10", "scoring.uniqueness": "reject"})
     val = net.clone("val")
-    rider_id = "20261129T000000500Z-bob-0badf00d"
-    craft_pr(val, tensors=_trained(val, random_name(rider_id)), who="bob", sub_id=rider_id)
+    assert _validate(val, ids=[craft_pr(val, tensors=_trained(val, "alice"), who="alice")]).popitem()[1].accepted
+    craft_pr(val, tensors=_rider(val), who="bob")
     [v] = _validate(val).values()
     assert not v.accepted and "did not train on what it was given" in v.reason and v.scores
     [rec] = rejected_records(val)
@@ -111,6 +121,7 @@ def test_random_delta_teaches_its_shard_nothing(make_net):
     honest = craft_pr(val, tensors=_trained(val, "alice"), who="alice")
     verdicts = _validate(val)
     assert not verdicts[noise].accepted and "did not learn the data it was given" in verdicts[noise].reason
+    assert "random" not in verdicts[noise].scores  # refused on its own shard alone: random shards cost nothing
     assert verdicts[honest].accepted and verdicts[honest].scores["assigned"] > 0.01
 
 

@@ -102,8 +102,12 @@ def outcome_lines(r) -> list[str]:
     for who, o in sorted(r.outcomes.items(), key=lambda kv: (kv[1]["adversary"], -(kv[1]["rating"] or -1e9))):
         tag = "adversary" if o["adversary"] else "honest"
         rating = "-" if o["rating"] is None else f"{o['rating']:.2f}"
+        share = "-" if o.get("credit") is None else f"{o['credit']:.0%}"
         out.append(f"  {who:<12} {tag:<9} merged {o['merged']:>3}  rejected {o['rejected']:>3}  "
-                   f"marked {o['marked']:>3}  rating {rating}")
+                   f"marked {o['marked']:>3}  rating {rating}  credit {share}")
+    from woolf.report.board import CREDIT_RULE  # deferred: fast --help
+
+    out.append(f"  ({CREDIT_RULE})")
     if r.honest_above_adversaries is not None:
         out.append("every honest participant ranks above every adversary: "
                    + ("yes" if r.honest_above_adversaries else "NO"))

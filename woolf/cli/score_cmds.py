@@ -58,11 +58,12 @@ def credit(app: App, since, as_json):
     if as_json:
         app.emit_json(data)
         return
-    app.table(["contributor", "share", "improvement", "versions", "regressions"],
-              [[r["contributor"], _f(r["share"], "{:.1%}"), _f(r["improvement"], "{:+.4f}"), str(r["versions"]),
-                str(r["regressions"])] for r in data["rows"]])
-    app.console.print(f"total {data['metric']} improvement {data['total']:+.4f} over {data['versions']} versions"
-                      + (f" after version {since}" if since is not None else ""))
+    app.table(["contributor", "share", "credited", "improvement", "versions", "regressions"],
+              [[r["contributor"], _f(r["share"], "{:.1%}"), _f(r["credited"], "{:+.4f}"), _f(r["improvement"], "{:+.4f}"),
+                str(r["versions"]), str(r["regressions"])] for r in data["rows"]])
+    app.console.print(f"total {data['metric']} improvement {data['improvement']:+.4f} over {data['versions']} versions"
+                      + (f" after version {since}" if since is not None else "") + f", {data['total']:+.4f} credited")
+    app.console.print(data["rule"][0].upper() + data["rule"][1:] + ".")
 
 
 COMMANDS = [leaderboard, credit]

@@ -1,25 +1,32 @@
 """OpenSkill Plackett-Luce ratings of contributors, as a pure function of the verdict history.
 
 Usage:
-    table, timeline = rate([(contributor, state, scores), ...], window=8)
+    table, timeline = rate([(contributor, state, scores, reason), ...], window=8)
     table["alice"].mu, table["alice"].sigma, table["alice"].ordinal
     timeline[i] == {"window": i, "ratings": {contributor: ordinal}}
 
-The history is cut into consecutive windows of ``window`` verdicts (oldest first). In each
-window every contributor who has a verdict there is one team; its score is the mean of its
-verdicts' rank scores (woolf/core/scores.py: the improvement on its assigned shard beyond a
-random one; rejections before evaluation far below); the window is one Plackett-Luce match (Gauntlet's
-beta = 7, tau = 0.1). A window with a single contributor teaches nothing and is skipped.
-The same history always gives the same ratings.
+The history is cut into consecutive windows of ``window`` verdicts (oldest first). Each
+verdict's outcome is woolf/core/scores.py's rank_score: its improvement on its assigned shard
+beyond the mean of random ones, in units of its window's own measurement noise (the spread
+between random shards), so the chance-dominated scores near genesis weigh no more than later
+ones; rejections before evaluation and deltas that learned nothing from their own shard rank
+far below. In each window every contributor who has a verdict there is one team, scored by
+a moving average over its windows so far of its mean outcome in each, where each window weighs
+as much as all its earlier ones together (DECAY; Templar smooths its scores alike): one lucky
+window cannot carry a rating, and a contributor's early, chance-dominated verdicts fade as its
+record grows. The window is one Plackett-Luce match (Gauntlet's beta = 7, tau = 0.1). A window
+with a single contributor teaches nothing and is skipped. The same history always gives the
+same ratings. A 3-tuple (contributor, state, scores) is read as having no reason.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from woolf.core.scores import rank_score
+from woolf.core.scores import learned_nothing, rank_score, window_noise
 
 BETA, TAU = 7.0, 0.1
+DECAY = 0.5  # weight of a contributor's earlier windows per newer one (offline: benchmarks/RESULTS.md §7)
 
 
 @dataclass
@@ -42,27 +49,33 @@ def _model():
     return PlackettLuce(beta=BETA, tau=TAU)
 
 
-def rate(history: list[tuple[str, str, dict | None]], window: int = 8) -> tuple[dict[str, Rating], list[dict]]:
+def rate(history: list[tuple], window: int = 8) -> tuple[dict[str, Rating], list[dict]]:
     """({contributor: Rating}, [{"window": i, "end": verdicts so far, "ratings": {who: ordinal}}])."""
     model = _model()
     current: dict[str, object] = {}
     table: dict[str, Rating] = {}
+    record: dict[str, tuple[float, float]] = {}  # each contributor's (weighted sum, weight) of window means
     timeline: list[dict] = []
     window = max(1, int(window))
     for i in range(0, len(history), window):
-        chunk = history[i:i + window]
-        by_who: dict[str, list[float]] = {}
-        for who, state, scores in chunk:
+        chunk = [(*v, None)[:4] for v in history[i:i + window]]
+        noise = window_noise([scores for _, state, scores, reason in chunk if not learned_nothing(state, reason)])
+        outcomes: dict[str, list[float]] = {}
+        for who, state, scores, reason in chunk:
             if who:
-                by_who.setdefault(who, []).append(rank_score(state, scores))
+                outcomes.setdefault(who, []).append(rank_score(state, scores, reason, noise))
+        by_who: dict[str, float] = {}
+        for who, got in outcomes.items():
+            total, weight = record.get(who, (0.0, 0.0))
+            record[who] = (total * DECAY + sum(got) / len(got), weight * DECAY + 1.0)
+            by_who[who] = record[who][0] / record[who][1]
         for who in by_who:
             if who not in current:
                 current[who] = model.rating(name=who)
         if len(by_who) < 2:
             continue
         names = sorted(by_who)
-        means = [sum(by_who[w]) / len(by_who[w]) for w in names]
-        teams = model.rate([[current[w]] for w in names], scores=means)
+        teams = model.rate([[current[w]] for w in names], scores=[by_who[w] for w in names])
         for w, [r] in zip(names, teams, strict=True):
             current[w] = r
             table[w] = Rating(r.mu, r.sigma, (table[w].windows if w in table else 0) + 1)

@@ -6,7 +6,8 @@ Usage:
     content_sha256(delta)                    # the tensors' content, whatever the file's bytes
     norm(delta); norm_limit([norms...], multiple=10.0)   # Templar's guard: a multiple of the median
     improvement(before_loss, after_loss)     # positive = the delta helped
-    rank_score(record)                       # the number a verdict is ranked by in a rating window
+    noise = window_noise([scores, ...])      # one rating window's measurement noise of "difference"
+    rank_score(state, scores, reason, noise) # one verdict's outcome in its rating window
 
 A delta is compared tensor by tensor in float32: the whole-delta cosine catches
 scaled and noised copies (and, by its sign, negations); the share of the delta's
@@ -98,13 +99,50 @@ def unique(assigned: float, random: float) -> bool:
 
 
 UNSCORED = -30.0  # a rejection before evaluation (a copy, a no-op, over the limit): below any score
+LEARNED_NOTHING = "the delta removes"  # the start of scoring.min_assigned's reason (woolf/validator/score.py)
 
 
-def rank_score(state: str, scores: dict | None) -> float:
-    """One verdict's place in its rating window: the assigned-minus-random improvement when it was
-    measured, merged or not (a gate rejection is often staleness, not cheating); a rejection without
-    scores ranks below every scored verdict; a merge without scores (history from before scoring) is 0."""
+def _randoms(scores) -> list[float] | None:
+    r = scores.get("randoms") if isinstance(scores, dict) else None
+    if not isinstance(r, list) or not 2 <= len(r) <= 16:
+        return None
+    ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in r)
+    return [float(x) for x in r] if ok else None
+
+
+def window_noise(scores: list) -> float | None:
+    """How far one verdict's ``difference`` moves by chance in this window: each verdict's random shards
+    (data no delta trained on) differ only by chance; their variance, pooled over the window's measured
+    verdicts (the caller leaves out refused ones: random deltas move nothing), times (1 + 1/k) for
+    assigned minus the mean of k. None when no verdict measured two random shards (history from before
+    them): differences are then used as they are."""
+    var, k = [], 2
+    for s in scores:
+        r = _randoms(s)
+        if r:
+            m = sum(r) / len(r)
+            var.append(sum((x - m) ** 2 for x in r) / (len(r) - 1))
+            k = len(r)
+    if not var or not sum(var) > 0:
+        return None
+    return math.sqrt(sum(var) / len(var) * (1 + 1 / k))
+
+
+def learned_nothing(state: str, reason: str | None) -> bool:
+    """A rejection by scoring.min_assigned: its scores are recorded, but it is refused like a copy."""
+    return state != "merged" and isinstance(reason, str) and reason.startswith(LEARNED_NOTHING)
+
+
+def rank_score(state: str, scores: dict | None, reason: str | None = None, noise: float | None = None) -> float:
+    """One verdict's outcome in its rating window: when it was measured (merged or not: a gate rejection
+    is often staleness, not cheating), its assigned-minus-random ``difference`` in units of the window's
+    noise (window_noise; near genesis every difference is mostly chance and counts as little as one
+    later), clipped to +-5; a rejection before evaluation, or a delta that learned nothing from its own
+    shard (scoring.min_assigned: random deltas), ranks below every measured verdict; a merge without
+    scores (history from before scoring) is 0."""
+    if learned_nothing(state, reason):
+        return UNSCORED
     diff = scores.get("difference") if isinstance(scores, dict) else None
     if not isinstance(diff, (int, float)) or isinstance(diff, bool) or not math.isfinite(diff):
         return UNSCORED if state != "merged" else 0.0
-    return max(-5.0, min(5.0, float(diff)))
+    return max(-5.0, min(5.0, float(diff) / noise if noise else float(diff)))

@@ -37,7 +37,7 @@ from woolf.ledger.benchmark import gate_benchmark
 from woolf.ledger.ledger import Ledger
 from woolf.protocol.trailers import json_field, parse_message
 from woolf.protocol.votes import parse_vote
-from woolf.report.board import leaderboard
+from woolf.report.board import credit, leaderboard
 from woolf.report.story import activity, rejection_kinds, version_facts
 from woolf.report.validators import validators_report
 from woolf.workloads import corpus
@@ -260,9 +260,11 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
 def _outcomes(observer, result: DemoResult, adversaries: list[str]) -> None:
     """What each contributor got, from the leaderboard (report/board.py), and whether honesty ranked first."""
     rows = leaderboard(observer)["rows"]
+    shares = {c["contributor"]: c["share"] for c in credit(observer)["rows"]}
     for r in rows:
         result.outcomes[r["contributor"]] = {"merged": r["merged"], "rejected": r["rejected"], "marked": r["flagged"],
-                                             "rating": r["ordinal"], "adversary": r["contributor"] in adversaries}
+                                             "rating": r["ordinal"], "adversary": r["contributor"] in adversaries,
+                                             "credit": shares.get(r["contributor"])}
     honest = [r["ordinal"] for r in rows if r["contributor"] not in adversaries and r["ordinal"] is not None]
     cheats = [r["ordinal"] if r["ordinal"] is not None else float("-inf") for r in rows
               if r["contributor"] in adversaries]

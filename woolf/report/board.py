@@ -2,12 +2,15 @@
 
 Usage:
     rows = leaderboard(ledger)          # [{"contributor", "mu", "sigma", "ordinal", "merged", "rejected", ...}]
-    rows = credit(ledger, since=3)      # [{"contributor", "improvement", "share", "versions"}]
+    rows = credit(ledger, since=3)      # [{"contributor", "credited", "improvement", "share", "versions"}]
 
-Ratings: woolf/core/ratings.py over the verdict history (woolf/ledger/verdicts.py). Credit:
-each merged version's benchmark improvement (before - after, as its validator recorded
-them) goes to its author; a regressing merge counts against its author. Shares are of the
-ledger's total improvement over the versions counted.
+Ratings: woolf/core/ratings.py over the verdict history (woolf/ledger/verdicts.py). Credit
+(CREDIT_RULE): each merged version's benchmark improvement (before - after, as its validator
+recorded them) goes to its author, capped at the typical improvement of the merges around it
+(typical_gains: the median over the nearest RATING_WINDOW merges that improved). The first
+merges from genesis drop the loss by whole nats that any delta would have given, which is
+what the ledger reaches anyway, whoever merges first; a regressing merge counts against its
+author in full. Shares are of the ledger's total credited improvement over the versions counted.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ RATING_WINDOW = 8  # verdicts per rating match
 def leaderboard(ledger, forge=None, window: int = RATING_WINDOW, history=None) -> dict:
     """{"rows": [...] best first, "timeline": [...], "window": n} from every verdict on record."""
     history = verdict_history(ledger, forge) if history is None else history
-    table, timeline = rate([(r.contributor, r.state, r.scores) for r in history if r.rated], window)
+    table, timeline = rate([(r.contributor, r.state, r.scores, r.reason) for r in history if r.rated], window)
     policy = ledger.config.policy
     rows = {}
     for rec in history:
@@ -47,26 +50,48 @@ def leaderboard(ledger, forge=None, window: int = RATING_WINDOW, history=None) -
     return {"rows": ordered, "timeline": timeline, "window": window, "verdicts": len(history)}
 
 
+CREDIT_RULE = ("credit: each merged version's benchmark improvement, capped at the median improvement of the "
+               f"{RATING_WINDOW} merged versions nearest it (a larger drop is the easy early one any merge at that point "
+               "would have made: the ledger reaches it anyway, whoever merges first); a regression counts against its "
+               "author in full")
+
+
+def typical_gains(gains: list[float], near: int = RATING_WINDOW) -> list[float | None]:
+    """For each merge (in version order), the median improvement of the ``near`` merges nearest it (itself
+    included), over those that improved; None when none of them did."""
+    out = []
+    for i in range(len(gains)):
+        lo = max(0, min(i - near // 2, len(gains) - near))
+        ups = sorted(g for g in gains[lo:lo + near] if g > 0)
+        out.append(None if not ups else (ups[(len(ups) - 1) // 2] + ups[len(ups) // 2]) / 2)
+    return out
+
+
 def credit(ledger, since: int | None = None, records=None) -> dict:
-    """{"rows": [...] largest share first, "total": improvement, "versions": n, "since": since}."""
+    """{"rows": [...] largest share first, "total": credited improvement, "improvement": raw total,
+    "versions": n, "since": since, "rule": CREDIT_RULE}."""
     policy = ledger.config.policy
     records = merged_records(ledger) if records is None else records
+    merges = sorted(((rec, rec.improvement(policy.metric, policy.direction)) for rec in records
+                     if rec.version is not None), key=lambda rg: rg[0].version)
+    merges = [(rec, g) for rec, g in merges if g is not None]
+    caps = typical_gains([g for _, g in merges])  # over the whole history: --since only chooses what is counted
     rows: dict[str, dict] = {}
-    total, counted = 0.0, 0
-    for rec in records:
-        if rec.version is None or (since is not None and rec.version <= since):
+    total, raw, counted = 0.0, 0.0, 0
+    for (rec, gain), cap in zip(merges, caps, strict=True):
+        if since is not None and rec.version <= since:
             continue
-        gain = rec.improvement(policy.metric, policy.direction)
-        if gain is None:
-            continue
+        credited = min(gain, cap) if gain > 0 and cap is not None else gain
         counted += 1
-        total += gain
-        row = rows.setdefault(rec.contributor, {"contributor": rec.contributor, "improvement": 0.0,
+        total, raw = total + credited, raw + gain
+        row = rows.setdefault(rec.contributor, {"contributor": rec.contributor, "credited": 0.0, "improvement": 0.0,
                                                 "versions": 0, "regressions": 0})
+        row["credited"] += credited
         row["improvement"] += gain
         row["versions"] += 1
         row["regressions"] += gain < 0
     for row in rows.values():
-        row["share"] = row["improvement"] / total if total > 0 else None
-    ordered = sorted(rows.values(), key=lambda r: (-r["improvement"], r["contributor"]))
-    return {"rows": ordered, "total": total, "versions": counted, "since": since, "metric": policy.metric}
+        row["share"] = row["credited"] / total if total > 0 else None
+    ordered = sorted(rows.values(), key=lambda r: (-r["credited"], -r["improvement"], r["contributor"]))
+    return {"rows": ordered, "total": total, "improvement": raw, "versions": counted, "since": since,
+            "metric": policy.metric, "rule": CREDIT_RULE}

@@ -57,9 +57,10 @@ def scoring_section(ledger, out: Path) -> Section:
     rows = [(r["contributor"], _num(r["ordinal"], "{:.2f}"), _num(r["mu"], "{:.2f}"), _num(r["sigma"], "{:.2f}"),
              str(r["merged"]), str(r["rejected"]), str(r["flagged"]), _num(r["improvement"], "{:+.4f}"),
              _num(r["mean_difference"], "{:+.4f}")) for r in board["rows"]]
-    chead = ("contributor", "share", "improvement", "versions", "regressions")
-    crows = [(r["contributor"], _num(r["share"], "{:.1%}"), _num(r["improvement"], "{:+.4f}"), str(r["versions"]),
-              str(r["regressions"])) for r in shares["rows"]]
+    chead = ("contributor", "share", "credited", "improvement", "versions", "regressions")
+    crows = [(r["contributor"], _num(r["share"], "{:.1%}"), _num(r["credited"], "{:+.4f}"),
+              _num(r["improvement"], "{:+.4f}"), str(r["versions"]), str(r["regressions"])) for r in shares["rows"]]
+    rule = shares["rule"][0].upper() + shares["rule"][1:] + "."
 
     def table(tid, h, rs):
         cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rs)
@@ -69,13 +70,15 @@ def scoring_section(ledger, out: Path) -> Section:
         lines = ["| " + " | ".join(h) + " |", "|" + "---|" * len(h)]
         return lines + ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rs]
 
-    page = ("<h2>Leaderboard</h2><p>OpenSkill Plackett-Luce ratings (beta 7, tau 0.1), one match per "
-            f"{board['window']} verdicts, ranked by assigned-minus-random shard improvement; rejections "
-            "before evaluation (copies, no-ops, floods) rank last.</p>" + table("leaderboard", head, rows)
-            + f"<h2>Credit</h2><p>Shares of the total {html.escape(shares['metric'])} improvement "
-            f"({shares['total']:+.4f} over {shares['versions']} versions); a regressing merge counts against "
-            "its author.</p>" + table("credit", chead, crows))
-    text = ["", "## Leaderboard", "", *md(head, rows), "", "## Credit", "",
-            f"total {shares['metric']} improvement {shares['total']:+.4f} over {shares['versions']} versions", "",
-            *md(chead, crows)]
+    how = (f"OpenSkill Plackett-Luce ratings (beta 7, tau 0.1), one match per {board['window']} verdicts, each "
+           "contributor ranked by a moving average of its assigned-minus-random shard improvements, in units of "
+           "each window's own noise (the spread between random shards); rejections before evaluation (copies, "
+           "no-ops, random deltas, signed floods) rank last.")
+    page = (f"<h2>Leaderboard</h2><p>{html.escape(how)}</p>" + table("leaderboard", head, rows)
+            + f"<h2>Credit</h2><p>{html.escape(rule)} Shares of the total credited "
+            f"{html.escape(shares['metric'])} improvement ({shares['total']:+.4f} of {shares['improvement']:+.4f} "
+            f"over {shares['versions']} versions).</p>" + table("credit", chead, crows))
+    text = ["", "## Leaderboard", "", how, "", *md(head, rows), "", "## Credit", "", rule, "",
+            f"total {shares['metric']} improvement {shares['improvement']:+.4f} over {shares['versions']} versions, "
+            f"{shares['total']:+.4f} credited", "", *md(chead, crows)]
     return Section(_plot(board["timeline"], out), page, "\n".join(text) + "\n", board, shares)

@@ -9,39 +9,63 @@ Usage (from the validator's MergeStep, with the ledger and device it validates w
 Nothing here keeps state between PRs (the validator's is woolf/validator/state.py).
 
 The assigned shard is the workload's default data for (contributor, base version), the
-data the participant was given; the random shard is the same function of a name drawn
-from the PR id (not a contributor name any participant can have). Each is measured on
-`scoring.sample_bytes` bytes, on main's weights before and after adding the raw delta
-(scale 1: the delta's own effect, whatever the merge rule makes of it).
+data the participant was given; the random shards (RANDOM_SHARDS of them) are the same
+function of names no contributor can have. Each is measured on `scoring.sample_bytes`
+bytes, on the base version's weights before and after adding the raw delta (scale 1: the
+delta's own effect, whatever the merge rule makes of it).
+
+Which bytes are scored and which shards are "random" is drawn from score_seed: the commit of
+the main version the PR is judged against, salted with the validators' hidden benchmark when
+the ledger pins one. A submitter chooses its PR id, but not main's next commit, and never
+holds the salt: it cannot train on the scored sample nor pick a random shard that flatters it.
+The seed is recorded in Woolf-Scores (revealed after the verdict, one seed per main version).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
+import random
 import time
 
 import torch
 
 from woolf.core.merge import apply_delta
-from woolf.core.scores import improvement, unique
+from woolf.core.scores import LEARNED_NOTHING, improvement, unique
 from woolf.errors import IntegrityError, Rejected, StorageError, WoolfError
-from woolf.ledger.benchmark import benchmark_label
+from woolf.ledger.benchmark import benchmark_label, hidden_benchmark
 
 log = logging.getLogger("woolf.validator")
 
 
-def sample(texts: list[bytes], size: int) -> bytes:
-    """``size`` bytes spread over the joined texts: 8 evenly spaced pieces (all of it when shorter)."""
+RANDOM_SHARDS = 2  # random shards each delta is compared with: their spread is the score's own noise
+
+
+def score_seed(ledger, main) -> str:
+    """What a PR's scored sample and random shards are drawn from: main's commit it is judged against (no
+    submitter chooses it; in a moving queue none can know it), salted with the hidden benchmark's bytes
+    when the ledger pins one (then no submitter can compute it at all). Every validator draws alike."""
+    h = hashlib.sha256(b"woolf-scoring\0" + main.commit.encode())
+    if ledger.config.benchmark.hidden_sha256:
+        h.update(hashlib.sha256(b"woolf-scoring-salt\0" + hidden_benchmark(ledger.config)).digest())
+    return h.hexdigest()
+
+
+def sample(texts: list[bytes], size: int, seed: str) -> bytes:
+    """``size`` bytes of the joined texts: 8 pieces, one in each eighth at a place drawn from ``seed``
+    (all of it when shorter)."""
     joined = b"\n".join(texts)
     if len(joined) <= size:
         return joined
-    piece = size // 8
-    return b"".join(joined[i * len(joined) // 8:][:piece] for i in range(8))
+    piece, part = size // 8, len(joined) // 8
+    rng = random.Random(hashlib.sha256(f"woolf-sample:{seed}".encode()).digest())
+    starts = [i * part + rng.randrange(max(1, part - piece + 1)) for i in range(8)]
+    return b"".join(joined[s:s + piece] for s in starts)
 
 
-def random_name(pr_id: str) -> str:
-    return f"~random:{pr_id}"  # '~' and ':' are not in any contributor id
+def random_name(seed: str, index: int = 0) -> str:
+    return f"~random:{seed[:16]}:{index}"  # '~' and ':' are not in any contributor id
 
 
 def _base_weights(ledger, adm, main, current):
@@ -82,7 +106,9 @@ def _after(base: dict, delta: dict, reuse: bool) -> dict:
 
 
 def score_delta(ledger, device, adm, main, current, delta, wl, spent: list | None = None) -> dict | None:
-    """{"assigned", "random", "difference", "seconds"}; None when scoring is off or the workload has no shards.
+    """{"assigned", "random" (their mean), "randoms", "difference", "seed", "seconds"}; None when scoring is
+    off or the workload has no shards. A delta under `scoring.min_assigned` on its own shard is refused by
+    that alone (judge_scores): its random shards' "after" is not evaluated, no "random".
 
     ``spent`` (a list): scoring may write base + delta into ``current``'s memory, and appends
     "current" to it when it did; the caller reads main's weights again before it uses them."""
@@ -91,29 +117,38 @@ def score_delta(ledger, device, adm, main, current, delta, wl, spent: list | Non
         return None
     t0 = time.perf_counter()
     metric, direction = cfg.policy.metric, cfg.policy.direction
+    seed = score_seed(ledger, main)  # a StorageError (no hidden benchmark here) is the validator's own problem
     try:
-        own = sample(wl.default_data(adm.meta["contributor"], adm.base.version).texts, cfg.scoring.sample_bytes)
-        rnd = sample(wl.default_data(random_name(adm.meta["id"]), adm.base.version).texts, cfg.scoring.sample_bytes)
+        version, size = adm.base.version, cfg.scoring.sample_bytes
+        shards = [sample(wl.default_data(adm.meta["contributor"], version).texts, size, seed)]
+        shards += [sample(wl.default_data(random_name(seed, j), version).texts, size, f"{seed}:{j}")
+                   for j in range(RANDOM_SHARDS)]
         base = _base_weights(ledger, adm, main, current)
-        before = {name: wl.evaluate(base, data, device).get(metric) for name, data in (("assigned", own),
-                                                                                        ("random", rnd))}
+        # every "before" first: base's memory may then receive base + delta (see _after)
+        before = [float(wl.evaluate(base, data, device).get(metric)) for data in shards]
         reuse = base is not current or spent is not None
         after = _after(base, delta, reuse)
         if after is current and spent is not None:
             spent.append("current")
-        out = {}
-        for name, data in (("assigned", own), ("random", rnd)):
+        got = []
+        for b, data in zip(before, shards, strict=True):
             a = wl.evaluate(after, data, device).get(metric)
-            out[name] = improvement(float(before[name]), float(a), direction)
+            got.append(improvement(b, float(a), direction))
+            floor = cfg.scoring.min_assigned
+            if len(got) == 1 and math.isfinite(floor) and not got[0] >= floor:  # learned nothing: refused on this alone
+                return {"assigned": got[0] if math.isfinite(got[0]) else -1e9, "seed": seed[:32],
+                        "seconds": round(time.perf_counter() - t0, 4)}
         del after, base
     except WoolfError:
         raise  # a Rejected (base weights unreadable) or the ledger's own failure
     except Exception as exc:  # noqa: BLE001 - a workload without shards, or data too short: no scores
         log.info("%s: no contribution scores (%s: %s)", adm.meta["id"], type(exc).__name__, str(exc)[:200])
         return None
-    if not all(math.isfinite(x) for x in out.values()):
-        out = {k: (x if math.isfinite(x) else -1e9) for k, x in out.items()}
+    got = [x if math.isfinite(x) else -1e9 for x in got]
+    randoms = got[1:]
+    out = {"assigned": got[0], "random": sum(randoms) / len(randoms), "randoms": randoms}
     out["difference"] = out["assigned"] - out["random"]
+    out["seed"] = seed[:32]
     out["seconds"] = round(time.perf_counter() - t0, 4)
     return out
 
@@ -167,7 +202,7 @@ def judge_scores(cfg, verdict) -> str | None:
     if "revert" in verdict.flags:  # a verified revert trained on nothing: it takes back a merge
         return None
     if s and s["assigned"] < cfg.scoring.min_assigned:
-        return (f"the delta removes {s['assigned']:+.4f} of loss on its own assigned shard, under "
+        return (f"{LEARNED_NOTHING} {s['assigned']:+.4f} of loss on its own assigned shard, under "
                 f"scoring.min_assigned {cfg.scoring.min_assigned:g}: it did not learn the data it was given")
     if s and cfg.scoring.uniqueness != "off" and not unique(s["assigned"], s["random"]):
         why = (f"random data improved as much as its assigned shard (assigned {s['assigned']:+.4f}, "

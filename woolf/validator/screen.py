@@ -56,6 +56,7 @@ def open_snapshot(forge, state: ValidatorState) -> list:
 
 
 OVER_LIMIT = "over the open-PR limit: contributor"  # the reason's start; unrated (woolf/ledger/verdicts.py)
+FLOOD = "a flood signed by its contributor's key:"  # a signed flood beyond twice the limit: rated, as refused
 
 
 def _over(state: ValidatorState, snapshot, limit: int) -> dict[str, int]:
@@ -68,14 +69,22 @@ def _over(state: ValidatorState, snapshot, limit: int) -> dict[str, int]:
 
 def check_queue(ledger, forge, state: ValidatorState, pr) -> None:
     """A contributor with more open PRs than `queue.max_open_per_contributor`: those received after its
-    first that many are rejected unread (not held against its rating: the name may be someone's claim)."""
+    first that many are rejected unread, not held against its rating (the name may be someone's claim),
+    unless every one of more than twice the limit is signed by the contributor's own key: a flood no one
+    else can have sent, rated like a copy (a queue slowed down can leave an honest participant over the
+    limit, rarely over twice it)."""
     limit = ledger.config.queue.max_open_per_contributor
     snapshot = open_snapshot(forge, state)
     over = _over(state, snapshot, limit)
+    signed = None
     if pr.id in over:
         signed = _signed_alike(ledger, pr, snapshot)
         if signed is not None:  # signed by the contributor's own key: only its signed PRs count
             over = beyond_limit(signed, limit)
+    if pr.id in over and signed is not None and over[pr.id] > 2 * limit:
+        raise Rejected(f"{FLOOD} {canonical(pr.contributor)!r} had {over[pr.id]} signed open PRs when the queue "
+                       f"was read, over twice the open-PR limit of {limit}: over the limit, this one is not "
+                       "judged, and the flood counts against the key's owner (withdraw your own open PRs first)")
     if pr.id in over:
         raise Rejected(f"{OVER_LIMIT} {canonical(pr.contributor)!r} had {over[pr.id]} open PRs when the queue "
                        f"was read, over the limit of {limit}; the {limit} received first are judged, this later one "
