@@ -21,7 +21,10 @@ from woolf.cli.app import App, json_option, pass_app
 @click.option("--validators", type=click.IntRange(min=1), help="Validator processes [default: 2; --quick 1].")
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps per contribution [default: 30; --quick 15].")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default="woolf-demo",
-              show_default=True, help="Where the hub is built (an earlier demo hub there is replaced).")
+              show_default=True, help="Where the hub is built (an earlier demo hub there: see --force).")
+@click.option("--force", is_flag=True,
+              help="Replace an earlier demo hub in --dir (its clones' open PRs are lost); on a terminal "
+                   "you are asked instead.")
 @click.option("--quick", is_flag=True, help="Smaller run: 2 participants x 4 rounds x 15 steps, 1 validator.")
 @click.option("--quorum", type=click.IntRange(min=1), default=1, show_default=True,
               help="Validators whose signed votes must agree before a PR settles (validators.quorum).")
@@ -33,10 +36,12 @@ from woolf.cli.app import App, json_option, pass_app
               help="Add cheating participants: free-rider, copycat, overfitter, noise, flooder (comma-separated).")
 @json_option
 @pass_app
-def demo(app: App, participants, rounds, validators, steps, directory, quick, quorum, dishonest, settings,
+def demo(app: App, participants, rounds, validators, steps, directory, force, quick, quorum, dishonest, settings,
          adversaries, as_json):
     """Run a whole decentralized training network on this machine."""
-    from woolf.demo.run import DemoOptions, run_demo  # deferred: fast --help
+    from woolf.demo.hub import describe_earlier, earlier_hub  # deferred: fast --help
+    from woolf.protocol.config import LedgerConfig  # deferred: fast --help
+    from woolf.protocol.config_text import apply_overrides  # deferred: fast --help
 
     def pick(value, full, small):
         return value if value is not None else (small if quick else full)
@@ -49,11 +54,19 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, qu
         if not sep or not key:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
         overrides[key.strip()] = value.strip()
+    apply_overrides(LedgerConfig(name="woolf-demo"), overrides)  # a bad --set fails now, nothing built
+    root = app.cwd / directory
+    if earlier_hub(root) is not None and not force and sys.stdin.isatty() and not as_json:
+        force = click.confirm(f"{describe_earlier(root)}. Replace it?", default=False, err=True)
+        if not force:
+            app.err.print(f"left {root} as it was")
+            raise click.exceptions.Exit(1)
+    from woolf.demo.run import DemoOptions, run_demo  # deferred: loads torch
     options = DemoOptions(participants=participants, rounds=rounds, validators=validators,
                           steps=steps, quick=quick, console=app.err if as_json else app.console,
                           settings=overrides, quorum=quorum, dishonest=dishonest,
-                          adversaries=[a.strip() for a in adversaries.split(",") if a.strip()])
-    r = run_demo(app.cwd / directory, options)
+                          adversaries=[a.strip() for a in adversaries.split(",") if a.strip()], replace=force)
+    r = run_demo(root, options)
     if as_json:
         app.emit_json(r.to_json())
         if r.interrupted:

@@ -124,6 +124,7 @@ class DemoOptions:
     quorum: int = 1  # validators.quorum: agreeing votes a PR needs to settle
     dishonest: bool = False  # the last validator votes accept on everything (demo/dishonest.py)
     adversaries: list[str] | None = None  # kinds of cheating participants (demo/adversaries.py)
+    replace: bool = False  # replace an earlier demo hub at root (else: UsageError); `woolf demo --force`
 
 
 def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoResult:
@@ -155,7 +156,8 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
     vnames = [f"v{i + 1}" for i in range(validators)]
     t0 = time.time()
     root = Path(root).resolve()
-    hub = create_hub(root, names + adversaries, vnames, overrides={"workload.steps": str(steps), **(settings or {})})
+    hub = create_hub(root, names + adversaries, vnames, overrides={"workload.steps": str(steps), **(settings or {})},
+                     replace=o.replace)
     result = DemoResult(str(root), participants, validators, rounds, steps,
                         total_steps=participants * rounds * steps, quorum=quorum, adversaries=adversaries)
     if hidden is not None:  # validators (spawned below) and the reference runs read it; participants never do
