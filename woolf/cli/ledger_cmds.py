@@ -68,10 +68,14 @@ def _freshness(app: App, ledger, do_fetch: bool) -> None:
 @click.option("--add-signer", "extra", multiple=True, metavar="LINE",
               help="Another allowed_signers line, e.g. from `woolf key create` (repeatable).")
 @click.option("--unsigned", is_flag=True, help="No signatures: anyone who can push to the hub has authority.")
+@click.option("--woolf-source", metavar="SPEC", envvar="WOOLF_SOURCE",
+              help="Where the GitHub workflow's ci/install.sh installs GoodWoolf from: git+https://HOST/PATH@COMMIT "
+                   "or https://.../NAME.whl#sha256=HEX [env: WOOLF_SOURCE; default: what this woolf was "
+                   "installed from, when that is pinned].")
 @json_option
 @pass_app
 def init(app: App, path, storage, workload, alpha, weights, name, settings, signing_key, signer, extra,
-         unsigned, as_json):
+         unsigned, woolf_source, as_json):
     """Create a new ledger at PATH with version 0, signed with --key."""
     from woolf.ledger.create import CreateOptions  # deferred: fast --help
     from woolf.ledger.ledger import Ledger  # deferred: fast --help
@@ -90,7 +94,7 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
         overrides[key.strip()] = value.strip()
     options = CreateOptions(storage=storage, workload=workload, alpha=alpha, weights=weights,
                             name=name, overrides=overrides, signing_key=signing_key, signer=signer,
-                            extra_signers=list(extra))
+                            extra_signers=list(extra), woolf_source=woolf_source)
     ledger = Ledger.init(path, options)
     head = ledger.head()
     if as_json:
@@ -101,6 +105,9 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
     app.console.print(f"  version 0 = {head.commit[:12]}, weights in {ledger.store.remote_url()}")
     app.console.print(f"  {'signed: you are maintainer and validator' if signing_key else 'UNSIGNED'}")
     app.console.print(f"  next: `woolf hub init hub.git --from {ledger.root}`, then clone the hub to train and validate")
+    if ledger.config.forge.kind == "github" and "WOOLF_SOURCE=''\n" in (ledger.root / "ci" / "install.sh").read_text():
+        app.err.print("[yellow]note:[/] ci/install.sh (the GitHub workflow's installer) pins no GoodWoolf source: "
+                      "pass --woolf-source git+https://HOST/PATH@COMMIT for a ledger on GitHub (docs/github.md)")
 
 
 @click.command()
