@@ -53,7 +53,9 @@ Environment:
 def cli(ctx: click.Context, directory: Path) -> None:
     """GoodWoolf: train one model together, with git as the ledger."""
     ctx.obj = App(cwd=directory)
-    if ctx.invoked_subcommand != "train":  # train keeps Ctrl-C deferred and checks at every step
+    # train keeps Ctrl-C deferred and checks at every step; validate until torch is loaded (a Ctrl-C
+    # inside torch's import is swallowed or breaks it)
+    if ctx.invoked_subcommand not in ("train", "validate"):
         interrupts.release()
 
 
@@ -91,4 +93,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    rc = main()
+    interrupts.defer()  # a Ctrl-C while the interpreter shuts down (joining threads) prints no traceback
+    sys.exit(rc)
