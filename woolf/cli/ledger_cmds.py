@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from woolf.cli.app import App, json_option, pass_app
-from woolf.errors import UsageError
+from woolf.errors import UsageError, WoolfError
 
 
 def _fmt_metrics(m: dict | None) -> str:
@@ -110,6 +110,24 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
                       "pass --woolf-source git+https://HOST/PATH@COMMIT for a ledger on GitHub (docs/github.md)")
 
 
+def _newest_known_main(app: App, ledger) -> None:
+    """Read origin's main when this clone's own main is behind it: a validator's clone merges by pushing
+    to origin and leaves its local main where it was; `woolf log` shows what the clone knows."""
+    from woolf.protocol import layout  # deferred: fast --help
+
+    origin = "refs/remotes/origin/main"
+    local, remote = ledger.git.rev_parse(layout.MAIN), ledger.git.rev_parse(origin)
+    if not remote or local == remote or not local or not ledger.git.is_ancestor(local, remote):
+        return
+    try:
+        behind = ledger.head(origin).version - ledger.head().version
+    except WoolfError:  # origin's tip is no version: `woolf status` says what is wrong
+        return
+    ledger.main_ref = origin
+    app.err.print(f"[dim]showing origin/main: this clone's main is {behind} version(s) behind it "
+                  "(`woolf pull` moves it)[/]")
+
+
 @click.command()
 @click.option("-n", "limit", type=click.IntRange(min=1), help="Show at most N versions (N >= 1).")
 @click.option("--all", "show_all", is_flag=True, help="Also show every verdict (merged, rejected, withdrawn).")
@@ -120,6 +138,7 @@ def log(app: App, limit, show_all, do_fetch, as_json):
     """Versions, newest first (this clone's view; --fetch to update it first)."""
     ledger = app.ledger()
     _freshness(app, ledger, do_fetch)
+    _newest_known_main(app, ledger)
     versions = ledger.log(limit=limit)
     verdicts = None
     if show_all:
