@@ -150,7 +150,7 @@ def comparison_lines(r) -> list[str]:
 
 @click.command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default="report", show_default=True,
-              help="Directory for report.html, report.md and the plots.")
+              help="Directory for index.html, summary.md and the PNG plots it shows.")
 @json_option
 @pass_app
 def report(app: App, out, as_json):

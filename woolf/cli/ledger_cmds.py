@@ -86,6 +86,8 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
         raise UsageError("a ledger is signed by its creator's SSH key: pass --key PATH",
                          hint="make one with `woolf key create --out ~/.ssh/woolf`; or --unsigned (no authority)")
 
+    if signing_key is not None:
+        _require_private_key(signing_key)
     overrides = {}
     for item in settings:
         key, sep, value = item.partition("=")
@@ -108,6 +110,18 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
     if ledger.config.forge.kind == "github" and "WOOLF_SOURCE=''\n" in (ledger.root / "ci" / "install.sh").read_text():
         app.err.print("[yellow]note:[/] ci/install.sh (the GitHub workflow's installer) pins no GoodWoolf source: "
                       "pass --woolf-source git+https://HOST/PATH@COMMIT for a ledger on GitHub (docs/github.md)")
+
+
+def _require_private_key(path: Path) -> None:
+    """--key names the private key: a public one (K.pub) gets its own one-line answer."""
+    try:
+        head = path.read_bytes()[:200].decode("ascii", errors="replace").strip()
+    except OSError:
+        return  # the signing step says what it cannot read
+    if head.startswith(("ssh-", "ecdsa-", "sk-")) and "PRIVATE KEY" not in head:
+        private = path.with_suffix("") if path.suffix == ".pub" else None
+        raise UsageError(f"{path} is a public key: --key takes the private key it belongs to",
+                         hint=f"--key {private}" if private else "pass the file without .pub")
 
 
 def _newest_known_main(app: App, ledger) -> None:
@@ -186,7 +200,16 @@ def show(app: App, version, as_json):
         app.emit_json(data)
         return
     for key, value in data.items():
-        app.console.print(f"[bold]{key:>15}[/] {value}")
+        if value is None or value == {} or value == []:
+            continue  # genesis has no base, staleness, contributor...
+        if key == "time" and isinstance(value, (int, float)):
+            value = datetime.datetime.fromtimestamp(value, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        elif isinstance(value, dict):
+            value = _fmt_metrics(value) if all(isinstance(x, (int, float)) for x in value.values()) else \
+                "  ".join(f"{k}={x}" for k, x in sorted(value.items()))
+        elif isinstance(value, list):
+            value = ", ".join(str(x) for x in value)
+        app.say((f"{key:>15}", "bold"), f" {value}")  # messages and names may be anyone's text: no markup
 
 
 @click.command()
@@ -197,6 +220,9 @@ def show(app: App, version, as_json):
 @pass_app
 def checkout(app: App, version, output, as_json):
     """Fetch the weights of any version, checked against their recorded hash."""
+    if output is not None and not output.parent.is_dir():
+        raise UsageError(f"-o {output}: the directory {output.parent} does not exist",
+                         hint=f"create it first (`mkdir -p {output.parent}`), or choose another path")
     ledger = app.ledger()
     out = ledger.checkout(version, output)
     if ledger.last_rebuild:  # storage keeps snapshots only (`woolf gc`)

@@ -35,11 +35,12 @@ def key_create(app: App, out, name, roles, configure, as_json):
     """Make an ed25519 key and print the ledger/allowed_signers line a maintainer adds."""
     from woolf.git.keys import configure as configure_git  # deferred: fast --help
     from woolf.git.keys import create_key  # deferred: fast --help
+    from woolf.git.repo import Git  # deferred: fast --help
     from woolf.protocol.contributor import contributor_id  # deferred: fast --help
     from woolf.protocol.signers import signer_line  # deferred: fast --help
 
-    who = contributor_id(name)
-    private, public = create_key(out, who)
+    who = contributor_id(name, Git(app.cwd if app.cwd.is_dir() else Path(".")))  # WOOLF_CONTRIBUTOR, git user.name
+    private, public = create_key(out, who)  # the key's comment is that id: `woolf init --key` signs as it
     line = signer_line(who, public, list(roles))
     if configure:
         configure_git(app.ledger().git, private)

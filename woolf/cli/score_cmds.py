@@ -54,7 +54,14 @@ def credit(app: App, since, as_json):
     """Each contributor's share of the ledger's benchmark improvement (regressions count against)."""
     from woolf.report.board import credit as shares  # deferred: fast --help
 
-    data = shares(_ledger(app), since=since)
+    ledger = _ledger(app)
+    head = ledger.head().version
+    if since is not None and since >= head:
+        from woolf.errors import UsageError  # deferred: fast --help
+
+        raise UsageError(f"--since {since}: the ledger's newest version is {head}, so no version comes after it",
+                         hint=f"--since 0..{max(head - 1, 0)}")
+    data = shares(ledger, since=since)
     if as_json:
         app.emit_json(data)
         return
