@@ -44,3 +44,34 @@ def test_key_create_names_the_key_after_the_contributor_and_init_refuses_a_publi
     rc, _, err = _run(capsys, "-C", str(tmp_path), "init", str(tmp_path / "led"), "--key", str(tmp_path / "k.pub"))
     assert rc == 2 and "is a public key" in err and f"--key {tmp_path / 'k'}" in err
     assert "UNPROTECTED" not in err and not (tmp_path / "led").exists()
+
+
+def test_top_level_help_groups_commands_by_role_and_cuts_no_description(capsys):
+    from woolf.cli.main import cli
+
+    rc, out, _ = _run(capsys, "--help")
+    assert rc == 0
+    titles = ["Start here:", "Participant:", "Validator:", "Maintainer:", "History and results:"]
+    assert [out.index(t) for t in titles] == sorted(out.index(t) for t in titles)
+    assert out.index("Participant:") < out.index("  train ") < out.index("Validator:")
+    listing = out.split("Start here:")[1].split("Environment:")[0]
+    assert not [ln for ln in listing.splitlines() if ln.rstrip().endswith("...")], listing
+    for name in cli.commands:  # every command is listed, grouped or under Other
+        assert f"\n  {name} " in out, name
+
+
+def test_config_get_show_and_json_from_config_set(network, capsys):
+    import json
+
+    d = str(network.work.root)
+    rc, out, _ = _run(capsys, "-C", d, "config", "get", "policy.min_improvement")
+    assert rc == 0 and out.strip() == "-10.0"
+    rc, out, _ = _run(capsys, "-C", d, "config", "show")
+    assert rc == 0 and "[policy]" in out and "min_improvement" in out
+    rc, _, err = _run(capsys, "-C", d, "config", "get", "policy.nope")
+    assert rc == 2 and "no config key" in err
+    rc, out, err = _run(capsys, "-C", d, "config", "set", "policy.min_improvement=-0.5", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["version"] == 1
+    rc, out, _ = _run(capsys, "-C", d, "config", "get", "policy.min_improvement", "--json")
+    assert json.loads(out) == -0.5

@@ -26,6 +26,7 @@ from woolf.cli import (
     validate_cmds,
 )
 from woolf.cli.app import App
+from woolf.cli.help import RoleGroup
 from woolf.errors import WoolfError
 
 _ENVIRONMENT = """\b
@@ -45,7 +46,7 @@ Environment:
 """
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=_ENVIRONMENT)
+@click.group(cls=RoleGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=_ENVIRONMENT)
 @click.option("-C", "--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
               default=".", envvar="WOOLF_DIR", help="Run as if started in DIR [env: WOOLF_DIR].")
 @click.version_option(__version__, prog_name="woolf")
