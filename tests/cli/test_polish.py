@@ -75,3 +75,12 @@ def test_config_get_show_and_json_from_config_set(network, capsys):
     assert json.loads(out)["version"] == 1
     rc, out, _ = _run(capsys, "-C", d, "config", "get", "policy.min_improvement", "--json")
     assert json.loads(out) == -0.5
+
+
+def test_piped_output_is_not_wrapped_at_80_columns(capsys, tmp_path):
+    from woolf.cli.app import App
+
+    App(tmp_path).console.print("a long sentence " * 12)
+    App(tmp_path).err.print("a long warning " * 12)
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1 and len(err.splitlines()) == 1

@@ -30,8 +30,10 @@ def printable(text) -> str:
 @dataclass
 class App:
     cwd: Path
-    console: Console = field(default_factory=lambda: Console(highlight=False))
-    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
+    # on a pipe, lines are never wrapped at rich's default 80 columns (`woolf submit | cat`)
+    console: Console = field(default_factory=lambda: Console(highlight=False, soft_wrap=not sys.stdout.isatty()))
+    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False,
+                                                         soft_wrap=not sys.stderr.isatty()))
 
     def ledger(self):
         from woolf.ledger.ledger import Ledger  # deferred: fast --help

@@ -21,11 +21,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
-from rich.live import Live
 
 from woolf.demo.adversaries import KINDS
 from woolf.demo.hub import create_hub
-from woolf.demo.live import render, snapshot
+from woolf.demo.live import LiveView, snapshot
 from woolf.demo.references import reference_losses
 from woolf.demo.workers import check_alive, spawn, stop
 from woolf.errors import UsageError
@@ -186,18 +185,18 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
               for i, a in enumerate(adversaries)]
     workers = dict(zip([*vnames, *names, *adversaries], procs + parts, strict=True))
     try:  # Ctrl-C or SIGTERM stop the network cleanly (see woolf/interrupts.py); a dead worker ends it loudly
-        with interruptible(), Live(console=console, refresh_per_second=2, transient=False) as live:
+        with interruptible(), LiveView(console) as live:
             while any(p.poll() is None for p in parts):
                 check_alive(workers, root / "logs")
-                live.update(render(snapshot(observer), time.time() - t0, result.genesis_loss, "woolf demo"))
+                live.show(snapshot(observer), time.time() - t0, result.genesis_loss, "woolf demo")
                 time.sleep(1.0)
             check_alive(workers, root / "logs")
             stop_file.touch()
             while any(p.poll() is None for p in procs):
-                live.update(render(snapshot(observer), time.time() - t0, result.genesis_loss, "draining"))
+                live.show(snapshot(observer), time.time() - t0, result.genesis_loss, "draining")
                 time.sleep(1.0)
             check_alive(workers, root / "logs")
-            live.update(render(snapshot(observer), time.time() - t0, result.genesis_loss, "done"))
+            live.show(snapshot(observer), time.time() - t0, result.genesis_loss, "done")
     except KeyboardInterrupt:
         result.interrupted = True
         console.print("[yellow]interrupted: stopping participants and validators[/]")
