@@ -149,7 +149,15 @@ def submit(app: App, weights, base_version, message, delta_url_base, delta_remot
                             base_version=base_version, forge=forge, delta_url_base=delta_url_base,
                             delta_remote=delta_remote, error_feedback=error_feedback,
                             compress=compress)
-    result = do_submit(app.ledger(), options)
+    ledger = app.ledger()
+    try:
+        with interrupts.interruptible():
+            result = do_submit(ledger, options)
+    except KeyboardInterrupt:
+        app.err.print("interrupted: the PR ref is pushed last, so unless that push had finished no PR was opened "
+                      "(`woolf pr list` shows); your trained result is still in .woolf/work for `woolf submit`, "
+                      "and a delta already uploaded stays in storage unreferenced")
+        raise click.exceptions.Exit(130) from None
     if as_json:
         app.emit_json(result)
         return
