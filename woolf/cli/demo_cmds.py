@@ -117,6 +117,9 @@ def outcome_lines(r) -> list[str]:
         rating = "-" if o["rating"] is None else f"{o['rating']:.2f}"
         out.append(f"  {who:<12} {tag:<9} merged {o['merged']:>3}  rejected {o['rejected']:>3}  "
                    f"marked {o['marked']:>3}  rating {rating}")
+    from woolf.report.story import MARKED_AND_RANDOM  # deferred: fast --help
+
+    out.append("  " + MARKED_AND_RANDOM)
     if r.honest_above_adversaries is not None:
         out.append("every honest participant ranks above every adversary: "
                    + ("yes" if r.honest_above_adversaries else "NO"))

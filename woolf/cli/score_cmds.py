@@ -44,6 +44,9 @@ def leaderboard(app: App, window, as_json):
                 str(r["merged"]), str(r["rejected"]), str(r["flagged"]), _f(r["improvement"], "{:+.4f}"),
                 _f(r["mean_difference"], "{:+.4f}")] for r in data["rows"]])
     app.console.print(f"{data['verdicts']} verdicts in {len(data['timeline'])} rated windows of {window}")
+    from woolf.report.story import MARKED_AND_RANDOM  # deferred: fast --help
+
+    app.console.print(MARKED_AND_RANDOM, style="dim")
 
 
 @click.command()

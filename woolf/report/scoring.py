@@ -12,6 +12,7 @@ from pathlib import Path
 
 from woolf.ledger.verdicts import merged_records, verdict_history
 from woolf.report.board import credit, leaderboard
+from woolf.report.story import MARKED_AND_RANDOM
 
 
 @dataclass
@@ -71,11 +72,12 @@ def scoring_section(ledger, out: Path) -> Section:
 
     page = ("<h2>Leaderboard</h2><p>OpenSkill Plackett-Luce ratings (beta 7, tau 0.1), one match per "
             f"{board['window']} verdicts, ranked by assigned-minus-random shard improvement; rejections "
-            "before evaluation (copies, no-ops, floods) rank last.</p>" + table("leaderboard", head, rows)
+            "before evaluation (copies, no-ops, floods) rank last. " + html.escape(MARKED_AND_RANDOM) + ".</p>"
+            + table("leaderboard", head, rows)
             + f"<h2>Credit</h2><p>Shares of the total {html.escape(shares['metric'])} improvement "
             f"({shares['total']:+.4f} over {shares['versions']} versions); a regressing merge counts against "
             "its author.</p>" + table("credit", chead, crows))
-    text = ["", "## Leaderboard", "", *md(head, rows), "", "## Credit", "",
+    text = ["", "## Leaderboard", "", MARKED_AND_RANDOM + ".", "", *md(head, rows), "", "## Credit", "",
             f"total {shares['metric']} improvement {shares['total']:+.4f} over {shares['versions']} versions", "",
             *md(chead, crows)]
     return Section(_plot(board["timeline"], out), page, "\n".join(text) + "\n", board, shares)
