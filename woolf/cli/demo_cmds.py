@@ -141,14 +141,9 @@ def comparison_lines(r) -> list[str]:
             out.append(f"  {label:<58} {r.alone_loss:.4f} / {r.alone_loss_mean:.4f}")
         elif value is not None:
             out.append(f"  {label:<58} {value:.4f}")
-    gain = r.alone_loss - r.final_loss
-    if gain > 0:
-        verdict = f"joining paid: the ledger ends {gain:.4f} below the best participant alone"
-        if r.parallel_loss is not None and r.alone_loss > r.parallel_loss:
-            verdict += f" (closing {gain / (r.alone_loss - r.parallel_loss):.0%} of the gap to data parallel)"
-    else:
-        verdict = f"joining did not pay: the ledger ends {-gain:.4f} above the best participant alone"
-    return out + [verdict]
+    from woolf.report.story import joining_verdict  # deferred: fast --help
+
+    return out + [joining_verdict(r.to_json())]
 
 
 @click.command()

@@ -94,3 +94,17 @@ def activity(prs) -> dict[str, dict[str, int]]:
         if p.state in row:
             row[p.state] += 1
     return dict(sorted(out.items()))
+
+
+def joining_verdict(demo: dict) -> str | None:
+    """The demo's verdict in words: the ledger against the best participant alone at the same compute."""
+    final, alone, parallel = demo.get("final_loss"), demo.get("alone_loss"), demo.get("parallel_loss")
+    if final is None or alone is None:
+        return None
+    gain = alone - final
+    if gain <= 0:
+        return f"joining did not pay: the ledger ends {-gain:.4f} above the best participant alone"
+    said = f"joining paid: the ledger ends {gain:.4f} below the best participant alone"
+    if parallel is not None and alone > parallel:
+        said += f" (closing {gain / (alone - parallel):.0%} of the gap to data parallel)"
+    return said
