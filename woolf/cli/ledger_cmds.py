@@ -151,6 +151,9 @@ def _newest_known_main(app: App, ledger) -> None:
 def log(app: App, limit, show_all, do_fetch, as_json):
     """Versions, newest first (this clone's view; --fetch to update it first)."""
     ledger = app.ledger()
+    if show_all and not do_fetch and not ledger.has_pr_refs() and ledger.has_origin():
+        do_fetch = True  # git clone fetches no PR refs: without them --all would show no verdict at all
+        app.err.print("[dim]fetching the pull requests from origin first (git clone does not)[/]")
     _freshness(app, ledger, do_fetch)
     _newest_known_main(app, ledger)
     versions = ledger.log(limit=limit)
@@ -158,9 +161,6 @@ def log(app: App, limit, show_all, do_fetch, as_json):
     if show_all:
         from woolf.forges.local import LocalForge  # deferred: fast --help
 
-        if not ledger.has_pr_refs() and ledger.has_origin():
-            app.err.print("[yellow]note:[/] this clone has fetched no pull requests yet (git clone does not): "
-                          "`woolf log --all --fetch`, or `woolf pull`")
         verdicts = [pr.to_json() for pr in LocalForge.for_ledger(ledger).list(local_only=True)
                     if pr.state != "open"]
     if as_json:
