@@ -43,6 +43,7 @@ Environment:
   WOOLF_DELTA_REMOTE   your own DVC remote for deltas (woolf submit)
   WOOLF_DELTA_URL_BASE public https URL of that remote, for fork PRs
   WOOLF_TRUST_COMMAND  1: run an unsigned ledger's workload.command
+  WOOLF_SOURCE         pinned GoodWoolf source for ci/install.sh (woolf init --woolf-source)
 """
 
 
