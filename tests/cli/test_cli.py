@@ -83,10 +83,12 @@ def test_a_fresh_clone_says_what_it_has_not_fetched(network, capsys):
     LocalForge.for_ledger(alice).withdraw(LocalForge.for_ledger(alice).list()[0].id)
     fresh = network.root / "fresh"
     git("clone", "-q", str(network.hub), str(fresh), cwd=network.root)
-    code = main(["-C", str(fresh), "log", "--all", "--json"])
+    code = main(["-C", str(fresh), "log", "--all", "--json"])  # the README's order: right after git clone
     out = capsys.readouterr()
-    assert code == 0 and json.loads(out.out)["verdicts"] == []
-    assert "fetched no pull requests" in out.err and "last fetch from origin" in out.err
+    assert code == 0 and [v["state"] for v in json.loads(out.out)["verdicts"]] == ["withdrawn"]
+    assert "fetching the pull requests from origin first" in out.err
+    code = main(["-C", str(fresh), "log"])
+    assert code == 0 and "last fetch from origin" in capsys.readouterr().err
     both = _json(capsys, "-C", str(fresh), "log", "--all", "--fetch", "--json")
     assert [v["state"] for v in both["verdicts"]] == ["withdrawn"]
     st = _json(capsys, "-C", str(fresh), "status", "--json")

@@ -144,3 +144,34 @@ def test_demo_set_refuses_bad_settings(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "woolf", "demo", "--dir", str(tmp_path / "d"),
                            "--set", "merge.rule=adam"], capture_output=True, text=True)
     assert proc.returncode != 0 and "merge.rule" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "d").exists()  # checked before anything is built
+
+
+def test_a_second_demo_into_the_same_dir_is_refused_without_force(tmp_path):
+    import sys
+
+    from woolf.demo.hub import MARKER
+
+    root = tmp_path / "d"
+    root.mkdir()
+    (root / MARKER).write_text('{"created": 0}')
+    (root / "clones" / "p1").mkdir(parents=True)
+    with pytest.raises(UsageError, match="holds the demo hub made .*clones: p1") as e:
+        prepare_dir(root)
+    assert "--force" in e.value.hint and (root / "clones" / "p1").is_dir()
+    proc = subprocess.run([sys.executable, "-m", "woolf", "demo", "--quick", "--dir", str(root)],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 2 and "--force" in proc.stderr, proc.stderr
+    assert (root / "clones" / "p1").is_dir()
+    prepare_dir(root, replace=True)  # --force
+    assert list(root.iterdir()) == []
+
+
+def test_demo_checks_settings_and_adversaries_before_building_anything(tmp_path):
+    import sys
+
+    for bad, needle in ((["--set", "nokey=1"], "nokey"), (["--adversaries", "bogus"], "bogus")):
+        proc = subprocess.run([sys.executable, "-m", "woolf", "demo", "--quick", "--dir", str(tmp_path / "d"), *bad],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode in (2, 3) and needle in proc.stderr, proc.stderr
+        assert not (tmp_path / "d").exists()

@@ -246,3 +246,42 @@ def test_withdraw(network):
     assert forge.get(sub["id"]).state == "withdrawn"
     with pytest.raises(UsageError, match="already withdrawn"):
         forge.withdraw(sub["id"])
+
+
+# -- the work area: one result, one PR ------------------------------------------------------
+
+def test_submitting_the_same_result_twice_is_refused(network):
+    alice = network.clone("alice")
+    first = network.train_submit(alice, "alice", steps=3)
+    with pytest.raises(UsageError, match=f"submitted already, as PR {first['id']}"):
+        submit(alice, contributor="alice")
+    r = run_cli("submit", cwd=alice.root)
+    assert r.returncode == 2 and "submitted already" in r.stderr and "woolf train" in r.stderr, r.stderr
+    assert len(LocalForge.for_ledger(alice).list()) == 1
+    second = network.train_submit(alice, "alice", steps=3, seed=1)  # a new result goes as before
+    assert second["id"] != first["id"] and len(LocalForge.for_ledger(alice).list()) == 2
+
+
+def test_interrupted_train_says_an_earlier_result_is_waiting(network):
+    import signal
+    import time
+
+    alice = network.clone("alice")
+    train(alice, steps=3, contributor="alice", device="cpu")
+    p = subprocess.Popen([sys.executable, "-m", "woolf", "train", "--offline", "--steps", "100000"],
+                         cwd=alice.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3.0)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert "earlier result (trained from version 0) is still waiting" in " ".join(err.split()), err
+
+
+def test_train_warns_when_the_gate_would_reject_the_result(make_net):
+    net = make_net(**{"policy.min_improvement": "5"})  # a gain of 5 nats: no 3-step run makes it
+    alice = net.clone("alice")
+    r = run_cli("train", "--offline", "--steps", "3", cwd=alice.root, env={"COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    assert "gate would reject this result" in " ".join(r.stderr.split()), r.stderr
+    assert "+5.0000" in r.stderr and "woolf train` again" in r.stdout
+    assert json.loads((work_dir(alice) / "trained.json").read_text())["gate"]["passes"] is False

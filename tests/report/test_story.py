@@ -44,7 +44,7 @@ def test_rejections_grouped_by_kind_and_activity():
            pr("b", "rejected", "staleness 9 is over the ledger's max_staleness 8; train from a newer version"),
            pr("b", "rejected", "loss 2.5 -> 2.9: improvement -0.4 is below the required -0.0100"),
            pr("a", "merged"), pr("c", "open"), pr("c", "rejected", "something\nnew: with [markup]")]
-    assert rejection_kinds(prs) == {"the benchmark got worse (policy gate)": 2, "too stale": 1, "something new": 1}
+    assert rejection_kinds(prs) == {"the benchmark got worse than the gate tolerates (policy.min_improvement)": 2, "too stale": 1, "something new": 1}
     assert rejection_kind(None) == "no reason given" and len(rejection_kind("z" * 500)) == 60
     assert activity(prs)["b"] == {"merged": 0, "rejected": 2, "open": 0, "withdrawn": 0}
     assert list(activity(prs)) == ["a", "b", "c"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,14 +30,16 @@ def printable(text) -> str:
 @dataclass
 class App:
     cwd: Path
-    console: Console = field(default_factory=lambda: Console(highlight=False))
-    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
+    # on a pipe, lines are never wrapped at rich's default 80 columns (`woolf submit | cat`)
+    console: Console = field(default_factory=lambda: Console(highlight=False, soft_wrap=not sys.stdout.isatty()))
+    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False,
+                                                         soft_wrap=not sys.stderr.isatty()))
 
     def ledger(self):
         from woolf.ledger.ledger import Ledger  # deferred: fast --help
         from woolf.protocol import layout  # deferred: fast --help
 
-        led = Ledger.open(self.cwd)
+        led = _open_ledger(Ledger, self.cwd)
         local = led.root / layout.CONFIG
         on_main = led.git.show_bytes(f"{layout.MAIN}:{layout.CONFIG}")
         try:
@@ -100,6 +103,35 @@ class App:
         # indented for a terminal; compact (C encoder, ~10x faster at 10k versions) for pipes
         indent = 2 if sys.stdout.isatty() else None
         click.echo(json.dumps(data, indent=indent, sort_keys=True, default=str))
+
+
+def _open_ledger(ledger_cls, cwd: Path):
+    """Ledger.open, saying what a hub (bare repository) and a repository that merely carries a
+    ledger/woolf.toml (GoodWoolf's own source checkout) are, instead of a git error."""
+    from woolf.errors import NotALedgerError  # deferred: fast --help
+    from woolf.git.repo import clean_env  # deferred: fast --help
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=clean_env())
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    try:
+        led = ledger_cls.open(cwd)
+    except NotALedgerError:
+        if Path(cwd).is_dir() and git("rev-parse", "--is-bare-repository") == "true":
+            where = Path(git("rev-parse", "--absolute-git-dir") or cwd)
+            raise NotALedgerError(f"{where} is a ledger's hub (a bare git repository): woolf reads a clone of it",
+                                  hint=f"clone it: `git clone {where} mine && cd mine && woolf log`") from None
+        raise
+    tip = led.git.rev_parse("refs/heads/main")
+    if tip and "Woolf-Version:" not in led.git.message(tip):  # a ledger's main moves only by versions
+        roots = git("rev-list", "--max-parents=0", "refs/heads/main").split()
+        if not any("Woolf-Version:" in led.git.message(r) for r in roots[:16]):
+            raise NotALedgerError(f"{led.root} is not a ledger: it has a ledger/woolf.toml, but no commit of "
+                                  "its main is a ledger version (GoodWoolf's own source checkout is like this)",
+                                  hint="clone a ledger's hub, or `woolf init PATH` for a new one; `woolf demo` "
+                                       "builds one to try")
+    return led
 
 
 pass_app = click.make_pass_decorator(App)

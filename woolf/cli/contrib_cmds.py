@@ -82,7 +82,8 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, contributor
             bar.stop()
             app.err.print("interrupted after training finished: the result is kept; `woolf submit` opens a PR"
                           if state.get("done") else
-                          f"interrupted at step {state['step']}: nothing from this run was saved or submitted")
+                          f"interrupted at step {state['step']}: nothing from this run was saved or submitted"
+                          + _earlier_result(ledger))
             raise click.exceptions.Exit(130) from None
     if as_json:
         app.emit_json(result)
@@ -94,7 +95,28 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, contributor
     how = result["training"].get("optimizer")
     if how and how.startswith("set aside"):
         app.err.print(f"[yellow]warning:[/] your optimizer state was {how}")
+    gate = result.get("gate") or {}
+    if gate.get("passes") is False:
+        app.say(("warning:", "yellow"), f" the benchmark gate would reject this result: {gate.get('reason')} "
+                f"(policy.min_improvement {ledger.config.policy.min_improvement:+.4f}; negative is the regression "
+                "it tolerates)", err=True)
+        app.console.print("next: `woolf train` again (more --steps, another --seed or --data), "
+                          "or `woolf submit` to let the validators judge it anyway")
+        return
     app.console.print("next: `woolf submit`")
+
+
+def _earlier_result(ledger) -> str:
+    """What an interrupted `train` leaves: an earlier result still waiting in the work area, if any."""
+    from woolf.participant.state import waiting_result  # deferred: fast --help
+
+    earlier = waiting_result(ledger)
+    if earlier is None:
+        return ""
+    if earlier["submitted"]:
+        return f"; the earlier result in .woolf/work was submitted already (PR {earlier['submitted']})"
+    return (f"; an earlier result (trained from version {earlier['base_version']}) is still waiting in "
+            "the work area: `woolf submit` would send that one")
 
 
 @click.command()
@@ -127,7 +149,15 @@ def submit(app: App, weights, base_version, message, delta_url_base, delta_remot
                             base_version=base_version, forge=forge, delta_url_base=delta_url_base,
                             delta_remote=delta_remote, error_feedback=error_feedback,
                             compress=compress)
-    result = do_submit(app.ledger(), options)
+    ledger = app.ledger()
+    try:
+        with interrupts.interruptible():
+            result = do_submit(ledger, options)
+    except KeyboardInterrupt:
+        app.err.print("interrupted: the PR ref is pushed last, so unless that push had finished no PR was opened "
+                      "(`woolf pr list` shows); your trained result is still in .woolf/work for `woolf submit`, "
+                      "and a delta already uploaded stays in storage unreferenced")
+        raise click.exceptions.Exit(130) from None
     if as_json:
         app.emit_json(result)
         return

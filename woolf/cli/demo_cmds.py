@@ -21,7 +21,10 @@ from woolf.cli.app import App, json_option, pass_app
 @click.option("--validators", type=click.IntRange(min=1), help="Validator processes [default: 2; --quick 1].")
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps per contribution [default: 30; --quick 15].")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default="woolf-demo",
-              show_default=True, help="Where the hub is built (an earlier demo hub there is replaced).")
+              show_default=True, help="Where the hub is built (an earlier demo hub there: see --force).")
+@click.option("--force", is_flag=True,
+              help="Replace an earlier demo hub in --dir (its clones' open PRs are lost); on a terminal "
+                   "you are asked instead.")
 @click.option("--quick", is_flag=True, help="Smaller run: 2 participants x 4 rounds x 15 steps, 1 validator.")
 @click.option("--quorum", type=click.IntRange(min=1), default=1, show_default=True,
               help="Validators whose signed votes must agree before a PR settles (validators.quorum).")
@@ -33,10 +36,12 @@ from woolf.cli.app import App, json_option, pass_app
               help="Add cheating participants: free-rider, copycat, overfitter, noise, flooder (comma-separated).")
 @json_option
 @pass_app
-def demo(app: App, participants, rounds, validators, steps, directory, quick, quorum, dishonest, settings,
+def demo(app: App, participants, rounds, validators, steps, directory, force, quick, quorum, dishonest, settings,
          adversaries, as_json):
     """Run a whole decentralized training network on this machine."""
-    from woolf.demo.run import DemoOptions, run_demo  # deferred: fast --help
+    from woolf.demo.hub import describe_earlier, earlier_hub  # deferred: fast --help
+    from woolf.protocol.config import LedgerConfig  # deferred: fast --help
+    from woolf.protocol.config_text import apply_overrides  # deferred: fast --help
 
     def pick(value, full, small):
         return value if value is not None else (small if quick else full)
@@ -49,11 +54,19 @@ def demo(app: App, participants, rounds, validators, steps, directory, quick, qu
         if not sep or not key:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
         overrides[key.strip()] = value.strip()
+    apply_overrides(LedgerConfig(name="woolf-demo"), overrides)  # a bad --set fails now, nothing built
+    root = app.cwd / directory
+    if earlier_hub(root) is not None and not force and sys.stdin.isatty() and not as_json:
+        force = click.confirm(f"{describe_earlier(root)}. Replace it?", default=False, err=True)
+        if not force:
+            app.err.print(f"left {root} as it was")
+            raise click.exceptions.Exit(1)
+    from woolf.demo.run import DemoOptions, run_demo  # deferred: loads torch
     options = DemoOptions(participants=participants, rounds=rounds, validators=validators,
                           steps=steps, quick=quick, console=app.err if as_json else app.console,
                           settings=overrides, quorum=quorum, dishonest=dishonest,
-                          adversaries=[a.strip() for a in adversaries.split(",") if a.strip()])
-    r = run_demo(app.cwd / directory, options)
+                          adversaries=[a.strip() for a in adversaries.split(",") if a.strip()], replace=force)
+    r = run_demo(root, options)
     if as_json:
         app.emit_json(r.to_json())
         if r.interrupted:
@@ -106,7 +119,9 @@ def outcome_lines(r) -> list[str]:
         out.append(f"  {who:<12} {tag:<9} merged {o['merged']:>3}  rejected {o['rejected']:>3}  "
                    f"marked {o['marked']:>3}  rating {rating}  credit {share}")
     from woolf.report.board import CREDIT_RULE  # deferred: fast --help
+    from woolf.report.story import MARKED_AND_RANDOM  # deferred: fast --help
 
+    out.append("  " + MARKED_AND_RANDOM)
     out.append(f"  ({CREDIT_RULE})")
     if r.honest_above_adversaries is not None:
         out.append("every honest participant ranks above every adversary: "
@@ -129,19 +144,14 @@ def comparison_lines(r) -> list[str]:
             out.append(f"  {label:<58} {r.alone_loss:.4f} / {r.alone_loss_mean:.4f}")
         elif value is not None:
             out.append(f"  {label:<58} {value:.4f}")
-    gain = r.alone_loss - r.final_loss
-    if gain > 0:
-        verdict = f"joining paid: the ledger ends {gain:.4f} below the best participant alone"
-        if r.parallel_loss is not None and r.alone_loss > r.parallel_loss:
-            verdict += f" (closing {gain / (r.alone_loss - r.parallel_loss):.0%} of the gap to data parallel)"
-    else:
-        verdict = f"joining did not pay: the ledger ends {-gain:.4f} above the best participant alone"
-    return out + [verdict]
+    from woolf.report.story import joining_verdict  # deferred: fast --help
+
+    return out + [joining_verdict(r.to_json())]
 
 
 @click.command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default="report", show_default=True,
-              help="Directory for report.html, report.md and the plots.")
+              help="Directory for index.html, summary.md and the PNG plots it shows.")
 @json_option
 @pass_app
 def report(app: App, out, as_json):

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
+from woolf.errors import UsageError
 
 benchmark_option = click.option(
     "--benchmark", type=click.Path(path_type=Path),
@@ -75,6 +76,9 @@ def diff(app: App, a, b, benchmark, top, device, as_json):
 
     ledger = app.ledger()
     ledger.show(a), ledger.show(b)
+    if a == b:
+        raise UsageError(f"version {a} against itself changes nothing", hint="give two different versions, "
+                         f"e.g. `woolf diff {max(a - 1, 0)} {a}`" if a else "e.g. `woolf diff 0 1`")
     ev = Evaluator(ledger, benchmark, resolve_device(device)) if benchmark is not None else None
     d = diff_versions(ledger, a, b, evaluator=ev)
     if as_json:

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from woolf.cli.app import App, json_option, pass_app
-from woolf.errors import UsageError
+from woolf.errors import UsageError, WoolfError
 
 
 def _fmt_metrics(m: dict | None) -> str:
@@ -68,10 +68,14 @@ def _freshness(app: App, ledger, do_fetch: bool) -> None:
 @click.option("--add-signer", "extra", multiple=True, metavar="LINE",
               help="Another allowed_signers line, e.g. from `woolf key create` (repeatable).")
 @click.option("--unsigned", is_flag=True, help="No signatures: anyone who can push to the hub has authority.")
+@click.option("--woolf-source", metavar="SPEC", envvar="WOOLF_SOURCE",
+              help="Where the GitHub workflow's ci/install.sh installs GoodWoolf from: git+https://HOST/PATH@COMMIT "
+                   "or https://.../NAME.whl#sha256=HEX [env: WOOLF_SOURCE; default: what this woolf was "
+                   "installed from, when that is pinned].")
 @json_option
 @pass_app
 def init(app: App, path, storage, workload, alpha, weights, name, settings, signing_key, signer, extra,
-         unsigned, as_json):
+         unsigned, woolf_source, as_json):
     """Create a new ledger at PATH with version 0, signed with --key."""
     from woolf.ledger.create import CreateOptions  # deferred: fast --help
     from woolf.ledger.ledger import Ledger  # deferred: fast --help
@@ -82,6 +86,8 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
         raise UsageError("a ledger is signed by its creator's SSH key: pass --key PATH",
                          hint="make one with `woolf key create --out ~/.ssh/woolf`; or --unsigned (no authority)")
 
+    if signing_key is not None:
+        _require_private_key(signing_key)
     overrides = {}
     for item in settings:
         key, sep, value = item.partition("=")
@@ -90,7 +96,7 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
         overrides[key.strip()] = value.strip()
     options = CreateOptions(storage=storage, workload=workload, alpha=alpha, weights=weights,
                             name=name, overrides=overrides, signing_key=signing_key, signer=signer,
-                            extra_signers=list(extra))
+                            extra_signers=list(extra), woolf_source=woolf_source)
     ledger = Ledger.init(path, options)
     head = ledger.head()
     if as_json:
@@ -101,6 +107,39 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
     app.console.print(f"  version 0 = {head.commit[:12]}, weights in {ledger.store.remote_url()}")
     app.console.print(f"  {'signed: you are maintainer and validator' if signing_key else 'UNSIGNED'}")
     app.console.print(f"  next: `woolf hub init hub.git --from {ledger.root}`, then clone the hub to train and validate")
+    if ledger.config.forge.kind == "github" and "WOOLF_SOURCE=''\n" in (ledger.root / "ci" / "install.sh").read_text():
+        app.err.print("[yellow]note:[/] ci/install.sh (the GitHub workflow's installer) pins no GoodWoolf source: "
+                      "pass --woolf-source git+https://HOST/PATH@COMMIT for a ledger on GitHub (docs/github.md)")
+
+
+def _require_private_key(path: Path) -> None:
+    """--key names the private key: a public one (K.pub) gets its own one-line answer."""
+    try:
+        head = path.read_bytes()[:200].decode("ascii", errors="replace").strip()
+    except OSError:
+        return  # the signing step says what it cannot read
+    if head.startswith(("ssh-", "ecdsa-", "sk-")) and "PRIVATE KEY" not in head:
+        private = path.with_suffix("") if path.suffix == ".pub" else None
+        raise UsageError(f"{path} is a public key: --key takes the private key it belongs to",
+                         hint=f"--key {private}" if private else "pass the file without .pub")
+
+
+def _newest_known_main(app: App, ledger) -> None:
+    """Read origin's main when this clone's own main is behind it: a validator's clone merges by pushing
+    to origin and leaves its local main where it was; `woolf log` shows what the clone knows."""
+    from woolf.protocol import layout  # deferred: fast --help
+
+    origin = "refs/remotes/origin/main"
+    local, remote = ledger.git.rev_parse(layout.MAIN), ledger.git.rev_parse(origin)
+    if not remote or local == remote or not local or not ledger.git.is_ancestor(local, remote):
+        return
+    try:
+        behind = ledger.head(origin).version - ledger.head().version
+    except WoolfError:  # origin's tip is no version: `woolf status` says what is wrong
+        return
+    ledger.main_ref = origin
+    app.err.print(f"[dim]showing origin/main: this clone's main is {behind} version(s) behind it "
+                  "(`woolf pull` moves it)[/]")
 
 
 @click.command()
@@ -112,15 +151,16 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
 def log(app: App, limit, show_all, do_fetch, as_json):
     """Versions, newest first (this clone's view; --fetch to update it first)."""
     ledger = app.ledger()
+    if show_all and not do_fetch and not ledger.has_pr_refs() and ledger.has_origin():
+        do_fetch = True  # git clone fetches no PR refs: without them --all would show no verdict at all
+        app.err.print("[dim]fetching the pull requests from origin first (git clone does not)[/]")
     _freshness(app, ledger, do_fetch)
+    _newest_known_main(app, ledger)
     versions = ledger.log(limit=limit)
     verdicts = None
     if show_all:
         from woolf.forges.local import LocalForge  # deferred: fast --help
 
-        if not ledger.has_pr_refs() and ledger.has_origin():
-            app.err.print("[yellow]note:[/] this clone has fetched no pull requests yet (git clone does not): "
-                          "`woolf log --all --fetch`, or `woolf pull`")
         verdicts = [pr.to_json() for pr in LocalForge.for_ledger(ledger).list(local_only=True)
                     if pr.state != "open"]
     if as_json:
@@ -160,7 +200,16 @@ def show(app: App, version, as_json):
         app.emit_json(data)
         return
     for key, value in data.items():
-        app.console.print(f"[bold]{key:>15}[/] {value}")
+        if value is None or value == {} or value == []:
+            continue  # genesis has no base, staleness, contributor...
+        if key == "time" and isinstance(value, (int, float)):
+            value = datetime.datetime.fromtimestamp(value, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        elif isinstance(value, dict):
+            value = _fmt_metrics(value) if all(isinstance(x, (int, float)) for x in value.values()) else \
+                "  ".join(f"{k}={x}" for k, x in sorted(value.items()))
+        elif isinstance(value, list):
+            value = ", ".join(str(x) for x in value)
+        app.say((f"{key:>15}", "bold"), f" {value}")  # messages and names may be anyone's text: no markup
 
 
 @click.command()
@@ -171,6 +220,9 @@ def show(app: App, version, as_json):
 @pass_app
 def checkout(app: App, version, output, as_json):
     """Fetch the weights of any version, checked against their recorded hash."""
+    if output is not None and not output.parent.is_dir():
+        raise UsageError(f"-o {output}: the directory {output.parent} does not exist",
+                         hint=f"create it first (`mkdir -p {output.parent}`), or choose another path")
     ledger = app.ledger()
     out = ledger.checkout(version, output)
     if ledger.last_rebuild:  # storage keeps snapshots only (`woolf gc`)

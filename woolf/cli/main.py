@@ -27,6 +27,7 @@ from woolf.cli import (
     validate_cmds,
 )
 from woolf.cli.app import App
+from woolf.cli.help import RoleGroup
 from woolf.errors import WoolfError
 
 _ENVIRONMENT = """\b
@@ -43,10 +44,11 @@ Environment:
   WOOLF_DELTA_REMOTE   your own DVC remote for deltas (woolf submit)
   WOOLF_DELTA_URL_BASE public https URL of that remote, for fork PRs
   WOOLF_TRUST_COMMAND  1: run an unsigned ledger's workload.command
+  WOOLF_SOURCE         pinned GoodWoolf source for ci/install.sh (woolf init --woolf-source)
 """
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=_ENVIRONMENT)
+@click.group(cls=RoleGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=_ENVIRONMENT)
 @click.option("-C", "--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
               default=".", envvar="WOOLF_DIR", help="Run as if started in DIR [env: WOOLF_DIR].")
 @click.version_option(__version__, prog_name="woolf")
@@ -54,7 +56,9 @@ Environment:
 def cli(ctx: click.Context, directory: Path) -> None:
     """GoodWoolf: train one model together, with git as the ledger."""
     ctx.obj = App(cwd=directory)
-    if ctx.invoked_subcommand != "train":  # train keeps Ctrl-C deferred and checks at every step
+    # train keeps Ctrl-C deferred and checks at every step; validate until torch is loaded (a Ctrl-C
+    # inside torch's import is swallowed or breaks it)
+    if ctx.invoked_subcommand not in ("train", "validate"):
         interrupts.release()
 
 
@@ -92,4 +96,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    rc = main()
+    interrupts.defer()  # a Ctrl-C while the interpreter shuts down (joining threads) prints no traceback
+    sys.exit(rc)

@@ -9,6 +9,7 @@ Usage:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -35,11 +36,12 @@ def key_create(app: App, out, name, roles, configure, as_json):
     """Make an ed25519 key and print the ledger/allowed_signers line a maintainer adds."""
     from woolf.git.keys import configure as configure_git  # deferred: fast --help
     from woolf.git.keys import create_key  # deferred: fast --help
+    from woolf.git.repo import Git  # deferred: fast --help
     from woolf.protocol.contributor import contributor_id  # deferred: fast --help
     from woolf.protocol.signers import signer_line  # deferred: fast --help
 
-    who = contributor_id(name)
-    private, public = create_key(out, who)
+    who = contributor_id(name, Git(app.cwd if app.cwd.is_dir() else Path(".")))  # WOOLF_CONTRIBUTOR, git user.name
+    private, public = create_key(out, who)  # the key's comment is that id: `woolf init --key` signs as it
     line = signer_line(who, public, list(roles))
     if configure:
         configure_git(app.ledger().git, private)
@@ -116,25 +118,33 @@ def signers_list(app: App, as_json):
 @click.option("--role", "roles", multiple=True, type=click.Choice(["validator", "maintainer"]),
               help="Roles beyond contributor (repeatable).")
 @click.option("-m", "--message", default="", help="Why (recorded in the change version).")
+@json_option
 @pass_app
-def signers_add(app: App, name, pub, roles, message):
+def signers_add(app: App, name, pub, roles, message, as_json):
     """Add or replace NAME's key: a maintainer-signed change version on main."""
     from woolf.ledger.change import set_signer  # deferred: fast --help
 
-    v = set_signer(app.ledger(), name, pub.read_text(), list(roles), reason=message)
-    app.console.print(f"version {v.version}: {v.subject}")
+    _changed(app, set_signer(app.ledger(), name, pub.read_text(), list(roles), reason=message), as_json)
 
 
 @signers.command("remove")
 @click.argument("name")
 @click.option("-m", "--message", default="", help="Why (recorded in the change version).")
+@json_option
 @pass_app
-def signers_remove(app: App, name, message):
+def signers_remove(app: App, name, message, as_json):
     """Remove NAME's key: a maintainer-signed change version on main."""
     from woolf.ledger.change import set_signer  # deferred: fast --help
 
-    v = set_signer(app.ledger(), name, None, reason=message)
-    app.console.print(f"version {v.version}: {v.subject}")
+    _changed(app, set_signer(app.ledger(), name, None, reason=message), as_json)
+
+
+def _changed(app: App, v, as_json: bool) -> None:
+    """The change version a maintainer command made: one line, or its JSON."""
+    if as_json:
+        app.emit_json(v.to_json())
+    else:
+        app.say(f"version {v.version}: {v.subject}")
 
 
 @click.group()
@@ -145,8 +155,9 @@ def config():
 @config.command("set")
 @click.argument("settings", nargs=-1, required=True, metavar="KEY=VALUE...")
 @click.option("-m", "--message", default="", help="Why (recorded in the change version).")
+@json_option
 @pass_app
-def config_set(app: App, settings, message):
+def config_set(app: App, settings, message, as_json):
     """Change config values: a maintainer-signed change version on main (same weights)."""
     from woolf.ledger.change import set_config  # deferred: fast --help
 
@@ -156,8 +167,46 @@ def config_set(app: App, settings, message):
         if not sep:
             raise UsageError(f"{item!r}: expected KEY=VALUE")
         overrides[k.strip()] = v.strip()
-    v = set_config(app.ledger(), overrides, reason=message)
-    app.console.print(f"version {v.version}: {v.subject}")
+    _changed(app, set_config(app.ledger(), overrides, reason=message), as_json)
+
+
+@config.command("show")
+@json_option
+@pass_app
+def config_show(app: App, as_json):
+    """The whole configuration on main (what every validator applies), as TOML."""
+    import dataclasses  # deferred: fast --help
+
+    from woolf.protocol.config_text import render_config  # deferred: fast --help
+
+    cfg = app.ledger().config
+    if as_json:
+        app.emit_json(dataclasses.asdict(cfg))
+    else:
+        click.echo(render_config(cfg).rstrip())
+
+
+@config.command("get")
+@click.argument("key", metavar="KEY")
+@json_option
+@pass_app
+def config_get(app: App, key, as_json):
+    """One value of the configuration on main, e.g. `woolf config get policy.min_improvement`."""
+    import dataclasses  # deferred: fast --help
+
+    value = app.ledger().config
+    for part in key.split("."):
+        if dataclasses.is_dataclass(value) and part in {f.name for f in dataclasses.fields(value)}:
+            value = getattr(value, part)
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            raise UsageError(f"no config key {key!r}", hint="`woolf config show` lists every key")
+    value = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    if as_json:
+        app.emit_json(value)
+    else:
+        click.echo(value if not isinstance(value, (dict, list, bool)) else json.dumps(value))
 
 
 COMMANDS = [key, hub, signers, config]

@@ -23,6 +23,10 @@ def validators(app: App, as_json):
     if as_json:
         app.emit_json(report)
         return
+    if report["quorum"] == 1 and not any(v["votes"] for v in report["validators"]):
+        app.console.print("quorum 1: validators cast no votes (one validator's verdict settles a PR), so there "
+                          "is no agreement to compare; `woolf pr list` shows who decided what")
+        return
     app.console.print(f"quorum {report['quorum']}, metrics agree within {report['epsilon']:g}, "
                       f"flagged above {report['flag_rate']:.0%} disagreement")
     for v in report["validators"]:

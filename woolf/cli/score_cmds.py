@@ -44,6 +44,9 @@ def leaderboard(app: App, window, as_json):
                 str(r["merged"]), str(r["rejected"]), str(r["flagged"]), _f(r["improvement"], "{:+.4f}"),
                 _f(r["mean_difference"], "{:+.4f}")] for r in data["rows"]])
     app.console.print(f"{data['verdicts']} verdicts in {len(data['timeline'])} rated windows of {window}")
+    from woolf.report.story import MARKED_AND_RANDOM  # deferred: fast --help
+
+    app.console.print(MARKED_AND_RANDOM, style="dim")
 
 
 @click.command()
@@ -54,7 +57,14 @@ def credit(app: App, since, as_json):
     """Each contributor's share of the ledger's benchmark improvement (regressions count against)."""
     from woolf.report.board import credit as shares  # deferred: fast --help
 
-    data = shares(_ledger(app), since=since)
+    ledger = _ledger(app)
+    head = ledger.head().version
+    if since is not None and since >= head:
+        from woolf.errors import UsageError  # deferred: fast --help
+
+        raise UsageError(f"--since {since}: the ledger's newest version is {head}, so no version comes after it",
+                         hint=f"--since 0..{max(head - 1, 0)}")
+    data = shares(ledger, since=since)
     if as_json:
         app.emit_json(data)
         return

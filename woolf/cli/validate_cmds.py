@@ -7,10 +7,12 @@ Usage:
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import click
 
+from woolf import interrupts
 from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
 from woolf.errors import IntegrityError, UsageError
 from woolf.interrupts import interruptible
@@ -45,22 +47,67 @@ def validate(app: App, ids, all_, watch, interval, name, evaluate_out, apply_fil
     if ids and all_:
         raise click.UsageError("give IDs or --all, not both")
     validator = Validator(app.ledger(), device=device, name=name, forge_kind=forge)
+    try:
+        interrupts.release()  # Ctrl-C was deferred while torch loaded (cli/main.py)
+    except KeyboardInterrupt:
+        app.err.print("interrupted before validating anything: nothing was changed")
+        raise click.exceptions.Exit(130) from None
     if evaluate_out or apply_file:
         _ci_step(app, validator, ids, evaluate_out, apply_file, as_json)
         return
-    show = None if as_json else (lambda v: _print_verdict(app, v))
-    if watch:
-        try:
-            with interruptible():  # Ctrl-C or SIGTERM end the watch; a cut-short merge is safe
-                verdicts = validator.watch(interval=interval, on_verdict=show)
-        except KeyboardInterrupt:
+    done: list = []
+    idle = _Idle(app, interval)
+
+    def show(v) -> None:
+        done.append(v)
+        idle.since = None  # the next quiet pass says "waiting" again
+        if not as_json:
+            _print_verdict(app, v)
+
+    try:
+        with interruptible():  # Ctrl-C or SIGTERM end the run; a cut-short merge is safe
+            if watch:
+                verdicts = validator.watch(interval=interval, on_verdict=show, on_idle=idle)
+            else:
+                verdicts = validator.run(ids=list(ids) or None, on_verdict=show)
+    except KeyboardInterrupt:
+        app.err.print(_interrupted(done, watch))
+        if as_json:
+            app.emit_json([v.to_json() for v in done])
+        if watch:  # the way a watch ends: a success
             return
-    else:
-        verdicts = validator.run(ids=list(ids) or None, on_verdict=show)
+        raise click.exceptions.Exit(130) from None
     if as_json:
         app.emit_json([v.to_json() for v in verdicts])
     elif not verdicts:
         app.console.print("no open pull requests")
+
+
+def _interrupted(done: list, watch: bool) -> str:
+    """What a Ctrl-C left: the verdicts recorded (each is final), and that the PR in hand was not."""
+    merged = [v for v in done if v.accepted]
+    said = (f"{len(done)} verdict(s) recorded ({len(merged)} merged, {len(done) - len(merged)} rejected)"
+            if done else "no verdict recorded")
+    return (f"{'stopped watching' if watch else 'interrupted'}: {said}; a PR being validated when Ctrl-C came "
+            "got no verdict and stays open (nothing of it was merged), for the next `woolf validate`")
+
+
+class _Idle:
+    """--watch with nothing to do: one line at once, then one a minute, so a quiet watch is not a hung one."""
+
+    EVERY = 60.0
+
+    def __init__(self, app: App, interval: float):
+        self.app, self.interval, self.since, self.last = app, interval, None, 0.0
+
+    def __call__(self) -> None:
+        now = time.time()
+        if self.since is None:  # the first quiet pass, or the first after a verdict
+            self.since = self.last = now
+            self.app.err.print(f"waiting for PRs… (polling every {self.interval:g}s; Ctrl-C to stop)")
+        elif now - self.last >= self.EVERY:
+            self.last = now
+            self.app.err.print(f"still waiting: no open PRs since {time.strftime('%H:%M:%S', time.localtime(self.since))}")
 
 
 def _ci_step(app: App, validator, ids, evaluate_out, apply_file, as_json) -> None:

@@ -3,13 +3,16 @@
 Usage:
     snap = snapshot(observer_ledger)          # fetches the hub, reads versions and PRs
     console.print(render(snap, elapsed=12.0, genesis_loss=5.7))
+    with LiveView(console) as view:           # a live table on a terminal; plain lines on a pipe
+        view.show(snap, elapsed, genesis_loss, "woolf demo")
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.console import Group
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
@@ -69,3 +72,34 @@ def render(snap: Snapshot, elapsed: float, genesis_loss: float | None, title: st
                   "atten = the weight its delta got (1/(1+stale)); loss = benchmark loss before -> after, "
                   "lower is better", style="dim")
     return Group(line, people, table, legend)
+
+
+class LiveView:
+    """The network's progress: rich's Live table on a terminal; on a pipe (where Live prints nothing
+    until the end), one plain line each time the version, queue or verdict counts change."""
+
+    def __init__(self, console: Console):
+        self.console, self.live, self.last = console, None, None
+
+    def __enter__(self) -> LiveView:
+        if self.console.is_terminal:
+            self.live = Live(console=self.console, refresh_per_second=2, transient=False).__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def show(self, snap: Snapshot, elapsed: float, genesis_loss: float | None, title: str = "") -> None:
+        if self.live is not None:
+            self.live.update(render(snap, elapsed, genesis_loss, title))
+            return
+        head = snap.versions[0].version if snap.versions else 0
+        count = tuple(sum(p.state == s for p in snap.prs) for s in ("open", "merged", "rejected"))
+        if (head, count, title) == self.last:
+            return
+        self.last = (head, count, title)
+        loss = snap.loss if snap.loss is not None else genesis_loss
+        self.console.print(f"{elapsed:6.1f}s {title}: version {head}, benchmark loss "
+                           f"{'-' if loss is None else f'{loss:.4f}'}, queue {count[0]}, merged {count[1]}, "
+                           f"rejected {count[2]}", soft_wrap=True, highlight=False)

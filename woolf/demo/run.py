@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
-from rich.live import Live
 
 from woolf.demo.adversaries import KINDS
 from woolf.demo.hub import create_hub
-from woolf.demo.live import render, snapshot
+from woolf.demo.live import LiveView, snapshot
 from woolf.demo.references import reference_losses
+from woolf.demo.workers import check_alive, spawn, stop
 from woolf.errors import UsageError
 from woolf.interrupts import interruptible
 from woolf.ledger.benchmark import ENV as HIDDEN_ENV
@@ -84,26 +81,6 @@ class DemoResult:
         return asdict(self)
 
 
-def _spawn(args: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    with open(log, "w") as fh:
-        return subprocess.Popen([sys.executable, "-m", "woolf.demo.worker", *args], stdout=fh,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-
-def _stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-    deadline = time.time() + grace
-    for p in procs:
-        try:
-            p.wait(max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-
-
 def _judge_validators(observer, result: DemoResult, liar: str | None) -> None:
     """Who the report flags, and how many merges rest on fewer than k honest votes (the target is 0)."""
     result.dishonest = liar
@@ -146,6 +123,7 @@ class DemoOptions:
     quorum: int = 1  # validators.quorum: agreeing votes a PR needs to settle
     dishonest: bool = False  # the last validator votes accept on everything (demo/dishonest.py)
     adversaries: list[str] | None = None  # kinds of cheating participants (demo/adversaries.py)
+    replace: bool = False  # replace an earlier demo hub at root (else: UsageError); `woolf demo --force`
 
 
 def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoResult:
@@ -177,7 +155,8 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
     vnames = [f"v{i + 1}" for i in range(validators)]
     t0 = time.time()
     root = Path(root).resolve()
-    hub = create_hub(root, names + adversaries, vnames, overrides={"workload.steps": str(steps), **(settings or {})})
+    hub = create_hub(root, names + adversaries, vnames, overrides={"workload.steps": str(steps), **(settings or {})},
+                     replace=o.replace)
     result = DemoResult(str(root), participants, validators, rounds, steps,
                         total_steps=participants * rounds * steps, quorum=quorum, adversaries=adversaries)
     if hidden is not None:  # validators (spawned below) and the reference runs read it; participants never do
@@ -195,30 +174,34 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
     stop_file = root / ".stop"
     t_net = time.time()
     liar = vnames[-1] if dishonest else None
-    procs = [_spawn(["validator", str(hub.clone_of(v)), "--name", v, "--stop-file", str(stop_file),
+    procs = [spawn(["validator", str(hub.clone_of(v)), "--name", v, "--stop-file", str(stop_file),
                      *(["--dishonest"] if v == liar else [])], root / "logs" / f"{v}.log") for v in vnames]
     # different speeds: later participants sleep longer between training and submitting
-    parts = [_spawn(["participant", str(hub.clone_of(n)), "--name", n, "--rounds", str(rounds),
+    parts = [spawn(["participant", str(hub.clone_of(n)), "--name", n, "--rounds", str(rounds),
                      "--steps", str(steps), "--delay", f"{i * (0.5 if quick else 1.5):.2f}",
                      "--seed", str(i)], root / "logs" / f"{n}.log") for i, n in enumerate(names)]
-    parts += [_spawn(["adversary", str(hub.clone_of(a)), "--name", a, "--rounds", str(rounds), "--steps", str(steps),
+    parts += [spawn(["adversary", str(hub.clone_of(a)), "--name", a, "--rounds", str(rounds), "--steps", str(steps),
                       "--seed", str(100 + i), "--delay", "1.0" if quick else "2.0"], root / "logs" / f"{a}.log")
               for i, a in enumerate(adversaries)]
-    try:  # Ctrl-C or SIGTERM stop the network cleanly (see woolf/interrupts.py)
-        with interruptible(), Live(console=console, refresh_per_second=2, transient=False) as live:
+    workers = dict(zip([*vnames, *names, *adversaries], procs + parts, strict=True))
+    try:  # Ctrl-C or SIGTERM stop the network cleanly (see woolf/interrupts.py); a dead worker ends it loudly
+        with interruptible(), LiveView(console) as live:
             while any(p.poll() is None for p in parts):
-                live.update(render(snapshot(observer), time.time() - t0, result.genesis_loss, "woolf demo"))
+                check_alive(workers, root / "logs")
+                live.show(snapshot(observer), time.time() - t0, result.genesis_loss, "woolf demo")
                 time.sleep(1.0)
+            check_alive(workers, root / "logs")
             stop_file.touch()
             while any(p.poll() is None for p in procs):
-                live.update(render(snapshot(observer), time.time() - t0, result.genesis_loss, "draining"))
+                live.show(snapshot(observer), time.time() - t0, result.genesis_loss, "draining")
                 time.sleep(1.0)
-            live.update(render(snapshot(observer), time.time() - t0, result.genesis_loss, "done"))
+            check_alive(workers, root / "logs")
+            live.show(snapshot(observer), time.time() - t0, result.genesis_loss, "done")
     except KeyboardInterrupt:
         result.interrupted = True
         console.print("[yellow]interrupted: stopping participants and validators[/]")
     finally:
-        _stop(parts + procs)
+        stop(parts + procs)
     result.network_seconds = round(time.time() - t_net, 1)
     snap = snapshot(observer)
     result.versions_merged = len(snap.versions) - 1

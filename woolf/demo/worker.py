@@ -7,7 +7,9 @@ A participant's ``--delay`` makes it slower hardware: the seconds are spread ove
 training steps (so a participant that follows the ledger sees merges while it trains).
     python -m woolf.demo.worker validator CLONE --name v1 --stop-file DIR/.stop [--dishonest]
 
-Each prints one JSON line per event to stdout (the demo collects them in logs/).
+Each prints one JSON line per event to stdout (the demo collects them in logs/). The demo starts
+them with `python -P` (woolf/demo/workers.py): a `woolf/` folder in the cwd is never imported. A
+worker exits 1 with one `error:` line when it cannot go on, or when none of its rounds opened a PR.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def _event(**kw) -> None:
     print(json.dumps({"t": round(time.time(), 3), **kw}), flush=True)
 
 
-def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, seed: int) -> None:
+def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, seed: int) -> str | None:
+    """Contribute ``rounds`` times; None, or the last error when no round got a PR open."""
     from woolf.participant.contribute import (  # deferred: loads numpy, yaml
         SubmitOptions,
         TrainOptions,
@@ -42,6 +45,7 @@ def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, s
     def slower(step, total, loss):  # slower hardware trains slower: `delay` seconds more per contribution
         time.sleep(delay / total)
 
+    done, last = 0, None
     for r in range(rounds):
         try:
             result = train(ledger, TrainOptions(steps=steps, contributor=name, seed=seed * 1000 + r,
@@ -49,8 +53,11 @@ def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, s
             sub = submit(ledger, SubmitOptions(contributor=name, message=f"{name} round {r}"))
             _event(kind="submitted", who=name, round=r, id=sub["id"], base=result["base_version"],
                    local_loss=result["metrics"]["after"]["loss"])
+            done += 1
         except WoolfError as exc:
             _event(kind="error", who=name, round=r, error=exc.message)
+            last = exc.message
+    return last if not done else None
 
 
 def validator(clone: Path, name: str, stop_file: Path, interval: float, dishonest: bool = False) -> None:
@@ -86,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     try:
         if args.role == "participant":
-            participant(args.clone, args.name, args.rounds, args.steps, args.delay, args.seed)
+            failed = participant(args.clone, args.name, args.rounds, args.steps, args.delay, args.seed)
+            if failed:
+                print(f"error: no round of {args.rounds} opened a PR; the last: {failed}", file=sys.stderr, flush=True)
+                return 1
         elif args.role == "adversary":  # woolf/demo/adversaries.py: the name is the kind of cheat
 
             adversary(args.clone, args.name, args.rounds, args.steps, args.seed, args.delay or 2.0)
@@ -94,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
             validator(args.clone, args.name, args.stop_file, args.interval, args.dishonest)
     except KeyboardInterrupt:
         return 130
+    except WoolfError as exc:  # the demo quotes this line when it reports the worker dead
+        print(f"error: {exc.message}" + (f" (hint: {exc.hint})" if exc.hint else ""), file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

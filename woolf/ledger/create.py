@@ -25,6 +25,7 @@ from pathlib import Path
 
 from woolf._version import __version__
 from woolf.errors import UsageError
+from woolf.forges.install_source import check_source, pinned_source
 from woolf.git.keys import configure, public_of
 from woolf.git.repo import Git
 from woolf.protocol import layout
@@ -38,8 +39,11 @@ from woolf.storage.dvcstore import DvcStore, init_dvc
 from woolf.storage.files import hashes_of_file
 
 
-def write_ci_files(root: Path) -> None:
-    """The GitHub validator workflow and the ci/ scripts it calls (see docs/github.md)."""
+def write_ci_files(root: Path, woolf_source: str | None = None) -> None:
+    """The GitHub validator workflow and the ci/ scripts it calls (see docs/github.md); ci/install.sh
+    installs GoodWoolf from ``woolf_source`` (forges/install_source.py), or from what this
+    installation came from."""
+    source = pinned_source(woolf_source) or ""
     templates = files("woolf") / "templates"
     targets = {"woolf-validate.yml": ".github/workflows/woolf-validate.yml", "evaluate.sh": "ci/evaluate.sh",
                "merge.sh": "ci/merge.sh", "install.sh": "ci/install.sh",
@@ -47,7 +51,8 @@ def write_ci_files(root: Path) -> None:
     for name, rel in targets.items():
         out = root / rel
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text((templates / name).read_text().replace("__WOOLF_VERSION__", __version__))
+        out.write_text((templates / name).read_text().replace("__WOOLF_VERSION__", __version__)
+                       .replace("__WOOLF_SOURCE__", source))
         if rel.endswith(".sh"):
             out.chmod(0o755)
 
@@ -82,6 +87,7 @@ class CreateOptions:
     signing_key: Path | None = None  # the creator's SSH key (maintainer, validator); None: unsigned
     signer: str | None = None  # the creator's name in allowed_signers; None: the key's comment
     extra_signers: list[str] | tuple[str, ...] = ()  # more allowed_signers lines
+    woolf_source: str | None = None  # where ci/install.sh installs GoodWoolf from; None: detected
 
 
 def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) -> None:
@@ -99,6 +105,8 @@ def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) ->
     storage, weights, seed, signing_key = o.storage, o.weights, o.seed, o.signing_key
     path = Path(path).resolve()
     signers_text = _signers(signing_key, o.signer, o.extra_signers)
+    if o.woolf_source:
+        check_source(o.woolf_source)  # before anything is written
     if (path / layout.CONFIG).exists():
         raise UsageError(f"{path} already holds a ledger", hint="use `woolf status` there")
     if path.exists() and not path.is_dir():
@@ -144,7 +152,7 @@ def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) ->
         git, store = Git(path), DvcStore(path)
         git.run("init", "-q", "-b", "main")
         (path / ".gitignore").write_text(layout.GITIGNORE)
-        write_ci_files(path)
+        write_ci_files(path, o.woolf_source)
         (path / layout.CONFIG).parent.mkdir(parents=True, exist_ok=True)
         (path / layout.CONFIG).write_text(render_config(cfg))
         (path / cfg.benchmark.path).parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from woolf.core import npdelta
+from woolf.core.policy import decide
 from woolf.errors import UsageError
 from woolf.forges import forge_for
 from woolf.ledger.submission import SubmitDeltaOptions, check_delta, submit_delta
@@ -28,7 +29,15 @@ from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
 from woolf.participant.feedback import clear_residual, remember, settle
 from woolf.participant.residual import compress_with_feedback, compression_spec, keep_residual
-from woolf.participant.state import auto_steps, record_speed, state_dir, work_dir
+from woolf.participant.state import (
+    auto_steps,
+    mark_submitted,
+    record_speed,
+    state_dir,
+    waiting_result,
+    work_dir,
+)
+from woolf.protocol import layout
 from woolf.protocol.contributor import contributor_id
 from woolf.storage.files import write_bytes_atomic
 from woolf.storage.streamdelta import StreamedDelta
@@ -125,9 +134,11 @@ def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
         metrics = {"before": before or wl.evaluate(base, bench, device),
                    "after": wl.evaluate(trained, bench, device)}
         save_atomic(trained, out / "trained.safetensors")
+        gate = decide(cfg.policy, metrics["before"], metrics["after"])  # what the gate would say, unattenuated
         record = {"base_version": head.version, "base_commit": head.commit, "contributor": who,
                   "training": summary, "metrics": metrics, "seed": o.seed,
-                  "task": task.rec.id if task else None}
+                  "task": task.rec.id if task else None,
+                  "gate": {"passes": gate.accepted, "reason": gate.reason}}
         write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
     return {**record, "weights": str(out / "trained.safetensors")}
 
@@ -194,6 +205,11 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
         if not meta_path.exists():
             raise UsageError("nothing trained to submit",
                              hint="run `woolf train` first, or pass --weights")
+        earlier = waiting_result(ledger)
+        if earlier and earlier["submitted"]:
+            raise UsageError(f"the result in {layout.WORK}/work was submitted already, as PR {earlier['submitted']}",
+                             hint=f"`woolf train` for a new contribution; `woolf pr show {earlier['submitted']}` "
+                                  "for that PR's state")
         record = json.loads(meta_path.read_text())
         weights = work_dir(ledger) / "trained.safetensors"
         base_version = record["base_version"]
@@ -271,6 +287,8 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
         delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, cspec=cspec, parts=parts,
         prechecked=True))
     del delta, parts
+    if o.weights is None:
+        mark_submitted(ledger, result["id"])
     remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
     keep_residual(ledger, kept, cspec)  # what top-k dropped rides in the next delta
     if feedback_note:

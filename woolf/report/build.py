@@ -19,7 +19,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from woolf.forges.local import LocalForge  # noqa: E402
 from woolf.report.scoring import scoring_section  # noqa: E402
-from woolf.report.story import facts_sentence, rejection_kinds, version_facts  # noqa: E402
+from woolf.report.story import facts_sentence, joining_verdict, rejection_kinds, version_facts  # noqa: E402
 
 
 def _collect(ledger) -> tuple[list, list]:
@@ -32,8 +32,8 @@ def _collect(ledger) -> tuple[list, list]:
 
 
 REFERENCE_LINES = (  # the demo's reference runs at the same compute
-    ("alone_loss", "best participant alone", "#e76f51", ":"),
-    ("alone_loss_mean", "participants alone (mean)", "#f4a261", ":"),
+    ("alone_loss", "best participant alone", "#e76f51", "-"),
+    ("alone_loss_mean", "participants alone (mean)", "#f4a261", (0, (1, 2))),
     ("parallel_loss", "synchronous data parallel", "#264653", "-."),
     ("baseline_loss", "centralized, same total steps", "grey", "--"),
 )
@@ -50,6 +50,8 @@ CAPTIONS = {
     "loss_per_version": "Benchmark loss of every merged version (lower is better), with the reference "
                         "runs at the same compute as horizontal lines.",
     "contributors": "Pull requests per contributor, by verdict.",
+    "ratings": "Each contributor's OpenSkill rating (ordinal, mu - 3 sigma; higher is better) after each window "
+               "of verdicts.",
     "staleness": "Staleness of each judged pull request (versions merged since its base) and the "
                  "attenuation its delta got when merged.",
 }
@@ -70,20 +72,40 @@ def _plot_loss(versions, out: Path, demo: dict | None) -> Path:
     pts = [(v.version, loss) for v in versions if (loss := _loss(v, versions)) is not None]
     if pts:
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label="ledger (merged versions)")
+    refs = []
     for key, label, colour, style in REFERENCE_LINES:
         if demo and demo.get(key) is not None:
+            if key == "alone_loss_mean" and demo.get("alone_loss") == demo[key]:
+                continue  # one participant: its mean is its best, one line
             ax.axhline(demo[key], color=colour, ls=style, label=label)
+            refs.append(demo[key])
+    _zoom(ax, pts, refs)
     ax.set_xlabel("version")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("benchmark loss (nats/byte)")
     ax.set_title("Benchmark loss per version")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)  # beside, never on a line
     path = out / "loss_per_version.png"
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _zoom(ax, pts, refs) -> None:
+    """Scale the loss axis to where the ledger and the reference lines are: genesis, far above them,
+    would squash the gap the plot is about; its point is then named at the top edge."""
+    later = [loss for v, loss in pts if v > 0] + refs
+    genesis = next((loss for v, loss in pts if v == 0), None)
+    if not later or genesis is None:
+        return
+    lo, hi = min(later), max(later)
+    pad = max((hi - lo) * 0.15, 0.01)
+    if genesis > hi + 4 * pad:
+        ax.set_ylim(lo - pad, hi + 2 * pad)
+        ax.annotate(f"genesis {genesis:.2f} (above)", xy=(0, hi + 2 * pad), xytext=(4, -12),
+                    textcoords="offset points", fontsize=8, color="#555")
 
 
 def _plot_contributors(prs, out: Path) -> Path:
@@ -97,7 +119,7 @@ def _plot_contributors(prs, out: Path) -> Path:
         bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
     ax.set_ylabel("pull requests")
     ax.set_title("Pull requests per contributor")
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)  # beside the bars
     path = out / "contributors.png"
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -147,6 +169,9 @@ def _markdown(name, versions, prs, demo) -> str:
     facts = version_facts(versions)
     if facts["best_version"] is not None:
         lines.append(f"- {facts_sentence(facts)}")
+    said = joining_verdict(demo or {})
+    if said:
+        lines.append(f"- **{said}**")
     if rejected:
         lines += ["", "## Rejections by kind", "", "| kind | count |", "|---|---|"]
         for kind, n in rejection_kinds(prs).items():
@@ -192,9 +217,11 @@ def _html(name, md_tables_versions, prs, plots, demo) -> str:
         for p in prs)
     summary = ""
     if demo:
-        items = {k: demo.get(k) for k in LABELS if demo.get(k) is not None}
+        items = {k: demo.get(k) for k in LABELS if demo.get(k) is not None and demo.get(k) is not False}
 
         def fmt(k, v):
+            if v is True:
+                return "yes"
             if isinstance(v, float):
                 return f"{v:.1f}" if k.endswith("seconds") else f"{v:.4f}"
             return html.escape(str(v))
@@ -203,6 +230,9 @@ def _html(name, md_tables_versions, prs, plots, demo) -> str:
             f"<tr><th>{LABELS[k]}</th><td>{fmt(k, v)}</td></tr>" for k, v in items.items()) + "</table>"
     facts = version_facts(md_tables_versions)
     words = f"<p id='story'>{html.escape(facts_sentence(facts))}</p>"
+    said = joining_verdict(demo or {})
+    if said:
+        words += f"<p id='verdict'><strong>{html.escape(said)}</strong></p>"
     kinds = rejection_kinds(prs)
     if kinds:
         words += ("<h2>Rejections by kind</h2><table id='rejections'><tr><th>kind</th><th>count</th></tr>"

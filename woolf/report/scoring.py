@@ -12,6 +12,7 @@ from pathlib import Path
 
 from woolf.ledger.verdicts import merged_records, verdict_history
 from woolf.report.board import credit, leaderboard
+from woolf.report.story import MARKED_AND_RANDOM
 
 
 @dataclass
@@ -73,7 +74,7 @@ def scoring_section(ledger, out: Path) -> Section:
     how = (f"OpenSkill Plackett-Luce ratings (beta 7, tau 0.1), one match per {board['window']} verdicts, each "
            "contributor ranked by a moving average of its assigned-minus-random shard improvements, in units of "
            "each window's own noise (the spread between random shards); rejections before evaluation (copies, "
-           "no-ops, random deltas, signed floods) rank last.")
+           "no-ops, random deltas, signed floods) rank last. " + MARKED_AND_RANDOM + ".")
     page = (f"<h2>Leaderboard</h2><p>{html.escape(how)}</p>" + table("leaderboard", head, rows)
             + f"<h2>Credit</h2><p>{html.escape(rule)} Shares of the total credited "
             f"{html.escape(shares['metric'])} improvement ({shares['total']:+.4f} of {shares['improvement']:+.4f} "

@@ -13,7 +13,7 @@ from collections import Counter
 
 # (words in the reason, kind): the first that matches names the kind; reasons are attacker-written text
 _KINDS = (
-    ("is below the required", "the benchmark got worse (policy gate)"),
+    ("is below the required", "the benchmark got worse than the gate tolerates (policy.min_improvement)"),
     ("max_staleness", "too stale"),
     ("replay", "a replay of a merged delta"),
     ("copy", "a copy of another pull request"),
@@ -24,6 +24,14 @@ _KINDS = (
     ("submission.json", "malformed submission"),
     ("outside its submission area", "touches files outside its submission"),
 )
+
+
+MARKED_AND_RANDOM = ("marked = PRs whose verdict carries a flag (not-unique: random text improved as much as the "
+                     "contributor's own assigned shard, so it may not have trained on it); assigned-random = loss "
+                     "removed on the assigned shard minus on random text, per PR, averaged (higher: it learned its "
+                     "own data); the rating is OpenSkill's ordinal (mu - 3 sigma), ranking contributors within each "
+                     "window of verdicts by assigned-random, not by merge count: few verdicts leave sigma high and "
+                     "the ordinal low")
 
 
 def rejection_kind(reason: str | None) -> str:
@@ -73,7 +81,8 @@ def facts_sentence(facts: dict) -> str:
         words += f" (loss {facts['final_loss']:.4f}" + (f", {gap:.4f} above the best)" if gap > 0 else ")")
     n, bad = facts.get("merges", 0), facts.get("regressing_merges", 0)
     if n:
-        words += f"; {bad} of {n} merges raised the loss" if bad else f"; none of {n} merges raised the loss"
+        words += (f"; {bad} of {n} merges raised the loss (each by less than the regression the gate tolerates, "
+                  "policy.min_improvement)" if bad else f"; none of {n} merges raised the loss")
     return words
 
 
@@ -85,3 +94,17 @@ def activity(prs) -> dict[str, dict[str, int]]:
         if p.state in row:
             row[p.state] += 1
     return dict(sorted(out.items()))
+
+
+def joining_verdict(demo: dict) -> str | None:
+    """The demo's verdict in words: the ledger against the best participant alone at the same compute."""
+    final, alone, parallel = demo.get("final_loss"), demo.get("alone_loss"), demo.get("parallel_loss")
+    if final is None or alone is None:
+        return None
+    gain = alone - final
+    if gain <= 0:
+        return f"joining did not pay: the ledger ends {-gain:.4f} above the best participant alone"
+    said = f"joining paid: the ledger ends {gain:.4f} below the best participant alone"
+    if parallel is not None and alone > parallel:
+        said += f" (closing {gain / (alone - parallel):.0%} of the gap to data parallel)"
+    return said

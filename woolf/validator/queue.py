@@ -124,7 +124,8 @@ class Validator(QuorumStep, MergeStep):
             done.append(p.verdict)
         return done
 
-    def watch(self, interval: float = 2.0, stop=lambda: False, on_verdict=None) -> list[Verdict]:
+    def watch(self, interval: float = 2.0, stop=lambda: False, on_verdict=None, on_idle=None) -> list[Verdict]:
+        """Validate passes until ``stop()``; ``on_idle()`` before each sleep after a pass with no verdict."""
         verdicts: list[Verdict] = []
         while not stop():
             try:
@@ -134,6 +135,8 @@ class Validator(QuorumStep, MergeStep):
                 done = []
             verdicts += done
             if not done:
+                if on_idle is not None:
+                    on_idle()
                 time.sleep(interval)
         return verdicts
 

@@ -60,7 +60,7 @@ def _need_transformers() -> None:
         import transformers  # deferred: transformers
     except ImportError:
         raise UsageError("the transformers workload needs the `transformers` and `tokenizers` packages",
-                         hint='pip install "goodwoolf[hf]"') from None
+                         hint='the hf extra: `pip install -e ".[hf]"` in your GoodWoolf checkout') from None
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
 

@@ -1,0 +1,113 @@
+"""The demo's worker processes: started so that the cwd cannot shadow the package, stopped, and
+checked: a worker that died is an error that names it and quotes its log.
+
+Usage:
+    p = spawn(["participant", str(clone), "--name", "p1"], root / "logs" / "p1.log")
+    check_alive({"p1": p}, root / "logs")     # raises WorkerDied for a worker that exited non-zero
+    stop([p])
+
+A worker is ``python -P -m woolf.demo.worker`` (Python 3.11+; on 3.10 the same with the cwd dropped
+from sys.path by hand) with the directory this process imported woolf from first on PYTHONPATH, the
+caller's PYTHONPATH after it, and the demo directory as its cwd: a folder named ``woolf`` in the
+directory the demo was started from (which `git clone ... woolf` creates) is never imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import woolf
+from woolf.errors import WoolfError
+
+MODULE = "woolf.demo.worker"
+
+
+class WorkerDied(WoolfError):
+    """A participant or validator process of the demo exited with an error."""
+
+    exit_code = 1
+
+
+def command() -> list[str]:
+    """The interpreter line that starts a worker, never importing from the cwd."""
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-m", MODULE]
+    return [sys.executable, "-c", "import sys; del sys.path[0]; from woolf.demo.worker import main; "
+            "sys.exit(main(sys.argv[2:]))", MODULE]
+
+
+def worker_env() -> dict[str, str]:
+    package_home = str(Path(woolf.__file__).resolve().parent.parent)
+    path = [package_home, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
+
+
+def spawn(args: list[str], log: Path) -> subprocess.Popen:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as fh:
+        return subprocess.Popen([*command(), *args], stdout=fh, stderr=subprocess.STDOUT, env=worker_env(),
+                                cwd=log.parent, start_new_session=True)
+
+
+def stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.time() + grace
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def last_error(log: Path) -> str:
+    """The line of a worker's log that says why it died: the exception line of a traceback, an
+    ``error:`` line, or else the last non-empty line."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "(no log)"
+    for line in reversed(lines):
+        if line.startswith("error:") or (not line.startswith(("File ", "Traceback", "{", "^", "~"))
+                                         and ("Error" in line.split(":")[0] or "Exception" in line.split(":")[0])):
+            return line
+    return lines[-1] if lines else "(empty log)"
+
+
+def check_alive(procs: dict[str, subprocess.Popen], logs: Path) -> None:
+    """Raise WorkerDied when any worker has exited with a non-zero status (the others are left to the
+    caller to stop)."""
+    dead = {name: p.returncode for name, p in procs.items() if p.poll() is not None and p.returncode != 0}
+    if not dead:
+        return
+    name, rc = next(iter(dead.items()))
+    others = f" (and {', '.join(sorted(set(dead) - {name}))})" if len(dead) > 1 else ""
+    raise WorkerDied(f"demo worker {name}{others} died (exit status {rc}): {last_error(logs / f'{name}.log')}",
+                     hint=f"its whole log: {logs / f'{name}.log'}")
+
+
+def round_errors(logs: Path, names: list[str]) -> dict[str, list[str]]:
+    """The errors participants logged for rounds they could not contribute (the worker carries on)."""
+    out: dict[str, list[str]] = {}
+    for name in names:
+        try:
+            text = (logs / f"{name}.log").read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("kind") == "error":
+                out.setdefault(name, []).append(str(event.get("error")))
+    return out
