@@ -33,7 +33,6 @@ corpus; the benchmark spans all). Results: benchmarks/results/convergence.json.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import heapq
 import random
 import statistics
@@ -51,9 +50,11 @@ from woolf.core.merge_rules import Rule, merge_step  # noqa: E402
 from woolf.core.policy import decide  # noqa: E402
 from woolf.core.staleness import attenuation  # noqa: E402
 from woolf.protocol.config import PolicyConfig, StalenessConfig  # noqa: E402
+from woolf.workloads import charlm_pretrained as pretrained  # noqa: E402
 from woolf.workloads import corpus  # noqa: E402
 from woolf.workloads.base import TrainData  # noqa: E402
 from woolf.workloads.charlm import CharLM  # noqa: E402
+from woolf.workloads.charlm_data import domain_files  # noqa: E402
 
 BASE = {"persistent": False, "rule": "attenuated", "stale": "inverse", "gate": "current", "tol": 0.02,
         "speed_aware": False, "ef": False, "follow": 0}
@@ -71,6 +72,8 @@ ARMS = {
     "A7": {"persistent": True, "gate": "best", "follow": 5},
     "A7-current": {"persistent": True, "follow": 5},
     "A7-half": {"persistent": True, "follow": 5, "alpha": 0.5},
+    "A1-half": {"persistent": True, "alpha": 0.5},
+    "A1-poly": {"persistent": True, "stale": "polynomial"},
     "A8": {"persistent": True, "gate": "best", "follow": 5, "ef": True},
 }
 CONTROLS = ("serial", "alone", "sync-dp", "sync-diloco")
@@ -85,7 +88,7 @@ def model(kind: str = "small") -> CharLM:
 
 def domain_data(wl: CharLM, worker: int, n: int, version: int) -> TrainData:
     """Worker ``worker``'s own part of the corpus (files hashed into its domain), a shard per version."""
-    files = [f for f in corpus.pool_files() if hashlib.sha256(f.encode()).digest()[1] % n == worker]
+    files = list(domain_files(worker, n))  # the parts `woolf demo`'s domains use (charlm_data.py)
     rng = random.Random(f"domain:{worker}:{version}")
     pick = sorted(rng.sample(files, min(wl.shard_files, len(files))))
     return TrainData([corpus.read(f) for f in pick], f"domain{worker}@v{version}", pick)
@@ -230,9 +233,8 @@ def run_control(world: World, kind: str, n: int, total: int, k: int, seed: int) 
 def make_world(wl: CharLM, bench: bytes, regime: str, n: int, pretrain: int) -> World:
     start, data_regime = regime.split("-")
     genesis = wl.genesis(0)
-    if start == "continued":
-        pool = TrainData([corpus.read(f) for f in corpus.pool_files()[::7]], "pretraining")
-        genesis, _ = wl.train(genesis, pool, pretrain, seed=12345)
+    if start == "continued":  # the pretrained genesis `woolf demo` starts from (charlm_pretrained.py)
+        genesis = pretrained.build(wl, pretrain)
     return World(wl, bench, genesis, data_regime, n)
 
 
@@ -316,7 +318,10 @@ def main() -> None:
                 rows.append(row)
                 print(f"{regime:<17} N={n:<3} {arm:<12} {row['final_mean']:.4f} ± {row['final_std']:.4f}  "
                       f"merged {row['merged']}  ({time.time() - t0:.0f}s)", flush=True)
-    print(write_json(args.out, {"machine": machine(), "settings": vars(args), "arms": ARMS, "rows": rows}))
+                # after every row, so that a study cut short keeps what it measured
+                path = write_json(args.out, {"machine": machine(), "settings": vars(args), "arms": ARMS,
+                                             "rows": rows})
+    print(path)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ from woolf.demo.adversaries import KINDS
 from woolf.demo.hub import create_hub
 from woolf.demo.live import render, snapshot
 from woolf.demo.references import reference_losses
+from woolf.demo.regimes import DEFAULT as DEFAULT_REGIME
+from woolf.demo.regimes import REGIMES, prepare_regime
 from woolf.errors import UsageError
 from woolf.interrupts import interruptible
 from woolf.ledger.benchmark import ENV as HIDDEN_ENV
@@ -51,6 +53,8 @@ class DemoResult:
     validators: int
     rounds: int
     steps: int
+    regime: str = DEFAULT_REGIME  # demo/regimes.py
+    regime_words: str = REGIMES[DEFAULT_REGIME].words
     versions_merged: int = 0
     prs_rejected: int = 0
     rejections: dict = field(default_factory=dict)  # reason -> count
@@ -146,6 +150,8 @@ class DemoOptions:
     quorum: int = 1  # validators.quorum: agreeing votes a PR needs to settle
     dishonest: bool = False  # the last validator votes accept on everything (demo/dishonest.py)
     adversaries: list[str] | None = None  # kinds of cheating participants (demo/adversaries.py)
+    regime: str = DEFAULT_REGIME  # where genesis comes from and whose data is whose (demo/regimes.py)
+    pretrain_steps: int | None = None  # continued regimes: central steps of the pretrained genesis (None: its default)
 
 
 def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoResult:
@@ -177,8 +183,12 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
     vnames = [f"v{i + 1}" for i in range(validators)]
     t0 = time.time()
     root = Path(root).resolve()
-    hub = create_hub(root, names + adversaries, vnames, overrides={"workload.steps": str(steps), **(settings or {})})
-    result = DemoResult(str(root), participants, validators, rounds, steps,
+    overrides = {"workload.steps": str(steps), **(settings or {})}
+    weights, added = prepare_regime(o.regime, names, overrides, o.pretrain_steps,
+                                    progress=lambda line: console.print(f"[dim]{line}[/]"))
+    hub = create_hub(root, names + adversaries, vnames, overrides={**added, **overrides}, weights=weights)
+    result = DemoResult(str(root), participants, validators, rounds, steps, regime=o.regime,
+                        regime_words=REGIMES[o.regime].words,
                         total_steps=participants * rounds * steps, quorum=quorum, adversaries=adversaries)
     if hidden is not None:  # validators (spawned below) and the reference runs read it; participants never do
         private = root / "validators-only" / "benchmark.txt"
@@ -191,7 +201,7 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
     genesis = observer.load_weights(observer.head())
     result.genesis_loss = wl.evaluate(genesis, gate_benchmark(observer))["loss"]
     console.print(f"hub at {root}: {participants} participants x {rounds} rounds x {steps} steps, "
-                  f"{validators} validators")
+                  f"{validators} validators; {result.regime_words} (--regime {o.regime})")
     stop_file = root / ".stop"
     t_net = time.time()
     liar = vnames[-1] if dishonest else None
