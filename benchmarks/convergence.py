@@ -74,6 +74,11 @@ ARMS = {
     "A7-half": {"persistent": True, "follow": 5, "alpha": 0.5},
     "A1-half": {"persistent": True, "alpha": 0.5},
     "A1-poly": {"persistent": True, "stale": "polynomial"},
+    # the real network's latency (lat: a verdict takes this many contributions' time, 2 validators)
+    "L-A1": {"persistent": True, "lat": 1.0},
+    "L-A1-half": {"persistent": True, "lat": 1.0, "alpha": 0.5},
+    "L-A1-poly": {"persistent": True, "lat": 1.0, "stale": "polynomial"},
+    "L-A1-const": {"persistent": True, "lat": 1.0, "stale": "constant"},
     "A8": {"persistent": True, "gate": "best", "follow": 5, "ef": True},
 }
 CONTROLS = ("serial", "alone", "sync-dp", "sync-diloco")
@@ -145,32 +150,19 @@ def run_async(world: World, arm: dict, n: int, total: int, k: int, seed: int) ->
     local = {}
     resid = {}
     chunk = lambda w: a["follow"] or ks[w]  # noqa: E731
-    queue = []
+    # lat > 0: a validator takes lat x K time units per PR (validators of their own, a queue), and the
+    # worker pulls the newest version and trains on right away, without waiting for its verdict: the
+    # real network's dynamics (RESULTS.md §4), where PRs merge at staleness well above N - 1.
+    lat, free = a.get("lat", 0.0) * k, [0.0] * a.get("validators", 2)
+    queue, seq = [], 0
     for w in range(n):
         local[w] = {"weights": cur, "base": cur, "bv": 0, "done": 0, "start_v": 0}
-        heapq.heappush(queue, (chunk(w) / speeds[w], w))
+        heapq.heappush(queue, (chunk(w) / speeds[w], (seq := seq + 1), "train", w, None))
     calls = 0
-    while queue:
-        t, w = heapq.heappop(queue)
-        if steps >= total:
-            break
-        L = local[w]
-        if a["follow"] and L["bv"] != version:  # rebase local progress onto the newest version
-            L["weights"] = add(cur, sub(L["weights"], L["base"]))
-            L["base"], L["bv"] = cur, version
-        todo = min(chunk(w), ks[w] - L["done"])
-        sdir = Path(tmp.name) / f"w{w}" if a["persistent"] else None
-        calls += 1
-        L["weights"], _ = world.wl.train(L["weights"], world.data(w, L["start_v"]), todo,
-                                         seed=seed * 100003 + calls, state_dir=sdir)
-        L["done"] += todo
-        steps += todo
-        if L["done"] < ks[w]:
-            heapq.heappush(queue, (t + chunk(w) / speeds[w], w))
-            continue
-        own = sub(L["weights"], L["base"])
-        delta = add(own, resid.pop(w)) if a["ef"] and w in resid else own
-        s = version - L["bv"]
+
+    def judge(t, w, own, delta, bv):
+        nonlocal cur, state, version, cur_loss, merged, judged
+        s = version - bv
         att = attenuation(scfg, s)
         step = merge_step(rule, cur, state, delta, att)
         probe_loss = world.loss(step.probe)
@@ -192,8 +184,38 @@ def run_async(world: World, arm: dict, n: int, total: int, k: int, seed: int) ->
                 resid[w] = {kk: v * (1.0 - step.scale) for kk, v in own.items()}
         elif a["ef"]:
             resid[w] = own
+
+    while queue:
+        t, _, kind, w, payload = heapq.heappop(queue)
+        if kind == "judge":
+            judge(t, w, *payload)
+            continue
+        if steps >= total:
+            continue  # training is over; verdicts still pending are drained
+        L = local[w]
+        if a["follow"] and L["bv"] != version:  # rebase local progress onto the newest version
+            L["weights"] = add(cur, sub(L["weights"], L["base"]))
+            L["base"], L["bv"] = cur, version
+        todo = min(chunk(w), ks[w] - L["done"])
+        sdir = Path(tmp.name) / f"w{w}" if a["persistent"] else None
+        calls += 1
+        L["weights"], _ = world.wl.train(L["weights"], world.data(w, L["start_v"]), todo,
+                                         seed=seed * 100003 + calls, state_dir=sdir)
+        L["done"] += todo
+        steps += todo
+        if L["done"] < ks[w]:
+            heapq.heappush(queue, (t + chunk(w) / speeds[w], (seq := seq + 1), "train", w, None))
+            continue
+        own = sub(L["weights"], L["base"])
+        delta = add(own, resid.pop(w)) if a["ef"] and w in resid else own
+        if lat > 0:
+            i = min(range(len(free)), key=free.__getitem__)
+            free[i] = max(t, free[i]) + lat
+            heapq.heappush(queue, (free[i], (seq := seq + 1), "judge", w, (own, delta, L["bv"])))
+        else:
+            judge(t, w, own, delta, L["bv"])
         L.update(weights=cur, base=cur, bv=version, done=0, start_v=version)
-        heapq.heappush(queue, (t + chunk(w) / speeds[w], w))
+        heapq.heappush(queue, (t + chunk(w) / speeds[w], (seq := seq + 1), "train", w, None))
     tmp.cleanup()
     final = world.loss(cur)
     return {"final_loss": final, "merged": merged, "judged": judged, "curve": curve}
@@ -285,6 +307,8 @@ def main() -> None:
     ap.add_argument("--pretrain", type=int, default=800, help="continued regime: central steps before genesis")
     ap.add_argument("--model", choices=["small", "demo"], default="small",
                     help="small: d48 (the grid); demo: charlm's defaults, the size `woolf demo` trains")
+    ap.add_argument("--optimizer-warmup", type=int, default=0,
+                    help="charlm's optimizer_warmup for every run (woolf demo's continued regimes: 60)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--out", default="convergence.json")
     args = ap.parse_args()
@@ -296,6 +320,7 @@ def main() -> None:
         args.arms, args.workers, args.regimes = "serial,alone,sync-dp,sync-diloco,A0,A7,A3", "2", "scratch-iid"
         args.seeds, args.total_steps, args.k, args.pretrain = 1, 16, 4, 4
     wl = model(args.model)
+    wl.optimizer_warmup = args.optimizer_warmup
     bench = wl.benchmark_bytes()
     rows, t0 = [], time.time()
     for regime in args.regimes.split(","):

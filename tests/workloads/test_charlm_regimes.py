@@ -54,6 +54,8 @@ def test_pretrained_genesis_is_built_once_deterministically_and_cached(tmp_path)
     assert len(said) == 1 and path.stat().st_mtime_ns == stamp  # cached: not built again
     again = pretrained_genesis(wl, steps=20, cache=tmp_path / "b")  # built afresh elsewhere: the same bytes
     assert again.name == path.name and again.read_bytes() == path.read_bytes()
+    warm = pretrained_genesis(CharLM(**TINY, optimizer_warmup=60, domains=["p1"]), steps=20, cache=tmp_path / "c")
+    assert warm.read_bytes() == path.read_bytes()  # the ledger's own training settings do not enter it
     other = pretrained_genesis(CharLM(**{**TINY, "lr": 1e-3}), steps=20, cache=tmp_path / "a")
     assert other != path  # another configuration builds its own
     bench = wl.benchmark_bytes()
@@ -86,7 +88,9 @@ def test_demo_regimes_set_genesis_and_data(tmp_path, monkeypatch):
     weights, added = prepare_regime("continued-domain", ["p1", "p2"], small, pretrain_steps=5)
     assert weights.parent == tmp_path / "cache" and set(load_file(str(weights))) == set(CharLM(**TINY).genesis())
     assert json.loads(added["workload.params.domains"]) == ["p1", "p2"]
-    assert prepare_regime("continued-iid", ["p1"], small, pretrain_steps=5) == (weights, {})
+    assert added["workload.params.optimizer_warmup"] == "60"  # a fresh optimizer on a trained model warms up
+    assert prepare_regime("continued-iid", ["p1"], {**small, "workload.params.optimizer_warmup": "0"},
+                          pretrain_steps=5) == (weights, {})  # the user's --set wins
     # a bad --set fails before anything is built; only charlm has a pretrained genesis
     with pytest.raises(ConfigError, match="merge.rule"):
         prepare_regime("continued-domain", ["p1"], {"merge.rule": "adam"}, pretrain_steps=7)

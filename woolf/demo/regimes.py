@@ -28,11 +28,17 @@ from woolf.workloads.base import load_workload
 from woolf.workloads.charlm_pretrained import PRETRAIN_STEPS, pretrained_genesis
 
 
+# A fresh AdamW's first steps on a trained model are a spike the gate refuses (benchmarks/RESULTS.md §4):
+# continuing a pretrained model, each participant's optimizer warms up over its first two contributions.
+CONTINUED = {"workload.params.optimizer_warmup": "60"}
+
+
 @dataclass(frozen=True)
 class Regime:
     pretrained: bool  # genesis: the pretrained charlm checkpoint (else seeded random weights)
     own_data: bool  # each participant its own part of the corpus (else the shared pool)
     words: str  # what the summary and the report say
+    settings: tuple = ()  # config keys the regime sets (a --set of the same key wins)
 
     @property
     def short(self) -> str:
@@ -41,9 +47,10 @@ class Regime:
 
 
 REGIMES = {
-    "continued-domain": Regime(True, True, "each participant trains on its own data, continuing a pretrained model"),
+    "continued-domain": Regime(True, True, "each participant trains on its own data, continuing a pretrained model",
+                               tuple(CONTINUED.items())),
     "continued-iid": Regime(True, False, "every participant samples the same pool of data, continuing a "
-                                         "pretrained model"),
+                                         "pretrained model", tuple(CONTINUED.items())),
     "scratch-domain": Regime(False, True, "each participant trains on its own data, starting from random weights"),
     "scratch-iid": Regime(False, False, "every participant samples the same pool of data, starting from random "
                                         "weights"),
@@ -61,7 +68,7 @@ def prepare_regime(name: str, participants: list[str], overrides: dict[str, str]
     if name not in REGIMES:
         raise UsageError(f"unknown regime {name!r}", hint=f"choose one of {', '.join(REGIMES)}")
     regime = REGIMES[name]
-    added = {}
+    added = {k: v for k, v in regime.settings if k not in overrides}
     if regime.own_data and "workload.params.domains" not in overrides:
         added["workload.params.domains"] = json.dumps(participants)
     cfg = apply_overrides(LedgerConfig(), {**added, **overrides})  # the ledger's config, validated

@@ -22,6 +22,7 @@ file is read back with the size limits and spec check of `woolf init
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -61,10 +62,12 @@ def build(wl, steps: int = PRETRAIN_STEPS) -> dict[str, torch.Tensor]:
     """The pretrained weights themselves (no cache)."""
     files = pretraining_files()
     data = TrainData([corpus.read(f) for f in files], "pretraining: every 7th pool file", files)
+    central = copy.copy(wl)  # the ledger's own training settings (a fresh optimizer's warm-up) are not its
+    central.optimizer_warmup = 0
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the same arithmetic on every build on this machine
     try:
-        weights, _ = wl.train(wl.genesis(0), data, steps, seed=PRETRAIN_SEED)
+        weights, _ = central.train(central.genesis(0), data, steps, seed=PRETRAIN_SEED)
     finally:
         torch.set_num_threads(threads)
     return weights
