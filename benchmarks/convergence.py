@@ -79,6 +79,9 @@ ARMS = {
     "L-A1-half": {"persistent": True, "lat": 1.0, "alpha": 0.5},
     "L-A1-poly": {"persistent": True, "lat": 1.0, "stale": "polynomial"},
     "L-A1-const": {"persistent": True, "lat": 1.0, "stale": "constant"},
+    # ... and each participant waits for its own PR's verdict before it pulls and trains again
+    "L-A1-wait": {"persistent": True, "lat": 1.0, "wait": True},
+    "L-A1-wait-poly": {"persistent": True, "lat": 1.0, "wait": True, "stale": "polynomial"},
     "A8": {"persistent": True, "gate": "best", "follow": 5, "ef": True},
 }
 CONTROLS = ("serial", "alone", "sync-dp", "sync-diloco")
@@ -161,7 +164,7 @@ def run_async(world: World, arm: dict, n: int, total: int, k: int, seed: int) ->
     calls = 0
 
     def judge(t, w, own, delta, bv):
-        nonlocal cur, state, version, cur_loss, merged, judged
+        nonlocal cur, state, version, cur_loss, merged, judged, seq
         s = version - bv
         att = attenuation(scfg, s)
         step = merge_step(rule, cur, state, delta, att)
@@ -184,6 +187,9 @@ def run_async(world: World, arm: dict, n: int, total: int, k: int, seed: int) ->
                 resid[w] = {kk: v * (1.0 - step.scale) for kk, v in own.items()}
         elif a["ef"]:
             resid[w] = own
+        if a.get("wait"):  # the worker waited for this verdict: it pulls the version it made, trains on
+            local[w].update(weights=cur, base=cur, bv=version, done=0, start_v=version)
+            heapq.heappush(queue, (t + chunk(w) / speeds[w], (seq := seq + 1), "train", w, None))
 
     while queue:
         t, _, kind, w, payload = heapq.heappop(queue)
@@ -212,6 +218,8 @@ def run_async(world: World, arm: dict, n: int, total: int, k: int, seed: int) ->
             i = min(range(len(free)), key=free.__getitem__)
             free[i] = max(t, free[i]) + lat
             heapq.heappush(queue, (free[i], (seq := seq + 1), "judge", w, (own, delta, L["bv"])))
+            if a.get("wait"):
+                continue
         else:
             judge(t, w, own, delta, L["bv"])
         L.update(weights=cur, base=cur, bv=version, done=0, start_v=version)

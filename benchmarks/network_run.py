@@ -34,7 +34,8 @@ def one_run(args, settings: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="woolf-net-") as tmp:
         res = run_demo(Path(tmp) / "hub", participants=args.participants, rounds=args.rounds,
                        validators=args.validators, steps=args.steps, console=Console(quiet=True),
-                       report=False, settings=settings, regime=args.regime)
+                       report=False, settings=settings, regime=args.regime,
+                       **({} if args.wait_verdict is None else {"wait_verdict": args.wait_verdict}))
         obs = Ledger.open(Path(tmp) / "hub" / "clones" / "observer")
         obs.fetch()
         obs.main_ref = "refs/remotes/origin/main"
@@ -65,6 +66,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--wait-verdict", type=float, default=None, help="seconds (None: the demo's default)")
     ap.add_argument("--regime", default="continued-domain",
                     choices=["continued-domain", "continued-iid", "scratch-domain", "scratch-iid"])
     ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")

@@ -27,7 +27,6 @@ from woolf.protocol.config_text import apply_overrides
 from woolf.workloads.base import load_workload
 from woolf.workloads.charlm_pretrained import PRETRAIN_STEPS, pretrained_genesis
 
-
 # A fresh AdamW's first steps on a trained model are a spike the gate refuses (benchmarks/RESULTS.md §4):
 # continuing a pretrained model, each participant's optimizer warms up over its first two contributions.
 CONTINUED = {"workload.params.optimizer_warmup": "60"}

@@ -152,6 +152,10 @@ class DemoOptions:
     adversaries: list[str] | None = None  # kinds of cheating participants (demo/adversaries.py)
     regime: str = DEFAULT_REGIME  # where genesis comes from and whose data is whose (demo/regimes.py)
     pretrain_steps: int | None = None  # continued regimes: central steps of the pretrained genesis (None: its default)
+    # seconds a participant waits for its PR's verdict before its next round (0: none). A real contribution
+    # trains for minutes and waits seconds for its verdict; here training takes 1-3 s and a verdict 2-10 s on
+    # a loaded machine, and without waiting PRs merged at staleness 4-6 (benchmarks/RESULTS.md §4)
+    wait_verdict: float = 30.0
 
 
 def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoResult:
@@ -210,7 +214,8 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
     # different speeds: later participants sleep longer between training and submitting
     parts = [_spawn(["participant", str(hub.clone_of(n)), "--name", n, "--rounds", str(rounds),
                      "--steps", str(steps), "--delay", f"{i * (0.5 if quick else 1.5):.2f}",
-                     "--seed", str(i)], root / "logs" / f"{n}.log") for i, n in enumerate(names)]
+                     "--seed", str(i), "--wait-verdict", str(o.wait_verdict)], root / "logs" / f"{n}.log")
+             for i, n in enumerate(names)]
     parts += [_spawn(["adversary", str(hub.clone_of(a)), "--name", a, "--rounds", str(rounds), "--steps", str(steps),
                       "--seed", str(100 + i), "--delay", "1.0" if quick else "2.0"], root / "logs" / f"{a}.log")
               for i, a in enumerate(adversaries)]

@@ -1,7 +1,7 @@
 """The processes of a demo network: participants and validators, each in its own clone.
 
 Usage:
-    python -m woolf.demo.worker participant CLONE --name p1 --rounds 4 --steps 60 --delay 1.5
+    python -m woolf.demo.worker participant CLONE --name p1 --rounds 4 --steps 60 --delay 1.5 [--wait-verdict 30]
 
 A participant's ``--delay`` makes it slower hardware: the seconds are spread over its
 training steps (so a participant that follows the ledger sees merges while it trains).
@@ -22,6 +22,7 @@ import torch
 
 from woolf.demo.adversaries import adversary
 from woolf.errors import WoolfError
+from woolf.forges.local import LocalForge
 from woolf.ledger.ledger import Ledger
 
 
@@ -29,7 +30,16 @@ def _event(**kw) -> None:
     print(json.dumps({"t": round(time.time(), 3), **kw}), flush=True)
 
 
-def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, seed: int) -> None:
+def _await_verdict(ledger, sub_id: str, wait: float) -> None:
+    """Up to ``wait`` seconds until our PR is no longer open, so that the next round trains from a version
+    that holds it (a real contribution takes minutes, its verdict seconds: demo/regimes.py)."""
+    forge, deadline = LocalForge.for_ledger(ledger), time.time() + wait
+    while time.time() < deadline and forge.get(sub_id).state == "open":
+        time.sleep(0.3)
+
+
+def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, seed: int,
+                wait: float = 0.0) -> None:
     from woolf.participant.contribute import (  # deferred: loads numpy, yaml
         SubmitOptions,
         TrainOptions,
@@ -49,6 +59,8 @@ def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, s
             sub = submit(ledger, SubmitOptions(contributor=name, message=f"{name} round {r}"))
             _event(kind="submitted", who=name, round=r, id=sub["id"], base=result["base_version"],
                    local_loss=result["metrics"]["after"]["loss"])
+            if wait and r + 1 < rounds:
+                _await_verdict(ledger, sub["id"], wait)
         except WoolfError as exc:
             _event(kind="error", who=name, round=r, error=exc.message)
 
@@ -79,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--delay", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--wait-verdict", type=float, default=0.0,
+                    help="participant: wait up to this many seconds for its PR's verdict before the next round")
     ap.add_argument("--stop-file", type=Path)
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--dishonest", action="store_true", help="validator: vote accept on everything (demo)")
@@ -86,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     try:
         if args.role == "participant":
-            participant(args.clone, args.name, args.rounds, args.steps, args.delay, args.seed)
+            participant(args.clone, args.name, args.rounds, args.steps, args.delay, args.seed, args.wait_verdict)
         elif args.role == "adversary":  # woolf/demo/adversaries.py: the name is the kind of cheat
 
             adversary(args.clone, args.name, args.rounds, args.steps, args.seed, args.delay or 2.0)
