@@ -33,7 +33,6 @@ corpus; the benchmark spans all). Results: benchmarks/results/convergence.json.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import heapq
 import random
 import statistics
@@ -51,9 +50,11 @@ from woolf.core.merge_rules import Rule, merge_step  # noqa: E402
 from woolf.core.policy import decide  # noqa: E402
 from woolf.core.staleness import attenuation  # noqa: E402
 from woolf.protocol.config import PolicyConfig, StalenessConfig  # noqa: E402
+from woolf.workloads import charlm_pretrained as pretrained  # noqa: E402
 from woolf.workloads import corpus  # noqa: E402
 from woolf.workloads.base import TrainData  # noqa: E402
 from woolf.workloads.charlm import CharLM  # noqa: E402
+from woolf.workloads.charlm_data import domain_files  # noqa: E402
 
 BASE = {"persistent": False, "rule": "attenuated", "stale": "inverse", "gate": "current", "tol": 0.02,
         "speed_aware": False, "ef": False, "follow": 0}
@@ -71,6 +72,16 @@ ARMS = {
     "A7": {"persistent": True, "gate": "best", "follow": 5},
     "A7-current": {"persistent": True, "follow": 5},
     "A7-half": {"persistent": True, "follow": 5, "alpha": 0.5},
+    "A1-half": {"persistent": True, "alpha": 0.5},
+    "A1-poly": {"persistent": True, "stale": "polynomial"},
+    # the real network's latency (lat: a verdict takes this many contributions' time, 2 validators)
+    "L-A1": {"persistent": True, "lat": 1.0},
+    "L-A1-half": {"persistent": True, "lat": 1.0, "alpha": 0.5},
+    "L-A1-poly": {"persistent": True, "lat": 1.0, "stale": "polynomial"},
+    "L-A1-const": {"persistent": True, "lat": 1.0, "stale": "constant"},
+    # ... and each participant waits for its own PR's verdict before it pulls and trains again
+    "L-A1-wait": {"persistent": True, "lat": 1.0, "wait": True},
+    "L-A1-wait-poly": {"persistent": True, "lat": 1.0, "wait": True, "stale": "polynomial"},
     "A8": {"persistent": True, "gate": "best", "follow": 5, "ef": True},
 }
 CONTROLS = ("serial", "alone", "sync-dp", "sync-diloco")
@@ -85,7 +96,7 @@ def model(kind: str = "small") -> CharLM:
 
 def domain_data(wl: CharLM, worker: int, n: int, version: int) -> TrainData:
     """Worker ``worker``'s own part of the corpus (files hashed into its domain), a shard per version."""
-    files = [f for f in corpus.pool_files() if hashlib.sha256(f.encode()).digest()[1] % n == worker]
+    files = list(domain_files(worker, n))  # the parts `woolf demo`'s domains use (charlm_data.py)
     rng = random.Random(f"domain:{worker}:{version}")
     pick = sorted(rng.sample(files, min(wl.shard_files, len(files))))
     return TrainData([corpus.read(f) for f in pick], f"domain{worker}@v{version}", pick)
@@ -142,32 +153,19 @@ def run_async(world: World, arm: dict, n: int, total: int, k: int, seed: int) ->
     local = {}
     resid = {}
     chunk = lambda w: a["follow"] or ks[w]  # noqa: E731
-    queue = []
+    # lat > 0: a validator takes lat x K time units per PR (validators of their own, a queue), and the
+    # worker pulls the newest version and trains on right away, without waiting for its verdict: the
+    # real network's dynamics (RESULTS.md §4), where PRs merge at staleness well above N - 1.
+    lat, free = a.get("lat", 0.0) * k, [0.0] * a.get("validators", 2)
+    queue, seq = [], 0
     for w in range(n):
         local[w] = {"weights": cur, "base": cur, "bv": 0, "done": 0, "start_v": 0}
-        heapq.heappush(queue, (chunk(w) / speeds[w], w))
+        heapq.heappush(queue, (chunk(w) / speeds[w], (seq := seq + 1), "train", w, None))
     calls = 0
-    while queue:
-        t, w = heapq.heappop(queue)
-        if steps >= total:
-            break
-        L = local[w]
-        if a["follow"] and L["bv"] != version:  # rebase local progress onto the newest version
-            L["weights"] = add(cur, sub(L["weights"], L["base"]))
-            L["base"], L["bv"] = cur, version
-        todo = min(chunk(w), ks[w] - L["done"])
-        sdir = Path(tmp.name) / f"w{w}" if a["persistent"] else None
-        calls += 1
-        L["weights"], _ = world.wl.train(L["weights"], world.data(w, L["start_v"]), todo,
-                                         seed=seed * 100003 + calls, state_dir=sdir)
-        L["done"] += todo
-        steps += todo
-        if L["done"] < ks[w]:
-            heapq.heappush(queue, (t + chunk(w) / speeds[w], w))
-            continue
-        own = sub(L["weights"], L["base"])
-        delta = add(own, resid.pop(w)) if a["ef"] and w in resid else own
-        s = version - L["bv"]
+
+    def judge(t, w, own, delta, bv):
+        nonlocal cur, state, version, cur_loss, merged, judged, seq
+        s = version - bv
         att = attenuation(scfg, s)
         step = merge_step(rule, cur, state, delta, att)
         probe_loss = world.loss(step.probe)
@@ -189,8 +187,43 @@ def run_async(world: World, arm: dict, n: int, total: int, k: int, seed: int) ->
                 resid[w] = {kk: v * (1.0 - step.scale) for kk, v in own.items()}
         elif a["ef"]:
             resid[w] = own
+        if a.get("wait"):  # the worker waited for this verdict: it pulls the version it made, trains on
+            local[w].update(weights=cur, base=cur, bv=version, done=0, start_v=version)
+            heapq.heappush(queue, (t + chunk(w) / speeds[w], (seq := seq + 1), "train", w, None))
+
+    while queue:
+        t, _, kind, w, payload = heapq.heappop(queue)
+        if kind == "judge":
+            judge(t, w, *payload)
+            continue
+        if steps >= total:
+            continue  # training is over; verdicts still pending are drained
+        L = local[w]
+        if a["follow"] and L["bv"] != version:  # rebase local progress onto the newest version
+            L["weights"] = add(cur, sub(L["weights"], L["base"]))
+            L["base"], L["bv"] = cur, version
+        todo = min(chunk(w), ks[w] - L["done"])
+        sdir = Path(tmp.name) / f"w{w}" if a["persistent"] else None
+        calls += 1
+        L["weights"], _ = world.wl.train(L["weights"], world.data(w, L["start_v"]), todo,
+                                         seed=seed * 100003 + calls, state_dir=sdir)
+        L["done"] += todo
+        steps += todo
+        if L["done"] < ks[w]:
+            heapq.heappush(queue, (t + chunk(w) / speeds[w], (seq := seq + 1), "train", w, None))
+            continue
+        own = sub(L["weights"], L["base"])
+        delta = add(own, resid.pop(w)) if a["ef"] and w in resid else own
+        if lat > 0:
+            i = min(range(len(free)), key=free.__getitem__)
+            free[i] = max(t, free[i]) + lat
+            heapq.heappush(queue, (free[i], (seq := seq + 1), "judge", w, (own, delta, L["bv"])))
+            if a.get("wait"):
+                continue
+        else:
+            judge(t, w, own, delta, L["bv"])
         L.update(weights=cur, base=cur, bv=version, done=0, start_v=version)
-        heapq.heappush(queue, (t + chunk(w) / speeds[w], w))
+        heapq.heappush(queue, (t + chunk(w) / speeds[w], (seq := seq + 1), "train", w, None))
     tmp.cleanup()
     final = world.loss(cur)
     return {"final_loss": final, "merged": merged, "judged": judged, "curve": curve}
@@ -230,9 +263,8 @@ def run_control(world: World, kind: str, n: int, total: int, k: int, seed: int) 
 def make_world(wl: CharLM, bench: bytes, regime: str, n: int, pretrain: int) -> World:
     start, data_regime = regime.split("-")
     genesis = wl.genesis(0)
-    if start == "continued":
-        pool = TrainData([corpus.read(f) for f in corpus.pool_files()[::7]], "pretraining")
-        genesis, _ = wl.train(genesis, pool, pretrain, seed=12345)
+    if start == "continued":  # the pretrained genesis `woolf demo` starts from (charlm_pretrained.py)
+        genesis = pretrained.build(wl, pretrain)
     return World(wl, bench, genesis, data_regime, n)
 
 
@@ -283,6 +315,8 @@ def main() -> None:
     ap.add_argument("--pretrain", type=int, default=800, help="continued regime: central steps before genesis")
     ap.add_argument("--model", choices=["small", "demo"], default="small",
                     help="small: d48 (the grid); demo: charlm's defaults, the size `woolf demo` trains")
+    ap.add_argument("--optimizer-warmup", type=int, default=0,
+                    help="charlm's optimizer_warmup for every run (woolf demo's continued regimes: 60)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--out", default="convergence.json")
     args = ap.parse_args()
@@ -294,6 +328,7 @@ def main() -> None:
         args.arms, args.workers, args.regimes = "serial,alone,sync-dp,sync-diloco,A0,A7,A3", "2", "scratch-iid"
         args.seeds, args.total_steps, args.k, args.pretrain = 1, 16, 4, 4
     wl = model(args.model)
+    wl.optimizer_warmup = args.optimizer_warmup
     bench = wl.benchmark_bytes()
     rows, t0 = [], time.time()
     for regime in args.regimes.split(","):
@@ -316,7 +351,10 @@ def main() -> None:
                 rows.append(row)
                 print(f"{regime:<17} N={n:<3} {arm:<12} {row['final_mean']:.4f} ± {row['final_std']:.4f}  "
                       f"merged {row['merged']}  ({time.time() - t0:.0f}s)", flush=True)
-    print(write_json(args.out, {"machine": machine(), "settings": vars(args), "arms": ARMS, "rows": rows}))
+                # after every row, so that a study cut short keeps what it measured
+                path = write_json(args.out, {"machine": machine(), "settings": vars(args), "arms": ARMS,
+                                             "rows": rows})
+    print(path)
 
 
 if __name__ == "__main__":

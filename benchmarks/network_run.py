@@ -2,6 +2,7 @@
 
 Usage:
     python benchmarks/network_run.py                           # the demo's defaults, 3 runs
+    python benchmarks/network_run.py --regime scratch-iid --out network_run_scratch_iid.json
     python benchmarks/network_run.py --runs 1 --set workload.follow_every=0
     python benchmarks/network_run.py --participants 2 --rounds 1 --steps 5 --validators 1 --runs 1  # smoke
 
@@ -33,7 +34,8 @@ def one_run(args, settings: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="woolf-net-") as tmp:
         res = run_demo(Path(tmp) / "hub", participants=args.participants, rounds=args.rounds,
                        validators=args.validators, steps=args.steps, console=Console(quiet=True),
-                       report=False, settings=settings)
+                       report=False, settings=settings, regime=args.regime,
+                       **({} if args.wait_verdict is None else {"wait_verdict": args.wait_verdict}))
         obs = Ledger.open(Path(tmp) / "hub" / "clones" / "observer")
         obs.fetch()
         obs.main_ref = "refs/remotes/origin/main"
@@ -45,7 +47,10 @@ def one_run(args, settings: dict) -> dict:
     target = (r["alone_loss"] - 0.5 * (r["alone_loss"] - r["parallel_loss"])
               if r["alone_loss"] is not None and r["parallel_loss"] is not None else None)
     stale = [p.staleness for p in judged if p.staleness is not None]
-    return {**{k: r[k] for k in ("final_loss", "alone_loss", "alone_loss_mean", "alone_losses", "parallel_loss",
+    gap = r["alone_loss"] - r["parallel_loss"] if target is not None else None
+    return {"regime": r["regime"],
+            "gap_closed": (r["alone_loss"] - r["final_loss"]) / gap if gap and gap > 0 else None,
+            **{k: r[k] for k in ("final_loss", "alone_loss", "alone_loss_mean", "alone_losses", "parallel_loss",
                                  "baseline_loss", "genesis_loss", "versions_merged", "prs_rejected",
                                  "network_seconds", "reference_seconds", "wall_seconds")},
             "target": target, "target_met": target is not None and r["final_loss"] <= target,
@@ -61,6 +66,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--wait-verdict", type=float, default=None, help="seconds (None: the demo's default)")
+    ap.add_argument("--regime", default="continued-domain",
+                    choices=["continued-domain", "continued-iid", "scratch-domain", "scratch-iid"])
     ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", default="network_run.json")
     args = ap.parse_args()
@@ -72,7 +80,8 @@ def main() -> None:
         print(f"run {i + 1}: final {r['final_loss']:.4f}  alone {r['alone_loss']:.4f} (mean "
               f"{r['alone_loss_mean']:.4f})  parallel {r['parallel_loss']:.4f}  centralized "
               f"{r['baseline_loss']:.4f}  target {r['target']:.4f} met={r['target_met']}  merged "
-              f"{r['versions_merged']}/{r['versions_merged'] + r['prs_rejected']}  network "
+              f"{r['versions_merged']}/{r['versions_merged'] + r['prs_rejected']}  gap closed "
+              f"{r['gap_closed'] if r['gap_closed'] is None else round(100 * r['gap_closed'])}%  network "
               f"{r['network_seconds']:.0f}s refs {r['reference_seconds']:.0f}s", flush=True)
     out = {"machine": machine(), "settings": {**vars(args), "settings": settings}, "runs": runs}
     import matplotlib

@@ -44,7 +44,7 @@ def test_convergence_smoke(tmp_path):
 
 def test_network_run_smoke(tmp_path):
     _run(tmp_path, "network_run.py", "--participants", "2", "--rounds", "1", "--steps", "5",
-         "--validators", "1", "--runs", "1", "--out", "net.json")
+         "--validators", "1", "--runs", "1", "--regime", "scratch-iid", "--out", "net.json")
     data = json.loads((tmp_path / "net.json").read_text())
     [run] = data["runs"]
     assert run["versions_merged"] + run["prs_rejected"] == 2 and (tmp_path / "net.png").exists()

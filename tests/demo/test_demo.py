@@ -26,8 +26,29 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo") / "hub"
-    result = run_demo(root, participants=2, rounds=2, validators=2, steps=15, quick=True)
+    # from random weights, so that learning is plainly visible (the default regime is tested below)
+    result = run_demo(root, participants=2, rounds=2, validators=2, steps=15, quick=True, regime="scratch-iid")
     return root, result
+
+
+def test_default_demo_continues_a_pretrained_genesis_each_participant_on_its_own_data(tmp_path, monkeypatch):
+    from tests.conftest import SMALL
+    from woolf.workloads.base import load_workload
+
+    monkeypatch.setenv("WOOLF_CACHE", str(tmp_path / "cache"))
+    r = run_demo(tmp_path / "hub", participants=2, rounds=1, validators=1, steps=5, quick=True,
+                 settings=dict(SMALL), pretrain_steps=40)
+    assert r.regime == "continued-domain" and "its own data, continuing a pretrained model" in r.regime_words
+    ledger = Ledger.open(tmp_path / "hub" / "clones" / "observer")
+    wl = load_workload(ledger.config.workload)
+    assert wl.domains == ["p1", "p2"]  # each participant its own part of the corpus
+    assert set(wl.default_data("p1", 0).files).isdisjoint(wl.default_data("p2", 0).files)
+    seeded = wl.evaluate(wl.genesis(0), wl.benchmark_bytes())["loss"]
+    assert r.genesis_loss < seeded - 0.5  # genesis is the pretrained checkpoint, not random weights
+    assert set(r.alone_losses) == {"p1", "p2"} and r.parallel_loss is not None and r.baseline_loss is not None
+    summary = (tmp_path / "hub" / "report" / "summary.md").read_text()
+    assert "Each participant trains on its own data, continuing a pretrained model" in summary
+    assert "best participant alone" in summary and "synchronous data parallel" in summary
 
 
 def test_demo_runs_end_to_end_and_hub_passes_audit(demo_run, tmp_path):
@@ -100,7 +121,7 @@ def test_ctrl_c_stops_children_and_leaves_a_usable_hub(tmp_path):
     hub = tmp_path / "hub"
     # many rounds, so that the network is surely still running when Ctrl-C comes
     proc = subprocess.Popen([sys.executable, "-m", "woolf", "demo", "--quick", "--steps", "15", "--rounds", "50",
-                             "--dir", str(hub)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             "--regime", "scratch-iid", "--dir", str(hub)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     deadline = time.time() + 120
     while time.time() < deadline:  # wait for the first submission, then interrupt mid-run

@@ -32,12 +32,16 @@ from woolf.cli.app import App, json_option, pass_app
               help="The last validator votes to accept everything with invented metrics.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="Set a key of the demo ledger's config, as `woolf init --set` (e.g. merge.rule=fedbuff).")
+@click.option("--regime", type=click.Choice(["continued-domain", "continued-iid", "scratch-domain", "scratch-iid"]),
+              default="continued-domain", show_default=True,
+              help="continued-*: genesis is a charlm pretrained on the corpus (built once, cached); scratch-*: "
+                   "random weights. *-domain: each participant its own part of the corpus; *-iid: a shared pool.")
 @click.option("--adversaries", default="", metavar="KIND,...",
               help="Add cheating participants: free-rider, copycat, overfitter, noise, flooder (comma-separated).")
 @json_option
 @pass_app
 def demo(app: App, participants, rounds, validators, steps, directory, force, quick, quorum, dishonest, settings,
-         adversaries, as_json):
+         regime, adversaries, as_json):
     """Run a whole decentralized training network on this machine."""
     from woolf.demo.hub import describe_earlier, earlier_hub  # deferred: fast --help
     from woolf.protocol.config import LedgerConfig  # deferred: fast --help
@@ -64,7 +68,7 @@ def demo(app: App, participants, rounds, validators, steps, directory, force, qu
     from woolf.demo.run import DemoOptions, run_demo  # deferred: loads torch
     options = DemoOptions(participants=participants, rounds=rounds, validators=validators,
                           steps=steps, quick=quick, console=app.err if as_json else app.console,
-                          settings=overrides, quorum=quorum, dishonest=dishonest,
+                          settings=overrides, quorum=quorum, dishonest=dishonest, regime=regime,
                           adversaries=[a.strip() for a in adversaries.split(",") if a.strip()], replace=force)
     r = run_demo(root, options)
     if as_json:
@@ -74,6 +78,7 @@ def demo(app: App, participants, rounds, validators, steps, directory, force, qu
         return
     c = app.console
     c.rule("summary" + (" (INTERRUPTED)" if r.interrupted else ""))
+    c.print(f"regime: {r.regime_words} (--regime {r.regime})")
     c.print(f"versions merged: {r.versions_merged}   PRs rejected: {r.prs_rejected}")
     for kind, n in r.rejections.items():
         c.print(f"  rejected x{n}: {kind}")
@@ -144,9 +149,9 @@ def comparison_lines(r) -> list[str]:
             out.append(f"  {label:<58} {r.alone_loss:.4f} / {r.alone_loss_mean:.4f}")
         elif value is not None:
             out.append(f"  {label:<58} {value:.4f}")
-    from woolf.report.story import joining_verdict  # deferred: fast --help
+    from woolf.report.story import joining_sentence  # deferred: fast --help
 
-    return out + [joining_verdict(r.to_json())]
+    return out + [joining_sentence(r.to_json())]
 
 
 @click.command()

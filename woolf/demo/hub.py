@@ -91,7 +91,8 @@ def prepare_dir(root: Path, replace: bool = False) -> None:
 
 
 def create_hub(root: Path, participants: list[str], validators: list[str],
-               overrides: dict[str, str], replace: bool = False) -> Hub:
+               overrides: dict[str, str], replace: bool = False, weights: Path | None = None) -> Hub:
+    """``weights``: genesis from this checkpoint (demo/regimes.py: a pretrained one), else seeded."""
     apply_overrides(LedgerConfig(name="woolf-demo"), overrides)  # a bad --set fails before anything is made
     prepare_dir(root, replace)
     (root / MARKER).write_text(json.dumps({"created": time.time(), "participants": participants,
@@ -103,7 +104,7 @@ def create_hub(root: Path, participants: list[str], validators: list[str],
         _, public = create_key(hub.key_of(name), name)
         if name != "maintainer":
             lines.append(signer_line(name, public, ["validator"] if name in validators else []))
-    options = CreateOptions(storage=str(hub.storage), name="woolf-demo", overrides=overrides,
+    options = CreateOptions(storage=str(hub.storage), name="woolf-demo", overrides=overrides, weights=weights,
                             signing_key=hub.key_of("maintainer"), signer="maintainer",
                             extra_signers=lines)
     Ledger.init(seed, options)

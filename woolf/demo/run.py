@@ -26,6 +26,8 @@ from woolf.demo.adversaries import KINDS
 from woolf.demo.hub import create_hub
 from woolf.demo.live import LiveView, snapshot
 from woolf.demo.references import reference_losses
+from woolf.demo.regimes import DEFAULT as DEFAULT_REGIME
+from woolf.demo.regimes import REGIMES, prepare_regime
 from woolf.demo.workers import check_alive, spawn, stop
 from woolf.errors import UsageError
 from woolf.interrupts import interruptible
@@ -48,6 +50,8 @@ class DemoResult:
     validators: int
     rounds: int
     steps: int
+    regime: str = DEFAULT_REGIME  # demo/regimes.py
+    regime_words: str = REGIMES[DEFAULT_REGIME].words
     versions_merged: int = 0
     prs_rejected: int = 0
     rejections: dict = field(default_factory=dict)  # reason -> count
@@ -124,6 +128,12 @@ class DemoOptions:
     dishonest: bool = False  # the last validator votes accept on everything (demo/dishonest.py)
     adversaries: list[str] | None = None  # kinds of cheating participants (demo/adversaries.py)
     replace: bool = False  # replace an earlier demo hub at root (else: UsageError); `woolf demo --force`
+    regime: str = DEFAULT_REGIME  # where genesis comes from and whose data is whose (demo/regimes.py)
+    pretrain_steps: int | None = None  # continued regimes: central steps of the pretrained genesis (None: its default)
+    # seconds a participant waits for its PR's verdict before its next round (0: none). A real contribution
+    # trains for minutes and waits seconds for its verdict; here training takes 1-3 s and a verdict 2-10 s on
+    # a loaded machine, and without waiting PRs merged at staleness 4-6 (benchmarks/RESULTS.md §4)
+    wait_verdict: float = 30.0
 
 
 def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoResult:
@@ -155,9 +165,13 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
     vnames = [f"v{i + 1}" for i in range(validators)]
     t0 = time.time()
     root = Path(root).resolve()
-    hub = create_hub(root, names + adversaries, vnames, overrides={"workload.steps": str(steps), **(settings or {})},
-                     replace=o.replace)
-    result = DemoResult(str(root), participants, validators, rounds, steps,
+    overrides = {"workload.steps": str(steps), **(settings or {})}
+    weights, added = prepare_regime(o.regime, names, overrides, o.pretrain_steps,
+                                    progress=lambda line: console.print(f"[dim]{line}[/]"))
+    hub = create_hub(root, names + adversaries, vnames, overrides={**added, **overrides}, replace=o.replace,
+                     weights=weights)
+    result = DemoResult(str(root), participants, validators, rounds, steps, regime=o.regime,
+                        regime_words=REGIMES[o.regime].words,
                         total_steps=participants * rounds * steps, quorum=quorum, adversaries=adversaries)
     if hidden is not None:  # validators (spawned below) and the reference runs read it; participants never do
         private = root / "validators-only" / "benchmark.txt"
@@ -170,7 +184,7 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
     genesis = observer.load_weights(observer.head())
     result.genesis_loss = wl.evaluate(genesis, gate_benchmark(observer))["loss"]
     console.print(f"hub at {root}: {participants} participants x {rounds} rounds x {steps} steps, "
-                  f"{validators} validators")
+                  f"{validators} validators; {result.regime_words} (--regime {o.regime})")
     stop_file = root / ".stop"
     t_net = time.time()
     liar = vnames[-1] if dishonest else None
@@ -179,7 +193,8 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
     # different speeds: later participants sleep longer between training and submitting
     parts = [spawn(["participant", str(hub.clone_of(n)), "--name", n, "--rounds", str(rounds),
                      "--steps", str(steps), "--delay", f"{i * (0.5 if quick else 1.5):.2f}",
-                     "--seed", str(i)], root / "logs" / f"{n}.log") for i, n in enumerate(names)]
+                     "--seed", str(i), "--wait-verdict", str(o.wait_verdict)], root / "logs" / f"{n}.log")
+             for i, n in enumerate(names)]
     parts += [spawn(["adversary", str(hub.clone_of(a)), "--name", a, "--rounds", str(rounds), "--steps", str(steps),
                       "--seed", str(100 + i), "--delay", "1.0" if quick else "2.0"], root / "logs" / f"{a}.log")
               for i, a in enumerate(adversaries)]

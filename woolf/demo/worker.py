@@ -1,7 +1,7 @@
 """The processes of a demo network: participants and validators, each in its own clone.
 
 Usage:
-    python -m woolf.demo.worker participant CLONE --name p1 --rounds 4 --steps 60 --delay 1.5
+    python -m woolf.demo.worker participant CLONE --name p1 --rounds 4 --steps 60 --delay 1.5 [--wait-verdict 30]
 
 A participant's ``--delay`` makes it slower hardware: the seconds are spread over its
 training steps (so a participant that follows the ledger sees merges while it trains).
@@ -24,6 +24,7 @@ import torch
 
 from woolf.demo.adversaries import adversary
 from woolf.errors import WoolfError
+from woolf.forges.local import LocalForge
 from woolf.ledger.ledger import Ledger
 
 
@@ -31,7 +32,16 @@ def _event(**kw) -> None:
     print(json.dumps({"t": round(time.time(), 3), **kw}), flush=True)
 
 
-def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, seed: int) -> str | None:
+def _await_verdict(ledger, sub_id: str, wait: float) -> None:
+    """Up to ``wait`` seconds until our PR is no longer open, so that the next round trains from a version
+    that holds it (a real contribution takes minutes, its verdict seconds: demo/regimes.py)."""
+    forge, deadline = LocalForge.for_ledger(ledger), time.time() + wait
+    while time.time() < deadline and forge.get(sub_id).state == "open":
+        time.sleep(0.3)
+
+
+def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, seed: int,
+                wait: float = 0.0) -> str | None:
     """Contribute ``rounds`` times; None, or the last error when no round got a PR open."""
     from woolf.participant.contribute import (  # deferred: loads numpy, yaml
         SubmitOptions,
@@ -54,6 +64,8 @@ def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, s
             _event(kind="submitted", who=name, round=r, id=sub["id"], base=result["base_version"],
                    local_loss=result["metrics"]["after"]["loss"])
             done += 1
+            if wait and r + 1 < rounds:
+                _await_verdict(ledger, sub["id"], wait)
         except WoolfError as exc:
             _event(kind="error", who=name, round=r, error=exc.message)
             last = exc.message
@@ -86,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--delay", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--wait-verdict", type=float, default=0.0,
+                    help="participant: wait up to this many seconds for its PR's verdict before the next round")
     ap.add_argument("--stop-file", type=Path)
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--dishonest", action="store_true", help="validator: vote accept on everything (demo)")
@@ -93,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     try:
         if args.role == "participant":
-            failed = participant(args.clone, args.name, args.rounds, args.steps, args.delay, args.seed)
+            failed = participant(args.clone, args.name, args.rounds, args.steps, args.delay, args.seed,
+                                 args.wait_verdict)
             if failed:
                 print(f"error: no round of {args.rounds} opened a PR; the last: {failed}", file=sys.stderr, flush=True)
                 return 1

@@ -19,7 +19,13 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from woolf.forges.local import LocalForge  # noqa: E402
 from woolf.report.scoring import scoring_section  # noqa: E402
-from woolf.report.story import facts_sentence, joining_verdict, rejection_kinds, version_facts  # noqa: E402
+from woolf.report.story import (  # noqa: E402
+    facts_sentence,
+    joining_sentence,
+    regime_sentence,
+    rejection_kinds,
+    version_facts,
+)
 
 
 def _collect(ledger) -> tuple[list, list]:
@@ -164,14 +170,14 @@ def _markdown(name, versions, prs, demo) -> str:
         for key, label, _, _ in REFERENCE_LINES:
             if demo.get(key) is not None:
                 lines.append(f"- {label}: {demo[key]:.4f}")
+        for sentence in (regime_sentence(demo), joining_sentence(demo)):
+            if sentence:
+                lines.append(f"- {sentence}")
     elif losses:
         lines.append(f"- benchmark loss now: {losses[-1]:.4f}")
     facts = version_facts(versions)
     if facts["best_version"] is not None:
         lines.append(f"- {facts_sentence(facts)}")
-    said = joining_verdict(demo or {})
-    if said:
-        lines.append(f"- **{said}**")
     if rejected:
         lines += ["", "## Rejections by kind", "", "| kind | count |", "|---|---|"]
         for kind, n in rejection_kinds(prs).items():
@@ -230,9 +236,9 @@ def _html(name, md_tables_versions, prs, plots, demo) -> str:
             f"<tr><th>{LABELS[k]}</th><td>{fmt(k, v)}</td></tr>" for k, v in items.items()) + "</table>"
     facts = version_facts(md_tables_versions)
     words = f"<p id='story'>{html.escape(facts_sentence(facts))}</p>"
-    said = joining_verdict(demo or {})
-    if said:
-        words += f"<p id='verdict'><strong>{html.escape(said)}</strong></p>"
+    for key, sentence in (("regime", regime_sentence(demo or {})), ("joining", joining_sentence(demo or {}))):
+        if sentence:
+            words += f"<p id='{key}'>{html.escape(sentence.replace('`', ''))}</p>"
     kinds = rejection_kinds(prs)
     if kinds:
         words += ("<h2>Rejections by kind</h2><table id='rejections'><tr><th>kind</th><th>count</th></tr>"

@@ -5,6 +5,8 @@ Usage:
     facts = version_facts(ledger.log())        # best/final version, regressing merges
     rejection_kind("staleness 5 is over the ledger's max_staleness 4; ...")   # "too stale"
     activity(prs)                               # {"p1": {"merged": 3, "rejected": 1, "open": 0}, ...}
+    joining_sentence(demo_json)                 # "joining paid: ... (closing 60% of the gap to data parallel)"
+    regime_sentence(demo_json)                  # "Each participant trains on its own data, continuing ..."
 """
 
 from __future__ import annotations
@@ -96,15 +98,25 @@ def activity(prs) -> dict[str, dict[str, int]]:
     return dict(sorted(out.items()))
 
 
-def joining_verdict(demo: dict) -> str | None:
-    """The demo's verdict in words: the ledger against the best participant alone at the same compute."""
+def joining_sentence(demo: dict) -> str | None:
+    """Did joining pay? The ledger against the best participant alone at the same compute, and the share
+    of the gap from alone to synchronous data parallel that it closed (None: no reference runs)."""
     final, alone, parallel = demo.get("final_loss"), demo.get("alone_loss"), demo.get("parallel_loss")
     if final is None or alone is None:
         return None
     gain = alone - final
     if gain <= 0:
         return f"joining did not pay: the ledger ends {-gain:.4f} above the best participant alone"
-    said = f"joining paid: the ledger ends {gain:.4f} below the best participant alone"
+    words = f"joining paid: the ledger ends {gain:.4f} below the best participant alone"
     if parallel is not None and alone > parallel:
-        said += f" (closing {gain / (alone - parallel):.0%} of the gap to data parallel)"
-    return said
+        words += f" (closing {gain / (alone - parallel):.0%} of the gap to data parallel)"
+    return words
+
+
+def regime_sentence(demo: dict) -> str | None:
+    """The demo's regime in words (woolf/demo/regimes.py), e.g. "each participant trains on its own data,
+    continuing a pretrained model"; None for a ledger that no demo ran."""
+    words, name = demo.get("regime_words"), demo.get("regime")
+    if not isinstance(words, str) or not words:
+        return None
+    return f"{words[0].upper()}{words[1:]}" + (f" (`woolf demo --regime {name}`)." if isinstance(name, str) else ".")

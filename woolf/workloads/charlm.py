@@ -4,6 +4,7 @@ Usage:
     wl = CharLM(d_model=64, n_layer=2)
     w0 = wl.genesis(seed=0)
     w1, summary = wl.train(w0, wl.default_data("alice", 0), steps=60)
+    CharLM(domains=["p1", "p2", "p3"]).default_data("p2", 0)   # p2's own third of the corpus (charlm_data.py)
     wl.evaluate(w1, wl.benchmark_bytes())          # {"loss": nats per byte, "bpb": bits per byte}
     wl.FEATURES    # state_dir, global_step, follow, fingerprint, data_parallel (features.py)
 
@@ -21,7 +22,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from woolf.errors import UsageError
+from woolf.workloads import corpus
 from woolf.workloads.base import Progress, TrainData, apply_follow
+from woolf.workloads.charlm_data import check_domains, domain_shard
 from woolf.workloads.features import DATA_PARALLEL, FINGERPRINT, FOLLOW, GLOBAL_STEP, STATE_DIR
 from woolf.workloads.optstate import load_optimizer, save_optimizer
 from woolf.workloads.textcommon import TextCorpus
@@ -67,11 +70,24 @@ class CharLM(TextCorpus):
 
     def __init__(self, d_model: int = 64, n_layer: int = 2, n_head: int = 4, context: int = 64,
                  batch_size: int = 16, lr: float = 3e-3, benchmark_bytes: int = 32768,
-                 shard_files: int = 8, warmup_steps: int = 0):
+                 shard_files: int = 8, warmup_steps: int = 0, domains: list[str] | None = None,
+                 optimizer_warmup: int = 0):
         self.d_model, self.n_layer, self.n_head, self.context = d_model, n_layer, n_head, context
         self.batch_size, self.lr = batch_size, lr
         self.benchmark_size, self.shard_files = benchmark_bytes, shard_files
         self.warmup_steps = warmup_steps  # linear warm-up over the ledger's global steps
+        self.domains = check_domains(domains) if domains is not None else []  # charlm_data.py
+        if not isinstance(optimizer_warmup, int) or isinstance(optimizer_warmup, bool) or optimizer_warmup < 0:
+            raise UsageError(f"workload.params.optimizer_warmup must be an integer >= 0, got {optimizer_warmup!r}")
+        self.optimizer_warmup = optimizer_warmup  # linear warm-up over each AdamW's own first steps
+
+    def _opt_factor(self, opt_step: int) -> float:
+        """A fresh AdamW's first steps are about lr * sign(g) each (bias correction): on a trained model,
+        a spike the gate refuses. ``optimizer_warmup`` ramps the rate over the optimizer's own first
+        steps, counted across contributions when its state persists (0: off)."""
+        if self.optimizer_warmup and opt_step < self.optimizer_warmup:
+            return (opt_step + 1) / self.optimizer_warmup
+        return 1.0
 
     def model(self) -> TinyGPT:
         return TinyGPT(self.d_model, self.n_layer, self.n_head, self.context)
@@ -80,7 +96,13 @@ class CharLM(TextCorpus):
         torch.manual_seed(seed)
         return {k: v.detach().clone().contiguous() for k, v in self.model().state_dict().items()}
 
-
+    def default_data(self, contributor: str, base_version: int) -> TrainData:
+        """A shard of the whole pool, or of the contributor's own part when ``domains`` names it."""
+        if contributor not in self.domains:
+            return super().default_data(contributor, base_version)
+        i, n = self.domains.index(contributor), len(self.domains)
+        files = domain_shard(contributor, i, n, base_version, self.shard_files)
+        return TrainData([corpus.read(f) for f in files], f"domain {i + 1}/{n}:{contributor}@v{base_version}", files)
 
     def data_from_path(self, path: str) -> TrainData:
         p = Path(path)
@@ -117,10 +139,11 @@ class CharLM(TextCorpus):
         model = self._load(weights, device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=0.0)
         resumed = load_optimizer(opt, model, state_dir, self.fingerprint()) if state_dir else "fresh"
+        done = int(next(iter(opt.state.values()), {}).get("step", 0)) if opt.state else 0
         t0, losses = time.perf_counter(), []
         for step in range(1, steps + 1):
             for group in opt.param_groups:
-                group["lr"] = self.lr_at(global_step + step - 1)
+                group["lr"] = self.lr_at(global_step + step - 1) * self._opt_factor(done + step - 1)
             x, y = (t.to(device) for t in next(batches))
             loss = F.cross_entropy(model(x).view(-1, 256), y.view(-1))
             opt.zero_grad(set_to_none=True)
@@ -149,7 +172,7 @@ class CharLM(TextCorpus):
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=0.0)
         for step in range(steps):
             for group in opt.param_groups:
-                group["lr"] = self.lr_at(step)
+                group["lr"] = self.lr_at(step) * self._opt_factor(step)
             opt.zero_grad(set_to_none=True)
             for g in gens:
                 x, y = (t.to(device) for t in next(g))
