@@ -400,43 +400,93 @@ def test_a_merged_verdict_is_the_version_commit_landing_with_main(hub):
 
 
 class TestExpiry:
-    """`expired` verdicts name the PR's votes, dated vote_timeout after the first, near the hub's clock."""
+    """`expired` verdicts name every latest vote on the PR, of k validators that failed to agree, dated
+    vote_timeout after the first vote, near the hub's clock (issue 25, breach 1)."""
 
     @pytest.fixture(autouse=True)
     def _hub_clock(self, monkeypatch):
         monkeypatch.setattr(push_rules, "time", SimpleNamespace(time=lambda: float(NOW)))
 
-    def test_an_expiry_after_the_vote_timeout_is_accepted(self, hub):
+    @pytest.fixture
+    def qhub(self, make_hub):
+        return make_hub(**{"validators.quorum": "2"})
+
+    def _split(self, hub, when=NOW - 3600):
+        """val rejects, val2 accepts: two validators who failed to agree, their votes on the hub."""
         head = hub.pr()
+        no = hub.vote(head, when=when)
+        yes = hub.vote(head, "val2", key="val2", when=when, **{"Woolf-Vote": "accept",
+                                                               "Woolf-Candidate-Sha256": "c" * 64})
+        hub.set(_ref(ALICE_PR, "votes/val"), no)
+        hub.set(_ref(ALICE_PR, "votes/val2"), yes)
+        return head, no, yes
+
+    def test_an_expiry_after_the_vote_timeout_is_accepted(self, qhub):
+        head, no, yes = self._split(qhub)
+        verdict = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [no, yes]})
+        assert qhub.push((ZERO, verdict, _ref(ALICE_PR, "verdict"))) == []
+
+    def test_a_back_dated_vote_is_refused(self, qhub):
+        """Breach 1: a vote committed 2 hours in the past (to expire the PR at once) never lands."""
+        ref = _ref(ALICE_PR, "votes/val")
+        back = qhub.vote(qhub.pr(), when=NOW - 7200)
+        assert qhub.push((ZERO, back, ref)) == [
+            f"{ref}: its commit time is -7200 s off the hub's clock (at most 300 s): a vote is pushed when it is made"]
+        assert qhub.push((ZERO, qhub.vote(qhub.pr(), when=NOW - 5), ref)) == []
+
+    def test_one_validator_below_the_quorum_cannot_expire_a_pr(self, qhub):
+        """Breach 1: under quorum 2, one validator's reject vote and its `expired` verdict are refused."""
+        ref, head = _ref(ALICE_PR, "verdict"), qhub.pr()
+        alone = qhub.vote(head, when=NOW - 7200)
+        qhub.set(_ref(ALICE_PR, "votes/val"), alone)
+        verdict = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [alone]})
+        assert qhub.push((ZERO, verdict, ref)) == [
+            f"{ref}: an expiry names votes of 1 validator(s) (val); it needs 2 validators whose votes failed "
+            "to agree (fewer could forge it alone)"]
+
+    def test_an_expiry_names_every_latest_vote_and_votes_that_do_not_agree(self, qhub):
+        ref = _ref(ALICE_PR, "verdict")
+        head, no, yes = self._split(qhub)
+        verdict = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [no]})
+        assert qhub.push((ZERO, verdict, ref)) == [
+            f"{ref}: an expiry names every validator's latest vote on the PR; it leaves out {yes[:12]}"]
+        no2 = qhub.vote(head, "val2", key="val2", when=NOW - 3600)
+        qhub.set(_ref(ALICE_PR, "votes/val2"), no2)
+        agreed = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [no, no2]})
+        assert qhub.push((ZERO, agreed, ref)) == [
+            f"{ref}: the votes it names agree on an outcome: the PR is settled by them, not expired"]
+
+    def test_nothing_expires_under_a_quorum_of_one(self, hub):
+        ref, head = _ref(ALICE_PR, "verdict"), hub.pr()
         vote = hub.vote(head, when=NOW - 3600)
         verdict = hub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [vote]})
-        assert hub.push((ZERO, verdict, _ref(ALICE_PR, "verdict"))) == []
-
-    def test_an_expiry_names_votes_of_this_pr(self, hub):
-        ref, head = _ref(ALICE_PR, "verdict"), hub.pr()
-        assert hub.push((ZERO, hub.verdict(head, "expired", when=NOW), ref)) == [
-            f"{ref}: an expiry names the votes that did not reach quorum (Woolf-Votes)"]
-        elsewhere = hub.vote(hub.pr(MALLORY_PR), sub_id=MALLORY_PR, when=NOW - 9999)
-        verdict = hub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [elsewhere]})
-        assert hub.push((ZERO, verdict, ref)) == [f"{ref}: an expiry names commits that are no votes on this PR"]
-        verdict = hub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": "[\"HEAD\"]"})
-        assert hub.push((ZERO, verdict, ref)) == [f"{ref}: Woolf-Votes must be a list of at most 64 commit ids"]
-
-    def test_an_expiry_comes_vote_timeout_after_the_first_vote_by_the_hubs_clock(self, hub):
-        ref, head = _ref(ALICE_PR, "verdict"), hub.pr()
-        fresh = hub.vote(head, when=NOW - 10)
-        early = hub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [fresh]})
-        assert hub.push((ZERO, early, ref)) == [
-            f"{ref}: expired 10 s after the first vote; validators.vote_timeout is 3600 s"]
-        old = hub.vote(head, when=NOW - 9000)
-        backdated = hub.verdict(head, "expired", when=NOW - 1000, **{"Woolf-Votes": [old]})
-        assert hub.push((ZERO, backdated, ref)) == [f"{ref}: its commit time is -1000 s off the hub's clock"]
-
-    def test_an_expiry_is_signed_by_a_validator(self, hub):
-        ref, head = _ref(ALICE_PR, "verdict"), hub.pr()
-        vote = hub.vote(head, when=NOW - 3600)
-        verdict = hub.verdict(head, "expired", key="alice", when=NOW, **{"Woolf-Votes": [vote]})
         assert hub.push((ZERO, verdict, ref)) == [
+            f"{ref}: a ledger with validators.quorum = 1 settles every PR by one verdict; nothing expires"]
+
+    def test_an_expiry_names_votes_of_this_pr(self, qhub):
+        ref, head = _ref(ALICE_PR, "verdict"), qhub.pr()
+        assert qhub.push((ZERO, qhub.verdict(head, "expired", when=NOW), ref)) == [
+            f"{ref}: an expiry names the votes that did not reach quorum (Woolf-Votes)"]
+        elsewhere = qhub.vote(qhub.pr(MALLORY_PR), sub_id=MALLORY_PR, when=NOW - 9999)
+        verdict = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [elsewhere]})
+        assert qhub.push((ZERO, verdict, ref)) == [f"{ref}: an expiry names commits that are no votes on this PR"]
+        verdict = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": "[\"HEAD\"]"})
+        assert qhub.push((ZERO, verdict, ref)) == [f"{ref}: Woolf-Votes must be a list of at most 64 commit ids"]
+
+    def test_an_expiry_comes_vote_timeout_after_the_first_vote_by_the_hubs_clock(self, qhub):
+        ref = _ref(ALICE_PR, "verdict")
+        head, no, yes = self._split(qhub, when=NOW - 10)
+        early = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [no, yes]})
+        assert qhub.push((ZERO, early, ref)) == [
+            f"{ref}: expired 10 s after the first vote; validators.vote_timeout is 3600 s"]
+        backdated = qhub.verdict(head, "expired", when=NOW - 1000, **{"Woolf-Votes": [no, yes]})
+        assert qhub.push((ZERO, backdated, ref)) == [f"{ref}: its commit time is -1000 s off the hub's clock"]
+
+    def test_an_expiry_is_signed_by_a_validator(self, qhub):
+        ref = _ref(ALICE_PR, "verdict")
+        head, no, yes = self._split(qhub)
+        verdict = qhub.verdict(head, "expired", key="alice", when=NOW, **{"Woolf-Votes": [no, yes]})
+        assert qhub.push((ZERO, verdict, ref)) == [
             f"{ref}: signed by alice, who is not a validator in ledger/allowed_signers"]
 
 

@@ -16,8 +16,12 @@ Usage:
 - `refs/woolf/pr/<id>/votes/<name>`: a validator's votes (woolf/protocol/votes.py), for an
   existing PR; each new vote's one parent is the head (first vote) or the ref's old tip, and
   it is signed by the validator key named <name>; never deleted;
-- `expired` verdicts (no quorum in time) name the PR's votes and are committed at least
-  `validators.vote_timeout` after the first, near the hub's clock; under `validators.quorum`
+- a vote's commit time is within MAX_SKEW of the hub's clock when it lands (so expiry, timed from
+  the first vote, rests on the hub's clock: a back-dated vote is refused);
+- `expired` verdicts (no quorum in time) name every validator's latest vote on the PR, from at least
+  `validators.quorum` distinct validators whose votes do not agree (one validator below the quorum
+  cannot expire a PR alone), and are committed at least `validators.vote_timeout` after the first
+  vote, near the hub's clock; under `validators.quorum`
   k > 1 `rejected` ones name k agreeing reject votes (woolf/protocol/rules/quorum.py);
 - `refs/woolf/task/<id>`: a training task's records (woolf/protocol/rules/tasks.py);
 - `refs/heads/woolf/<id>` (forge.kind = "github" only: the PR branch): created once;
@@ -41,7 +45,7 @@ from woolf.protocol import layout
 from woolf.protocol.config import parse_config
 from woolf.protocol.rules.main import chain_problems
 from woolf.protocol.rules.quorum import expiry_problem, rejection_quorum_problem
-from woolf.protocol.rules.tasks import check_task
+from woolf.protocol.rules.tasks import MAX_SKEW, check_task
 from woolf.protocol.signatures import role_problem, signatures
 from woolf.protocol.signers import Signers, signers_text
 from woolf.protocol.tasks import TASK_PREFIX
@@ -167,7 +171,7 @@ def _check_verdict(git, sub_id, new, main, new_main, pushed) -> list[str]:
         return [problem]
     if state in ("rejected", "expired"):
         problem = (rejection_quorum_problem(git, sub_id, fields, main) if state == "rejected"
-                   else expiry_problem(git, sub_id, fields, new, main, time.time()))
+                   else expiry_problem(git, sub_id, fields, new, main, time.time(), _vote_tips(git, sub_id, pushed)))
         if problem:
             return [problem]
     text = signers_text(git, main)
@@ -218,5 +222,18 @@ def _check_vote(git, sub_id, name, old, new, main, pushed) -> list[str]:
         return [f"a vote by {ballot.validator} on {name}'s ref"]
     if read_commit(git, new)[0] != [head if old == ZERO else old]:
         return ["a vote's one parent is the PR's head (first vote) or the validator's previous vote"]
+    stamp = git.out("log", "-1", "--format=%ct", new)
+    skew = int(stamp) - time.time() if stamp.isdigit() else float("inf")
+    if abs(skew) > MAX_SKEW:  # expiry is timed from the first vote: its time is the hub's, within MAX_SKEW
+        return [f"its commit time is {skew:+.0f} s off the hub's clock (at most {MAX_SKEW} s): a vote is "
+                "pushed when it is made"]
     _, bad = verify_voters(git, [ballot], signers_text(git, main))
     return [bad[0][1]] if bad else []
+
+
+def _vote_tips(git, sub_id: str, pushed: dict) -> list[str]:
+    """The latest vote of every validator on ``sub_id`` once this push lands."""
+    prefix = f"{layout.PR_PREFIX}/{sub_id}/votes/"
+    tips = {ref: sha for ref, sha in git.refs(prefix).items()}
+    tips.update({ref: sha for ref, sha in pushed.items() if ref.startswith(prefix) and sha != ZERO})
+    return sorted(tips.values())
