@@ -154,6 +154,7 @@ def _ref(sub_id: str, kind: str) -> str:
     "refs/heads/evil", "refs/heads/main2", "refs/tags/v1", "refs/notes/commits", "refs/remotes/origin/main",
     f"refs/woolf/pr/{ALICE_PR}/head/x", f"refs/woolf/pr/{ALICE_PR}/other", f"refs/woolf/pr/{ALICE_PR}/votes/a/b",
     f"refs/woolf/prx/{ALICE_PR}/head", "refs/woolf/task", f"refs/heads/woolf/{ALICE_PR}",  # a local forge
+    "refs/woolf/pr/receipts",  # the hub's own receipt log (woolf/hub/receipts.py)
 ])
 def test_refs_outside_the_ledgers_namespaces_are_refused(hub, ref):
     assert hub.push((ZERO, hub.pr(opened=False), ref)) == [f"{ref}: {NAMESPACES}"]

@@ -169,6 +169,24 @@ def test_front_running_earliest_received_wins(network):
     assert _validate(val)[honest].accepted
 
 
+def test_front_running_in_one_fetch_the_hubs_receipt_order_wins(network):
+    """Issue 25, breach 6: the copy and the original reach the validator in the same fetch; the copy's
+    id names an earlier time. The hub's receipt log (its post-receive hook), not the id, orders them."""
+    from safetensors.torch import load_file
+
+    alice, mallory = network.clone("alice"), network.clone("mallory")
+    honest = network.train_submit(alice, "alice")["id"]
+    pr = LocalForge.for_ledger(mallory).get(honest)
+    delta = mallory.store.fetch_object(mallory.pointer(pr.head, f"submissions/{honest}/delta.safetensors.dvc"))
+    stolen = craft_pr(mallory, tensors=load_file(delta), who="mallory", sub_id="20000101T000000000Z-mallory-00000001")
+    val = network.clone("val")  # its first fetch brings both PRs at once
+    queue = [p.id for p in LocalForge.for_ledger(val).list(state="open")]
+    assert queue == [honest, stolen]
+    verdicts = _validate(val)
+    assert verdicts[honest].accepted, verdicts[honest].reason
+    assert not verdicts[stolen].accepted and "replay" in verdicts[stolen].reason
+
+
 @pytest.mark.parametrize("action", ["reject", "clip"])
 def test_norm_guard_median(make_net, action):
     net = make_net(**{"policy.min_improvement": "-10", "scoring.norm_multiple": "5",

@@ -50,12 +50,15 @@ class PullRequest:
     author: str | None = None  # the forge account that opened it, where there is one
     base_sha: str | None = None  # the target branch's commit the forge reports
     received: int | None = None  # unix time this clone first saw the PR (local forge; the queue order)
+    receipt: tuple | None = None  # (receipt number, position): the hub's own receive order (local forge)
     submission: dict | None = field(default=None, repr=False)  # submission.json as read
 
     def queue_key(self) -> tuple:
-        """Queue order: when the forge received the PR (its number, or first sight), never the id's text."""
+        """Queue order: when the forge received the PR (its number, or first sight; PRs first seen in one
+        fetch in the hub's receipt order), never the id's text, which the submitter chooses."""
         first = self.received if self.received is not None else float("inf")
-        return (first, self.number if self.number is not None else 0, self.id)
+        receipt = self.receipt if self.receipt is not None else (float("inf"), 0)
+        return (first, receipt, self.number if self.number is not None else 0, self.id)
 
     def to_json(self) -> dict:
         data = asdict(self)
