@@ -282,24 +282,77 @@ def test_a_pr_head_is_created_once(hub):
     assert hub.push((head, ZERO, ref)) == [f"{ref}: pull-request refs are never deleted"]
 
 
-def test_a_pr_head_that_is_no_commit_is_let_through_for_readers_to_quarantine(hub):
-    """Not a rule of the hub (docs/protocol.md: readers quarantine such a PR; nothing can judge it)."""
+def test_a_pr_head_that_is_no_commit_is_refused(hub):
+    """Issue 25: a blob or tree as a PR head stayed quarantined forever; the hub refuses it."""
+    ref = _ref(ALICE_PR, "head")
     blob = _git(hub.repo, "hash-object", "-w", "--stdin", input=b"junk")
-    assert hub.push((ZERO, blob, _ref(ALICE_PR, "head"))) == []
-    assert hub.push((ZERO, hub.tree, _ref(ALICE_PR, "head"))) == []
+    assert hub.push((ZERO, blob, ref)) == [f"{ref}: a PR head is a commit (this is a blob)"]
+    assert hub.push((ZERO, hub.tree, ref)) == [f"{ref}: a PR head is a commit (this is a tree)"]
 
 
-def test_comments_are_created_and_move_only_forward(hub):
-    ref = _ref(ALICE_PR, "comments")
-    first = _commit(hub.repo, hub.tree, "comment 1\n")
-    second = _commit(hub.repo, hub.tree, "comment 2\n", [first])
+def test_comments_are_comment_commits_on_the_head_and_move_only_forward(hub):
+    ref, head = _ref(ALICE_PR, "comments"), hub.pr()
+    tree = _git(hub.repo, "rev-parse", f"{head}^{{tree}}")
+    first = _commit(hub.repo, tree, "comment 1\n", [head])
+    second = _commit(hub.repo, tree, "comment 2\n", [first])
     assert hub.push((ZERO, first, ref)) == []
     assert hub.push((first, second, ref)) == []
     hub.set(ref, second)
     assert hub.push((second, first, ref)) == [f"{ref}: comments only move forward"]
-    assert hub.push((second, _commit(hub.repo, hub.tree, "rewritten\n", [first]), ref)) == [
+    assert hub.push((second, _commit(hub.repo, tree, "rewritten\n", [first]), ref)) == [
         f"{ref}: comments only move forward"]
     assert hub.push((second, ZERO, ref)) == [f"{ref}: pull-request refs are never deleted"]
+    # issue 25: arbitrary content on the comments ref is refused
+    blob = _git(hub.repo, "hash-object", "-w", "--stdin", input=b"anything")
+    assert hub.push((second, blob, ref)) == [f"{ref}: comments only move forward"]
+    cargo = _commit(hub.repo, hub.tree, "files of its own\n", [second])
+    assert hub.push((second, cargo, ref)) == [
+        f"{ref}: a comment commit has one parent and the PR head's tree (no files of its own)"]
+    big = _commit(hub.repo, tree, "x" * 20000 + "\n", [second])
+    assert hub.push((second, big, ref)) == [f"{ref}: a comment is at most 16384 bytes"]
+    elsewhere = _commit(hub.repo, tree, "on genesis\n", [hub.genesis])
+    assert hub.push((ZERO, elsewhere, _ref(MALLORY_PR, "comments"))) == [
+        f"{_ref(MALLORY_PR, 'comments')}: comments on a pull request that does not exist"]
+
+
+def _ids(n: int, who: str = "m") -> list[str]:
+    return [f"20260101T000000{i % 1000:03d}Z-{who}{'' if who != 'm' else i}-{i:08x}" for i in range(n)]
+
+
+def test_one_push_opens_at_most_push_max_new_prs(hub):
+    """Issue 25, breach 5: one push of 10,001 PR refs was accepted; now one push opens at most 16."""
+    from woolf.protocol.rules.flood import PUSH_MAX_NEW_PRS
+
+    head = hub.pr(opened=False)
+    many = [(ZERO, head, _ref(i, "head")) for i in _ids(PUSH_MAX_NEW_PRS + 1)]
+    assert hub.push(*many) == [f"this push opens {PUSH_MAX_NEW_PRS + 1} PRs, over the limit of {PUSH_MAX_NEW_PRS} per push"]
+    assert hub.push(*many[:PUSH_MAX_NEW_PRS]) == []
+
+
+def test_open_prs_per_contributor_and_keyless_are_bounded(make_hub, monkeypatch):
+    import woolf.protocol.rules.flood as flood
+
+    hub = make_hub(**{"queue.max_open_per_contributor": "2"})
+    head = hub.pr(opened=False)
+    for sub_id in _ids(2, "eve"):
+        hub.set(_ref(sub_id, "head"), head)
+    third = _ids(3, "eve")[2]
+    assert hub.push((ZERO, head, _ref(third, "head"))) == [
+        "eve has 2 open PRs on this hub; queue.max_open_per_contributor is 2: wait for verdicts, or withdraw "
+        "some (`woolf pr withdraw`)"]
+    hub.set(_ref(_ids(1, "eve")[0], "verdict"), hub.verdict(head, sub_id=_ids(1, "eve")[0]))  # one closes
+    assert hub.push((ZERO, head, _ref(third, "head"))) == []
+    monkeypatch.setattr(flood, "OPEN_KEYLESS_MAX", 3)
+    hub.set(_ref(third, "head"), head)
+    # unsigned PRs naming alice (who has a key) are nobody's: they fill the keyless bucket, not her quota
+    flood_ids = _ids(2, "alice")
+    assert hub.push((ZERO, head, _ref(flood_ids[0], "head"))) == []
+    hub.set(_ref(flood_ids[0], "head"), head)
+    assert hub.push((ZERO, head, _ref(flood_ids[1], "head"))) == [
+        "3 PRs of contributors without a key in allowed_signers (or unsigned) are open on this hub: wait for "
+        "verdicts, or sign with a listed key"]
+    signed = _commit(hub.repo, _git(hub.repo, "rev-parse", f"{head}^{{tree}}"), "alice's\n", [hub.genesis], key="alice")
+    assert hub.push((ZERO, signed, _ref(flood_ids[1], "head"))) == []  # alice's own signed PR still lands
 
 
 # -- verdicts ----------------------------------------------------------------------------------

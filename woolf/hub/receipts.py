@@ -22,6 +22,7 @@ from woolf.errors import WoolfError
 from woolf.git.repo import Git
 from woolf.protocol import layout
 from woolf.protocol.receipts import RECEIPTS
+from woolf.protocol.rules.flood import keyed_names, signed_by_own_key
 from woolf.protocol.trailers import format_message, int_field, parse_message
 
 ZERO = "0" * 40
@@ -35,11 +36,15 @@ def record(git, updates: list[tuple[str, str, str]], tries: int = 64) -> str | N
            if old == ZERO and new != ZERO and (m := _HEAD.match(ref)) and layout.SUBMISSION_ID.match(m.group(1))]
     if not ids:
         return None
+    main = git.rev_parse(layout.MAIN)
+    signed = sorted(signed_by_own_key(git, {i: n for o, n, r in updates for i in ids if r.endswith(f"/{i}/head")},
+                                      keyed_names(git, main)[1]))
     empty = git.out("mktree", input=b"")
     for _ in range(tries):
         tip = git.rev_parse(RECEIPTS)
         number = 1 + (int_field(parse_message(git.message(tip))[1], "Woolf-Receipt") or 0) if tip else 1
-        message = format_message(f"woolf: hub receipt {number}", {"Woolf-Receipt": number, "Woolf-Received": ids})
+        message = format_message(f"woolf: hub receipt {number}", {"Woolf-Receipt": number, "Woolf-Received": ids,
+                                                                           "Woolf-Signed": signed})
         commit = git.out("commit-tree", empty, *(["-p", tip] if tip else []), "-F", "-",
                          input=message.encode(), env=_HUB)
         if git.run("update-ref", RECEIPTS, commit, tip or ZERO, check=False).returncode == 0:

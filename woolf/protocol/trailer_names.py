@@ -72,6 +72,7 @@ TRAILERS: dict[str, Trailer] = {
     "Woolf-Lease": _t("float", "task", "seconds the reservation holds without a heartbeat"),
     "Woolf-Receipt": _t("int", "receipt", "the hub's receipt number, consecutive from 1"),
     "Woolf-Received": _t("json", "receipt", "the PR ids whose heads one push created, in order"),
+    "Woolf-Signed": _t("json", "receipt", "those of them signed by the key of the contributor they name"),
 }
 
 
