@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import key_for, run_cli
 from tests.crafting import craft_pr
 from tests.validator.test_scoring import _noise, _trained
 from woolf.core.fairness import canonical
@@ -110,3 +110,21 @@ def test_a_pr_too_stale_by_its_turn_is_not_held_against_its_contributor():
                                                     "when the queue was read, over the limit of 4; ...")
     assert not stale.rated and copy.rated and not flood.rated  # a name without a key may be anyone's claim
     assert Record("m", "bob", "merged", 4).rated
+
+
+def test_unsigned_prs_in_a_keyed_name_are_nobodys(network):
+    """Issue 25, breach 3: junk PRs whose id and submission.json name alice (who has a key in
+    allowed_signers), unsigned or signed by another key, were hers and sank her rating. Now they are
+    nobody's: not listed as hers, not charged to her on the leaderboard."""
+    val = network.clone("val")
+    craft_pr(val, tensors=_trained(val, "alice"), who="alice")  # alice's own, signed with her key
+    Validator(val, device="cpu", name="v1").run()
+    junk = [craft_pr(val, tensors=_noise(val, scale=0.5, seed=s), who="alice", sign_key=key)
+            for s, key in ((1, False), (2, False), (3, key_for("bob")))]
+    from woolf.forges.local import LocalForge
+
+    assert {LocalForge.for_ledger(val).get(j).contributor for j in junk} == {None}
+    verdicts = Validator(val, device="cpu", name="v1").run()
+    assert sorted(v.id for v in verdicts) == sorted(junk)  # merged or rejected: none of it is hers
+    rows = {r["contributor"]: r for r in leaderboard(val)["rows"]}
+    assert rows["alice"]["merged"] == 1 and rows["alice"]["rejected"] == 0, rows["alice"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 
 from woolf.errors import ForgeError, RaceLostError, UsageError
-from woolf.forges.base import Forge, PullRequest, fill_from_submission
+from woolf.forges.base import Forge, PullRequest, disown_unsigned, fill_from_submission
 from woolf.git.repo import Git
 from woolf.protocol import layout
 from woolf.protocol.receipts import RECEIPTS, read_receipts
@@ -170,7 +170,7 @@ class LocalForge(Forge):
         if not local_only:
             self.sync()
         found = self._scan(self.git.refs_typed(f"{layout.PR_PREFIX}/"))
-        prs = [self._read_or_quarantine(i, kinds) for i, kinds in found.items()]
+        prs = disown_unsigned(self.git, [self._read_or_quarantine(i, kinds) for i, kinds in found.items()])
         order = read_receipts(self.git)
         for pr in prs:
             pr.receipt = order.get(pr.id)
@@ -187,7 +187,7 @@ class LocalForge(Forge):
         found = self._scan(self.git.refs_typed(f"{layout.PR_PREFIX}/{sub_id}/"))
         if sub_id not in found:
             raise UsageError(f"no pull request {sub_id}", hint="see `woolf pr list`")
-        pr = self._read_or_quarantine(sub_id, found[sub_id])
+        [pr] = disown_unsigned(self.git, [self._read_or_quarantine(sub_id, found[sub_id])])
         pr.receipt = read_receipts(self.git).get(sub_id)
         return pr
 
