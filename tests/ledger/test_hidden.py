@@ -48,3 +48,20 @@ def test_hidden_benchmark_gates_and_audit_says_what_it_cannot_check(make_net, tm
     monkeypatch.delenv(ENV)
     report = audit(val, reevaluate=True)
     assert report.ok and any("hidden benchmark" in n for n in report.notes)
+
+
+@pytest.mark.unit
+def test_a_rejection_publishes_the_hidden_loss_rounded():
+    """Issue 25: every verdict published the hidden benchmark's loss at full float64 precision, one oracle
+    query per PR. A rejection now carries it to 0.01; merged versions keep full precision (the gate's
+    reference, the quorum's median and the audit compare them); the public benchmark is unchanged."""
+    from woolf.ledger.benchmark import published
+    from woolf.protocol.config import LedgerConfig
+    from woolf.protocol.config_text import apply_overrides
+
+    hidden = apply_overrides(LedgerConfig(), {"benchmark.hidden_sha256": f'"{"a" * 64}"', "benchmark.hidden_size": "10"})
+    metrics = {"loss": 2.718281828459045, "tokens": 4096}
+    assert published(hidden, metrics, accepted=False) == {"loss": 2.72, "tokens": 4096}
+    assert published(hidden, metrics, accepted=True) == metrics
+    assert published(LedgerConfig(), metrics, accepted=False) == metrics
+    assert published(hidden, None, accepted=False) is None

@@ -547,13 +547,30 @@ class TestExpiry:
 def test_under_a_quorum_a_rejection_names_agreeing_reject_votes(make_hub):
     hub = make_hub(**{"validators.quorum": "2"})
     ref, head = _ref(ALICE_PR, "verdict"), hub.pr()
-    assert hub.push((ZERO, hub.verdict(head), ref)) == [f"{ref}: a rejection without a quorum of 2 reject votes"]
+    on = {"Woolf-Main": hub.genesis}
+    assert hub.push((ZERO, hub.verdict(head, **on), ref)) == [f"{ref}: a rejection without a quorum of 2 reject votes"]
     one = hub.vote(head)
     same_voter_twice = hub.vote(one)
-    assert hub.push((ZERO, hub.verdict(head, **{"Woolf-Votes": [one, same_voter_twice]}), ref)) == [
+    assert hub.push((ZERO, hub.verdict(head, **{"Woolf-Votes": [one, same_voter_twice]}, **on), ref)) == [
         f"{ref}: a rejection without a quorum of 2 reject votes"]
     two = hub.vote(head, "val2", key="val2")
-    assert hub.push((ZERO, hub.verdict(head, **{"Woolf-Votes": [one, two]}), ref)) == []
+    assert hub.push((ZERO, hub.verdict(head, **{"Woolf-Votes": [one, two]}, **on), ref)) == []
+    assert hub.push((ZERO, hub.verdict(head, **{"Woolf-Votes": [one, two]}), ref)) == [
+        f"{ref}: a rejection under a quorum names the main on main's chain its votes were cast against (Woolf-Main)"]
+
+
+def test_reject_votes_cast_against_an_earlier_main_count_for_no_rejection(make_hub):
+    """Issue 25: v1 rejected against version 0, val2 against version 1: no two agreed on one main."""
+    hub = make_hub(**{"validators.quorum": "2"})
+    ref, head = _ref(ALICE_PR, "verdict"), hub.pr()
+    v1 = hub.version(hub.genesis, 1, key="work")  # a maintainer's change: main moved
+    hub.set(layout.MAIN, v1)
+    old = hub.vote(head)  # cast against genesis
+    new = hub.vote(head, "val2", key="val2", **{"Woolf-Main": v1})
+    verdict = hub.verdict(head, **{"Woolf-Votes": [old, new], "Woolf-Main": v1})
+    problem = hub.push((ZERO, verdict, ref))
+    assert len(problem) == 1 and "a rejection without a quorum of 2 reject votes" in problem[0]
+    assert "cast against" in problem[0]
 
 
 def test_a_malformed_allowed_signers_on_main_is_a_problem_for_a_verdict(make_hub):

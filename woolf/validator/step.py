@@ -22,7 +22,7 @@ from woolf.errors import (
     Rejected,
     StorageError,
 )
-from woolf.ledger.benchmark import gate_benchmark
+from woolf.ledger.benchmark import gate_benchmark, published
 from woolf.protocol import layout
 from woolf.protocol.rules.submitter import check_submitter
 from woolf.protocol.trailers import format_message
@@ -215,7 +215,8 @@ class MergeStep:
         return {
             "Woolf-Contributor": v.contributor, "Woolf-Base-Version": v.base_version,
             "Woolf-Staleness": v.staleness, "Woolf-Attenuation": v.attenuation,
-            "Woolf-Metrics-Before": v.metrics.get("before"), "Woolf-Metrics-After": v.metrics.get("after"),
+            "Woolf-Metrics-Before": published(self.ledger.config, v.metrics.get("before"), v.accepted),
+            "Woolf-Metrics-After": published(self.ledger.config, v.metrics.get("after"), v.accepted),
             "Woolf-Validator": self.name, "Woolf-Timings": dict(timer),
             "Woolf-Device": v.device,  # None (omitted) when nothing was evaluated
             **verdict_fields(v, self.ledger.config),

@@ -124,11 +124,16 @@ def version_quorum_problem(git, commit: str, parents: list[str], fields: dict) -
 
 
 def rejection_quorum_problem(git, sub_id: str, fields: dict, main: str | None) -> str | None:
-    """A `rejected` verdict on a quorum ledger names k agreeing reject votes (keys on ``main``)."""
+    """A `rejected` verdict on a quorum ledger names k agreeing reject votes (keys on ``main``), all cast
+    against the main its Woolf-Main names, a version on ``main``'s chain."""
     settings, metric, shas, problem = _in_force(git, main, fields)
     if problem or settings.quorum <= 1:
         return problem
-    out, why = _outcome(git, sub_id, shas or [], signers_text(git, main), settings, metric)
+    against = fields.get("Woolf-Main") or ""
+    if not _HEX40.match(against) or not (main and git.is_ancestor(against, main)):
+        return "a rejection under a quorum names the main on main's chain its votes were cast against (Woolf-Main)"
+    # votes cast against another (earlier) main judged another candidate: they count for no rejection now
+    out, why = _outcome(git, sub_id, shas or [], signers_text(git, main), settings, metric, main=against)
     if out.state != "rejected":
         detail = f" ({'; '.join(why)[:400]})" if why else ""
         return f"a rejection without a quorum of {settings.quorum} reject votes{detail}"
