@@ -55,12 +55,20 @@ def build(root: Path, small: bool) -> None:
     configure(Git(root / "alice"), root / "keys" / "alice")
 
 
+CPU: list[float] = []  # CPU seconds (user + system, with git and ssh-keygen children) of each woolf() call
+
+
 def woolf(*args: str, cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "woolf", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=3600, env={**os.environ, "DVC_NO_ANALYTICS": "1"})
     if proc.returncode != 0:
         raise SystemExit(f"woolf {' '.join(args)} failed: {proc.stderr[-2000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     return time.perf_counter() - t0, proc
 
 
@@ -106,10 +114,12 @@ def one(n: int, small: bool, unhooked: bool = False) -> dict:
         position = order.index(honest) if honest in order else None
     row = {"n": n, "unhooked": unhooked, "landed": landed, "push_s": pushed, "pr_list_s": listed,
            "validate_s": validated, "rejected": rejected, "signed_pr_position": position,
+           "pr_list_cpu_s": CPU[-2], "validate_cpu_s": CPU[-1], "load_avg": os.getloadavg()[0],
            "validate_per_pr_s": validated / max(landed, 1), "pr_list_per_pr_s": listed / max(landed, 1)}
     print(f"N={n:5d} {'unhooked' if unhooked else 'hooked  '} landed {landed:5d}  push {pushed:6.2f} s   "
           f"pr list {listed:6.2f} s   validate --all {validated:7.2f} s ({validated / max(landed, 1):.3f} s/PR), "
-          f"{rejected} rejected, alice's signed PR served #{position}")
+          f"{rejected} rejected, alice's signed PR served #{position}; CPU: pr list {CPU[-2]:.2f} s, "
+          f"validate {CPU[-1]:.2f} s; load average {os.getloadavg()[0]:.1f}")
     return row
 
 

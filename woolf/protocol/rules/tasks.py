@@ -115,10 +115,12 @@ def _new_task_problem(git, rec, main: str, now: float) -> str | None:
         return f"a task's lease is at most tasks.lease = {limit:g} s (main's config); this one asks {rec.lease:g} s"
     owner, _, shard_version = rec.shard.partition("@v")
     if owner == rec.contributor:
-        if shard_version != str(rec.base_version):  # mallory@v1001 on v1: a shard no version has drawn yet
+        if shard_version == str(rec.base_version):
+            return None
+        if not shard_version.isdigit() or int(shard_version) > rec.base_version:  # mallory@v1001 on v1
             return (f"a task's own shard is drawn from its base version: {owner}@v{rec.base_version}, "
                     f"not {rec.shard}")
-        return None
+        # an older shard of its own: a take, like anyone's (its task must have ended)
 
     found, _ = read_tasks(git)
     keyed = _keyed(git, main)
