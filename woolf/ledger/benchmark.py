@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from pathlib import Path
 
 from woolf.errors import StorageError
 
@@ -80,3 +81,11 @@ def published(cfg, metrics: dict | None, accepted: bool) -> dict | None:
     if not cfg.benchmark.hidden_sha256 or accepted or not isinstance(metrics, dict):
         return metrics
     return {k: round(x, HIDDEN_DIGITS) if isinstance(x, float) else x for k, x in metrics.items()}
+
+
+def hidden_settings(path) -> dict[str, str]:
+    """The config overrides that make ``path`` (read once, here) the hidden gate: `woolf init --hidden-benchmark`."""
+    data = Path(path).read_bytes()
+    if not data:
+        raise StorageError(f"{path}: an empty file is no benchmark")
+    return {"benchmark.hidden_sha256": f'"{hashlib.sha256(data).hexdigest()}"', "benchmark.hidden_size": str(len(data))}
