@@ -211,7 +211,7 @@ def apply_record(v, record: dict) -> Verdict | None:
         raise UsageError("the record says accepted, but its own metrics fail the ledger's policy: "
                          f"{decision.reason}")
     reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
-    verdict.reason, verdict.contributor = reason, adm.meta["contributor"]
+    verdict.reason, verdict.contributor = reason, pr.contributor
     verdict.base_version, verdict.attenuation = adm.base.version, att
     try:
         current, step = v.candidate(adm, main, att, timer)  # recomputed

@@ -105,7 +105,7 @@ class MergeStep:
             adm: Admitted = admit(self.ledger, pr, main, self._merged_deltas(main))
             check_queue(self.ledger, self.forge, self.state, pr)  # over its contributor's open-PR limit: rejected unread
         verdict.base_version, verdict.staleness = adm.base.version, adm.staleness
-        verdict.contributor = adm.meta["contributor"]
+        verdict.contributor = pr.contributor  # the forge's claim: None when a keyed name is not signed by its key
         verdict.attenuation = attenuation(cfg.merge.staleness, adm.staleness)
         wl = self.ledger.workload()
 
