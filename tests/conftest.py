@@ -76,12 +76,14 @@ class Network:
     hub: Path
     signed: bool = True
 
-    def clone(self, name: str) -> Ledger:
+    def clone(self, name: str, key: str | None = None) -> Ledger:
+        """A clone in root/<name>, signing with the key of ``key`` (default: its name's, if listed)."""
         dest = self.root / name
         git("clone", "-q", str(self.hub), str(dest), cwd=self.root)
         git("config", "user.name", name, cwd=dest)
-        if self.signed and (name in VALIDATORS or name in CONTRIBUTORS):
-            configure(Git(dest), key_for(name))
+        key = key or name
+        if self.signed and (key in VALIDATORS or key in CONTRIBUTORS):
+            configure(Git(dest), key_for(key))
         return Ledger.open(dest)
 
     def train_submit(self, ledger: Ledger, who: str, steps: int = 20, seed: int = 0, **kw) -> dict:

@@ -23,7 +23,13 @@ from woolf.storage.files import hashes_of_file
 def craft_pr(led, tensors=None, raw: bytes | None = None, extra_files=None, meta_patch=None,
              base=None, parent: str | None = None, who: str = "mallory", files_patch=None, forge=None,
              remote: str = "storage", sign_key=None, sub_id: str | None = None) -> str:
-    """``sign_key``: sign the submission commit with this key (default: unsigned, whoever's clone it is)."""
+    """``sign_key``: sign the submission commit with this key (default: ``who``'s own listed key when it
+    has one, as that contributor's clone would; else unsigned; False: unsigned). A PR naming a listed
+    contributor that her key did not sign is nobody's (issue 25, breach 3)."""
+    from tests.conftest import CONTRIBUTORS, key_for
+
+    if sign_key is None and who in CONTRIBUTORS:
+        sign_key = key_for(who)
     led.fetch()
     base = base or led.head("refs/remotes/origin/main")
     sub_id = sub_id or f"20261129T000000{secrets.randbelow(999):03d}Z-{who}-{secrets.token_hex(4)}"
@@ -43,7 +49,7 @@ def craft_pr(led, tensors=None, raw: bytes | None = None, extra_files=None, meta
     if files_patch:
         files = files_patch(files, sub_id)
     parent = parent or base.commit
-    own_key, led.git.sign_key = led.git.sign_key, (str(sign_key) if sign_key else None)
+    own_key, led.git.sign_key = led.git.sign_key, (str(sign_key) if sign_key else None)  # False: unsigned
     try:
         commit = led.git.commit_tree_with(parent, files, f"crafted {sub_id}\n", parents=[parent])
     finally:

@@ -131,7 +131,8 @@ def test_adversaries_smoke(tmp_path):
 def test_flood_cost_smoke(tmp_path):
     _run(tmp_path, "flood_cost.py", "--n", "2", "--small", "--out", "flood.json")
     [row] = json.loads((tmp_path / "flood.json").read_text())["rows"]
-    assert row["n"] == 2 and row["rejected"] == 2 and row["validate_s"] > 0  # every junk PR gets its verdict
+    assert row["n"] == 2 and row["landed"] == 2 and row["validate_s"] > 0
+    assert row["rejected"] == 3 and row["signed_pr_position"] == 0  # every PR gets its verdict, the signed one first
 
 
 def test_score_separation_smoke(tmp_path):

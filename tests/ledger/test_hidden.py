@@ -48,3 +48,40 @@ def test_hidden_benchmark_gates_and_audit_says_what_it_cannot_check(make_net, tm
     monkeypatch.delenv(ENV)
     report = audit(val, reevaluate=True)
     assert report.ok and any("hidden benchmark" in n for n in report.notes)
+
+
+@pytest.mark.unit
+def test_a_rejection_publishes_the_hidden_loss_rounded():
+    """Issue 25: every verdict published the hidden benchmark's loss at full float64 precision, one oracle
+    query per PR. A rejection now carries it to 0.01; merged versions keep full precision (the gate's
+    reference, the quorum's median and the audit compare them); the public benchmark is unchanged."""
+    from woolf.ledger.benchmark import published
+    from woolf.protocol.config import LedgerConfig
+    from woolf.protocol.config_text import apply_overrides
+
+    hidden = apply_overrides(LedgerConfig(), {"benchmark.hidden_sha256": f'"{"a" * 64}"', "benchmark.hidden_size": "10"})
+    metrics = {"loss": 2.718281828459045, "tokens": 4096}
+    assert published(hidden, metrics, accepted=False) == {"loss": 2.72, "tokens": 4096}
+    assert published(hidden, metrics, accepted=True) == metrics
+    assert published(LedgerConfig(), metrics, accepted=False) == metrics
+    assert published(hidden, None, accepted=False) is None
+
+
+def test_woolf_init_makes_the_hidden_benchmark_the_easy_path(tmp_path):
+    """Issue 25: `woolf init --hidden-benchmark FILE` pins it; without it, init says how."""
+    from tests.conftest import key_for, run_cli
+
+    secret = tmp_path / "held-out.txt"
+    secret.write_bytes(b"a held-out text only validators hold\n" * 20)
+    proc = run_cli("init", str(tmp_path / "a"), "--storage", str(tmp_path / "s"), "--key", str(key_for("work")),
+                   "--hidden-benchmark", str(secret), "--set", "workload.params.d_model=32",
+                   "--set", "workload.params.n_layer=1", "--set", "workload.params.context=32", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    from woolf.ledger.ledger import Ledger
+
+    cfg = Ledger.open(tmp_path / "a").config.benchmark
+    assert cfg.hidden_sha256 == hashlib.sha256(secret.read_bytes()).hexdigest() and cfg.hidden_size == 740
+    assert "the gate is the hidden benchmark" in proc.stdout
+    plain = run_cli("init", str(tmp_path / "b"), "--storage", str(tmp_path / "s2"), "--key", str(key_for("work")),
+                    "--set", "workload.params.d_model=32", "--set", "workload.params.n_layer=1", cwd=tmp_path)
+    assert plain.returncode == 0 and "--hidden-benchmark FILE" in " ".join(plain.stdout.split())

@@ -68,3 +68,23 @@ def test_gc_keeps_snapshots_and_newest_and_rebuilds_the_rest(make_net):
     _object(net, val, 2).unlink()
     report = audit(val)
     assert not report.ok and any(p["version"] == 2 and p["kind"] == "missing" for p in report.problems)
+
+    # issue 25, breach 4: garbage of the right size planted at removed versions' paths (a plain create,
+    # which append-only storage permits). Rebuild verifies what it reads and falls back: v3's own
+    # path and v1's hold junk, v2 is gone, so v3 is rebuilt from v0 and three deltas; both are named
+    for n in (1, 3):
+        path = _object(net, val, n)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"\0" * val.pointer(val.show(n, ref="refs/remotes/origin/main").commit).size)
+    dave = net.clone("dave")
+    dave.checkout(3)
+    assert dave.last_rebuild["from"] == 0 and dave.last_rebuild["deltas"] == 3
+    named = {t["version"] for t in dave.last_rebuild["tampered"]}
+    assert named == {1, 3}, dave.last_rebuild
+    sha = hashlib.sha256(dave.weights_path(dave.show(3)).read_bytes()).hexdigest()
+    assert sha == dave.show(3).weights_sha256
+    erin = net.clone("erin")  # `woolf storage` from a clone that has cached none of it
+    proc = run_cli("storage", "--json", cwd=erin.root)
+    assert json.loads(proc.stdout)["tampered"]["count"] == 2, proc.stdout
+    proc = run_cli("storage", cwd=erin.root)
+    assert "is not its bytes (planted or tampered)" in " ".join(proc.stderr.split())

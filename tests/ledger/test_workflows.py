@@ -96,3 +96,40 @@ def test_workflow_hardening_by_hand(new_ledger):
     assert step["run"] == "bash ci/sweep.sh" and (new_ledger / "ci/sweep.sh").stat().st_mode & 0o111
     leg = sweep["jobs"]["sweep-vote"]
     assert leg["environment"] == "woolf-validator-${{ matrix.validator }}" and "WOOLF_VALIDATORS != ''" in leg["if"]
+
+
+def test_runner_hygiene_of_the_generated_workflows(new_ledger):
+    """Issue 25: a fork's push held a self-hosted runner up to 60 minutes, superseded runs went on, and
+    ci/merge.sh left the validator's private key in a temporary file it never removed."""
+    wf = yaml.safe_load((new_ledger / ".github/workflows/woolf-validate.yml").read_text())
+    ev = wf["jobs"]["evaluate"]
+    assert ev["timeout-minutes"] <= 20 and ev["concurrency"]["cancel-in-progress"] is True
+    assert "pull_request.number" in ev["concurrency"]["group"] and "matrix.validator" in ev["concurrency"]["group"]
+    secrets = [v for s in ev["steps"] for v in s.get("env", {}).values() if "secrets." in str(v)]
+    assert secrets and not any("WRITE" in v or "VALIDATOR_KEY" in v for v in secrets)  # read-only secrets
+    for job in ("merge", "vote"):  # the privileged jobs measure the benchmark again (breach 2)
+        [step] = [s for s in wf["jobs"][job]["steps"] if "run" in s]
+        assert "WOOLF_HIDDEN_BENCHMARK_URL" in step["env"]
+    merge = (new_ledger / "ci/merge.sh").read_text()
+    assert "trap 'rm -f \"$key_file\"' EXIT" in merge and merge.index("trap") < merge.index("printf '%s\\n' \"$WOOLF_VALIDATOR_KEY\"")
+    assert "WOOLF_PRIVILEGED=1 bash ci/install.sh" in merge
+    assert "-c ci/constraints.txt" in (new_ledger / "ci/install.sh").read_text()
+
+
+def test_merge_sh_removes_the_key_file_even_when_it_fails(tmp_path):
+    """ci/merge.sh run by bash with stand-ins for pip and woolf that fail: the key file is gone after."""
+    script = (ROOT / "ci" / "merge.sh").read_text()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("woolf", 'echo "$WOOLF_SIGNING_KEY" > "$KEYS_SEEN"; exit 3'), ("git", "exit 0")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "ci").mkdir()
+    (tmp_path / "ci" / "install.sh").write_text("exit 0\n")
+    (tmp_path / "merge.sh").write_text(script)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "GITHUB_TOKEN": "t", "WOOLF_VALIDATOR_KEY": "PRIVATE",
+           "KEYS_SEEN": str(tmp_path / "seen"), "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(["bash", "merge.sh"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 3, proc.stderr
+    key_file = Path((tmp_path / "seen").read_text().strip())
+    assert key_file.parent == tmp_path and not key_file.exists()

@@ -154,6 +154,7 @@ def _ref(sub_id: str, kind: str) -> str:
     "refs/heads/evil", "refs/heads/main2", "refs/tags/v1", "refs/notes/commits", "refs/remotes/origin/main",
     f"refs/woolf/pr/{ALICE_PR}/head/x", f"refs/woolf/pr/{ALICE_PR}/other", f"refs/woolf/pr/{ALICE_PR}/votes/a/b",
     f"refs/woolf/prx/{ALICE_PR}/head", "refs/woolf/task", f"refs/heads/woolf/{ALICE_PR}",  # a local forge
+    "refs/woolf/pr/receipts",  # the hub's own receipt log (woolf/hub/receipts.py)
 ])
 def test_refs_outside_the_ledgers_namespaces_are_refused(hub, ref):
     assert hub.push((ZERO, hub.pr(opened=False), ref)) == [f"{ref}: {NAMESPACES}"]
@@ -281,24 +282,77 @@ def test_a_pr_head_is_created_once(hub):
     assert hub.push((head, ZERO, ref)) == [f"{ref}: pull-request refs are never deleted"]
 
 
-def test_a_pr_head_that_is_no_commit_is_let_through_for_readers_to_quarantine(hub):
-    """Not a rule of the hub (docs/protocol.md: readers quarantine such a PR; nothing can judge it)."""
+def test_a_pr_head_that_is_no_commit_is_refused(hub):
+    """Issue 25: a blob or tree as a PR head stayed quarantined forever; the hub refuses it."""
+    ref = _ref(ALICE_PR, "head")
     blob = _git(hub.repo, "hash-object", "-w", "--stdin", input=b"junk")
-    assert hub.push((ZERO, blob, _ref(ALICE_PR, "head"))) == []
-    assert hub.push((ZERO, hub.tree, _ref(ALICE_PR, "head"))) == []
+    assert hub.push((ZERO, blob, ref)) == [f"{ref}: a PR head is a commit (this is a blob)"]
+    assert hub.push((ZERO, hub.tree, ref)) == [f"{ref}: a PR head is a commit (this is a tree)"]
 
 
-def test_comments_are_created_and_move_only_forward(hub):
-    ref = _ref(ALICE_PR, "comments")
-    first = _commit(hub.repo, hub.tree, "comment 1\n")
-    second = _commit(hub.repo, hub.tree, "comment 2\n", [first])
+def test_comments_are_comment_commits_on_the_head_and_move_only_forward(hub):
+    ref, head = _ref(ALICE_PR, "comments"), hub.pr()
+    tree = _git(hub.repo, "rev-parse", f"{head}^{{tree}}")
+    first = _commit(hub.repo, tree, "comment 1\n", [head])
+    second = _commit(hub.repo, tree, "comment 2\n", [first])
     assert hub.push((ZERO, first, ref)) == []
     assert hub.push((first, second, ref)) == []
     hub.set(ref, second)
     assert hub.push((second, first, ref)) == [f"{ref}: comments only move forward"]
-    assert hub.push((second, _commit(hub.repo, hub.tree, "rewritten\n", [first]), ref)) == [
+    assert hub.push((second, _commit(hub.repo, tree, "rewritten\n", [first]), ref)) == [
         f"{ref}: comments only move forward"]
     assert hub.push((second, ZERO, ref)) == [f"{ref}: pull-request refs are never deleted"]
+    # issue 25: arbitrary content on the comments ref is refused
+    blob = _git(hub.repo, "hash-object", "-w", "--stdin", input=b"anything")
+    assert hub.push((second, blob, ref)) == [f"{ref}: comments only move forward"]
+    cargo = _commit(hub.repo, hub.tree, "files of its own\n", [second])
+    assert hub.push((second, cargo, ref)) == [
+        f"{ref}: a comment commit has one parent and the PR head's tree (no files of its own)"]
+    big = _commit(hub.repo, tree, "x" * 20000 + "\n", [second])
+    assert hub.push((second, big, ref)) == [f"{ref}: a comment is at most 16384 bytes"]
+    elsewhere = _commit(hub.repo, tree, "on genesis\n", [hub.genesis])
+    assert hub.push((ZERO, elsewhere, _ref(MALLORY_PR, "comments"))) == [
+        f"{_ref(MALLORY_PR, 'comments')}: comments on a pull request that does not exist"]
+
+
+def _ids(n: int, who: str = "m") -> list[str]:
+    return [f"20260101T000000{i % 1000:03d}Z-{who}{'' if who != 'm' else i}-{i:08x}" for i in range(n)]
+
+
+def test_one_push_opens_at_most_push_max_new_prs(hub):
+    """Issue 25, breach 5: one push of 10,001 PR refs was accepted; now one push opens at most 16."""
+    from woolf.protocol.rules.flood import PUSH_MAX_NEW_PRS
+
+    head = hub.pr(opened=False)
+    many = [(ZERO, head, _ref(i, "head")) for i in _ids(PUSH_MAX_NEW_PRS + 1)]
+    assert hub.push(*many) == [f"this push opens {PUSH_MAX_NEW_PRS + 1} PRs, over the limit of {PUSH_MAX_NEW_PRS} per push"]
+    assert hub.push(*many[:PUSH_MAX_NEW_PRS]) == []
+
+
+def test_open_prs_per_contributor_and_keyless_are_bounded(make_hub, monkeypatch):
+    import woolf.protocol.rules.flood as flood
+
+    hub = make_hub(**{"queue.max_open_per_contributor": "2"})
+    head = hub.pr(opened=False)
+    for sub_id in _ids(2, "eve"):
+        hub.set(_ref(sub_id, "head"), head)
+    third = _ids(3, "eve")[2]
+    assert hub.push((ZERO, head, _ref(third, "head"))) == [
+        "eve has 2 open PRs on this hub; queue.max_open_per_contributor is 2: wait for verdicts, or withdraw "
+        "some (`woolf pr withdraw`)"]
+    hub.set(_ref(_ids(1, "eve")[0], "verdict"), hub.verdict(head, sub_id=_ids(1, "eve")[0]))  # one closes
+    assert hub.push((ZERO, head, _ref(third, "head"))) == []
+    monkeypatch.setattr(flood, "OPEN_KEYLESS_MAX", 3)
+    hub.set(_ref(third, "head"), head)
+    # unsigned PRs naming alice (who has a key) are nobody's: they fill the keyless bucket, not her quota
+    flood_ids = _ids(2, "alice")
+    assert hub.push((ZERO, head, _ref(flood_ids[0], "head"))) == []
+    hub.set(_ref(flood_ids[0], "head"), head)
+    assert hub.push((ZERO, head, _ref(flood_ids[1], "head"))) == [
+        "3 PRs of contributors without a key in allowed_signers (or unsigned) are open on this hub: wait for "
+        "verdicts, or sign with a listed key"]
+    signed = _commit(hub.repo, _git(hub.repo, "rev-parse", f"{head}^{{tree}}"), "alice's\n", [hub.genesis], key="alice")
+    assert hub.push((ZERO, signed, _ref(flood_ids[1], "head"))) == []  # alice's own signed PR still lands
 
 
 # -- verdicts ----------------------------------------------------------------------------------
@@ -400,56 +454,123 @@ def test_a_merged_verdict_is_the_version_commit_landing_with_main(hub):
 
 
 class TestExpiry:
-    """`expired` verdicts name the PR's votes, dated vote_timeout after the first, near the hub's clock."""
+    """`expired` verdicts name every latest vote on the PR, of k validators that failed to agree, dated
+    vote_timeout after the first vote, near the hub's clock (issue 25, breach 1)."""
 
     @pytest.fixture(autouse=True)
     def _hub_clock(self, monkeypatch):
         monkeypatch.setattr(push_rules, "time", SimpleNamespace(time=lambda: float(NOW)))
 
-    def test_an_expiry_after_the_vote_timeout_is_accepted(self, hub):
+    @pytest.fixture
+    def qhub(self, make_hub):
+        return make_hub(**{"validators.quorum": "2"})
+
+    def _split(self, hub, when=NOW - 3600):
+        """val rejects, val2 accepts: two validators who failed to agree, their votes on the hub."""
         head = hub.pr()
+        no = hub.vote(head, when=when)
+        yes = hub.vote(head, "val2", key="val2", when=when, **{"Woolf-Vote": "accept",
+                                                               "Woolf-Candidate-Sha256": "c" * 64})
+        hub.set(_ref(ALICE_PR, "votes/val"), no)
+        hub.set(_ref(ALICE_PR, "votes/val2"), yes)
+        return head, no, yes
+
+    def test_an_expiry_after_the_vote_timeout_is_accepted(self, qhub):
+        head, no, yes = self._split(qhub)
+        verdict = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [no, yes]})
+        assert qhub.push((ZERO, verdict, _ref(ALICE_PR, "verdict"))) == []
+
+    def test_a_back_dated_vote_is_refused(self, qhub):
+        """Breach 1: a vote committed 2 hours in the past (to expire the PR at once) never lands."""
+        ref = _ref(ALICE_PR, "votes/val")
+        back = qhub.vote(qhub.pr(), when=NOW - 7200)
+        assert qhub.push((ZERO, back, ref)) == [
+            f"{ref}: its commit time is -7200 s off the hub's clock (at most 300 s): a vote is pushed when it is made"]
+        assert qhub.push((ZERO, qhub.vote(qhub.pr(), when=NOW - 5), ref)) == []
+
+    def test_one_validator_below_the_quorum_cannot_expire_a_pr(self, qhub):
+        """Breach 1: under quorum 2, one validator's reject vote and its `expired` verdict are refused."""
+        ref, head = _ref(ALICE_PR, "verdict"), qhub.pr()
+        alone = qhub.vote(head, when=NOW - 7200)
+        qhub.set(_ref(ALICE_PR, "votes/val"), alone)
+        verdict = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [alone]})
+        assert qhub.push((ZERO, verdict, ref)) == [
+            f"{ref}: an expiry names votes of 1 validator(s) (val); it needs 2 validators whose votes failed "
+            "to agree (fewer could forge it alone)"]
+
+    def test_an_expiry_names_every_latest_vote_and_votes_that_do_not_agree(self, qhub):
+        ref = _ref(ALICE_PR, "verdict")
+        head, no, yes = self._split(qhub)
+        verdict = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [no]})
+        assert qhub.push((ZERO, verdict, ref)) == [
+            f"{ref}: an expiry names every validator's latest vote on the PR; it leaves out {yes[:12]}"]
+        no2 = qhub.vote(head, "val2", key="val2", when=NOW - 3600)
+        qhub.set(_ref(ALICE_PR, "votes/val2"), no2)
+        agreed = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [no, no2]})
+        assert qhub.push((ZERO, agreed, ref)) == [
+            f"{ref}: the votes it names agree on an outcome: the PR is settled by them, not expired"]
+
+    def test_nothing_expires_under_a_quorum_of_one(self, hub):
+        ref, head = _ref(ALICE_PR, "verdict"), hub.pr()
         vote = hub.vote(head, when=NOW - 3600)
         verdict = hub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [vote]})
-        assert hub.push((ZERO, verdict, _ref(ALICE_PR, "verdict"))) == []
-
-    def test_an_expiry_names_votes_of_this_pr(self, hub):
-        ref, head = _ref(ALICE_PR, "verdict"), hub.pr()
-        assert hub.push((ZERO, hub.verdict(head, "expired", when=NOW), ref)) == [
-            f"{ref}: an expiry names the votes that did not reach quorum (Woolf-Votes)"]
-        elsewhere = hub.vote(hub.pr(MALLORY_PR), sub_id=MALLORY_PR, when=NOW - 9999)
-        verdict = hub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [elsewhere]})
-        assert hub.push((ZERO, verdict, ref)) == [f"{ref}: an expiry names commits that are no votes on this PR"]
-        verdict = hub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": "[\"HEAD\"]"})
-        assert hub.push((ZERO, verdict, ref)) == [f"{ref}: Woolf-Votes must be a list of at most 64 commit ids"]
-
-    def test_an_expiry_comes_vote_timeout_after_the_first_vote_by_the_hubs_clock(self, hub):
-        ref, head = _ref(ALICE_PR, "verdict"), hub.pr()
-        fresh = hub.vote(head, when=NOW - 10)
-        early = hub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [fresh]})
-        assert hub.push((ZERO, early, ref)) == [
-            f"{ref}: expired 10 s after the first vote; validators.vote_timeout is 3600 s"]
-        old = hub.vote(head, when=NOW - 9000)
-        backdated = hub.verdict(head, "expired", when=NOW - 1000, **{"Woolf-Votes": [old]})
-        assert hub.push((ZERO, backdated, ref)) == [f"{ref}: its commit time is -1000 s off the hub's clock"]
-
-    def test_an_expiry_is_signed_by_a_validator(self, hub):
-        ref, head = _ref(ALICE_PR, "verdict"), hub.pr()
-        vote = hub.vote(head, when=NOW - 3600)
-        verdict = hub.verdict(head, "expired", key="alice", when=NOW, **{"Woolf-Votes": [vote]})
         assert hub.push((ZERO, verdict, ref)) == [
+            f"{ref}: a ledger with validators.quorum = 1 settles every PR by one verdict; nothing expires"]
+
+    def test_an_expiry_names_votes_of_this_pr(self, qhub):
+        ref, head = _ref(ALICE_PR, "verdict"), qhub.pr()
+        assert qhub.push((ZERO, qhub.verdict(head, "expired", when=NOW), ref)) == [
+            f"{ref}: an expiry names the votes that did not reach quorum (Woolf-Votes)"]
+        elsewhere = qhub.vote(qhub.pr(MALLORY_PR), sub_id=MALLORY_PR, when=NOW - 9999)
+        verdict = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [elsewhere]})
+        assert qhub.push((ZERO, verdict, ref)) == [f"{ref}: an expiry names commits that are no votes on this PR"]
+        verdict = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": "[\"HEAD\"]"})
+        assert qhub.push((ZERO, verdict, ref)) == [f"{ref}: Woolf-Votes must be a list of at most 64 commit ids"]
+
+    def test_an_expiry_comes_vote_timeout_after_the_first_vote_by_the_hubs_clock(self, qhub):
+        ref = _ref(ALICE_PR, "verdict")
+        head, no, yes = self._split(qhub, when=NOW - 10)
+        early = qhub.verdict(head, "expired", when=NOW, **{"Woolf-Votes": [no, yes]})
+        assert qhub.push((ZERO, early, ref)) == [
+            f"{ref}: expired 10 s after the first vote; validators.vote_timeout is 3600 s"]
+        backdated = qhub.verdict(head, "expired", when=NOW - 1000, **{"Woolf-Votes": [no, yes]})
+        assert qhub.push((ZERO, backdated, ref)) == [f"{ref}: its commit time is -1000 s off the hub's clock"]
+
+    def test_an_expiry_is_signed_by_a_validator(self, qhub):
+        ref = _ref(ALICE_PR, "verdict")
+        head, no, yes = self._split(qhub)
+        verdict = qhub.verdict(head, "expired", key="alice", when=NOW, **{"Woolf-Votes": [no, yes]})
+        assert qhub.push((ZERO, verdict, ref)) == [
             f"{ref}: signed by alice, who is not a validator in ledger/allowed_signers"]
 
 
 def test_under_a_quorum_a_rejection_names_agreeing_reject_votes(make_hub):
     hub = make_hub(**{"validators.quorum": "2"})
     ref, head = _ref(ALICE_PR, "verdict"), hub.pr()
-    assert hub.push((ZERO, hub.verdict(head), ref)) == [f"{ref}: a rejection without a quorum of 2 reject votes"]
+    on = {"Woolf-Main": hub.genesis}
+    assert hub.push((ZERO, hub.verdict(head, **on), ref)) == [f"{ref}: a rejection without a quorum of 2 reject votes"]
     one = hub.vote(head)
     same_voter_twice = hub.vote(one)
-    assert hub.push((ZERO, hub.verdict(head, **{"Woolf-Votes": [one, same_voter_twice]}), ref)) == [
+    assert hub.push((ZERO, hub.verdict(head, **{"Woolf-Votes": [one, same_voter_twice]}, **on), ref)) == [
         f"{ref}: a rejection without a quorum of 2 reject votes"]
     two = hub.vote(head, "val2", key="val2")
-    assert hub.push((ZERO, hub.verdict(head, **{"Woolf-Votes": [one, two]}), ref)) == []
+    assert hub.push((ZERO, hub.verdict(head, **{"Woolf-Votes": [one, two]}, **on), ref)) == []
+    assert hub.push((ZERO, hub.verdict(head, **{"Woolf-Votes": [one, two]}), ref)) == [
+        f"{ref}: a rejection under a quorum names the main on main's chain its votes were cast against (Woolf-Main)"]
+
+
+def test_reject_votes_cast_against_an_earlier_main_count_for_no_rejection(make_hub):
+    """Issue 25: v1 rejected against version 0, val2 against version 1: no two agreed on one main."""
+    hub = make_hub(**{"validators.quorum": "2"})
+    ref, head = _ref(ALICE_PR, "verdict"), hub.pr()
+    v1 = hub.version(hub.genesis, 1, key="work")  # a maintainer's change: main moved
+    hub.set(layout.MAIN, v1)
+    old = hub.vote(head)  # cast against genesis
+    new = hub.vote(head, "val2", key="val2", **{"Woolf-Main": v1})
+    verdict = hub.verdict(head, **{"Woolf-Votes": [old, new], "Woolf-Main": v1})
+    problem = hub.push((ZERO, verdict, ref))
+    assert len(problem) == 1 and "a rejection without a quorum of 2 reject votes" in problem[0]
+    assert "cast against" in problem[0]
 
 
 def test_a_malformed_allowed_signers_on_main_is_a_problem_for_a_verdict(make_hub):

@@ -348,3 +348,25 @@ def test_an_unlisted_contributor_and_an_unsigned_ledger_need_no_signature(make_t
     assert signed.check(signed.commit(signed.rec(MALLORY), key=None), task_id=MALLORY) == []
     unsigned = make_tasks(signed=False)
     assert unsigned.check(unsigned.commit(unsigned.rec(), key=None)) == []
+
+
+CAROL = "20260101T000000000Z-carol-0c0c0c0c"  # a contributor without a key: anyone may write her records
+
+
+def test_a_tasks_own_shard_is_drawn_from_its_base_version(tasks):
+    """Issue 25: `mallory@v1001` on version 1 (a shard no version has drawn) was accepted."""
+    ahead = tasks.commit(tasks.rec(shard="alice@v1001"))
+    assert tasks.check(ahead) == ["a task's own shard is drawn from its base version: alice@v0, not alice@v1001"]
+
+
+def test_a_forged_cancel_of_a_keyless_task_never_hands_over_its_shard(tasks):
+    """Issue 25: mallory wrote a `cancelled` record on carol's live task (carol has no key, so no signature
+    binds her records) and took carol's shard. The cancel frees it only when carol's lease is over."""
+    tip = tasks.commit(tasks.rec(CAROL), when=NOW - 10, key=None)
+    tip = tasks.commit(tasks.rec(CAROL, state="cancelled"), tip, when=NOW - 5, key=None)  # by mallory
+    _git(tasks.repo, "update-ref", task_ref(CAROL), tip)
+    take = tasks.commit(tasks.rec(MALLORY, shard="carol@v0"), key=None)
+    assert tasks.check(take, task_id=MALLORY) == [
+        f"the shard carol@v0 is held by task {CAROL} (its lease is live by the hub's clock)"]
+    later = tasks.commit(tasks.rec(MALLORY, shard="carol@v0"), when=NOW + 600, key=None)
+    assert tasks.check(later, task_id=MALLORY, now=NOW + 600) == []  # once carol's lease is over

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import key_for, run_cli
 from tests.crafting import craft_pr
 from tests.validator.test_scoring import _noise, _trained
 from woolf.core.fairness import canonical
@@ -169,3 +169,21 @@ def test_a_signed_flood_beyond_twice_the_limit_counts_against_its_key():
 
     signed = Record("f", "bob", "rejected", 3, reason=f"{FLOOD} 'bob' had 12 signed open PRs when the queue was read")
     assert signed.rated and rank_score(signed.state, signed.scores, signed.reason) < -5
+
+
+def test_unsigned_prs_in_a_keyed_name_are_nobodys(network):
+    """Issue 25, breach 3: junk PRs whose id and submission.json name alice (who has a key in
+    allowed_signers), unsigned or signed by another key, were hers and sank her rating. Now they are
+    nobody's: not listed as hers, not charged to her on the leaderboard."""
+    val = network.clone("val")
+    craft_pr(val, tensors=_trained(val, "alice"), who="alice")  # alice's own, signed with her key
+    Validator(val, device="cpu", name="v1").run()
+    junk = [craft_pr(val, tensors=_noise(val, scale=0.5, seed=s), who="alice", sign_key=key)
+            for s, key in ((1, False), (2, False), (3, key_for("bob")))]
+    from woolf.forges.local import LocalForge
+
+    assert {LocalForge.for_ledger(val).get(j).contributor for j in junk} == {None}
+    verdicts = Validator(val, device="cpu", name="v1").run()
+    assert sorted(v.id for v in verdicts) == sorted(junk)  # merged or rejected: none of it is hers
+    rows = {r["contributor"]: r for r in leaderboard(val)["rows"]}
+    assert rows["alice"]["merged"] == 1 and rows["alice"]["rejected"] == 0, rows["alice"]

@@ -86,3 +86,26 @@ def test_a_record_older_than_main_is_requeued_then_swept(evaluated):
     assert LocalForge.for_ledger(val).get(stale["id"]).state == "open"  # nothing lost, nothing failed
     [again] = Validator(val, device="cpu").run(ids=[stale["id"]])  # what the sweeper does next
     assert again.id == stale["id"] and again.state in ("merged", "rejected")
+
+
+def test_forged_metrics_recomputed_with_woolfs_own_functions_merge_nothing(evaluated):
+    """Issue 25, breach 2: whoever controls the evaluate job recomputes staleness, attenuation and the
+    candidate sha256 with woolf's functions and invents the metrics; the merge job measures again."""
+    from woolf.validator.admission import admit
+    from woolf.validator.ci import candidate_sha256
+
+    net, val, records = evaluated
+    main = git("rev-parse", "main", cwd=net.hub)
+    bad = records["bad"]
+    v = Validator(val, device="cpu")
+    pr, head = v.fresh(bad["id"])
+    adm = admit(val, pr, head, v._merged_deltas(head))
+    _, step = v.candidate(adm, head, bad["attenuation"], __import__("woolf.timing").timing.Timer())
+    forged = copy.deepcopy(bad)
+    before = forged["metrics"]["before"]["loss"]
+    forged.update(accepted=True, candidate_sha256=candidate_sha256(step), reason="improved")
+    forged["metrics"]["after"] = {"loss": before - 0.5}
+    with pytest.raises(UsageError, match="is not what this job measured"):
+        _apply(val, forged)
+    assert git("rev-parse", "main", cwd=net.hub) == main
+    assert LocalForge.for_ledger(val).get(bad["id"]).state == "open"

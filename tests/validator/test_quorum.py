@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import key_for, run_cli
 from tests.crafting import craft_pr, force_ref, push, random_delta, refused
 from woolf.audit.recompute import audit
 from woolf.demo.dishonest import DishonestValidator
@@ -224,3 +225,31 @@ def test_an_unreadable_config_fails_closed(network):
     assert "quorum is unknown" in rejection_quorum_problem(git, "x", {}, no_config)
     head = network.work.head().commit
     assert version_quorum_problem(git, "0" * 40, [head, head], fields) is None  # quorum 1: no votes needed
+
+
+def test_one_validator_below_the_quorum_cannot_expire_a_pr(make_net):
+    """Issue 25, breach 1: under quorum 2 of 3, v1 signs a reject vote back-dated 2 hours and an `expired`
+    verdict naming only it. The real hook refuses both; where a forge lets them in unhooked, the audit
+    names the expiry."""
+    from tests.gitobjects import commit_tree
+
+    net = make_net(**QUORUM)
+    mallory = net.clone("mallory")
+    sub = craft_pr(mallory, tensors=random_delta(mallory))
+    v1 = net.clone("v1")
+    v1.fetch()
+    head, pr = v1.head("refs/remotes/origin/main"), LocalForge.for_ledger(v1).get(sub)
+    tree = v1.git.out("rev-parse", f"{pr.head}^{{tree}}")
+    then = int(time.time()) - 7200
+    vote = commit_tree(v1.root, tree, format_message("woolf: vote reject", {
+        "Woolf-Vote": "reject", "Woolf-Submission": sub, "Woolf-Main": head.commit, "Woolf-Voter": "v1",
+        "Woolf-Reason": "no"}), [pr.head], key_for("v1"), then)
+    assert refused(push(v1, f"{vote}:{vote_ref(sub, 'v1')}"), "off the hub's clock")
+    expired = commit_tree(v1.root, tree, format_message("woolf: expired", {
+        "Woolf-Verdict": "expired", "Woolf-Submission": sub, "Woolf-Reason": "no quorum in time",
+        "Woolf-Votes": [vote]}), [pr.head], key_for("v1"))
+    force_ref(net.hub, v1.root, vote, vote_ref(sub, "v1"))  # a forge without the hook took the vote
+    assert refused(push(v1, f"{expired}:refs/woolf/pr/{sub}/verdict"), "names votes of 1 validator(s)")
+    force_ref(net.hub, v1.root, expired, f"refs/woolf/pr/{sub}/verdict")
+    problems = [p["problem"] for p in audit(net.clone("auditor")).problems]
+    assert any(f"PR {sub}'s expired verdict" in p and "votes of 1 validator(s)" in p for p in problems), problems

@@ -180,6 +180,24 @@ def test_front_running_earliest_received_wins(network):
     assert _validate(val)[honest].accepted
 
 
+def test_front_running_in_one_fetch_the_hubs_receipt_order_wins(network):
+    """Issue 25, breach 6: the copy and the original reach the validator in the same fetch; the copy's
+    id names an earlier time. The hub's receipt log (its post-receive hook), not the id, orders them."""
+    from safetensors.torch import load_file
+
+    alice, mallory = network.clone("alice"), network.clone("mallory")
+    honest = network.train_submit(alice, "alice")["id"]
+    pr = LocalForge.for_ledger(mallory).get(honest)
+    delta = mallory.store.fetch_object(mallory.pointer(pr.head, f"submissions/{honest}/delta.safetensors.dvc"))
+    stolen = craft_pr(mallory, tensors=load_file(delta), who="mallory", sub_id="20000101T000000000Z-mallory-00000001")
+    val = network.clone("val")  # its first fetch brings both PRs at once
+    queue = [p.id for p in LocalForge.for_ledger(val).list(state="open")]
+    assert queue == [honest, stolen]
+    verdicts = _validate(val)
+    assert verdicts[honest].accepted, verdicts[honest].reason
+    assert not verdicts[stolen].accepted and "replay" in verdicts[stolen].reason
+
+
 @pytest.mark.parametrize("action", ["reject", "clip"])
 def test_norm_guard_median(make_net, action):
     net = make_net(**{"policy.min_improvement": "-10", "scoring.norm_multiple": "5",
@@ -208,20 +226,28 @@ def test_norm_guard_median(make_net, action):
 
 
 def test_flood_limit_and_round_robin_queue(make_net):
+    """The hub keeps a contributor to queue.max_open_per_contributor open PRs (issue 25: the rest are
+    refused at push, never queued), and the validator serves alice's signed PR first."""
+    from woolf.errors import ForgeError
+
     net = make_net(**{"policy.min_improvement": "-10", "queue.max_open_per_contributor": "2",
                       "scoring.norm_multiple": "0"})
     val, alice = net.clone("val"), net.clone("alice")
-    flood = [craft_pr(val, tensors=_noise(val, scale=0.003, seed=i), who="mallory") for i in range(5)]
+    flood, refused = [], 0
+    for i in range(5):
+        try:
+            flood.append(craft_pr(val, tensors=_noise(val, scale=0.003, seed=i), who="mallory"))
+        except ForgeError as exc:
+            assert "queue.max_open_per_contributor is 2" in exc.message
+            refused += 1
+    assert len(flood) == 2 and refused == 3
     LocalForge.for_ledger(val).list()
-    time.sleep(1.1)  # alice's PR arrives after the whole flood
+    time.sleep(1.1)  # alice's PR arrives after the flood
     honest = net.train_submit(alice, "alice")["id"]
     verdicts = Validator(val, device="cpu", name="v1").run()
     order = [v.id for v in verdicts]
-    assert order.index(honest) <= 1  # round-robin: after at most one of the flood, not after five
-    over = [v for v in verdicts if "over the limit of 2" in v.reason]
-    assert len(over) == 3 and {v.id for v in over} < set(flood)
-    assert all(v.scores is None and not v.accepted for v in over)  # rejected unread: no evaluation spent
-    assert verdicts[order.index(honest)].accepted
+    assert order[0] == honest and verdicts[0].accepted  # signed by her listed key: served first
+    assert set(order[1:]) == set(flood)
 
 
 @pytest.mark.unit

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -191,3 +192,25 @@ def test_cli_init_and_refusal(tmp_path, gpt2_dir):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["version"] == 0
     assert Ledger.open(tmp_path / "led").config.workload.name == "transformers"
+
+
+@pytest.mark.parametrize(("patch", "needle"), [
+    ({"attn_implementation": "kernels-community/flash-attn"}, "is not a built-in attention"),
+    ({"_attn_implementation": "org/kernel"}, "is not a built-in attention"),
+    ({"text_config": {"auto_map": {"AutoModel": "evil.Model"}}}, "'auto_map' loads code"),
+    ({"trust_remote_code": True}, "'trust_remote_code' loads code"),
+    ({"nested": [{"use_kernels": True}]}, "'use_kernels' loads code"),
+])
+def test_refuses_config_fields_that_load_code_and_forces_offline(gpt2_dir, monkeypatch, patch, needle):
+    """Issue 25: an attn_implementation naming a Hub kernel passed the check (transformers reached for remote
+    kernel code), and so did a nested auto_map; HF_HUB_OFFLINE was only defaulted."""
+    from woolf.workloads.hf.modeldir import build_config
+
+    cfg = {**json.loads((gpt2_dir / "config.json").read_text()), **patch}
+    with pytest.raises(UsageError, match=needle):
+        build_config(json.dumps(cfg).encode())
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    build_config((gpt2_dir / "config.json").read_bytes())
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    ok = {**json.loads((gpt2_dir / "config.json").read_text()), "attn_implementation": "sdpa"}
+    build_config(json.dumps(ok).encode())

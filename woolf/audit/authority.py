@@ -13,7 +13,8 @@ verdict is that version; a rewound main leaves merged verdicts off the chain);
 rejected, expired and withdrawn verdicts are signed by a validator (or the
 contributor), by the keys on main's head; under `validators.quorum` k > 1 each
 merge and each rejection rests on k agreeing signed votes (checked with the
-chain, woolf/protocol/rules/quorum.py). A verdict ref that claims nothing
+chain, woolf/protocol/rules/quorum.py), and each expiry on votes of k validators that failed
+to agree, vote_timeout after the first. A verdict ref that claims nothing
 (not a commit, or without verdict trailers: `pr list` shows it quarantined) is
 a note, not a problem. With ``reevaluate`` each merged
 version's weights are evaluated again and compared to the recorded metrics.
@@ -31,7 +32,7 @@ from woolf.ledger.benchmark import hidden_benchmark
 from woolf.protocol import layout
 from woolf.protocol.config import parse_config
 from woolf.protocol.rules.main import chain_problems
-from woolf.protocol.rules.quorum import rejection_quorum_problem
+from woolf.protocol.rules.quorum import expiry_votes_problem, rejection_quorum_problem
 from woolf.protocol.rules.submitter import contributor_in_id
 from woolf.protocol.signatures import role_problem, signatures
 from woolf.protocol.signers import Signers, signers_text
@@ -111,6 +112,10 @@ def _check_verdicts(ledger, report, versions, head) -> None:
             problem = rejection_quorum_problem(git, sub_id, f, at)
             if problem:
                 report.problem(None, f"PR {sub_id}'s rejected verdict {sha[:12]}: {problem}", commit=sha)
+        if f["Woolf-Verdict"] == "expired":  # votes of k validators that failed to agree, vote_timeout old
+            problem = expiry_votes_problem(git, sub_id, f, sha, head)
+            if problem:
+                report.problem(None, f"PR {sub_id}'s expired verdict {sha[:12]}: {problem}", commit=sha)
         if signers is not None:
             closing[sub_id] = (sha, f["Woolf-Verdict"])
     if closing:

@@ -63,6 +63,7 @@ def audit(ledger, progress=None, reevaluate: bool = False) -> AuditReport:
             report.notes.append(f"origin unreachable, audited the local main: {exc.message}")
     versions = list(reversed(ledger.log()))
     head, removed = (versions[-1].version if versions else 0), 0
+    tampered: set[int] = set()  # versions whose stored object is not their bytes (rebuilt around)
     prev = None
     prev_weights = prev_state = None
     for i, v in enumerate(versions):
@@ -76,7 +77,14 @@ def audit(ledger, progress=None, reevaluate: bool = False) -> AuditReport:
         stored = None  # the version's object, verified (md5, sha256); loaded only if the merge is not recomputed
         try:
             ledger.store.verify_remote(ledger.pointer(v.commit))
+            ledger.last_rebuild = None
             stored = ledger.weights_path(v)
+            for t in (ledger.last_rebuild or {}).get("tampered", []):  # rebuilt around: named, never trusted
+                if t["version"] not in tampered:
+                    tampered.add(t["version"])
+                    report.problem(t["version"], f"weights: object {t['md5']} in storage does not match its hash "
+                                   "(corrupted or tampered); never trusted, rebuilt from a snapshot and the deltas",
+                                   "wrong")
         except WoolfError as exc:
             if not (_kind(exc) == "missing" and prev_weights is not None and gc_removable(ledger, v, head)):
                 report.problem(v.version, f"weights: {exc.message}", _kind(exc))

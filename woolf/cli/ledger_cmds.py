@@ -72,10 +72,13 @@ def _freshness(app: App, ledger, do_fetch: bool) -> None:
               help="Where the GitHub workflow's ci/install.sh installs GoodWoolf from: git+https://HOST/PATH@COMMIT "
                    "or https://.../NAME.whl#sha256=HEX [env: WOOLF_SOURCE; default: what this woolf was "
                    "installed from, when that is pinned].")
+@click.option("--hidden-benchmark", "hidden", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Gate on this private file (only its sha256 and size enter the config; validators get "
+                   "the file as WOOLF_HIDDEN_BENCHMARK): participants cannot train on the gate.")
 @json_option
 @pass_app
 def init(app: App, path, storage, workload, alpha, weights, name, settings, signing_key, signer, extra,
-         unsigned, woolf_source, as_json):
+         unsigned, woolf_source, hidden, as_json):
     """Create a new ledger at PATH with version 0, signed with --key."""
     from woolf.ledger.create import CreateOptions  # deferred: fast --help
     from woolf.ledger.ledger import Ledger  # deferred: fast --help
@@ -94,6 +97,10 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
         if not sep:
             raise UsageError(f"--set {item!r}: expected KEY=VALUE")
         overrides[key.strip()] = value.strip()
+    if hidden is not None:
+        from woolf.ledger.benchmark import hidden_settings  # deferred: fast --help
+
+        overrides.update(hidden_settings(hidden))
     options = CreateOptions(storage=storage, workload=workload, alpha=alpha, weights=weights,
                             name=name, overrides=overrides, signing_key=signing_key, signer=signer,
                             extra_signers=list(extra), woolf_source=woolf_source)
@@ -106,6 +113,12 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
     app.console.print(f"created ledger [bold]{ledger.config.name}[/] at {ledger.root}")
     app.console.print(f"  version 0 = {head.commit[:12]}, weights in {ledger.store.remote_url()}")
     app.console.print(f"  {'signed: you are maintainer and validator' if signing_key else 'UNSIGNED'}")
+    if ledger.config.benchmark.hidden_sha256:
+        app.console.print(f"  the gate is the hidden benchmark {hidden}: give validators that file "
+                          "(WOOLF_HIDDEN_BENCHMARK=PATH; on GitHub the secret WOOLF_HIDDEN_BENCHMARK_URL)")
+    else:
+        app.console.print("  the gate is the public benchmark in git, which participants can train on: "
+                          "`woolf init --hidden-benchmark FILE` gates on a private file instead (docs/protocol.md)")
     app.console.print(f"  next: `woolf hub init hub.git --from {ledger.root}`, then clone the hub to train and validate")
     if ledger.config.forge.kind == "github" and "WOOLF_SOURCE=''\n" in (ledger.root / "ci" / "install.sh").read_text():
         app.err.print("[yellow]note:[/] ci/install.sh (the GitHub workflow's installer) pins no GoodWoolf source: "

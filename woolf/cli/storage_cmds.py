@@ -29,11 +29,14 @@ def storage(app: App, as_json):
         return
     app.table(["kind", "objects", "bytes"],
               [[kind, str(data[kind]["count"]), _mib(data[kind]["bytes"])]
-               for kind in ("snapshots", "deltas", "states", "reclaimable", "removed", "missing")])
+               for kind in ("snapshots", "deltas", "states", "reclaimable", "removed", "missing", "tampered")])
     app.console.print(f"{data['versions']} versions, a snapshot every {data['snapshot_every']}; "
                       f"stored {_mib(data['stored_bytes'])}, after `woolf gc` {_mib(data['after_gc_bytes'])}")
     if data["missing"]["count"]:
         app.err.print("[yellow]warning:[/] objects that must stay are missing from storage: run `woolf audit`")
+    for md5 in data["tampered"]["objects"]:
+        app.err.print(f"[yellow]warning:[/] object {md5} in storage is not its bytes (planted or tampered): "
+                      "it is never trusted; those versions are rebuilt from a snapshot and the deltas")
 
 
 @click.command()

@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass, field
 
 from woolf.errors import ForgeError
 from woolf.protocol import layout
-from woolf.protocol.contributor import claimed_contributor
+from woolf.protocol.contributor import claimed_contributor, unclaimed
 from woolf.protocol.layout import META_MAX_BYTES, META_MAX_DEPTH
 from woolf.protocol.safejson import loads_untrusted
+from woolf.protocol.signers import signers_text
 
 # quarantined: a PR whose refs cannot be a submission (a head or verdict that is no commit, a
 # verdict without trailers); it never enters the queue and `woolf pr list` shows why.
@@ -50,12 +51,15 @@ class PullRequest:
     author: str | None = None  # the forge account that opened it, where there is one
     base_sha: str | None = None  # the target branch's commit the forge reports
     received: int | None = None  # unix time this clone first saw the PR (local forge; the queue order)
+    receipt: tuple | None = None  # (receipt number, position): the hub's own receive order (local forge)
     submission: dict | None = field(default=None, repr=False)  # submission.json as read
 
     def queue_key(self) -> tuple:
-        """Queue order: when the forge received the PR (its number, or first sight), never the id's text."""
+        """Queue order: when the forge received the PR (its number, or first sight; PRs first seen in one
+        fetch in the hub's receipt order), never the id's text, which the submitter chooses."""
         first = self.received if self.received is not None else float("inf")
-        return (first, self.number if self.number is not None else 0, self.id)
+        receipt = self.receipt if self.receipt is not None else (float("inf"), 0)
+        return (first, receipt, self.number if self.number is not None else 0, self.id)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -125,6 +129,17 @@ class Forge(ABC):
 
 
 _META_CACHE: dict[str, dict | None] = {}  # submission.json blob id -> parsed metadata (None: unusable)
+
+
+def disown_unsigned(git, prs: list[PullRequest], main: str | None = None) -> list[PullRequest]:
+    """A PR naming a contributor with a key in main's allowed_signers, whose head that key did not
+    sign, is nobody's: its contributor is cleared (issue 25: junk in alice's name cost her rating)."""
+    main = main or git.rev_parse("refs/remotes/origin/main") or git.rev_parse("refs/heads/main")
+    text = signers_text(git, main) if main else None
+    gone = unclaimed(git, {i: (p.contributor, p.head) for i, p in enumerate(prs) if p.contributor}, text)
+    for i in gone:
+        prs[i].contributor = None
+    return prs
 
 
 def fill_from_submission(git, pr: PullRequest) -> PullRequest:

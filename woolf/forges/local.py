@@ -18,7 +18,8 @@ without trailers, makes the PR "quarantined" (shown, never queued), and so does 
 while reading its objects (an oversized verdict commit, a bug a parser missed). The
 queue is ordered by when this clone first received the head ref (the first
 entry of its reflog, written by our own fetch), not by the id's text, whose
-timestamp the submitter chooses; PRs first seen in the same fetch keep id order.
+timestamp the submitter chooses; PRs first seen in the same fetch are ordered by the hub's
+receipt log (woolf/protocol/receipts.py), then by id.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from __future__ import annotations
 import logging
 
 from woolf.errors import ForgeError, RaceLostError, UsageError
-from woolf.forges.base import Forge, PullRequest, fill_from_submission
+from woolf.forges.base import Forge, PullRequest, disown_unsigned, fill_from_submission
 from woolf.git.repo import Git
 from woolf.protocol import layout
+from woolf.protocol.receipts import RECEIPTS, read_receipts
 from woolf.protocol.trailers import (
     float_field,
     format_message,
@@ -149,6 +151,8 @@ class LocalForge(Forge):
         prs: dict[str, dict[str, tuple[str, str]]] = {}
         self.skipped = []
         for ref, target in sorted(refs.items()):
+            if ref == RECEIPTS:
+                continue  # the hub's receipt log (woolf/protocol/receipts.py): the queue order, not a PR
             parts = ref[len(layout.PR_PREFIX) + 1:].split("/")
             if len(parts) == 3 and parts[1] == "votes":
                 continue  # a validator's vote (woolf/protocol/votes.py): read by the quorum, not a PR's state
@@ -166,7 +170,10 @@ class LocalForge(Forge):
         if not local_only:
             self.sync()
         found = self._scan(self.git.refs_typed(f"{layout.PR_PREFIX}/"))
-        prs = [self._read_or_quarantine(i, kinds) for i, kinds in found.items()]
+        prs = disown_unsigned(self.git, [self._read_or_quarantine(i, kinds) for i, kinds in found.items()])
+        order = read_receipts(self.git)
+        for pr in prs:
+            pr.receipt = order.get(pr.id)
         prs.sort(key=PullRequest.queue_key)
         return [p for p in prs if state is None or p.state == state]
 
@@ -180,7 +187,9 @@ class LocalForge(Forge):
         found = self._scan(self.git.refs_typed(f"{layout.PR_PREFIX}/{sub_id}/"))
         if sub_id not in found:
             raise UsageError(f"no pull request {sub_id}", hint="see `woolf pr list`")
-        return self._read_or_quarantine(sub_id, found[sub_id])
+        [pr] = disown_unsigned(self.git, [self._read_or_quarantine(sub_id, found[sub_id])])
+        pr.receipt = read_receipts(self.git).get(sub_id)
+        return pr
 
     def _read_or_quarantine(self, sub_id: str, kinds: dict[str, tuple[str, str]]) -> PullRequest:
         """_read, where any failure on the PR's attacker-written objects makes this one PR

@@ -4,7 +4,8 @@ Usage:
     hub = init_hub(Path("hub.git"), source=Path("my-ledger"))   # then: git -C my-ledger remote add origin hub.git
     install_hook(Path("hub.git"))                                # refresh the hook of an existing hub
 
-The hook runs this Python (`sys.executable`, recorded now) without site-packages,
+The post-receive hook appends the hub's receipt log (woolf/hub/receipts.py: in which
+order the hub received each PR). The hooks run this Python (`sys.executable`, recorded now) without site-packages,
 with woolf's source directory (recorded now) on its path; re-run
 `woolf hub init PATH --from X --hook-only` after moving the virtualenv or the source.
 Git itself refuses a push whose pack is over receive.maxInputSize (MAX_PUSH_BYTES,
@@ -29,7 +30,8 @@ HOOK = """#!/bin/sh
 # site-packages (-S: it needs only the standard library and woolf, found here).
 exec {python} -S -c {code}
 """
-_CODE = "import sys; sys.path.append({root!r}); from woolf.hub.hook import main; sys.exit(main())"
+_CODE = "import sys; sys.path.append({root!r}); from woolf.hub.{module} import main; sys.exit(main())"
+HOOKS = {"pre-receive": "hook", "post-receive": "receipts"}  # the rules; the receipt log (woolf/hub/receipts.py)
 
 
 MAX_PUSH_BYTES = 16 << 20  # receive.maxInputSize: ours are commits and pointers (KiB); deltas go to storage
@@ -41,11 +43,13 @@ def install_hook(hub: Path, max_push_bytes: int | None = None) -> Path:
     hub = Path(hub).resolve()
     if not (hub / "HEAD").exists() or (hub / ".git").exists():
         raise UsageError(f"{hub} is not a bare git repository")
+    (hub / "hooks").mkdir(exist_ok=True)
+    for name, module in HOOKS.items():
+        hook = hub / "hooks" / name
+        code = _CODE.format(root=str(Path(__file__).resolve().parents[2]), module=module)  # the dir holding woolf/
+        hook.write_text(HOOK.format(python=shlex.quote(sys.executable), code=shlex.quote(code)))
+        hook.chmod(0o755)
     hook = hub / "hooks" / "pre-receive"
-    hook.parent.mkdir(exist_ok=True)
-    code = _CODE.format(root=str(Path(__file__).resolve().parents[2]))  # the directory holding woolf/
-    hook.write_text(HOOK.format(python=shlex.quote(sys.executable), code=shlex.quote(code)))
-    hook.chmod(0o755)
     git = Git(hub)
     for key, value in (("receive.denyDeletes", "true"), ("receive.denyNonFastForwards", "true"),
                        ("receive.fsckObjects", "true"), ("core.logAllRefUpdates", "true")):

@@ -3,6 +3,7 @@
 Usage:
     bench = gate_benchmark(ledger)     # the hidden benchmark when configured, else the public one in git
     note = hidden_note(ledger.config)  # what an audit without it can and cannot check (None: not hidden)
+    shown = published(cfg, metrics, accepted)  # what a verdict or vote publishes of the hidden metrics
 
 A validator points WOOLF_HIDDEN_BENCHMARK at its private copy (on GitHub: a step
 fetches it from a secret-protected location into a file). The file is read only
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from pathlib import Path
 
 from woolf.errors import StorageError
 
@@ -66,3 +68,24 @@ def hidden_note(cfg) -> str | None:
             f"{cfg.benchmark.hidden_sha256[:16]}..., {cfg.benchmark.hidden_size} bytes): the audit checks "
             "every merge, signature, decision and score trailer it can, but re-evaluates the recorded metrics "
             f"only with {ENV} set to a copy")
+
+
+HIDDEN_DIGITS = 2  # a rejection publishes the hidden benchmark's metrics to 0.01: no fine-grained oracle
+
+
+def published(cfg, metrics: dict | None, accepted: bool) -> dict | None:
+    """The metrics a verdict or vote carries. On a hidden benchmark a rejected PR's are rounded to
+    HIDDEN_DIGITS decimals: each PR would otherwise be one full-precision query of the private set (the
+    decision and the coarse loss are all a participant needs). Merged versions keep full precision:
+    the gate's reference, the quorum's median and the audit's re-evaluation compare them."""
+    if not cfg.benchmark.hidden_sha256 or accepted or not isinstance(metrics, dict):
+        return metrics
+    return {k: round(x, HIDDEN_DIGITS) if isinstance(x, float) else x for k, x in metrics.items()}
+
+
+def hidden_settings(path) -> dict[str, str]:
+    """The config overrides that make ``path`` (read once, here) the hidden gate: `woolf init --hidden-benchmark`."""
+    data = Path(path).read_bytes()
+    if not data:
+        raise StorageError(f"{path}: an empty file is no benchmark")
+    return {"benchmark.hidden_sha256": f'"{hashlib.sha256(data).hexdigest()}"', "benchmark.hidden_size": str(len(data))}

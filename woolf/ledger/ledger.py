@@ -164,7 +164,7 @@ class Ledger:
         ptr = self.pointer(version.commit)
         try:
             path = self.store.fetch_object(ptr)
-        except StorageError as exc:
+        except (StorageError, IntegrityError) as exc:  # gc removed it, or other bytes sit at its path
             path = self._rebuilt(version, exc)
         self._verify_sha(path, version, ptr)
         return path

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from woolf.core.fairness import canonical
 from woolf.forges import forge_for
+from woolf.protocol.contributor import unclaimed
+from woolf.protocol.signers import signers_text
 from woolf.protocol.trailers import float_field, int_field, json_field, parse_message
 
 # rejections not held against anyone: the queue's lag, and the open-PR limit (a name without a key is
@@ -121,4 +123,8 @@ def rejected_records(ledger, forge=None) -> list[Record]:
 def verdict_history(ledger, forge=None) -> list[Record]:
     """Every verdict, oldest first: merged versions and rejections, ordered by (time, id)."""
     records = merged_records(ledger) + rejected_records(ledger, forge)
+    head = ledger.git.rev_parse(ledger.main_ref)
+    text = signers_text(ledger.git, head) if head else None  # a keyed name is claimed only by its key
+    for i in unclaimed(ledger.git, {i: (r.contributor, r.head) for i, r in enumerate(records) if r.contributor}, text):
+        records[i].contributor = ""
     return sorted(records, key=lambda r: (r.time, r.version if r.version is not None else -1, r.id or ""))

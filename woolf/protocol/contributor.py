@@ -3,6 +3,7 @@
 Usage:
     contributor_id(explicit=None, git=ledger.git)   # WOOLF_CONTRIBUTOR, git user.name, or $USER
     claimed_contributor(pr_id, meta.get("contributor"))  # the name a PR is counted as, or None
+    gone = unclaimed(git, {pr_id: (name, head)}, signers_text)   # the ids whose keyed name is not theirs
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import re
 from woolf.errors import UsageError
 from woolf.protocol import layout
 from woolf.protocol.layout import CONTRIBUTOR
+from woolf.protocol.signatures import signatures
+from woolf.protocol.signers import Signers
 
 
 def normalize(name: str) -> str:
@@ -38,3 +41,19 @@ def claimed_contributor(sub_id: str, claim) -> str | None:
     if not isinstance(claim, str) or not layout.SUBMISSION_ID.match(sub_id):
         return None
     return claim if sub_id.split("-", 1)[1].rsplit("-", 1)[0] == claim else None
+
+
+def unclaimed(git, claims: dict, text: bytes | None) -> set:
+    """The keys of ``claims`` ({key: (contributor, head commit)}) whose contributor has a key in the
+    allowed_signers ``text`` but whose head that key did not sign: a name that has a key is claimed
+    only by its signature, so such a PR is nobody's (never queued, listed or rated as hers). One
+    batch of signature checks for the heads that need one."""
+    if text is None or not claims:
+        return set()
+    try:
+        keyed = {s.name for s in Signers.parse(text.decode(errors="replace")).entries}
+    except Exception:  # noqa: BLE001 - a malformed allowed_signers: the chain check reports it
+        return set()
+    need = {k: v for k, v in claims.items() if v[0] in keyed and v[1]}
+    found = signatures(git, {head: text for _, head in need.values()}) if need else {}
+    return {k for k, (name, head) in need.items() if found.get(head, ("N", "")) != ("G", name)}

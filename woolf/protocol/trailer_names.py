@@ -6,7 +6,7 @@ Usage:
     known("Woolf-Staleness")                   # True; format_message refuses a name not listed here
 
 Carriers: version (genesis, merge and change commits on main), verdict (refs/woolf/pr/<id>/verdict),
-vote (refs/woolf/pr/<id>/votes/<name>), task (refs/woolf/task/<id>), submission (a PR's head).
+vote (refs/woolf/pr/<id>/votes/<name>), task (refs/woolf/task/<id>), submission (a PR's head), receipt (refs/woolf/pr/receipts).
 docs/protocol.md describes each in full.
 """
 
@@ -70,6 +70,9 @@ TRAILERS: dict[str, Trailer] = {
     "Woolf-Shard": _t("text", "task", "whose data, from which version: owner@vN"),
     "Woolf-Steps": _t("int", "task", "the training steps reserved"),
     "Woolf-Lease": _t("float", "task", "seconds the reservation holds without a heartbeat"),
+    "Woolf-Receipt": _t("int", "receipt", "the hub's receipt number, consecutive from 1"),
+    "Woolf-Received": _t("json", "receipt", "the PR ids whose heads one push created, in order"),
+    "Woolf-Signed": _t("json", "receipt", "those of them signed by the key of the contributor they name"),
 }
 
 

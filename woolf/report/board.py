@@ -24,7 +24,8 @@ RATING_WINDOW = 8  # verdicts per rating match
 def leaderboard(ledger, forge=None, window: int = RATING_WINDOW, history=None) -> dict:
     """{"rows": [...] best first, "timeline": [...], "window": n} from every verdict on record."""
     history = verdict_history(ledger, forge) if history is None else history
-    table, timeline = rate([(r.contributor, r.state, r.scores, r.reason) for r in history if r.rated], window)
+    table, timeline = rate([(r.contributor, r.state, r.scores, r.reason) for r in history
+                            if r.rated and r.contributor], window)
     policy = ledger.config.policy
     rows = {}
     for rec in history:

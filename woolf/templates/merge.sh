@@ -6,13 +6,15 @@
 # from the record instead, and settles the PR when that vote completes the quorum.
 set -euo pipefail
 : "${GITHUB_TOKEN:?GITHUB_TOKEN must be set}"
-bash ci/install.sh
+WOOLF_PRIVILEGED=1 bash ci/install.sh  # pinned by ci/constraints.txt where the ledger commits one
 auth=$(printf 'x-access-token:%s' "$GITHUB_TOKEN" | base64 -w0)
 git config --local "http.https://github.com/.extraheader" "AUTHORIZATION: basic $auth"
 git config --local user.name "woolf-validator"
 git config --local user.email "woolf-validator@users.noreply.github.com"
 if [ -n "${WOOLF_VALIDATOR_KEY:-}" ]; then  # a signed ledger: the validator's SSH key signs the merge
-  key_file=$(mktemp) && chmod 600 "$key_file" && printf '%s\n' "$WOOLF_VALIDATOR_KEY" > "$key_file"
+  key_file=$(mktemp) && chmod 600 "$key_file"
+  trap 'rm -f "$key_file"' EXIT  # the key never outlives this job on a (self-hosted) runner
+  printf '%s\n' "$WOOLF_VALIDATOR_KEY" > "$key_file"
   export WOOLF_SIGNING_KEY="$key_file"
 fi
 woolf validate --forge github --apply verdict.json

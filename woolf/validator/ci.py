@@ -9,8 +9,10 @@ it that it can compute itself: it type-checks every field, re-checks the head
 SHA, main and the cheap checks, recomputes staleness and attenuation from
 ancestry and the config, recomputes the deterministic merge and compares the
 candidate's sha256 with the evaluated one, and re-derives the decision from the
-metrics under the policy on main. Only the benchmark metrics themselves are
-taken from the evaluation (apply never evaluates). If the PR's head or main
+metrics under the policy on main. The benchmark metrics of an accepted PR are
+measured again here, in the privileged job, and a record whose numbers differ is
+refused (issue 25: whoever controls the evaluate job or its artifact could
+otherwise invent them; docs/github.md says why re-evaluation, not a signed record). If the PR's head or main
 moved since evaluation, or the push loses a race, nothing is merged and the
 PR stays open: the verdict is "requeued" and the scheduled sweeper
 (`woolf-sweep.yml`) validates it again.
@@ -30,6 +32,7 @@ import re
 from woolf.core.policy import decide
 from woolf.core.staleness import attenuation
 from woolf.errors import RaceLostError, Rejected, UsageError
+from woolf.ledger.benchmark import gate_benchmark
 from woolf.protocol import layout
 from woolf.storage.outer_state import state_bytes
 from woolf.storage.writer import sha256_hasher
@@ -136,6 +139,34 @@ def check_record(record) -> dict:
     return record
 
 
+METRIC_TOL = 1e-3  # relative: the evaluate job and this one may run on different devices
+
+
+def _reevaluated(v, current, step, main, recorded: dict, timer: Timer) -> dict:
+    """The benchmark metrics measured here, in the privileged job (issue 25, breach 2: whoever controls
+    the evaluate job or its artifact could write any number). A record whose numbers disagree with
+    them is refused; the verdict carries these."""
+    wl, bench = v.ledger.workload(), gate_benchmark(v.ledger)
+    with timer("evaluation"):
+        before = v.state.eval_cache.get(main.commit) or wl.evaluate(current, bench, v.device)
+        probe = wl.evaluate(step.probe, bench, v.device)
+    mine = {"before": before, "after": probe if step.applied else before}
+    if not step.applied:
+        mine["probe"] = probe
+    metric = v.ledger.config.policy.metric
+    for part, values in mine.items():
+        theirs, ours = (recorded.get(part) or {}).get(metric), values.get(metric)
+        if not (isinstance(theirs, (int, float)) and isinstance(ours, (int, float))
+                and abs(theirs - ours) <= METRIC_TOL * max(1.0, abs(ours))):
+            raise UsageError(f"the record's {part} {metric} {theirs} is not what this job measured ({ours}): "
+                             "the artifact's metrics were not computed by `woolf validate --evaluate-only` "
+                             "on this PR, or were altered; nothing merged")
+    decision = decide(v.ledger.config.policy, v._reference(before), mine.get("probe") or mine["after"])
+    if not decision.accepted:
+        raise UsageError(f"this job's own metrics fail the ledger's policy: {decision.reason}; nothing merged")
+    return mine
+
+
 def apply_record(v, record: dict) -> Verdict | None:
     record = check_record(record)
     pr, main = v.fresh(record["id"])
@@ -180,10 +211,10 @@ def apply_record(v, record: dict) -> Verdict | None:
         raise UsageError("the record says accepted, but its own metrics fail the ledger's policy: "
                          f"{decision.reason}")
     reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
-    verdict.reason, verdict.contributor = reason, adm.meta["contributor"]
+    verdict.reason, verdict.contributor = reason, pr.contributor
     verdict.base_version, verdict.attenuation = adm.base.version, att
     try:
-        _, step = v.candidate(adm, main, att, timer)  # recomputed, never re-evaluated
+        current, step = v.candidate(adm, main, att, timer)  # recomputed
         sc = adm.screened  # validator/screen.py: recomputed content hash, norm and clip
         verdict.content, verdict.delta_norm, verdict.clip = sc.content, sc.norm, sc.clip
         verdict.flags += [f for f in sc.flags if f not in verdict.flags]
@@ -198,6 +229,7 @@ def apply_record(v, record: dict) -> Verdict | None:
     weights, recorded = candidate_digests(step)  # a vote names the weights file's sha256
     if recorded != record["candidate_sha256"]:
         raise UsageError("the recomputed candidate differs from the evaluated one (sha256)")
+    verdict.metrics = _reevaluated(v, current, step, main, verdict.metrics, timer)
     if quorum:
         return v.vote_one(pr.id, fixed=Fixed(main.commit, verdict, step, weights, pr.head))
     try:

@@ -28,6 +28,8 @@ from woolf.errors import (
 from woolf.forges import forge_for
 from woolf.forges.base import PullRequest
 from woolf.ledger.trust import require_validator, require_validator_key
+from woolf.protocol.rules.flood import signed_by_own_key
+from woolf.protocol.signers import signers_text
 from woolf.timing import Timer
 from woolf.validator.quorum import QuorumStep
 from woolf.validator.state import MergedDeltas, Pending, ValidatorState
@@ -52,6 +54,7 @@ class Validator(QuorumStep, MergeStep):
         self.forge = forge or forge_for(ledger, forge_kind)
         require_validator_key(ledger, ledger.head())  # a missing key is this validator's error, not a PR's
         self.state = ValidatorState()  # per pass and across passes: woolf/validator/state.py
+        self._fetched = False  # the refs were fetched for this pass and nothing moved main since
 
     # -- queue -----------------------------------------------------------------
     def run(self, ids: list[str] | None = None, on_verdict=None) -> list[Verdict]:
@@ -61,6 +64,9 @@ class Validator(QuorumStep, MergeStep):
         state.open_snapshot = prs  # the queue as read: per-contributor limits and copies (screen.py)
         if self.ledger.config.queue.fair:
             prs = fair_order(prs)  # round-robin by contributor, then by receive time
+        prs = self._signed_first(prs)  # a flood of keyless junk never delays contributors who sign
+        self.ledger.fetch()  # once per pass: each PR's first try reads these refs (a pass is linear in PRs)
+        self._fetched = True
         for ref, why in self.forge.skipped:  # malformed refs: reported once, never queued
             if ref not in state.reported:
                 state.reported.add(ref)
@@ -157,11 +163,13 @@ class Validator(QuorumStep, MergeStep):
             for _ in range(MAX_RACES):
                 timer = Timer()
                 with timer("fetch"):
-                    pr, main = self.fresh(sub_id)
+                    pr, main = self.fresh(sub_id, fetch=not self._fetched)
+                    self._fetched = False  # a retry (a lost race) fetches again
                     if pr.state != "open":
                         return None
                 verdict, step = self.evaluate(pr, main, timer)
                 if not verdict.accepted and self.state.batching:  # pushed with others by run(): one hook run
+                    self._fetched = True  # a rejection moves nothing the next PR is judged against
                     with timer("push"):
                         commit, ref = self.forge.verdict_commit(pr, "rejected", verdict.reason,
                                                                 self._fields(verdict, timer))
@@ -169,6 +177,7 @@ class Validator(QuorumStep, MergeStep):
                     self.state.pending.append(Pending(verdict, commit, ref))
                     return None
                 if not verdict.accepted:
+                    self._fetched = True  # a rejection moves nothing the next PR is judged against
                     with timer("push"):
                         try:
                             self.forge.reject(pr, verdict.reason, self._fields(verdict, timer))
@@ -211,9 +220,18 @@ class Validator(QuorumStep, MergeStep):
         self.state.merged = MergedDeltas(main.commit, found)
         return found
 
-    def fresh(self, sub_id: str):
-        """(PR, main's head) as the forge and origin have them now; the config re-read from main."""
-        self.ledger.fetch()
+    def _signed_first(self, prs: list) -> list:
+        """``prs`` with those signed by the listed key of the contributor they name first (each group
+        in queue order): one batch of signature checks (unsigned heads cost none)."""
+        text = signers_text(self.ledger.git, self.ledger.git.rev_parse(ORIGIN_MAIN) or "HEAD")
+        signed = signed_by_own_key(self.ledger.git, {p.id: p.head for p in prs}, text)
+        return [p for p in prs if p.id in signed] + [p for p in prs if p.id not in signed]
+
+    def fresh(self, sub_id: str, fetch: bool = True):
+        """(PR, main's head) as the forge and origin have them now (``fetch``: False when this pass
+        just fetched); the config re-read from main."""
+        if fetch:
+            self.ledger.fetch()
         self.ledger._config = None
         pr, main = self.forge.refresh(sub_id), self.ledger.head()
         require_validator(self.ledger, main)  # main's head and config signed; this clone signs as a validator

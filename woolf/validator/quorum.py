@@ -12,7 +12,8 @@ verdict naming the votes (`Woolf-Votes`): a merge by the same atomic push as
 always, or a rejection. A vote that completes a quorum is pushed in that same
 atomic push (one push, one run of the hub's hook, instead of two). Otherwise the PR stays open; after
 `validators.vote_timeout` seconds from its first vote (the vote commit's own
-timestamp, which a validator signed) it is settled as `expired`.
+timestamp, which the hub bounds by its clock when the vote lands) it is settled as `expired`, once
+votes of at least k validators failed to agree (fewer could forge it; the hub refuses that).
 
 A delta that storage cannot serve is no vote while the PR is younger than
 `validators.vote_timeout` (since this validator received it), then a reject
@@ -243,7 +244,8 @@ class QuorumStep:
     def _wait(self, r: Round, from_record: bool) -> Verdict | None:
         """No quorum yet: the PR expires once its first vote is older than vote_timeout; else it waits
         (None; for a CI record, the verdict "voted")."""
-        expired = self._maybe_expire(r.pr, r.ballots, r.q, r.judged.verdict, r.timer)
+        ballots = [b for b in r.ballots if b.validator != r.me] + ([r.mine] if r.mine else [])  # its own, as pushed
+        expired = self._maybe_expire(r.pr, ballots, r.q, r.judged.verdict, r.timer)
         if expired is not None or not from_record:
             return expired
         return _voted(r.pr, r.judged.verdict, r.mine, r.q.quorum)
@@ -270,8 +272,8 @@ class QuorumStep:
     def _maybe_expire(self, pr, ballots, q, verdict: Verdict, timer: Timer) -> Verdict | None:
         """The verdict "expired" once the PR's first vote is older than validators.vote_timeout; None
         before that, or when another validator settled it first."""
-        if not ballots:
-            return None
+        if len({b.validator for b in ballots}) < q.quorum or tally(ballots, q.quorum, q.epsilon).state != "pending":
+            return None  # fewer validators than a quorum never expire a PR (the hub refuses it): it waits
         first = min(int(t) for t in self.ledger.git.out(
             "log", "--no-walk=unsorted", "--format=%ct", *(b.commit for b in ballots)).split())
         if time.time() - first < q.vote_timeout:

@@ -22,7 +22,7 @@ from woolf.errors import (
     Rejected,
     StorageError,
 )
-from woolf.ledger.benchmark import gate_benchmark
+from woolf.ledger.benchmark import gate_benchmark, published
 from woolf.protocol import layout
 from woolf.protocol.rules.submitter import check_submitter
 from woolf.protocol.trailers import format_message
@@ -110,7 +110,7 @@ class MergeStep:
             adm: Admitted = admit(self.ledger, pr, main, self._merged_deltas(main))
             check_queue(self.ledger, self.forge, self.state, pr)  # over its contributor's open-PR limit: rejected unread
         verdict.base_version, verdict.staleness = adm.base.version, adm.staleness
-        verdict.contributor = adm.meta["contributor"]
+        verdict.contributor = pr.contributor  # the forge's claim: None when a keyed name is not signed by its key
         verdict.attenuation = attenuation(cfg.merge.staleness, adm.staleness)
         wl = self.ledger.workload()
 
@@ -220,7 +220,8 @@ class MergeStep:
         return {
             "Woolf-Contributor": v.contributor, "Woolf-Base-Version": v.base_version,
             "Woolf-Staleness": v.staleness, "Woolf-Attenuation": v.attenuation,
-            "Woolf-Metrics-Before": v.metrics.get("before"), "Woolf-Metrics-After": v.metrics.get("after"),
+            "Woolf-Metrics-Before": published(self.ledger.config, v.metrics.get("before"), v.accepted),
+            "Woolf-Metrics-After": published(self.ledger.config, v.metrics.get("after"), v.accepted),
             "Woolf-Validator": self.name, "Woolf-Timings": dict(timer),
             "Woolf-Device": v.device,  # None (omitted) when nothing was evaluated
             **verdict_fields(v, self.ledger.config),

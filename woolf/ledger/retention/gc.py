@@ -2,6 +2,7 @@
 
 Usage:
     report = survey(ledger)             # {"snapshots": {...}, "deltas": {...}, "reclaimable": {...}, ...}
+                                        # "tampered": objects whose stored bytes are not theirs (named)
     done = collect(ledger, dry_run=True)  # what gc would remove (dry_run=False removes it)
 
 A ledger keeps full weights for every ``storage.snapshot_every``-th version
@@ -24,6 +25,15 @@ from woolf.ledger.retention.deltas import (
 )
 from woolf.protocol import layout
 from woolf.storage.pointer import Pointer
+
+
+def _intact(ledger, ptr) -> bool:
+    """Its bytes hash to its md5 (downloaded and checked): False for a file planted at its path."""
+    try:
+        ledger.store.fetch_object(ptr)
+        return True
+    except WoolfError:
+        return False
 
 
 def _present(ledger, ptr) -> bool:
@@ -70,7 +80,8 @@ def _objects(ledger):
 def survey(ledger) -> dict:
     keep, candidates, head, count, every = _objects(ledger)
     out = {k: {"count": 0, "bytes": 0} for k in ("snapshots", "deltas", "states", "reclaimable", "removed",
-                                                  "missing")}
+                                                  "missing", "tampered")}
+    out["tampered"]["objects"] = []  # md5s whose stored bytes are not theirs: never trusted, rebuilt around
     for md5, (kind, size) in keep.items():
         where = kind if _present(ledger, Pointer(md5, size, kind)) else "missing"
         out[where]["count"] += 1
@@ -81,6 +92,9 @@ def survey(ledger) -> dict:
             continue
         seen.add(ptr.md5)
         where = "reclaimable" if _present(ledger, ptr) else "removed"
+        if where == "reclaimable" and not _intact(ledger, ptr):  # e.g. planted after gc removed it
+            where = "tampered"
+            out[where]["objects"].append(ptr.md5)
         out[where]["count"] += 1
         out[where]["bytes"] += ptr.size
     stored = sum(out[k]["bytes"] for k in ("snapshots", "deltas", "states", "reclaimable"))

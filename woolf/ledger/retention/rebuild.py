@@ -13,6 +13,10 @@ compressed delta merged under `attenuated` touches only its kept values
 (``apply_sparse_``: the same bytes, in a fraction of the time). The result
 must hash to the version's recorded sha256 and its pointer's md5, or nothing
 is written; it then becomes the cache object, so every later read is a copy.
+Every object read is verified (md5 as it is fetched, sha256 against the record):
+one that storage holds with other bytes (a file planted at a removed version's
+path) is named in ``info["tampered"]``, never trusted, and the walk falls back to
+an older snapshot.
 """
 
 from __future__ import annotations
@@ -48,12 +52,37 @@ def _stored(ledger, ptr) -> bool:
         return False
 
 
+def _verified_start(ledger, chain, ptrs, tampered: list) -> int | None:
+    """The nearest version below the target whose stored weights are its own bytes (md5 by the fetch,
+    sha256 against the version's record): a planted object at a removed version's path is named in
+    ``tampered`` and passed over, never trusted, and the walk goes on down to an older snapshot."""
+    for i in range(1, len(chain)):
+        if not _stored(ledger, ptrs[i]):
+            continue
+        try:
+            path = ledger.store.fetch_object(ptrs[i])
+            sha = ledger.store.hashes(path)[1]
+        except IntegrityError as exc:
+            tampered.append({"version": chain[i].version, "md5": ptrs[i].md5, "why": exc.message})
+            continue
+        except StorageError:
+            continue
+        if chain[i].weights_sha256 not in (None, sha):
+            path.unlink(missing_ok=True)
+            tampered.append({"version": chain[i].version, "md5": ptrs[i].md5, "why": "sha256 differs from its record"})
+            continue
+        return i
+    return None
+
+
 def rebuild(ledger, target) -> tuple[Path, dict]:
     chain = ledger.log(ref=target.commit, limit=MAX_CHAIN)  # newest first: target, its parent, ...
     ptrs = weights_pointers(ledger, chain)
-    start = next((i for i in range(1, len(chain)) if _stored(ledger, ptrs[i])), None)
+    tampered: list = []
+    start = _verified_start(ledger, chain, ptrs, tampered)
     if start is None:
-        raise StorageError(f"version {target.version} is not in storage, and no version below it is",
+        raise StorageError(f"version {target.version} is not in storage, and no version below it is"
+                           + (f" intact ({len(tampered)} tampered object(s))" if tampered else ""),
                            hint="restore a snapshot's weights to storage; run `woolf audit`")
     weights = ledger.load_weights(chain[start])  # sha256-verified, hashed as it loads
     spec = spec_of(weights)
@@ -108,16 +137,22 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
         ledger.store.adopt(Path(tmp), ptr, md5, sha)
     finally:
         Path(tmp).unlink(missing_ok=True)
-    return dest, {"version": target.version, "from": chain[start].version, "deltas": replayed}
+    return dest, {"version": target.version, "from": chain[start].version, "deltas": replayed,
+                  **({"tampered": tampered} if tampered else {})}
 
 
-def rebuild_missing(ledger, version, missing: StorageError) -> Path:
-    """The cache path of a version that storage no longer keeps (`woolf gc`), rebuilt from a snapshot and
-    the deltas, bit for bit (ledger.last_rebuild says how); any other storage failure is raised as it was."""
-    if "missing from storage" not in missing.message or version.version == 0:
+def rebuild_missing(ledger, version, missing: StorageError | IntegrityError) -> Path:
+    """The cache path of a version that storage no longer keeps (`woolf gc`), or keeps as other bytes (a
+    file planted at its path after gc: named in ledger.last_rebuild["tampered"], never trusted), rebuilt
+    from a snapshot and the deltas, bit for bit; any other storage failure is raised as it was."""
+    planted = isinstance(missing, IntegrityError)
+    if (not planted and "missing from storage" not in missing.message) or version.version == 0:
         raise missing
     try:
         path, ledger.last_rebuild = rebuild(ledger, version)
     except StorageError as again:
         raise StorageError(f"{missing.message}; {again.message}", hint=again.hint) from None
+    if planted:
+        ptr = ledger.pointer(version.commit)
+        ledger.last_rebuild.setdefault("tampered", []).insert(0, {"version": version.version, "md5": ptr.md5, "why": missing.message})
     return path

@@ -7,17 +7,24 @@ Usage:
   own first-parent chain, and every new commit on that chain is a version commit
   numbered one more than its parent, of the right shape and (on a signed ledger)
   signed by a key with the right role (woolf/protocol/rules/main.py);
-- `refs/woolf/pr/<id>/head`: created once, never moved or deleted;
+- `refs/woolf/pr/<id>/head`: a commit, created once, never moved or deleted; one push opens at
+  most PUSH_MAX_NEW_PRS, a contributor holds at most `queue.max_open_per_contributor` open, and
+  keyless (or unsigned) PRs together at most OPEN_KEYLESS_MAX (woolf/protocol/rules/flood.py);
 - `refs/woolf/pr/<id>/verdict`: created once, for an existing PR; `merged` is the
   version commit landing on main; `rejected` is a commit on the head signed by a
   validator; `withdrawn` is signed by a validator or by the PR's own contributor, and carries only the
   trailers `woolf pr withdraw` writes (Verdict, Submission, Reason, Closed-By; short, printable);
-- `refs/woolf/pr/<id>/comments`: created, or moved forward;
+- `refs/woolf/pr/<id>/comments`: created, or moved forward, by comment commits only (one parent,
+  the head's tree, a short message);
 - `refs/woolf/pr/<id>/votes/<name>`: a validator's votes (woolf/protocol/votes.py), for an
   existing PR; each new vote's one parent is the head (first vote) or the ref's old tip, and
   it is signed by the validator key named <name>; never deleted;
-- `expired` verdicts (no quorum in time) name the PR's votes and are committed at least
-  `validators.vote_timeout` after the first, near the hub's clock; under `validators.quorum`
+- a vote's commit time is within MAX_SKEW of the hub's clock when it lands (so expiry, timed from
+  the first vote, rests on the hub's clock: a back-dated vote is refused);
+- `expired` verdicts (no quorum in time) name every validator's latest vote on the PR, from at least
+  `validators.quorum` distinct validators whose votes do not agree (one validator below the quorum
+  cannot expire a PR alone), and are committed at least `validators.vote_timeout` after the first
+  vote, near the hub's clock; under `validators.quorum`
   k > 1 `rejected` ones name k agreeing reject votes (woolf/protocol/rules/quorum.py);
 - `refs/woolf/task/<id>`: a training task's records (woolf/protocol/rules/tasks.py);
 - `refs/heads/woolf/<id>` (forge.kind = "github" only: the PR branch): created once;
@@ -39,9 +46,10 @@ from woolf.git.commits import read_commit
 from woolf.git.repo import COMMIT_MAX_BYTES
 from woolf.protocol import layout
 from woolf.protocol.config import parse_config
+from woolf.protocol.rules.flood import comments_problem, flood_problems, head_problem
 from woolf.protocol.rules.main import chain_problems
 from woolf.protocol.rules.quorum import expiry_problem, rejection_quorum_problem
-from woolf.protocol.rules.tasks import check_task
+from woolf.protocol.rules.tasks import MAX_SKEW, check_task
 from woolf.protocol.signatures import role_problem, signatures
 from woolf.protocol.signers import Signers, signers_text
 from woolf.protocol.tasks import TASK_PREFIX
@@ -61,14 +69,26 @@ def check_push(git, updates: list[tuple[str, str, str]]) -> list[str]:
     new_main = next((new for old, new, ref in updates if ref == layout.MAIN), None)
     pushed = {ref: new for _, new, ref in updates}
     errors = _size_problems(git, [new for _, new, ref in updates if ref != layout.MAIN and new != ZERO])
+    errors = errors or flood_problems(git, updates, main)
     if errors:
-        return errors  # nothing of an oversized push is read further
+        return errors  # nothing of an oversized push, or of one opening too many PRs, is read further
+    _warm_signatures(git, updates, main)
     for old, new, ref in updates:
         try:
             errors += [f"{ref}: {e}" for e in _check_one(git, old, new, ref, main, new_main, pushed)]
         except WoolfError as exc:  # an object no rule can read (too large, no commit, bad signers)
             errors.append(f"{ref}: cannot be checked, so it is refused: {exc.message}")
     return errors
+
+
+def _warm_signatures(git, updates, main) -> None:
+    """Verify every verdict and vote of the push in one batch (one git process; results remembered),
+    so a validator's batch of 64 rejections costs the hook one verification run, not 64."""
+    text = signers_text(git, main) if main else None
+    tips = [new for _, new, ref in updates if new != ZERO and ref.startswith(f"{layout.PR_PREFIX}/")
+            and not ref.endswith("/head") and re.fullmatch(r"[0-9a-f]{40}", new)]
+    if text is not None and tips:
+        signatures(git, {t: text for t in tips})
 
 
 def _size_problems(git, tips: list[str]) -> list[str]:
@@ -109,11 +129,14 @@ def _check_one(git, old, new, ref, main, new_main, pushed) -> list[str]:
         if new == ZERO:
             return ["pull-request refs are never deleted"]
         if kind == "comments":
-            return [] if old == ZERO or git.is_ancestor(old, new) else ["comments only move forward"]
+            head = pushed.get(f"{layout.PR_PREFIX}/{sub_id}/head") or git.rev_parse(f"{layout.PR_PREFIX}/{sub_id}/head")
+            problem = comments_problem(git, old, new, head)
+            return [problem] if problem else []
         if old != ZERO:
             return [f"a PR {kind} is created once and never moved"]
         if kind == "head":
-            return []
+            problem = head_problem(git, new)
+            return [problem] if problem else []
         return _check_verdict(git, sub_id, new, main, new_main, pushed)
     if ref.startswith(f"{TASK_PREFIX}/"):  # a training task's records (woolf/protocol/rules/tasks.py)
         return check_task(git, ref[len(TASK_PREFIX) + 1:], old, new, main)
@@ -167,7 +190,7 @@ def _check_verdict(git, sub_id, new, main, new_main, pushed) -> list[str]:
         return [problem]
     if state in ("rejected", "expired"):
         problem = (rejection_quorum_problem(git, sub_id, fields, main) if state == "rejected"
-                   else expiry_problem(git, sub_id, fields, new, main, time.time()))
+                   else expiry_problem(git, sub_id, fields, new, main, time.time(), _vote_tips(git, sub_id, pushed)))
         if problem:
             return [problem]
     text = signers_text(git, main)
@@ -218,5 +241,18 @@ def _check_vote(git, sub_id, name, old, new, main, pushed) -> list[str]:
         return [f"a vote by {ballot.validator} on {name}'s ref"]
     if read_commit(git, new)[0] != [head if old == ZERO else old]:
         return ["a vote's one parent is the PR's head (first vote) or the validator's previous vote"]
+    stamp = git.out("log", "-1", "--format=%ct", new)
+    skew = int(stamp) - time.time() if stamp.isdigit() else float("inf")
+    if abs(skew) > MAX_SKEW:  # expiry is timed from the first vote: its time is the hub's, within MAX_SKEW
+        return [f"its commit time is {skew:+.0f} s off the hub's clock (at most {MAX_SKEW} s): a vote is "
+                "pushed when it is made"]
     _, bad = verify_voters(git, [ballot], signers_text(git, main))
     return [bad[0][1]] if bad else []
+
+
+def _vote_tips(git, sub_id: str, pushed: dict) -> list[str]:
+    """The latest vote of every validator on ``sub_id`` once this push lands."""
+    prefix = f"{layout.PR_PREFIX}/{sub_id}/votes/"
+    tips = {ref: sha for ref, sha in git.refs(prefix).items()}
+    tips.update({ref: sha for ref, sha in pushed.items() if ref.startswith(prefix) and sha != ZERO})
+    return sorted(tips.values())

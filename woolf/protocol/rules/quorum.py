@@ -4,7 +4,8 @@ validators before building on main (through woolf/protocol/rules/main.py) and `w
 Usage:
     problem = version_quorum_problem(git, commit, parents, fields)     # None when it holds
     problem = rejection_quorum_problem(git, sub_id, fields, main)      # None when it holds
-    problem = expiry_problem(git, sub_id, fields, verdict, main, now)  # the hub, for `expired` verdicts
+    problem = expiry_problem(git, sub_id, fields, verdict, main, now, tips)  # the hub, for `expired` verdicts
+    problem = expiry_votes_problem(git, sub_id, fields, verdict, main)   # the audit (no hub clock)
 
 With `validators.quorum = k > 1` in the config in force (the version's first
 parent's), a merge names its votes in `Woolf-Votes` (a JSON list of vote commit
@@ -123,21 +124,28 @@ def version_quorum_problem(git, commit: str, parents: list[str], fields: dict) -
 
 
 def rejection_quorum_problem(git, sub_id: str, fields: dict, main: str | None) -> str | None:
-    """A `rejected` verdict on a quorum ledger names k agreeing reject votes (keys on ``main``)."""
+    """A `rejected` verdict on a quorum ledger names k agreeing reject votes (keys on ``main``), all cast
+    against the main its Woolf-Main names, a version on ``main``'s chain."""
     settings, metric, shas, problem = _in_force(git, main, fields)
     if problem or settings.quorum <= 1:
         return problem
-    out, why = _outcome(git, sub_id, shas or [], signers_text(git, main), settings, metric)
+    against = fields.get("Woolf-Main") or ""
+    if not _HEX40.match(against) or not (main and git.is_ancestor(against, main)):
+        return "a rejection under a quorum names the main on main's chain its votes were cast against (Woolf-Main)"
+    # votes cast against another (earlier) main judged another candidate: they count for no rejection now
+    out, why = _outcome(git, sub_id, shas or [], signers_text(git, main), settings, metric, main=against)
     if out.state != "rejected":
         detail = f" ({'; '.join(why)[:400]})" if why else ""
         return f"a rejection without a quorum of {settings.quorum} reject votes{detail}"
     return None
 
 
-def expiry_problem(git, sub_id: str, fields: dict, verdict: str, main: str | None, now: float) -> str | None:
-    """An `expired` verdict names this PR's votes, and its own commit time, within MAX_SKEW of the
-    hub's clock, is at least `validators.vote_timeout` after the first of them (a validator's clock
-    that jumps cannot expire a PR early)."""
+def expiry_votes_problem(git, sub_id: str, fields: dict, verdict: str, main: str | None) -> str | None:
+    """What the audit can check of an `expired` verdict without the hub's clock: it names votes on this
+    PR by at least `validators.quorum` = k > 1 distinct validators (keys on ``main``) whose votes really
+    failed to agree (their tally is pending), and it is committed at least `validators.vote_timeout`
+    after the first of them (vote commit times are bounded by the hub's clock when each vote lands,
+    woolf/protocol/rules/push.py). Fewer validators than a quorum could forge an expiry alone: refused."""
     (settings, metric), unreadable = _settings_or_problem(git, main)
     if unreadable:
         return unreadable
@@ -147,10 +155,34 @@ def expiry_problem(git, sub_id: str, fields: dict, verdict: str, main: str | Non
     ballots = [parse_vote(git, sha, sub_id, metric)[0] for sha in shas]
     if any(b is None for b in ballots):
         return "an expiry names commits that are no votes on this PR"
+    if settings.quorum <= 1:
+        return "a ledger with validators.quorum = 1 settles every PR by one verdict; nothing expires"
+    good, wrong = verify_voters(git, ballots, signers_text(git, main))
+    if wrong:
+        return f"an expiry names votes that do not count ({'; '.join(f'{c[:12]}: {p}' for c, p in wrong)[:300]})"
+    voters = sorted({b.validator for b in good})
+    if len(voters) < settings.quorum:
+        return (f"an expiry names votes of {len(voters)} validator(s) ({', '.join(voters)[:200]}); it needs "
+                f"{settings.quorum} validators whose votes failed to agree (fewer could forge it alone)")
+    if tally(good, settings.quorum, settings.epsilon).state != "pending":
+        return "the votes it names agree on an outcome: the PR is settled by them, not expired"
     times = [int(t) for t in git.out("log", "--no-walk=unsorted", "--format=%ct", verdict, *shas).split()]
-    if abs(times[0] - now) > MAX_SKEW:
-        return f"its commit time is {times[0] - now:+.0f} s off the hub's clock"
     if times[0] - min(times[1:]) < settings.vote_timeout:
         return (f"expired {times[0] - min(times[1:])} s after the first vote; "
                 f"validators.vote_timeout is {settings.vote_timeout:g} s")
     return None
+
+
+def expiry_problem(git, sub_id: str, fields: dict, verdict: str, main: str | None, now: float,
+                   tips: list[str] | None = None) -> str | None:
+    """The hub's check of an `expired` verdict: expiry_votes_problem, its own commit time within MAX_SKEW
+    of the hub's clock, and (``tips``: the latest vote of every validator on the PR, as the hub holds
+    them) every validator's latest vote named, so an agreeing quorum cannot be left out."""
+    stamp = git.out("log", "-1", "--format=%ct", verdict)
+    if not stamp.isdigit() or abs(int(stamp) - now) > MAX_SKEW:
+        return f"its commit time is {int(stamp) - now if stamp.isdigit() else 0:+.0f} s off the hub's clock"
+    shas = set(named_votes(fields)[0] or [])
+    left_out = [t for t in (tips or []) if t not in shas]
+    if left_out:
+        return f"an expiry names every validator's latest vote on the PR; it leaves out {left_out[0][:12]}"
+    return expiry_votes_problem(git, sub_id, fields, verdict, main)

@@ -6,9 +6,11 @@ Usage:
 - a task ref is created by a `reserved` record whose parent is a version on main,
   and moves forward one record at a time (its parent is the old tip), never after
   a final record (submitted, cancelled, failed), never deleted;
-- a new task's shard is its contributor's own (`<contributor>@vN`), or another's shard
-  that no live task holds and whose task ended (expired by the hub's clock, cancelled
-  or failed: `woolf train --take`); its lease is at most `tasks.lease` of main's config;
+- a new task's shard is its contributor's own, drawn from its base version
+  (`<contributor>@v<base>`), or another's shard that no live task holds and whose task
+  ended (expired by the hub's clock, cancelled or failed: `woolf train --take`; a keyless
+  contributor's cancel or failure, which anyone could write, frees it only once its lease is
+  over); its lease is at most `tasks.lease` of main's config;
 - every record keeps the task's contributor, base, shard, steps and lease;
 - its commit time is within MAX_SKEW seconds of the hub's clock (leases are timed by
   these commit times, so a participant's clock cannot move them);
@@ -90,6 +92,14 @@ def check_task(git, task_id: str, old: str, new: str, main: str | None, now: flo
     return []
 
 
+def _keyed(git, main: str) -> set[str]:
+    text = signers_text(git, main)
+    try:
+        return {e.name for e in Signers.parse(text.decode(errors="replace")).entries} if text else set()
+    except Exception:  # noqa: BLE001 - a malformed allowed_signers is the chain check's to report
+        return set()
+
+
 def _lease_limit(git, main: str) -> float:
     try:
         return float(parse_config((git.show_bytes(f"{main}:{layout.CONFIG}") or b"").decode()).tasks.lease)
@@ -103,14 +113,25 @@ def _new_task_problem(git, rec, main: str, now: float) -> str | None:
     limit = _lease_limit(git, main)
     if rec.lease > limit:
         return f"a task's lease is at most tasks.lease = {limit:g} s (main's config); this one asks {rec.lease:g} s"
-    owner = rec.shard.partition("@v")[0]
+    owner, _, shard_version = rec.shard.partition("@v")
     if owner == rec.contributor:
-        return None
+        if shard_version == str(rec.base_version):
+            return None
+        if not shard_version.isdigit() or int(shard_version) > rec.base_version:  # mallory@v1001 on v1
+            return (f"a task's own shard is drawn from its base version: {owner}@v{rec.base_version}, "
+                    f"not {rec.shard}")
+        # an older shard of its own: a take, like anyone's (its task must have ended)
 
     found, _ = read_tasks(git)
+    keyed = _keyed(git, main)
     held = [(r, t) for r, _, t in found.values() if r.shard == rec.shard]
     live = [r.id for r, t in held if r.state in LIVE and now <= t + r.lease]
-    ended = [r.id for r, t in held if r.state in ("cancelled", "failed") or (r.state in LIVE and now > t + r.lease)]
+    # anyone may write a keyless contributor's records: its cancel or failure frees the shard for others
+    # only once the lease is over by the hub's clock (a forged cancel never hands another her shard)
+    live += [r.id for r, t in held if r.state in ("cancelled", "failed") and r.contributor not in keyed
+             and now <= t + r.lease]
+    ended = [r.id for r, t in held if r.id not in live and (
+        r.state in ("cancelled", "failed") or (r.state in LIVE and now > t + r.lease))]
     if live:
         return f"the shard {rec.shard} is held by task {live[0]} (its lease is live by the hub's clock)"
     if not ended:

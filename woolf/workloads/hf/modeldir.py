@@ -54,7 +54,8 @@ def transformers_version() -> str:
 
 
 def _need_transformers() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded: the model is local
+    os.environ["HF_HUB_OFFLINE"] = "1"  # forced, never defaulted: nothing is ever downloaded (issue 25)
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
     try:
         import tokenizers  # noqa: F401  # deferred: tokenizers
         import transformers  # deferred: transformers
@@ -63,6 +64,28 @@ def _need_transformers() -> None:
                          hint='the hf extra: `pip install -e ".[hf]"` in your GoodWoolf checkout') from None
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
+
+
+BUILTIN_ATTENTION = {None, "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"}
+_LOADS_CODE = {"auto_map", "trust_remote_code", "custom_pipelines", "use_kernels", "kernel_config"}
+
+
+def code_problem(raw, where: str, depth: int = 0) -> None:
+    """Refuse a config that makes transformers reach for code: an `attn_implementation` naming anything
+    but a built-in kernel (a Hub kernel repo, "org/name"), `auto_map` at any depth (a nested
+    text_config too), and any field that loads code. Checked at every level of nesting (issue 25)."""
+    if depth > 16:
+        raise UsageError(f"{where}: nested deeper than 16 levels")
+    items = raw.items() if isinstance(raw, dict) else enumerate(raw) if isinstance(raw, list) else ()
+    for key, value in items:
+        if key in _LOADS_CODE:
+            raise UsageError(f"{where}: {key!r} loads code from outside the installed transformers (woolf never sets trust_remote_code); refused",
+                             hint="use a model type that transformers ships (docs/workloads.md)")
+        if key in ("attn_implementation", "_attn_implementation") and value not in BUILTIN_ATTENTION:
+            raise UsageError(f"{where}: attn_implementation {str(value)[:80]!r} is not a built-in attention "
+                             f"({', '.join(sorted(x for x in BUILTIN_ATTENTION if x))}); a kernel from the Hub "
+                             "is code, refused")
+        code_problem(value, where, depth + 1)
 
 
 def build_config(data: bytes, where: str = "config.json"):
@@ -79,6 +102,7 @@ def build_config(data: bytes, where: str = "config.json"):
         raise UsageError(f"{where}: not valid JSON ({exc})") from None
     if not isinstance(raw, dict):
         raise UsageError(f"{where}: not a JSON object")
+    code_problem(raw, where)
     if "auto_map" in raw:
         raise UsageError(
             f"{where}: the model needs its own Python code (auto_map: {sorted(raw['auto_map'])}); "
