@@ -45,6 +45,7 @@ Environment:
   WOOLF_DELTA_URL_BASE public https URL of that remote, for fork PRs
   WOOLF_TRUST_COMMAND  1: run an unsigned ledger's workload.command
   WOOLF_SOURCE         pinned GoodWoolf source for ci/install.sh (woolf init --woolf-source)
+  WOOLF_CACHE          where `woolf demo` keeps its pretrained genesis (default ~/.cache/goodwoolf)
 """
 
 
