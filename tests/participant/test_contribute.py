@@ -150,7 +150,10 @@ def test_ctrl_c_at_any_moment_of_train_stops_it_cleanly(network):
                              cwd=alice.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=120)
+        try:
+            _, err = p.communicate(timeout=120)
+        finally:
+            p.kill()  # a failed run leaves no trainer behind
         assert p.returncode == 130 and "Traceback" not in err, err
         assert "interrupted" in err
     assert not (alice.root / ".woolf" / "work" / "trained.safetensors").exists()
@@ -272,7 +275,10 @@ def test_interrupted_train_says_an_earlier_result_is_waiting(network):
                          cwd=alice.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(3.0)
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=120)
+    try:
+        _, err = p.communicate(timeout=120)
+    finally:
+        p.kill()  # a failed run leaves no trainer behind
     assert p.returncode == 130, err
     assert "earlier result (trained from version 0) is still waiting" in " ".join(err.split()), err
 

@@ -200,6 +200,7 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
     o = replace(options, **kwargs) if options is not None else SubmitOptions(**kwargs)
     record: dict = {}
     weights, base_version = o.weights, o.base_version
+    cspec = compression_spec(ledger.config, o.compress)  # a bad --compress is a usage error first
     if weights is None:
         meta_path = work_dir(ledger) / "trained.json"
         if not meta_path.exists():
@@ -233,7 +234,6 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
             f"longer version {base_version} on origin's main",
             hint="`woolf train` again from the current version")
     cfg = ledger.config
-    cspec = compression_spec(cfg, o.compress)
     timer = Timer()
     feedback = cfg.workload.error_feedback if o.error_feedback is None else o.error_feedback
     streamed = _streamed_delta(ledger, base, Path(weights), timer) if cspec is None and not feedback else None
@@ -243,6 +243,8 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
             delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, prechecked=True,
             zeros="the trained weights equal the base: the delta is all zeros",
             zeros_hint="train first (`woolf train`)"))
+        if o.weights is None:
+            mark_submitted(ledger, result["id"])
         remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
         return {**result, "error_feedback": ""}
     with timer("load"):

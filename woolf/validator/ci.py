@@ -105,6 +105,16 @@ def _flat(d, limit: int = 32) -> bool:
         isinstance(k, str) and len(k) <= 64 and _num(x) for k, x in d.items())
 
 
+def _scores(d) -> bool:
+    """score_delta's output (validator/score.py): numbers, plus "randoms" (one per random shard) and "seed"."""
+    if not isinstance(d, dict) or len(d) > 12:
+        return False
+    rest = {k: x for k, x in d.items() if k not in ("randoms", "seed")}
+    randoms, seed = d.get("randoms", []), d.get("seed", "")
+    return (_flat(rest, 10) and isinstance(randoms, list) and len(randoms) <= 8 and all(_num(x) for x in randoms)
+            and isinstance(seed, str) and len(seed) <= 64 and all(c in "0123456789abcdef" for c in seed))
+
+
 def check_record(record) -> dict:
     """The record, if every field has the type and form `evaluate_pr` writes; else a UsageError naming it."""
     if not isinstance(record, dict) or set(record) != RECORD_KEYS or record.get("schema") != SCHEMA:
@@ -127,7 +137,7 @@ def check_record(record) -> dict:
         "timings": _flat(r["timings"]),
         "device": r["device"] is None or (isinstance(r["device"], str) and 0 < len(r["device"]) <= 200
                                           and r["device"].isprintable()),  # None: rejected before evaluation
-        "scores": r["scores"] is None or _flat(r["scores"], 8),  # evaluation output, like the metrics
+        "scores": r["scores"] is None or _scores(r["scores"]),  # evaluation output, like the metrics
         "flags": isinstance(r["flags"], list) and set(r["flags"]) <= {"not-unique"},
         "candidate_sha256": (r["candidate_sha256"] is None and not r["accepted"])
                             or (isinstance(r["candidate_sha256"], str) and _SHA256.match(r["candidate_sha256"])),
