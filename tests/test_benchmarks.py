@@ -124,7 +124,8 @@ def test_adversaries_smoke(tmp_path):
     [pair] = json.loads((tmp_path / "adv.json").read_text())["runs"]
     dirty = pair["adversarial"]
     assert set(dirty["by_kind"]) == {"free-rider", "copycat", "overfitter", "noise", "flooder"}
-    assert dirty["by_kind"]["flooder"]["prs"] >= 6 and pair["clean"]["honest_prs"] == 2
+    # the hub bounds a flood (issue 25: per push, per contributor): more than one lands, not all of it
+    assert dirty["by_kind"]["flooder"]["prs"] >= 2 and pair["clean"]["honest_prs"] == 2
     assert dirty["by_kind"]["noise"]["merged"] == 0  # random deltas teach their shard nothing
 
 

@@ -74,7 +74,8 @@ def story(tmp_path_factory):
     (root / "greek.txt").write_text(GREEK[40:] * 10 + GREEK[:40])
     user = net.clone("user")
     user.pull()
-    return {"net": net, "val": v, "user": user, "poison": poison, "greek": root / "greek.txt", "root": root}
+    return {"net": net, "val": v, "user": user, "poison": poison, "greek": root / "greek.txt", "root": root,
+            "alice": alice, "carol": carol}
 
 
 def _run(capsys, *args) -> tuple[int, str, str]:
@@ -206,7 +207,8 @@ def test_revert_merges_and_recovers_then_revert_of_newest_is_exact(story, capsys
     user, v, greek, poison = story["user"], story["val"], story["greek"], story["poison"]
     before = Evaluator(user, greek)
     loss2, loss3, loss5 = (before.metrics(user.show(n))["loss"] for n in (2, 3, 5))
-    pr = revert(user, 3, contributor="carol")
+    # a revert in carol's name is signed by carol's key (unsigned, a keyed name is nobody's: issue 25)
+    pr = revert(story["carol"], 3, contributor="carol")
     assert pr["base_version"] == 5 and pr["reverts"]["submission"] == poison["id"]
     (verdict,) = v.run()
     assert verdict.accepted and verdict.version == 6 and verdict.staleness == 0, verdict.reason
@@ -223,7 +225,7 @@ def test_revert_merges_and_recovers_then_revert_of_newest_is_exact(story, capsys
 
     # reverting the newest merge (staleness 0, attenuated, alpha 1) gives its parent back: each element
     # is parent + ((parent - v6) rounded) rounded, within one float32 ulp of max(|parent|, |v6|)
-    code, out, err = _run(capsys, "-C", str(user.root), "revert", "6", "--contributor", "alice", "--json")
+    code, out, err = _run(capsys, "-C", str(story["alice"].root), "revert", "6", "--contributor", "alice", "--json")
     assert code == 0 and json.loads(out)["reverts"]["version"] == 6, err
     (verdict,) = v.run()
     assert verdict.accepted and verdict.version == 7 and verdict.staleness == 0, verdict.reason

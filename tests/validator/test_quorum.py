@@ -133,8 +133,10 @@ def test_forged_versions_are_refused_ignored_and_audited(make_net):
     assert refused(push(val, f"{none}:refs/heads/main"), "a merge without votes")
     # nor may one validator reject alone
     rejection = val.git.commit_tree(f"{pr.head}^{{tree}}", format_message("woolf: rejected", {
-        "Woolf-Verdict": "rejected", "Woolf-Submission": sub, "Woolf-Reason": "alone"}), [pr.head])
-    assert refused(push(val, f"{rejection}:refs/woolf/pr/{sub}/verdict"), "a rejection without a quorum of 2")
+        "Woolf-Verdict": "rejected", "Woolf-Submission": sub, "Woolf-Reason": "alone", "Woolf-Main": head.commit}),
+        [pr.head])
+    proc = push(val, f"{rejection}:refs/woolf/pr/{sub}/verdict")
+    assert refused(proc, "a rejection without a quorum of 2"), proc.stderr
     # a vote ref of v1's name signed by the liar's key (one key voting twice) is refused by the hub
     twice = liar.ledger.git.commit_tree(f"{pr.head}^{{tree}}", format_message("vote", {
         "Woolf-Vote": "accept", "Woolf-Submission": sub, "Woolf-Main": head.commit, "Woolf-Voter": "v1",
@@ -153,8 +155,9 @@ def test_forged_versions_are_refused_ignored_and_audited(make_net):
 def test_bad_votes_are_ignored_with_a_reason_and_block_nothing(make_net):
     net = make_net(**QUORUM)
     alice = net.clone("alice")
+    # bob's PR reaches the hub first (signed PRs are served in the hub's receipt order: issue 25)
+    other = craft_pr(net.clone("bob"), tensors=random_delta(alice, seed=4), who="bob")
     sub = net.train_submit(alice, "alice")["id"]
-    other = craft_pr(net.clone("mallory"), tensors=random_delta(alice, seed=4))
     v3 = Validator(net.clone("v3"), device="cpu")
     v3.run()
     v3.ledger.fetch()
@@ -183,7 +186,7 @@ def test_bad_votes_are_ignored_with_a_reason_and_block_nothing(make_net):
     assert "no Woolf-Vote" in why[vote_ref(sub, "v4")]
     assert "v3, who is not a validator" in why[vote_ref(sub, "v3")] or "not in allowed_signers" in why[
         vote_ref(sub, "v3")], why
-    # mallory's PR (first in the queue) settles despite the junk under it; alice's waits for votes
+    # bob's PR (first in the queue) settles despite the junk under it; alice's waits for votes
     # against the new main, and settles on the next pass
     [first] = Validator(net.clone("v2"), device="cpu").run()
     assert first.id == other and first.accepted
