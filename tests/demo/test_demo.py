@@ -196,3 +196,17 @@ def test_demo_checks_settings_and_adversaries_before_building_anything(tmp_path)
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode in (2, 3) and needle in proc.stderr, proc.stderr
         assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.unit
+def test_an_unknown_adversary_is_refused_before_torch_loads(tmp_path):
+    import sys
+
+    probe = ("import runpy, sys\n"
+             f"sys.argv = ['woolf', 'demo', '--quick', '--dir', {str(tmp_path / 'd')!r}, '--adversaries', 'copycat,bogus']\n"
+             "try:\n    runpy.run_module('woolf', run_name='__main__')\n"
+             "except SystemExit as e:\n    print(e.code, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["2", "False"], proc.stdout + proc.stderr
+    assert "unknown adversaries ['bogus']" in proc.stderr and "choose from free-rider" in proc.stderr
+    assert not (tmp_path / "d").exists()

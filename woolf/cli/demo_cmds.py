@@ -44,6 +44,7 @@ def demo(app: App, participants, rounds, validators, steps, directory, force, qu
          regime, adversaries, as_json):
     """Run a whole decentralized training network on this machine."""
     from woolf.demo.hub import describe_earlier, earlier_hub  # deferred: fast --help
+    from woolf.demo.kinds import parse_kinds  # deferred: fast --help
     from woolf.protocol.config import LedgerConfig  # deferred: fast --help
     from woolf.protocol.config_text import apply_overrides  # deferred: fast --help
 
@@ -59,6 +60,7 @@ def demo(app: App, participants, rounds, validators, steps, directory, force, qu
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
         overrides[key.strip()] = value.strip()
     apply_overrides(LedgerConfig(name="woolf-demo"), overrides)  # a bad --set fails now, nothing built
+    kinds = parse_kinds(adversaries)  # and a bad --adversaries, before torch loads
     root = app.cwd / directory
     if earlier_hub(root) is not None and not force and sys.stdin.isatty() and not as_json:
         force = click.confirm(f"{describe_earlier(root)}. Replace it?", default=False, err=True)
@@ -69,7 +71,7 @@ def demo(app: App, participants, rounds, validators, steps, directory, force, qu
     options = DemoOptions(participants=participants, rounds=rounds, validators=validators,
                           steps=steps, quick=quick, console=app.err if as_json else app.console,
                           settings=overrides, quorum=quorum, dishonest=dishonest, regime=regime,
-                          adversaries=[a.strip() for a in adversaries.split(",") if a.strip()], replace=force)
+                          adversaries=kinds, replace=force)
     r = run_demo(root, options)
     if as_json:
         app.emit_json(r.to_json())

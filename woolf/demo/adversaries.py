@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from woolf.core.scores import norm
+from woolf.demo.kinds import KINDS
 from woolf.errors import WoolfError
 from woolf.forges.local import LocalForge
 from woolf.ledger.ledger import Ledger
@@ -29,7 +30,6 @@ from woolf.ledger.verdicts import merged_records
 from woolf.protocol import layout
 from woolf.workloads.base import TrainData
 
-KINDS = ("free-rider", "copycat", "overfitter", "noise", "flooder")
 FLOOD = 6  # PRs per flooder round
 
 

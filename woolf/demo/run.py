@@ -22,8 +22,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from woolf.demo.adversaries import KINDS
 from woolf.demo.hub import create_hub
+from woolf.demo.kinds import parse_kinds
 from woolf.demo.live import LiveView, snapshot
 from woolf.demo.references import reference_losses
 from woolf.demo.regimes import DEFAULT as DEFAULT_REGIME
@@ -150,10 +150,7 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
                          hint="raise --validators or lower --quorum")
     settings = {**(o.settings or {}), **({"validators.quorum": str(quorum)} if quorum > 1 else {})}
 
-    adversaries = list(dict.fromkeys(o.adversaries or []))
-    if set(adversaries) - set(KINDS):
-        raise UsageError(f"unknown adversaries {sorted(set(adversaries) - set(KINDS))}",
-                         hint=f"choose from {', '.join(KINDS)}")
+    adversaries = parse_kinds(",".join(o.adversaries or []))
     hidden = None
     if adversaries:  # a flood beyond four open PRs is rejected unread; random deltas teach their shard nothing
         pinned, hidden = _hidden_benchmark(settings or {})
