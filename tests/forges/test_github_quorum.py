@@ -11,11 +11,15 @@ import copy
 import json
 
 import pytest
+import torch
 
 from tests.conftest import git, key_for, signer_lines
+from tests.crafting import craft_pr
 from tests.forges.test_github import github_ledger
 from woolf.audit.recompute import audit
 from woolf.errors import UsageError
+from woolf.forges import forge_for
+from woolf.forges.github import GitHubForge
 from woolf.git.keys import configure
 from woolf.git.repo import Git
 from woolf.ledger.ledger import Ledger
@@ -151,3 +155,16 @@ def test_two_jobs_voting_at_the_same_moment_still_settle(signed_world, monkeypat
     done = apply_record(_validator(w, "v1"), r1)
     assert len(calls) == 2 and done.state == "merged" and done.version == 1
     assert w["gh"].pulls["owner/ledger"][n]["labels"] == ["woolf:merged"]
+
+
+def test_a_pr_in_a_keyed_name_its_key_did_not_sign_is_nobodys_on_github(signed_world):
+    """Issue 25 (breach 3) on the GitHub forge too: a PR in alice's name that alice's key did not sign
+    is listed with no contributor, so junk opened in her name cannot cost her rating."""
+    alice = signed_world["alice"]
+    forge = GitHubForge(alice.git, alice.config.forge, fork_remote="fork", fork_owner="alice")
+    zero = {k: torch.full_like(v, 1e-3) for k, v in alice.load_weights(alice.head()).items()}
+    forged = craft_pr(alice, tensors=zero, forge=forge, remote="mine", who="alice", sign_key=False)
+    own = signed_world["pr"]("hers", seed=1)["id"]
+    validators_view = forge_for(Ledger.open(signed_world["v1"].root))
+    assert {p.id: p.contributor for p in validators_view.list()} == {forged: None, own: "alice"}
+    assert validators_view.get(forged).contributor is None

@@ -23,7 +23,7 @@ import json
 import re
 
 from woolf.errors import ForgeError, RaceLostError, UsageError
-from woolf.forges.base import Forge, PullRequest, fill_from_submission
+from woolf.forges.base import Forge, PullRequest, disown_unsigned, fill_from_submission
 from woolf.protocol import layout
 from woolf.protocol.trailers import parse_message
 
@@ -106,7 +106,8 @@ class GitHubForge(Forge):
     def list(self, state: str | None = None, local_only: bool = False) -> list[PullRequest]:
         if self._pulls is None or not local_only:
             self.sync()
-        prs = [self._record(i, p) for i, p in sorted(self._pulls.items())]
+        # a PR in a keyed contributor's name that the key did not sign is nobody's (as on the local forge)
+        prs = disown_unsigned(self.git, [self._record(i, p) for i, p in sorted(self._pulls.items())])
         return [p for p in prs if state is None or p.state == state]
 
     def get(self, sub_id: str, fetch: bool = True) -> PullRequest:
@@ -116,7 +117,7 @@ class GitHubForge(Forge):
             raise UsageError(f"no pull request for submission {sub_id} on {self.cfg.repo}")
         if fetch:
             self._pulls[sub_id] = self.api.json("GET", f"{self.repo_path}/pulls/{self._pulls[sub_id]['number']}")
-        pr = self._record(sub_id, self._pulls[sub_id])
+        [pr] = disown_unsigned(self.git, [self._record(sub_id, self._pulls[sub_id])])
         if pr.state != "open":
             self._read_verdict(pr)
         return pr
