@@ -27,6 +27,7 @@ from woolf.protocol import layout
 from woolf.protocol.rules.submitter import check_submitter
 from woolf.protocol.trailers import format_message
 from woolf.storage.files import hashes_of_file
+from woolf.storage.lazy import LazyTensors, merge_in_place, streamable
 from woolf.storage.outer_state import load_state, save_state
 from woolf.storage.pointer import Pointer
 from woolf.storage.sparse import load_delta, size_bound
@@ -44,12 +45,16 @@ log = logging.getLogger("woolf.validator")
 class MergeStep:
     """Evaluation and merge of one PR; needs Validator's ledger, device, name, forge, state and _merged_deltas."""
 
-    def candidate(self, adm: Admitted, main, att: float, timer: Timer, before_merge=None):
+    def candidate(self, adm: Admitted, main, att: float, timer: Timer, before_merge=None, in_place: bool = False):
         """(current weights, merge Step) after the data checks; raises Rejected.
 
         ``before_merge(current, delta, spent)``: runs after the checks and before the merge (scoring reads
         the delta there, and may spend current's memory: it says so in ``spent``); a reason it returns vetoes the merge: (current, None). The merge then
         writes the candidate into the delta's memory (the delta is not needed after it).
+
+        ``in_place``: the caller needs main's benchmark metrics only from ``state.eval_cache``, so they
+        are measured here first, and the merge may then write the candidate into current's memory
+        tensor by tensor (storage/lazy.py merge_in_place): the returned weights are then the candidate's.
 
         A parent version whose outer state is missing or does not fit raises
         IntegrityError/StorageError: nothing is merged on top of it (not the PR's fault).
@@ -71,8 +76,22 @@ class MergeStep:
             with timer("load"):
                 current.clear()  # dropped before the new copy is read: never three models at once
                 current.update(self.ledger.load_weights(main))
+        rule = Rule.from_config(cfg.merge)
+        if in_place and streamable(rule, current, delta):
+            self.evaluate_before(main, current, timer)
+            with timer("merge"):
+                return current, merge_in_place(rule, current, delta, att)
         with timer("merge"):
-            return current, merge_step(Rule.from_config(cfg.merge), current, state, delta, att, reuse_delta=True)
+            return current, merge_step(rule, current, state, delta, att, reuse_delta=True)
+
+    def evaluate_before(self, main, current, timer: Timer) -> dict:
+        """main's benchmark metrics, measured once per main commit (``state.eval_cache``)."""
+        before = self.state.eval_cache.get(main.commit)
+        if before is None:
+            wl, bench = self.ledger.workload(), gate_benchmark(self.ledger)
+            with timer("evaluation"):
+                before = self.state.eval_cache[main.commit] = wl.evaluate(current, bench, self.device)
+        return before
 
     def _load_state(self, main, model_spec):
         path = self.ledger.state_path(main)
@@ -122,14 +141,14 @@ class MergeStep:
             verdict.reason = judge_scores(self.ledger.config, verdict) or ""
             return verdict.reason
 
-        current, step = self.candidate(adm, main, verdict.attenuation, timer, before_merge=score)
+        # in_place: main's metrics are measured before the merge, which may then write the candidate
+        # into current's memory (one model in memory, not two)
+        current, step = self.candidate(adm, main, verdict.attenuation, timer, before_merge=score, in_place=True)
         if step is None:  # vetoed by the scores (verdict.reason says why)
             return verdict, None
         bench = gate_benchmark(self.ledger)  # the hidden benchmark when the config pins one (ledger/benchmark.py)
+        before = self.evaluate_before(main, current, timer)  # measured already when the merge was in place
         with timer("evaluation"):
-            before = self.state.eval_cache.get(main.commit)
-            if before is None:
-                before = self.state.eval_cache[main.commit] = wl.evaluate(current, bench, self.device)
             probe = wl.evaluate(step.probe, bench, self.device)
         verdict.device = describe_device(self.device)
         # "after" is the loss of the weights that become the version; a FedBuff merge that only
@@ -161,6 +180,8 @@ class MergeStep:
             # finiteness is proven by _check_norm's norm (exact check only when that is not finite)
             return load_delta(path, declared, expect_spec, cfg.limits, finite=False, on_block=on_block)
 
+        if declared.get("kind") == "dense":
+            return self._lazy_delta(adm, expect_spec)
         problem = None
         try:
             if "url" in declared:
@@ -187,6 +208,35 @@ class MergeStep:
             return read(path, None)
         except InvalidWeightsError as exc:
             raise Rejected(exc.message) from None
+
+    def _fetch_delta(self, adm: Admitted):
+        cfg, declared = self.ledger.config, adm.meta["delta"]
+        try:
+            if "url" in declared:
+                return self.ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge, cfg.limits.max_delta_bytes)
+            return self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
+                                                  deadline=cfg.forge.delta_timeout)
+        except IntegrityError as exc:
+            raise Rejected(f"delta object: {exc.message}") from None
+        except StorageError as exc:
+            raise Rejected(f"delta object unavailable: {exc.message}") from None
+
+    def _lazy_delta(self, adm: Admitted, expect_spec) -> LazyTensors:
+        """A dense delta, hashed, then read tensor by tensor whenever it is used (storage/lazy.py): the
+        checks, the screen, scoring and the merge each hold one of its tensors at a time, never it all.
+        Its file is opened before it is hashed: what is read later is the inode that was hashed."""
+        path = self._fetch_delta(adm)
+        delta, problem = None, None
+        try:
+            delta = LazyTensors.open(path, self.ledger.config.limits, expect=expect_spec, label="delta")
+        except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
+            problem = exc.message
+        md5, sha = self.ledger.store.hashes(path)
+        if sha != adm.meta["delta"]["sha256"]:
+            raise Rejected("delta bytes do not match the sha256 in submission.json")
+        if problem is not None:
+            raise Rejected(problem)
+        return delta
 
     def _verify_stored(self, pr, main) -> None:
         """The delta and main's weights (and outer state) are whole in the ledger's storage before a push names them.
