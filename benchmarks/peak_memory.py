@@ -14,7 +14,7 @@ the candidate) and the interpreter's. Reported per command: maximum RSS, that ov
 model's bytes, wall seconds. Results go to benchmarks/results/peak_memory_<params>.json.
 
 Floors (benchmarks/RESULTS.md §1, measured in the same run, in their own process, on the
-version-0 object in storage, right after init and again at the end): R = the file read once
+version-0 object in storage, right after init, and again at the end unless --lean): R = the file read once
 into memory, W = written once to a fresh file (a kernel copy minus R), H = md5 and sha256 of it
 (woolf's own two-thread hashing), E = one synthetic evaluation of the weights in memory. Each
 command's floor is the sum of the primitives it cannot avoid (FLOORS below), and its seconds
@@ -170,7 +170,8 @@ def run(params: int, tensors: int, workdir: Path | None, lean: bool) -> dict:
         drop(root / "v1.safetensors", root / "dave")
         timed_cli("pull", ["pull"], root / "alice", rows, model_bytes)
         drop()
-        floor_runs.append(floors(root, params, tensors))
+        if not lean:  # a second sample (at 2B one costs minutes: a lean run takes it once)
+            floor_runs.append(floors(root, params, tensors))
     best = {k: min(f[k] for f in floor_runs) for k in floor_runs[0]}
     t0 = time.perf_counter()  # what every command pays before it touches a byte: interpreter, torch, dvc, woolf
     subprocess.run([sys.executable, "-c", "import torch, dvc.repo, woolf.cli.main"], check=True, env=_env())
