@@ -29,7 +29,7 @@ from woolf.ledger.ledger import Ledger
 N_PARAMS = 24_000_000  # float32: 96 MB of weights (smaller, torch's code pages faulted in on first use dominate)
 MODEL = N_PARAMS * 4
 HOSTILE_BOUND = 1.8  # x the model above the interpreter (the measurements are in the asserts' comments)
-HONEST_BOUND = 2.2
+HONEST_BOUND = 1.9
 PROBE = r"""
 import json, sys
 import safetensors.torch  # noqa: F401 - imported before the baseline, as the interpreter's share

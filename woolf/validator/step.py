@@ -49,7 +49,8 @@ class MergeStep:
         """(current weights, merge Step) after the data checks; raises Rejected.
 
         ``before_merge(current, delta, spent)``: runs after the checks and before the merge (scoring reads
-        the delta there, and may spend current's memory: it says so in ``spent``); a reason it returns vetoes the merge: (current, None). The merge then
+        the delta there, and may spend current's memory: it says so in ``spent``; for a stale PR current
+        is emptied before it, since scoring reads the base version instead); a reason it returns vetoes the merge: (current, None). The merge then
         writes the candidate into the delta's memory (the delta is not needed after it).
 
         ``in_place``: the caller needs main's benchmark metrics only from ``state.eval_cache``, so they
@@ -70,8 +71,12 @@ class MergeStep:
             adm.screened = screen_delta(self.ledger, self.forge, self.state, adm, main, current, delta,
                                         norms)  # no-op, norm guard, replay, copies
         spent: list = []  # scoring wrote into current's memory: main's weights are read again
-        if before_merge is not None and before_merge(current, adm.screened.delta, spent):
-            return current, None
+        if before_merge is not None:
+            if adm.base.commit != main.commit:  # scoring reads the stale PR's base version: main's weights
+                current.clear()                 # are dropped meanwhile and read again (never two models)
+                spent.append("current")
+            if before_merge(current, adm.screened.delta, spent):
+                return current, None
         if spent:
             with timer("load"):
                 current.clear()  # dropped before the new copy is read: never three models at once
