@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -125,7 +126,8 @@ def _free_gib(root: Path) -> float:
     return round(shutil.disk_usage(root).free / 2**30, 1)
 
 
-def run(params: int, tensors: int, workdir: Path | None, lean: bool) -> dict:
+def run(params: int, tensors: int, workdir: Path | None, lean: bool, sets: list[str] | None = None,
+        floors_at: str = "both", copies_early: bool = False) -> dict:
     model_bytes = params // tensors * tensors * 4
     rows: list = []
     floor_runs: list = []
@@ -145,7 +147,10 @@ def run(params: int, tensors: int, workdir: Path | None, lean: bool) -> dict:
                            "--storage", str(root / "storage"),
                            "--set", f"workload.params.n_params={params}",
                            "--set", f"workload.params.n_tensors={tensors}",
-                           "--set", "policy.min_improvement=-1e9"], root, rows, model_bytes)
+                           "--set", "policy.min_improvement=-1e9",
+                           # a delta is the model's size: the default 2 GiB limit refuses a 2B model's
+                           "--set", f"limits.max_delta_bytes={max(2 << 30, 2 * model_bytes)}",
+                           *[x for kv in (sets or []) for x in ("--set", kv)]], root, rows, model_bytes)
         _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
         def clone(name):
             _git("clone", "-q", str(root / "hub.git"), str(root / name), cwd=root)
@@ -154,7 +159,17 @@ def run(params: int, tensors: int, workdir: Path | None, lean: bool) -> dict:
         clone("alice")
         clone("val")
         drop(root / "work")  # the hub and the storage hold everything later commands read
-        floor_runs.append(floors(root, params, tensors))
+        early = []
+        if copies_early:  # checkout and pull of version 0 beside train..validate (copies: ~0.06x, no model held)
+            clone("dave")
+            clone("erin")
+            early = [threading.Thread(target=timed_cli, args=(name, argv, root / who, rows, model_bytes))
+                     for name, argv, who in (("checkout", ["checkout", "0", "-o", str(root / "v0.safetensors")], "dave"),
+                                             ("pull", ["pull"], "erin"))]
+            for t in early:
+                t.start()
+        if floors_at in ("both", "start"):
+            floor_runs.append(floors(root, params, tensors))
         timed_cli("train", ["train", "--steps", "1", "--contributor", "alice"], root / "alice", rows, model_bytes)
         drop()
         timed_cli("submit", ["submit", "--contributor", "alice"], root / "alice", rows, model_bytes)
@@ -162,22 +177,31 @@ def run(params: int, tensors: int, workdir: Path | None, lean: bool) -> dict:
         timed_cli("validate", ["validate", "--all", "--name", "val"], root / "val", rows, model_bytes)
         drop(root / "val")
         clone("carol")
-        clone("dave")
         timed_cli("audit", ["audit"], root / "carol", rows, model_bytes)
         drop(root / "carol")
-        timed_cli("checkout", ["checkout", "1", "-o", str(root / "v1.safetensors")], root / "dave", rows,
-                  model_bytes)
-        drop(root / "v1.safetensors", root / "dave")
-        timed_cli("pull", ["pull"], root / "alice", rows, model_bytes)
-        drop()
-        if not lean:  # a second sample (at 2B one costs minutes: a lean run takes it once)
+        for t in early:
+            t.join()
+        if early:
+            drop(root / "v0.safetensors", root / "dave", root / "erin")
+        else:
+            clone("dave")
+            timed_cli("checkout", ["checkout", "1", "-o", str(root / "v1.safetensors")], root / "dave", rows,
+                      model_bytes)
+            drop(root / "v1.safetensors", root / "dave")
+            timed_cli("pull", ["pull"], root / "alice", rows, model_bytes)
+            drop()
+        if floors_at in ("both", "end") and not (lean and floor_runs):  # a second sample costs minutes at 2B
             floor_runs.append(floors(root, params, tensors))
+        if not floor_runs:
+            raise SystemExit("no floors measured (--floors none)")
     best = {k: min(f[k] for f in floor_runs) for k in floor_runs[0]}
     t0 = time.perf_counter()  # what every command pays before it touches a byte: interpreter, torch, dvc, woolf
     subprocess.run([sys.executable, "-c", "import torch, dvc.repo, woolf.cli.main"], check=True, env=_env())
     startup = round(time.perf_counter() - t0, 2)
     for row in rows:
         formula = FLOORS[row["command"]]
+        if row["command"] == "validate" and "scoring.enabled=false" in (sets or []):
+            formula = formula.replace("8*E", "2*E")  # the gate's two evaluations only
         row["floor_formula"] = formula
         row["floor_s"] = round(eval(formula, {}, best), 2)  # noqa: S307 - our own constant formulas
         row["x_floor"] = round(row["seconds"] / max(row["floor_s"], 1e-9), 2)
@@ -194,13 +218,20 @@ def main() -> None:
     ap.add_argument("--tensors", type=int, default=8)
     ap.add_argument("--workdir", type=Path, default=None, help="Where the ledgers go (default: the temp dir).")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="More config for init (e.g. scoring.enabled=false: validate without scoring's 6 evaluations).")
+    ap.add_argument("--floors", default="both", choices=["both", "start", "end"],
+                    help="When the floors are measured (a lean run measures them once).")
+    ap.add_argument("--copies-early", action="store_true",
+                    help="Measure checkout and pull of version 0 in fresh clones beside train..audit (to save wall time).")
     ap.add_argument("--lean", action=argparse.BooleanOptionalAction, default=None,
                     help="Delete what later commands do not read (default: above 2 GB of weights).")
     a = ap.parse_args()
     params = int(a.params)
     lean = a.lean if a.lean is not None else params * 4 > 2 << 30
     start = os.getloadavg()
-    data = {"machine": machine(), **run(params, a.tensors, a.workdir, lean)}
+    data = {"machine": machine(), **run(params, a.tensors, a.workdir, lean, a.sets, a.floors, a.copies_early),
+            "sets": a.sets, "copies_early": a.copies_early}
     data["load_average"] = {"start": start, "end": os.getloadavg()}
     path = write_json(a.out or f"peak_memory_{params:.0e}.json".replace("+", ""), data)
     print(f"wrote {path}")
