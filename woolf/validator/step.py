@@ -10,30 +10,26 @@ from __future__ import annotations
 import logging
 import math
 
-import torch
-
 from woolf.core.merge_rules import Rule, Step, merge_step
 from woolf.core.policy import decide
 from woolf.core.scores import norm
 from woolf.core.staleness import attenuation
 from woolf.errors import (
-    IntegrityError,
     InvalidWeightsError,
     Rejected,
-    StorageError,
 )
 from woolf.ledger.benchmark import gate_benchmark, published
 from woolf.protocol import layout
 from woolf.protocol.rules.submitter import check_submitter
 from woolf.protocol.trailers import format_message
 from woolf.storage.files import hashes_of_file
-from woolf.storage.lazy import LazyTensors, merge_in_place, streamable
+from woolf.storage.lazy import merge_in_place, streamable
 from woolf.storage.outer_state import load_state, save_state
 from woolf.storage.pointer import Pointer
-from woolf.storage.sparse import load_delta, size_bound
 from woolf.storage.weights import check_finite, save_atomic, spec_of
 from woolf.timing import Timer
 from woolf.validator.admission import Admitted, admit
+from woolf.validator.delta_load import DeltaLoading
 from woolf.validator.score import judge, judge_scores, score_delta, verdict_fields
 from woolf.validator.screen import check_queue, screen_delta
 from woolf.validator.verdict import Verdict, _failpoint
@@ -42,7 +38,7 @@ from woolf.workloads.base import describe_device
 log = logging.getLogger("woolf.validator")
 
 
-class MergeStep:
+class MergeStep(DeltaLoading):
     """Evaluation and merge of one PR; needs Validator's ledger, device, name, forge, state and _merged_deltas."""
 
     def candidate(self, adm: Admitted, main, att: float, timer: Timer, before_merge=None, in_place: bool = False):
@@ -172,76 +168,6 @@ class MergeStep:
             return verdict, None
         verdict.accepted, verdict.state = True, "merged"
         return verdict, step
-
-    def _load_delta(self, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
-        cfg = self.ledger.config
-        bound = size_bound(adm.meta["delta"], expect_spec)  # a compressed kind's size follows from k
-        if bound is not None and adm.meta["delta"]["size"] > bound:
-            raise Rejected(f"delta declares {adm.meta['delta']['size']} bytes; a {adm.meta['delta']['kind']} delta "
-                           f"of this model with the declared k is at most {bound}")
-        declared = adm.meta["delta"]
-
-        def read(path, on_block):  # hashed as it is loaded when this clone has not hashed it yet
-            # finiteness is proven by _check_norm's norm (exact check only when that is not finite)
-            return load_delta(path, declared, expect_spec, cfg.limits, finite=False, on_block=on_block)
-
-        if declared.get("kind") == "dense":
-            return self._lazy_delta(adm, expect_spec)
-        problem = None
-        try:
-            if "url" in declared:
-                path = self.ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge,
-                                                   cfg.limits.max_delta_bytes)
-                delta = None
-            else:
-                path, delta = self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
-                                                             deadline=cfg.forge.delta_timeout, read=read)
-        except IntegrityError as exc:
-            raise Rejected(f"delta object: {exc.message}") from None
-        except StorageError as exc:
-            raise Rejected(f"delta object unavailable: {exc.message}") from None
-        except InvalidWeightsError as exc:  # the object is whole (hashed); its bytes are not a delta
-            path, delta, problem = self.ledger.store.cache_path(adm.pointer.md5), None, exc.message
-        md5, sha = self.ledger.store.hashes(path)
-        if sha != declared["sha256"]:
-            raise Rejected("delta bytes do not match the sha256 in submission.json")
-        if problem is not None:
-            raise Rejected(problem)
-        if delta is not None:
-            return delta
-        try:
-            return read(path, None)
-        except InvalidWeightsError as exc:
-            raise Rejected(exc.message) from None
-
-    def _fetch_delta(self, adm: Admitted):
-        cfg, declared = self.ledger.config, adm.meta["delta"]
-        try:
-            if "url" in declared:
-                return self.ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge, cfg.limits.max_delta_bytes)
-            return self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
-                                                  deadline=cfg.forge.delta_timeout)
-        except IntegrityError as exc:
-            raise Rejected(f"delta object: {exc.message}") from None
-        except StorageError as exc:
-            raise Rejected(f"delta object unavailable: {exc.message}") from None
-
-    def _lazy_delta(self, adm: Admitted, expect_spec) -> LazyTensors:
-        """A dense delta, hashed, then read tensor by tensor whenever it is used (storage/lazy.py): the
-        checks, the screen, scoring and the merge each hold one of its tensors at a time, never it all.
-        Its file is opened before it is hashed: what is read later is the inode that was hashed."""
-        path = self._fetch_delta(adm)
-        delta, problem = None, None
-        try:
-            delta = LazyTensors.open(path, self.ledger.config.limits, expect=expect_spec, label="delta")
-        except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
-            problem = exc.message
-        md5, sha = self.ledger.store.hashes(path)
-        if sha != adm.meta["delta"]["sha256"]:
-            raise Rejected("delta bytes do not match the sha256 in submission.json")
-        if problem is not None:
-            raise Rejected(problem)
-        return delta
 
     def _verify_stored(self, pr, main) -> None:
         """The delta and main's weights (and outer state) are whole in the ledger's storage before a push names them.
