@@ -59,10 +59,10 @@ def test_any_failure_inside_one_pr_becomes_its_rejection(network):
     second = craft_pr(val, tensors=delta(val, seed=2), who="bob")
 
     class Buggy(Validator):
-        def candidate(self, adm, main, att, timer, before_merge=None):
+        def candidate(self, adm, main, att, timer, before_merge=None, **kw):
             if adm.meta["contributor"] == "alice":
                 raise RecursionError("maximum recursion depth exceeded")
-            return super().candidate(adm, main, att, timer, before_merge)
+            return super().candidate(adm, main, att, timer, before_merge, **kw)
 
     verdicts = {v.id: v for v in Buggy(val, device="cpu").run()}
     assert not verdicts[first].accepted and "RecursionError" in verdicts[first].reason

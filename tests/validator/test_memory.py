@@ -3,8 +3,9 @@
 The hostile PRs come first in the queue (received first); after each verdict the
 validator process records its peak RSS (VmHWM), so one run gives the peak while
 only hostile PRs were handled and the peak after the honest ones. Measured on
-2 shared cores (2026-11-30): interpreter 227-245 MiB; hostile PRs 2.07-2.29x the model
-above it (3.29x once, in a loaded full-suite run), honest ones 4.35-6.34x.
+2 shared cores (2026-11-30), with the delta loaded whole: interpreter 227-245 MiB; hostile PRs
+2.07-2.29x the model above it (3.29x once, in a loaded full-suite run), honest ones 4.35-6.34x.
+With the delta read tensor by tensor and the merge in place (2026-12-02): see the asserts.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from woolf.ledger.ledger import Ledger
 
 N_PARAMS = 24_000_000  # float32: 96 MB of weights (smaller, torch's code pages faulted in on first use dominate)
 MODEL = N_PARAMS * 4
+HOSTILE_BOUND = 1.8  # x the model above the interpreter (the measurements are in the asserts' comments)
+HONEST_BOUND = 1.9
 PROBE = r"""
 import json, sys
 import safetensors.torch  # noqa: F401 - imported before the baseline, as the interpreter's share
@@ -95,11 +98,12 @@ def test_peak_memory_hostile_then_honest(tmp_path):
     print(f"\nmodel {MODEL / 2**20:.0f} MiB, interpreter {out['base'] / 2**20:.0f} MiB; "
           f"peak above the interpreter: hostile PRs {hostile_peak:.2f}x the model, after honest PRs "
           f"{honest_peak:.2f}x")
-    # the norm check holds the current weights and the delta (candidate() loads both): 2x, never more
-    # measured 2.07-2.24x alone, once 3.29x inside a loaded full-suite run (not explained), hence the margin;
-    # reading the 2 GiB object past its declared size, or both files held twice over, still fails it
-    assert hostile_peak < 3.5
-    # current + delta + candidate in the merge step, then the synthetic benchmark's own target during
-    # evaluation, and the serialized candidate while it is saved; measured 4.35-6.34x (the merge step and
-    # the gate are not this test's subject: the bound only catches a gross regression)
-    assert honest_peak < 8.0
+    # the norm check holds the current weights and one tensor of the delta at a time (storage/lazy.py);
+    # when the delta was loaded whole this measured 2.07-2.24x alone (once 3.29x in a loaded full-suite
+    # run); reading the 2 GiB object past its declared size, or the delta held whole, fails it
+    assert hostile_peak < HOSTILE_BOUND
+    # one model: the delta is read tensor by tensor, scoring's base + delta goes into main's memory, main's
+    # metrics are measured before the merge, which writes the candidate into main's memory one tensor at
+    # a time; the synthetic benchmark holds one tensor, the candidate is saved from its own memory.
+    # With the delta, the candidate and main whole this measured 4.35-6.34x
+    assert honest_peak < HONEST_BOUND

@@ -73,6 +73,14 @@ def _signers(signing_key: Path | None, signer: str | None, extra: list[str] | tu
     return Signers.parse("\n".join(lines), "--signer").render()  # validates every line
 
 
+def delta_bytes_needed(weights: dict) -> int:
+    """The smallest `limits.max_delta_bytes` that admits a dense delta (or trained file) of this model:
+    its tensors' bytes plus 1 MiB of header, rounded up to a MiB (the 2 GiB default refuses a
+    2B-parameter float32 model's; an explicit `--set limits.max_delta_bytes` is kept as given)."""
+    data = sum(t.numel() * t.element_size() if hasattr(t, "element_size") else t.nbytes for t in weights.values())
+    return -(-(data + (1 << 20)) // (1 << 20)) * (1 << 20)
+
+
 @dataclass(frozen=True)
 class CreateOptions:
     """What the new ledger is; each field is the keyword `create_ledger` takes, same default."""
@@ -146,6 +154,8 @@ def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) ->
         genesis = wl.genesis(seed)
 
     metrics = wl.evaluate(genesis, bench, "cpu")  # genesis's loss: the first point of every curve
+    if "limits.max_delta_bytes" not in (o.overrides or {}):  # a dense delta is the model's size
+        cfg.limits.max_delta_bytes = max(cfg.limits.max_delta_bytes, delta_bytes_needed(genesis))
 
     path.mkdir(parents=True, exist_ok=True)
     try:

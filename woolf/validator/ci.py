@@ -224,7 +224,7 @@ def apply_record(v, record: dict) -> Verdict | None:
     verdict.reason, verdict.contributor = reason, pr.contributor
     verdict.base_version, verdict.attenuation = adm.base.version, att
     try:
-        current, step = v.candidate(adm, main, att, timer)  # recomputed
+        current, step = v.candidate(adm, main, att, timer, in_place=True)  # recomputed (main's metrics first)
         sc = adm.screened  # validator/screen.py: recomputed content hash, norm and clip
         verdict.content, verdict.delta_norm, verdict.clip = sc.content, sc.norm, sc.clip
         verdict.flags += [f for f in sc.flags if f not in verdict.flags]

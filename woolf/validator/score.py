@@ -97,7 +97,8 @@ def _after(base: dict, delta: dict, reuse: bool) -> dict:
     """base + delta, as apply_delta(base, delta, 1.0) computes it; with ``reuse`` a float32 base's own
     memory receives it (the same bits: times 1.0 is exact, IEEE addition commutes), so scoring
     holds no third model."""
-    if reuse and all(v.dtype == torch.float32 and delta[k].dtype == torch.float32 and v.is_contiguous()
+    dtype_of = getattr(delta, "dtype_of", lambda k: delta[k].dtype)  # a lazy delta's from its header (storage/lazy.py)
+    if reuse and all(v.dtype == torch.float32 and dtype_of(k) == torch.float32 and v.is_contiguous()
                      for k, v in base.items()):
         for k in sorted(base):
             torch.add(base[k], delta[k], out=base[k])

@@ -26,6 +26,7 @@ from woolf.ledger.retention.deltas import delta_pointers
 from woolf.ledger.verdicts import merged_records
 from woolf.protocol.signatures import signatures
 from woolf.protocol.signers import signers_text
+from woolf.storage.lazy import LazyTensors
 from woolf.storage.pointer import Pointer
 from woolf.storage.sparse import load_delta
 from woolf.storage.weights import spec_of
@@ -114,10 +115,13 @@ def _load(ledger, state: ValidatorState, pointer: Pointer, key: str, spec,
         cache.move_to_end(key)
         return cache[key]
     cfg = ledger.config
+    declared = declared or {"kind": "dense"}
     try:
         path = ledger.store.fetch_object(pointer, max_bytes=cfg.limits.max_delta_bytes,
                                            deadline=cfg.forge.delta_timeout)
-        delta = load_delta(path, declared or {"kind": "dense"}, spec, cfg.limits, "delta")
+        if declared.get("kind") == "dense" and pointer.size > CACHE_BYTES:  # compared tensor by tensor, not kept
+            return LazyTensors.open(path, cfg.limits, expect=spec, label="delta")
+        delta = load_delta(path, declared, spec, cfg.limits, "delta")
     except WoolfError as exc:
         log.info("copy check: delta %s unreadable (%s)", key[:16], exc.message)
         return None
@@ -247,7 +251,10 @@ def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, curr
             raise Rejected(f"delta norm {n:.4g} is over {sc.norm_multiple:g}x the median norm of the last "
                            f"{len(norms)} merged deltas ({limit / sc.norm_multiple:.4g})")
         clip = f32(limit / n)
-        delta.update(clip_delta(delta, clip))  # the merge uses the clipped delta; the audit too (Woolf-Delta-Clip)
+        if isinstance(delta, LazyTensors):  # read tensor by tensor: later reads come back clipped, the same bits
+            delta.clip(clip)
+        else:
+            delta.update(clip_delta(delta, clip))  # the merge uses the clipped delta; the audit too (Woolf-Delta-Clip)
         flags.append("clipped")
         n = norm(delta)
     seen = _contents(ledger, state, main).get(content)

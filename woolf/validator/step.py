@@ -10,29 +10,26 @@ from __future__ import annotations
 import logging
 import math
 
-import torch
-
 from woolf.core.merge_rules import Rule, Step, merge_step
 from woolf.core.policy import decide
 from woolf.core.scores import norm
 from woolf.core.staleness import attenuation
 from woolf.errors import (
-    IntegrityError,
     InvalidWeightsError,
     Rejected,
-    StorageError,
 )
 from woolf.ledger.benchmark import gate_benchmark, published
 from woolf.protocol import layout
 from woolf.protocol.rules.submitter import check_submitter
 from woolf.protocol.trailers import format_message
 from woolf.storage.files import hashes_of_file
+from woolf.storage.lazy import merge_in_place, streamable
 from woolf.storage.outer_state import load_state, save_state
 from woolf.storage.pointer import Pointer
-from woolf.storage.sparse import load_delta, size_bound
 from woolf.storage.weights import check_finite, save_atomic, spec_of
 from woolf.timing import Timer
 from woolf.validator.admission import Admitted, admit
+from woolf.validator.delta_load import DeltaLoading
 from woolf.validator.score import judge, judge_scores, score_delta, verdict_fields
 from woolf.validator.screen import check_queue, screen_delta
 from woolf.validator.verdict import Verdict, _failpoint
@@ -41,15 +38,20 @@ from woolf.workloads.base import describe_device
 log = logging.getLogger("woolf.validator")
 
 
-class MergeStep:
+class MergeStep(DeltaLoading):
     """Evaluation and merge of one PR; needs Validator's ledger, device, name, forge, state and _merged_deltas."""
 
-    def candidate(self, adm: Admitted, main, att: float, timer: Timer, before_merge=None):
+    def candidate(self, adm: Admitted, main, att: float, timer: Timer, before_merge=None, in_place: bool = False):
         """(current weights, merge Step) after the data checks; raises Rejected.
 
         ``before_merge(current, delta, spent)``: runs after the checks and before the merge (scoring reads
-        the delta there, and may spend current's memory: it says so in ``spent``); a reason it returns vetoes the merge: (current, None). The merge then
+        the delta there, and may spend current's memory: it says so in ``spent``; for a stale PR current
+        is emptied before it, since scoring reads the base version instead); a reason it returns vetoes the merge: (current, None). The merge then
         writes the candidate into the delta's memory (the delta is not needed after it).
+
+        ``in_place``: the caller needs main's benchmark metrics only from ``state.eval_cache``, so they
+        are measured here first, and the merge may then write the candidate into current's memory
+        tensor by tensor (storage/lazy.py merge_in_place): the returned weights are then the candidate's.
 
         A parent version whose outer state is missing or does not fit raises
         IntegrityError/StorageError: nothing is merged on top of it (not the PR's fault).
@@ -65,14 +67,32 @@ class MergeStep:
             adm.screened = screen_delta(self.ledger, self.forge, self.state, adm, main, current, delta,
                                         norms)  # no-op, norm guard, replay, copies
         spent: list = []  # scoring wrote into current's memory: main's weights are read again
-        if before_merge is not None and before_merge(current, adm.screened.delta, spent):
-            return current, None
+        if before_merge is not None:
+            if adm.base.commit != main.commit:  # scoring reads the stale PR's base version: main's weights
+                current.clear()                 # are dropped meanwhile and read again (never two models)
+                spent.append("current")
+            if before_merge(current, adm.screened.delta, spent):
+                return current, None
         if spent:
             with timer("load"):
                 current.clear()  # dropped before the new copy is read: never three models at once
                 current.update(self.ledger.load_weights(main))
+        rule = Rule.from_config(cfg.merge)
+        if in_place and streamable(rule, current, delta):
+            self.evaluate_before(main, current, timer)
+            with timer("merge"):
+                return current, merge_in_place(rule, current, delta, att)
         with timer("merge"):
-            return current, merge_step(Rule.from_config(cfg.merge), current, state, delta, att, reuse_delta=True)
+            return current, merge_step(rule, current, state, delta, att, reuse_delta=True)
+
+    def evaluate_before(self, main, current, timer: Timer) -> dict:
+        """main's benchmark metrics, measured once per main commit (``state.eval_cache``)."""
+        before = self.state.eval_cache.get(main.commit)
+        if before is None:
+            wl, bench = self.ledger.workload(), gate_benchmark(self.ledger)
+            with timer("evaluation"):
+                before = self.state.eval_cache[main.commit] = wl.evaluate(current, bench, self.device)
+        return before
 
     def _load_state(self, main, model_spec):
         path = self.ledger.state_path(main)
@@ -122,14 +142,14 @@ class MergeStep:
             verdict.reason = judge_scores(self.ledger.config, verdict) or ""
             return verdict.reason
 
-        current, step = self.candidate(adm, main, verdict.attenuation, timer, before_merge=score)
+        # in_place: main's metrics are measured before the merge, which may then write the candidate
+        # into current's memory (one model in memory, not two)
+        current, step = self.candidate(adm, main, verdict.attenuation, timer, before_merge=score, in_place=True)
         if step is None:  # vetoed by the scores (verdict.reason says why)
             return verdict, None
         bench = gate_benchmark(self.ledger)  # the hidden benchmark when the config pins one (ledger/benchmark.py)
+        before = self.evaluate_before(main, current, timer)  # measured already when the merge was in place
         with timer("evaluation"):
-            before = self.state.eval_cache.get(main.commit)
-            if before is None:
-                before = self.state.eval_cache[main.commit] = wl.evaluate(current, bench, self.device)
             probe = wl.evaluate(step.probe, bench, self.device)
         verdict.device = describe_device(self.device)
         # "after" is the loss of the weights that become the version; a FedBuff merge that only
@@ -148,45 +168,6 @@ class MergeStep:
             return verdict, None
         verdict.accepted, verdict.state = True, "merged"
         return verdict, step
-
-    def _load_delta(self, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
-        cfg = self.ledger.config
-        bound = size_bound(adm.meta["delta"], expect_spec)  # a compressed kind's size follows from k
-        if bound is not None and adm.meta["delta"]["size"] > bound:
-            raise Rejected(f"delta declares {adm.meta['delta']['size']} bytes; a {adm.meta['delta']['kind']} delta "
-                           f"of this model with the declared k is at most {bound}")
-        declared = adm.meta["delta"]
-
-        def read(path, on_block):  # hashed as it is loaded when this clone has not hashed it yet
-            # finiteness is proven by _check_norm's norm (exact check only when that is not finite)
-            return load_delta(path, declared, expect_spec, cfg.limits, finite=False, on_block=on_block)
-
-        problem = None
-        try:
-            if "url" in declared:
-                path = self.ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge,
-                                                   cfg.limits.max_delta_bytes)
-                delta = None
-            else:
-                path, delta = self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
-                                                             deadline=cfg.forge.delta_timeout, read=read)
-        except IntegrityError as exc:
-            raise Rejected(f"delta object: {exc.message}") from None
-        except StorageError as exc:
-            raise Rejected(f"delta object unavailable: {exc.message}") from None
-        except InvalidWeightsError as exc:  # the object is whole (hashed); its bytes are not a delta
-            path, delta, problem = self.ledger.store.cache_path(adm.pointer.md5), None, exc.message
-        md5, sha = self.ledger.store.hashes(path)
-        if sha != declared["sha256"]:
-            raise Rejected("delta bytes do not match the sha256 in submission.json")
-        if problem is not None:
-            raise Rejected(problem)
-        if delta is not None:
-            return delta
-        try:
-            return read(path, None)
-        except InvalidWeightsError as exc:
-            raise Rejected(exc.message) from None
 
     def _verify_stored(self, pr, main) -> None:
         """The delta and main's weights (and outer state) are whole in the ledger's storage before a push names them.

@@ -2,7 +2,7 @@
 
 Usage:
     wl = Synthetic(n_params=10_000_000, n_tensors=8)
-    w0 = wl.genesis(); w1, _ = wl.train(w0, wl.default_data("a", 0), steps=1)
+    w0 = wl.genesis(); w1, _ = wl.train(w0, wl.default_data("a", 0), steps=1)   # w1 is w0, trained in place
     wl.evaluate(w1, wl.benchmark_bytes())        # {"loss": mean squared distance to a fixed target}
     wl.FEATURES                                  # empty: the base protocol only (features.py)
 
@@ -48,7 +48,12 @@ class Synthetic:
     def data_from_path(self, path: str) -> TrainData:
         return TrainData([path.encode()], path)
 
+    @torch.no_grad()
     def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0, progress=None):
+        """A step toward genesis(1) plus seeded noise, written into ``weights``' own tensors (float32,
+        contiguous; others get new ones): the trained weights ARE the given dict, so training holds one
+        model, not two (a benchmark workload; `woolf train` takes the base's metrics from the version's
+        record). The values are those of ``v + s * (t - v) + 1e-4 * noise`` computed out of place."""
         key = int.from_bytes(hashlib.sha256(data.texts[0] + bytes([seed % 256])).digest()[:4], "little")
         g = torch.Generator().manual_seed(key)
         # genesis(1) one tensor at a time when the weights come in the model's order (as loaded):
@@ -58,12 +63,18 @@ class Synthetic:
             targets = (t for _, t in self._tensors(1))
         else:
             full = self.genesis(1)
-            targets = (full[k] for k in weights)
-        out = {}
-        for (k, v), t in zip(weights.items(), targets, strict=True):
+            targets = (full.pop(k) for k in list(weights))
+        for (k, v), t in zip(list(weights.items()), targets, strict=True):
             # a step toward the target plus noise: evaluation sees honest progress
-            out[k] = v + self.step_size * steps * (t - v) + 1e-4 * torch.randn(v.shape, generator=g)
-        return out, {"steps": steps, "seconds": 0.0, "data": data.source}
+            step = torch.sub(t, v, out=t) if t.dtype == v.dtype and t.shape == v.shape else t - v
+            step.mul_(self.step_size * steps).add_(v)  # v + s*(t - v): IEEE addition commutes
+            step.add_(torch.randn(v.shape, generator=g).mul_(1e-4))
+            if v.dtype == step.dtype and v.is_contiguous():
+                v.copy_(step)
+            else:
+                weights[k] = step
+            del step, t
+        return weights, {"steps": steps, "seconds": 0.0, "data": data.source}
 
     @torch.no_grad()
     def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:

@@ -12,7 +12,10 @@ recorded, and the parent's outer state for a rule that keeps one. A
 compressed delta merged under `attenuated` touches only its kept values
 (``apply_sparse_``: the same bytes, in a fraction of the time). The result
 must hash to the version's recorded sha256 and its pointer's md5, or nothing
-is written; it then becomes the cache object, so every later read is a copy.
+is kept; it then becomes the cache object, so every later read is a copy. A dense
+delta is read tensor by tensor and the attenuated merge writes into the weights' own
+memory (storage/lazy.py); the file is written and hashed from that memory: one model in
+memory, not three.
 Every object read is verified (md5 as it is fetched, sha256 against the record):
 one that storage holds with other bytes (a file planted at a removed version's
 path) is named in ``info["tampered"]``, never trusted, and the walk falls back to
@@ -21,22 +24,20 @@ an older snapshot.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-from safetensors.torch import save
 
 from woolf.core.compress import apply_sparse_
 from woolf.core.merge_rules import Rule, f32, merge_step
 from woolf.core.scores import clip_delta
 from woolf.errors import IntegrityError, StorageError, WoolfError
 from woolf.ledger.retention.deltas import delta_pointers, weights_pointers
+from woolf.storage.lazy import LazyTensors, merge_in_place, streamable
 from woolf.storage.outer_state import load_state
 from woolf.storage.sparse import load_delta, load_entries
 from woolf.storage.weights import TRUSTED_LIMITS, spec_of
+from woolf.storage.writer import write_hashed
 
 MAX_CHAIN = 100_000
 
@@ -107,33 +108,36 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
                 for name, (where, vals) in merged.items():
                     stale[name] = apply_sparse_(weights[name], where, vals, scale, stale.get(name))
             else:
-                delta = load_delta(path, declared, spec, TRUSTED_LIMITS, label)
-                if v.delta_clip is not None:  # scoring.norm_action = clip: merged as the validator clipped it
-                    delta = clip_delta(delta, v.delta_clip)
+                if declared.get("kind") == "dense":  # read tensor by tensor as the merge uses it (storage/lazy.py)
+                    delta = LazyTensors.open(path, TRUSTED_LIMITS, expect=spec, label=label)
+                    if v.delta_clip is not None:
+                        delta.clip(v.delta_clip)
+                else:
+                    delta = load_delta(path, declared, spec, TRUSTED_LIMITS, label)
+                    if v.delta_clip is not None:  # scoring.norm_action = clip: merged as the validator clipped it
+                        delta = clip_delta(delta, v.delta_clip)
                 state_path = ledger.state_path(prev)
                 state = None if state_path is None else load_state(state_path, spec, ledger.config.limits)
-                weights = merge_step(rule, weights, state, delta, v.attenuation or 0.0).candidate
+                if state is None and streamable(rule, weights, delta):  # into the weights' own memory
+                    weights = merge_in_place(rule, weights, delta, v.attenuation or 0.0).candidate
+                else:
+                    weights = merge_step(rule, weights, state, delta, v.attenuation or 0.0).candidate
                 stale = {}
         except (ValueError, KeyError, RuntimeError, TypeError, IndexError) as exc:
             raise IntegrityError(f"version {v.version} cannot be replayed: {exc}", hint="run `woolf audit`") from None
         replayed += 1
 
-    data = save(weights)
-    del weights
-    with ThreadPoolExecutor(1) as pool:  # hashlib releases the GIL: md5 and sha256 side by side
-        md5_job = pool.submit(lambda: hashlib.md5(data, usedforsecurity=False).hexdigest())
-        sha = hashlib.sha256(data).hexdigest()
-        md5 = md5_job.result()
-    if sha != target.weights_sha256:
-        raise IntegrityError(f"version {target.version} rebuilt from version {chain[start].version} does not "
-                             "match its recorded sha256", hint="run `woolf audit`")
     ptr = ledger.pointer(target.commit)
     dest = ledger.store.cache_path(ptr.md5)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".rebuild.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+    os.close(fd)
+    try:  # safetensors' bytes written from the weights' memory, md5 and sha256 on the way (no copy in memory)
+        md5, sha = write_hashed(weights, Path(tmp))
+        del weights
+        if sha != target.weights_sha256:
+            raise IntegrityError(f"version {target.version} rebuilt from version {chain[start].version} does not "
+                                 "match its recorded sha256", hint="run `woolf audit`")
         ledger.store.adopt(Path(tmp), ptr, md5, sha)
     finally:
         Path(tmp).unlink(missing_ok=True)

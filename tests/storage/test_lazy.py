@@ -1,0 +1,93 @@
+"""storage/lazy.py: a delta read tensor by tensor gives the whole-model path's merge, bit for bit."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from woolf.core.merge_rules import Rule, merge_step
+from woolf.core.scores import clip_delta, content_sha256, norm, similarity
+from woolf.errors import InvalidWeightsError
+from woolf.protocol.config import LimitsConfig
+from woolf.storage.lazy import LazyTensors, merge_in_place, streamable
+from woolf.storage.weights import load_checked, spec_of
+from woolf.storage.writer import sha256_of
+
+pytestmark = pytest.mark.unit
+
+LIMITS = LimitsConfig()
+
+
+def _model(seed, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return {f"w{i}": torch.randn(n, generator=g) * scale for i, n in enumerate((1000, 37, 5000, 1))}
+
+
+def _file(tmp_path, tensors, name="delta.safetensors"):
+    path = tmp_path / name
+    save_file(tensors, str(path))
+    return path
+
+
+@pytest.mark.parametrize("att,clip", [(1.0, None), (0.5, None), (0.3333, None), (0.7, 0.123456)])
+def test_the_streamed_merge_is_bit_for_bit_merge_step(tmp_path, att, clip):
+    current, delta = _model(0), _model(1, 1e-3)
+    path = _file(tmp_path, delta)
+    rule = Rule.from_record("attenuated", 0.9, None)
+    whole = clip_delta(delta, clip) if clip is not None else delta
+    want = merge_step(rule, current, None, {k: v.clone() for k, v in whole.items()}, att).candidate
+    lazy = LazyTensors.open(path, LIMITS, expect=spec_of(current))
+    if clip is not None:
+        lazy.clip(clip)
+        assert all(torch.equal(lazy[k], whole[k]) for k in whole)  # clip_delta's one rounding
+    assert streamable(rule, current, lazy)
+    step = merge_in_place(rule, current, lazy, att)
+    assert step.candidate is current and step.probe is current and step.applied
+    assert step.scale == merge_step(rule, _model(0), None, _model(1, 1e-3), att).scale
+    assert all(torch.equal(step.candidate[k], want[k]) for k in want)
+    assert sha256_of(step.candidate) == sha256_of(want)
+
+
+def test_lazy_reads_are_the_file_and_feed_the_screen_alike(tmp_path):
+    delta = _model(2, 1e-2)
+    path = _file(tmp_path, delta)
+    lazy = LazyTensors.open(path, LIMITS, expect=spec_of(delta))
+    loaded = load_checked(path, LIMITS)
+    assert list(lazy) == sorted(delta) and len(lazy) == len(delta) and "w0" in lazy and "x" not in lazy
+    assert all(torch.equal(lazy[k], loaded[k]) for k in loaded)
+    assert lazy["w0"] is not lazy["w0"]  # fresh memory on every read: nothing is kept
+    assert norm(lazy) == norm(loaded) and content_sha256(lazy) == content_sha256(loaded)
+    other = _model(3, 1e-2)
+    assert similarity(lazy, other, 0.9) == similarity(loaded, other, 0.9)
+    assert lazy.dtype_of("w1") == torch.float32
+    with pytest.raises(ValueError, match="clipped once"):
+        lazy.clip(0.5)
+        lazy.clip(0.5)
+
+
+def test_a_file_that_is_not_the_model_is_refused_at_open(tmp_path):
+    current = _model(0)
+    wrong = dict(current, w1=torch.zeros(38))
+    with pytest.raises(InvalidWeightsError, match="delta: tensor 'w1' is F32\\[38\\]"):
+        LazyTensors.open(_file(tmp_path, wrong), LIMITS, expect=spec_of(current))
+    bf16 = {k: v.to(torch.bfloat16) for k, v in current.items()}
+    with pytest.raises(InvalidWeightsError, match="keeps float32 master weights"):
+        LazyTensors.open(_file(tmp_path, bf16, "b.safetensors"), LIMITS, expect=spec_of(current))
+    path = _file(tmp_path, current, "t.safetensors")
+    with open(path, "r+b") as fh:
+        fh.truncate(os.path.getsize(path) - 4)
+    with pytest.raises(InvalidWeightsError, match="delta: "):
+        LazyTensors.open(path, LIMITS, expect=spec_of(current))
+
+
+def test_other_rules_and_dtypes_are_not_streamed(tmp_path):
+    current = _model(0)
+    path = _file(tmp_path, _model(1, 1e-3))
+    lazy = LazyTensors.open(path, LIMITS, expect=spec_of(current))
+    assert not streamable(Rule.from_record("nesterov", 1.0, {"outer_lr": 0.7, "momentum": 0.9}), current, lazy)
+    assert not streamable(Rule.from_record("attenuated", 1.0, None), current, load_checked(path, LIMITS))
+    half = {k: v.double() for k, v in current.items()}
+    assert not streamable(Rule.from_record("attenuated", 1.0, None), half, lazy)

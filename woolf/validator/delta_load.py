@@ -1,0 +1,86 @@
+"""A PR's delta fetched, hashed and opened for the validator: dense ones read tensor by tensor.
+
+Usage (through MergeStep, which mixes this in; needs the Validator's ledger):
+    delta = self._load_delta(adm, model_spec)   # LazyTensors (dense) or a dict (topk, expanded); raises Rejected
+"""
+
+from __future__ import annotations
+
+import torch
+
+from woolf.errors import IntegrityError, InvalidWeightsError, Rejected, StorageError
+from woolf.storage.lazy import LazyTensors
+from woolf.storage.sparse import load_delta, size_bound
+from woolf.validator.admission import Admitted
+
+
+class DeltaLoading:
+    def _load_delta(self, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
+        cfg = self.ledger.config
+        bound = size_bound(adm.meta["delta"], expect_spec)  # a compressed kind's size follows from k
+        if bound is not None and adm.meta["delta"]["size"] > bound:
+            raise Rejected(f"delta declares {adm.meta['delta']['size']} bytes; a {adm.meta['delta']['kind']} delta "
+                           f"of this model with the declared k is at most {bound}")
+        declared = adm.meta["delta"]
+
+        def read(path, on_block):  # hashed as it is loaded when this clone has not hashed it yet
+            # finiteness is proven by _check_norm's norm (exact check only when that is not finite)
+            return load_delta(path, declared, expect_spec, cfg.limits, finite=False, on_block=on_block)
+
+        if declared.get("kind") == "dense":
+            return self._lazy_delta(adm, expect_spec)
+        problem = None
+        try:
+            if "url" in declared:
+                path = self.ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge,
+                                                   cfg.limits.max_delta_bytes)
+                delta = None
+            else:
+                path, delta = self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
+                                                             deadline=cfg.forge.delta_timeout, read=read)
+        except IntegrityError as exc:
+            raise Rejected(f"delta object: {exc.message}") from None
+        except StorageError as exc:
+            raise Rejected(f"delta object unavailable: {exc.message}") from None
+        except InvalidWeightsError as exc:  # the object is whole (hashed); its bytes are not a delta
+            path, delta, problem = self.ledger.store.cache_path(adm.pointer.md5), None, exc.message
+        md5, sha = self.ledger.store.hashes(path)
+        if sha != declared["sha256"]:
+            raise Rejected("delta bytes do not match the sha256 in submission.json")
+        if problem is not None:
+            raise Rejected(problem)
+        if delta is not None:
+            return delta
+        try:
+            return read(path, None)
+        except InvalidWeightsError as exc:
+            raise Rejected(exc.message) from None
+
+    def _fetch_delta(self, adm: Admitted):
+        cfg, declared = self.ledger.config, adm.meta["delta"]
+        try:
+            if "url" in declared:
+                return self.ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge, cfg.limits.max_delta_bytes)
+            return self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
+                                                  deadline=cfg.forge.delta_timeout)
+        except IntegrityError as exc:
+            raise Rejected(f"delta object: {exc.message}") from None
+        except StorageError as exc:
+            raise Rejected(f"delta object unavailable: {exc.message}") from None
+
+    def _lazy_delta(self, adm: Admitted, expect_spec) -> LazyTensors:
+        """A dense delta, hashed, then read tensor by tensor whenever it is used (storage/lazy.py): the
+        checks, the screen, scoring and the merge each hold one of its tensors at a time, never it all.
+        Its file is opened before it is hashed: what is read later is the inode that was hashed."""
+        path = self._fetch_delta(adm)
+        delta, problem = None, None
+        try:
+            delta = LazyTensors.open(path, self.ledger.config.limits, expect=expect_spec, label="delta")
+        except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
+            problem = exc.message
+        md5, sha = self.ledger.store.hashes(path)
+        if sha != adm.meta["delta"]["sha256"]:
+            raise Rejected("delta bytes do not match the sha256 in submission.json")
+        if problem is not None:
+            raise Rejected(problem)
+        return delta
