@@ -54,7 +54,7 @@ def test_credit_counts_regressions_against_their_author():
     assert abs(c["improvement"] - 0.55) < 1e-12 and c["versions"] == 3
     # alice's 0.5 is capped at the median of the improving merges around it (0.5 and 0.1: 0.3)
     assert abs(c["total"] - 0.35) < 1e-12 and abs(by["alice"]["credited"] - 0.3) < 1e-12
-    assert abs(by["alice"]["share"] - 0.3 / 0.35) < 1e-12 and by["eve"]["improvement"] < 0
+    assert abs(by["alice"]["share"] - 0.3 / 0.4) < 1e-12 and by["eve"]["improvement"] < 0  # of the positive nets
     assert by["eve"]["regressions"] == 1 and [r["contributor"] for r in c["rows"]] == ["alice", "bob", "eve"]
     assert credit(_Led, since=1, records=recs)["versions"] == 2
     board = leaderboard(_Led, history=[Record("r", canonical("ＡＬＩＣＥ"), "rejected", 5)] + recs)
@@ -88,7 +88,8 @@ def test_leaderboard_and_credit_commands_on_a_real_ledger(network):
     paths = build_report(val, val.root / "report")
     page = paths["html"].read_text()
     assert "id='leaderboard'" in page and "id='credit'" in page and "ratings.png" in str(paths["plots"][-1])
-    assert "## Leaderboard" in paths["markdown"].read_text()
+    assert "## Leaderboard" in paths["markdown"].read_text() and "## Ratings over time" in paths["markdown"].read_text()
+    assert "id='ratings-over-time'" in page
 
 
 @pytest.mark.unit
@@ -187,3 +188,35 @@ def test_unsigned_prs_in_a_keyed_name_are_nobodys(network):
     assert sorted(v.id for v in verdicts) == sorted(junk)  # merged or rejected: none of it is hers
     rows = {r["contributor"]: r for r in leaderboard(val)["rows"]}
     assert rows["alice"]["merged"] == 1 and rows["alice"]["rejected"] == 0, rows["alice"]
+
+
+@pytest.mark.unit
+def test_credit_shares_stay_within_0_and_100_percent_when_regressions_nearly_cancel_the_gains():
+    def rec(i, who, before, after):
+        return Record(f"id{i}", who, "merged", i, version=i, before={"loss": before}, after={"loss": after})
+
+    # alice +0.3 (credited 0.2, the median of 0.3 and 0.1), bob +0.1, eve -0.28: the signed total 0.02
+    # gave alice 1000%, bob 500%, eve -1400%
+    recs = [rec(1, "alice", 3.0, 2.7), rec(2, "bob", 2.7, 2.6), rec(3, "eve", 2.6, 2.88)]
+    c = credit(_Led, records=recs)
+    by = {r["contributor"]: r for r in c["rows"]}
+    assert abs(c["total"] - 0.02) < 1e-9 and abs(by["eve"]["credited"] + 0.28) < 1e-9  # its regression shown
+    assert abs(by["alice"]["share"] - 2 / 3) < 1e-9 and abs(by["bob"]["share"] - 1 / 3) < 1e-9
+    assert by["eve"]["share"] == 0.0 and all(0.0 <= r["share"] <= 1.0 for r in c["rows"])
+    assert abs(sum(r["share"] for r in c["rows"]) - 1.0) < 1e-9
+    # nobody's merges helped: no shares at all
+    assert all(r["share"] is None for r in credit(_Led, records=[rec(1, "eve", 3.0, 3.1)])["rows"])
+
+
+@pytest.mark.unit
+def test_the_report_lists_each_contributors_rating_over_time():
+    from woolf.report.scoring import over_time
+
+    timeline = [{"window": i, "end": 8 * (i + 1), "ratings": {"alice": float(i), "bob": -float(i)}} for i in range(30)]
+    timeline[3]["ratings"] = {"alice": 3.0, "carol": 1.5}  # carol's only match; bob sat this one out
+    head, rows = over_time(timeline, ["alice", "bob", "carol"], limit=12)
+    assert head == ("verdicts", "alice", "bob", "carol") and len(rows) == 12
+    assert rows[0] == ("8", "0.00", "-0.00", "-") and rows[-1] == ("240", "29.00", "-29.00", "1.50")
+    assert rows[1][0] == "32" and rows[1][2] == "-2.00"  # bob keeps his rating until his next match
+    assert over_time(timeline[:2], ["alice"]) == (("verdicts", "alice"), [("8", "0.00"), ("16", "1.00")])
+    assert over_time([], ["alice"]) == ((), [])

@@ -10,7 +10,10 @@ recorded them) goes to its author, capped at the typical improvement of the merg
 (typical_gains: the median over the nearest RATING_WINDOW merges that improved). The first
 merges from genesis drop the loss by whole nats that any delta would have given, which is
 what the ledger reaches anyway, whoever merges first; a regressing merge counts against its
-author in full. Shares are of the ledger's total credited improvement over the versions counted.
+author in full. A contributor's share is its net credit over the sum of the net credits that are
+positive: shares lie in [0, 100%] and add up to 100%; one whose merges hurt more than they helped
+gets 0% (its negative credit is still shown). Dividing by the signed total instead gave shares
+like 195% and -95% when regressions nearly cancelled the gains.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def leaderboard(ledger, forge=None, window: int = RATING_WINDOW, history=None) -
 CREDIT_RULE = ("credit: each merged version's benchmark improvement, capped at the median improvement of the "
                f"{RATING_WINDOW} merged versions nearest it (a larger drop is the easy early one any merge at that point "
                "would have made: the ledger reaches it anyway, whoever merges first); a regression counts against its "
-               "author in full")
+               "author in full; shares divide the positive net credits (a contributor whose merges net hurt gets 0%)")
 
 
 def typical_gains(gains: list[float], near: int = RATING_WINDOW) -> list[float | None]:
@@ -70,7 +73,8 @@ def typical_gains(gains: list[float], near: int = RATING_WINDOW) -> list[float |
 
 def credit(ledger, since: int | None = None, records=None) -> dict:
     """{"rows": [...] largest share first, "total": credited improvement, "improvement": raw total,
-    "versions": n, "since": since, "rule": CREDIT_RULE}."""
+    "versions": n, "since": since, "rule": CREDIT_RULE}; each row's "share" in [0, 1] (None: no positive
+    net credit)."""
     policy = ledger.config.policy
     records = merged_records(ledger) if records is None else records
     merges = sorted(((rec, rec.improvement(policy.metric, policy.direction)) for rec in records
@@ -91,8 +95,9 @@ def credit(ledger, since: int | None = None, records=None) -> dict:
         row["improvement"] += gain
         row["versions"] += 1
         row["regressions"] += gain < 0
+    positive = sum(max(0.0, r["credited"]) for r in rows.values())
     for row in rows.values():
-        row["share"] = row["credited"] / total if total > 0 else None
+        row["share"] = max(0.0, row["credited"]) / positive if positive > 0 else None
     ordered = sorted(rows.values(), key=lambda r: (-r["credited"], -r["improvement"], r["contributor"]))
     return {"rows": ordered, "total": total, "improvement": raw, "versions": counted, "since": since,
             "metric": policy.metric, "rule": CREDIT_RULE}
