@@ -5,6 +5,7 @@ Usage:
     sim.is_copy(0.97)                        # scaled, noised, negated or partial copy
     content_sha256(delta)                    # the tensors' content, whatever the file's bytes
     norm(delta); norm_limit([norms...], multiple=10.0)   # Templar's guard: a multiple of the median
+    per_contributor([(who, norm), ...], most=8)           # what the median is taken over: one per contributor
     improvement(before_loss, after_loss)     # positive = the delta helped
     noise = window_noise([scores, ...])      # one rating window's measurement noise of "difference"
     rank_score(state, scores, reason, noise) # one verdict's outcome in its rating window
@@ -70,12 +71,26 @@ def norm(delta: dict[str, torch.Tensor]) -> float:
                          for t in delta.values() if t.is_floating_point()))
 
 
-def norm_limit(recent: list[float], multiple: float) -> float | None:
-    """The largest norm allowed: ``multiple`` x the median of recent merged norms (None: too few)."""
+def norm_limit(recent: list[float], multiple: float, least: int = 3) -> float | None:
+    """The largest norm allowed: ``multiple`` x the median of recent merged norms (None: under ``least``)."""
     usable = [n for n in recent if math.isfinite(n) and n > 0]
-    if multiple <= 0 or len(usable) < 3:
+    if multiple <= 0 or len(usable) < max(1, least):
         return None
     return multiple * statistics.median(usable)
+
+
+def per_contributor(recent: list[tuple[str, float]], most: int) -> list[float] | None:
+    """The norms the guard's median is taken over, from recent merges (newest first): each contributor's median
+    norm among them, for the newest ``most`` contributors, so a contributor that merged many tiny deltas (a
+    flood of 3-step PRs) counts once and cannot drag the limit under everyone else's work. None when fewer
+    than 3 merges or than 2 contributors are there (the caller then uses the merges' own norms)."""
+    by: dict[str, list[float]] = {}
+    for who, n in recent:
+        if isinstance(n, (int, float)) and math.isfinite(n) and n > 0 and (who in by or len(by) < most):
+            by.setdefault(who or "", []).append(float(n))
+    if len(by) < 2 or sum(len(v) for v in by.values()) < 3:
+        return None
+    return [statistics.median(v) for v in by.values()]
 
 
 def content_sha256(delta: dict[str, torch.Tensor]) -> str:

@@ -19,7 +19,15 @@ import torch
 
 from woolf.core.fairness import beyond_limit, canonical
 from woolf.core.merge import compute_delta
-from woolf.core.scores import clip_delta, content_sha256, f32, norm, norm_limit, similarity
+from woolf.core.scores import (
+    clip_delta,
+    content_sha256,
+    f32,
+    norm,
+    norm_limit,
+    per_contributor,
+    similarity,
+)
 from woolf.errors import Rejected, WoolfError
 from woolf.git.repo import BlobTooLargeError
 from woolf.ledger.retention.deltas import delta_pointers
@@ -239,13 +247,16 @@ def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, curr
                        f"limits.min_delta_norm_ratio {cfg.limits.min_delta_norm_ratio:g}); it would change nothing")
     content = content_sha256(delta)
     recent = merged_records(ledger, limit=max(sc.copy_window, sc.norm_window))
-    norms = [r.delta_norm for r in recent[: sc.norm_window] if r.delta_norm is not None]
-    limit = norm_limit(norms, sc.norm_multiple)
+    norms = per_contributor([(r.contributor, r.delta_norm) for r in recent], sc.norm_window)
+    what, least = f"the median norm of the last {len(norms or ())} contributors' merged deltas", 2
+    if norms is None:  # one contributor merged recently, or under 3 merges: the merges' own norms
+        norms, least = [r.delta_norm for r in recent[: sc.norm_window] if r.delta_norm is not None], 3
+        what = f"the median norm of the last {len(norms)} merged deltas"
+    limit = norm_limit(norms, sc.norm_multiple, least)
     flags, clip = ["revert"] if revert_of else [], None
     if limit is not None and n > limit and not revert_of:  # a revert is as large as the merge it undoes
         if sc.norm_action == "reject":
-            raise Rejected(f"delta norm {n:.4g} is over {sc.norm_multiple:g}x the median norm of the last "
-                           f"{len(norms)} merged deltas ({limit / sc.norm_multiple:.4g})")
+            raise Rejected(f"delta norm {n:.4g} is over {sc.norm_multiple:g}x {what} ({limit / sc.norm_multiple:.4g})")
         clip = f32(limit / n)
         delta.update(clip_delta(delta, clip))  # the merge uses the clipped delta; the audit too (Woolf-Delta-Clip)
         flags.append("clipped")
