@@ -220,3 +220,20 @@ def test_the_report_lists_each_contributors_rating_over_time():
     assert rows[1][0] == "32" and rows[1][2] == "-2.00"  # bob keeps his rating until his next match
     assert over_time(timeline[:2], ["alice"]) == (("verdicts", "alice"), [("8", "0.00"), ("16", "1.00")])
     assert over_time([], ["alice"]) == ((), [])
+
+
+@pytest.mark.unit
+def test_a_match_of_the_honest_pair_alone_cannot_sink_one_below_a_cheat_that_sat_it_out():
+    """Seen in the quick adversarial demo (issue 28): the last window held only p1 and p2; p1 lost that
+    match and fell below the free-rider, whose record (worse than p1's) was not in it."""
+    r = lambda d: {"difference": d, "randoms": [0.01, -0.01]}  # noqa: E731
+    first = [("p1", "merged", r(0.05)), ("rider", "merged", r(0.0)), ("p2", "merged", r(0.06)),
+             ("copycat", "rejected", None), ("noise", "rejected", None), ("rider", "merged", r(0.001)),
+             ("copycat", "rejected", None), ("noise", "rejected", None)]
+    history = first + [("p1", "merged", r(0.03)), ("p2", "merged", r(0.06))] * 4
+    table, timeline = rate(history, window=8)
+    assert table["p1"].ordinal > table["rider"].ordinal  # main: p1 0.05 < rider 0.90
+    assert table["p2"].ordinal > table["p1"].ordinal  # p2 still ahead of p1: it won their matches
+    assert "rider" in timeline[1]["ratings"]  # the window after its verdicts, with its record as it stood
+    more = history + [("p1", "merged", r(0.03)), ("p2", "merged", r(0.06))] * 4
+    assert "rider" not in rate(more, window=8)[1][2]["ratings"]  # gone two windows: it plays no more
