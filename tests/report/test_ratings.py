@@ -237,3 +237,4 @@ def test_a_match_of_the_honest_pair_alone_cannot_sink_one_below_a_cheat_that_sat
     assert "rider" in timeline[1]["ratings"]  # the window after its verdicts, with its record as it stood
     more = history + [("p1", "merged", r(0.03)), ("p2", "merged", r(0.06))] * 4
     assert "rider" not in rate(more, window=8)[1][2]["ratings"]  # gone two windows: it plays no more
+
