@@ -238,3 +238,27 @@ def test_a_match_of_the_honest_pair_alone_cannot_sink_one_below_a_cheat_that_sat
     more = history + [("p1", "merged", r(0.03)), ("p2", "merged", r(0.06))] * 4
     assert "rider" not in rate(more, window=8)[1][2]["ratings"]  # gone two windows: it plays no more
 
+
+
+@pytest.mark.unit
+def test_honest_outcomes_never_tie_so_a_cheat_ranked_below_them_cannot_rise_above():
+    """Seen in the quick adversarial demo (issue 28): both honest participants' differences were 5-15 noise
+    widths, clipped to the same 5.0; openskill's Plackett-Luce gives players tied at the top less than the
+    one ranked below them, and the free-rider (third in every match) ended above both."""
+    r = lambda d: {"difference": d, "randoms": [0.005, -0.005]}  # noqa: E731 (noise 0.0087)
+    window = [("p1", "merged", r(0.08)), ("p2", "merged", r(0.12)), ("rider", "merged", r(0.004)),
+              ("copycat", "rejected", None), ("noise", "rejected", None), ("flood", "rejected", None)]
+    table, _ = rate(window, window=6)
+    assert min(table["p1"].ordinal, table["p2"].ordinal) > table["rider"].ordinal  # main: p1 = p2 < rider
+    assert table["p2"].ordinal > table["p1"].ordinal  # and the larger difference wins
+    assert rank_score("merged", r(0.08), None, 0.0087) < rank_score("merged", r(0.12), None, 0.0087) < 5.0
+
+
+@pytest.mark.unit
+def test_a_match_holds_about_two_verdicts_of_every_contributor():
+    from woolf.core.ratings import match_size
+
+    history = [(w, "merged", {"difference": 0.1}) for w in ["a", "b", "c", "d", "e", "f", "g"] * 3]
+    assert match_size(history) == 14 and match_size(history[:4]) == 8 and match_size(history * 0) == 8
+    assert match_size([(f"c{i}", "merged", None) for i in range(100)]) == 64
+    assert rate(history)[1][0]["end"] == 14  # the default window

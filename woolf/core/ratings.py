@@ -1,11 +1,15 @@
 """OpenSkill Plackett-Luce ratings of contributors, as a pure function of the verdict history.
 
 Usage:
-    table, timeline = rate([(contributor, state, scores, reason), ...], window=8)
+    table, timeline = rate([(contributor, state, scores, reason), ...])   # window: match_size(history)
+    table, timeline = rate(history, window=8)
     table["alice"].mu, table["alice"].sigma, table["alice"].ordinal
     timeline[i] == {"window": i, "ratings": {contributor: ordinal}}
 
-The history is cut into consecutive windows of ``window`` verdicts (oldest first). Each
+The history is cut into consecutive windows of ``window`` verdicts (oldest first); by default
+twice the number of contributors, at least 8 and at most 64 (match_size): with 7 contributors
+and windows of 8, most matches missed most of them, and the order they arrived in decided
+the ratings (benchmarks/RESULTS.md §7). Each
 verdict's outcome is woolf/core/scores.py's rank_score: its improvement on its assigned shard
 beyond the mean of random ones, in units of its window's own measurement noise (the spread
 between random shards), so the chance-dominated scores near genesis weigh no more than later
@@ -53,9 +57,16 @@ def _model():
     return PlackettLuce(beta=BETA, tau=TAU)
 
 
-def rate(history: list[tuple], window: int = 8) -> tuple[dict[str, Rating], list[dict]]:
+def match_size(history: list[tuple], least: int = 8, most: int = 64) -> int:
+    """Verdicts per match when none is given: about two verdicts of every contributor in each match."""
+    return max(least, min(most, 2 * len({v[0] for v in history if v[0]})))
+
+
+def rate(history: list[tuple], window: int | None = None) -> tuple[dict[str, Rating], list[dict]]:
     """({contributor: Rating}, [{"window": i, "end": verdicts so far, "ratings": {who: ordinal}}])."""
     model = _model()
+    if window is None:
+        window = match_size(history)
     current: dict[str, object] = {}
     table: dict[str, Rating] = {}
     record: dict[str, tuple[float, float]] = {}  # each contributor's (weighted sum, weight) of window means

@@ -114,6 +114,7 @@ def unique(assigned: float, random: float) -> bool:
 
 
 UNSCORED = -30.0  # a rejection before evaluation (a copy, a no-op, over the limit): below any score
+SPREAD = 5.0  # measured outcomes lie in (-SPREAD, SPREAD): rank_score
 LEARNED_NOTHING = "the delta removes"  # the start of scoring.min_assigned's reason (woolf/validator/score.py)
 
 
@@ -152,12 +153,18 @@ def rank_score(state: str, scores: dict | None, reason: str | None = None, noise
     """One verdict's outcome in its rating window: when it was measured (merged or not: a gate rejection
     is often staleness, not cheating), its assigned-minus-random ``difference`` in units of the window's
     noise (window_noise; near genesis every difference is mostly chance and counts as little as one
-    later), clipped to +-5; a rejection before evaluation, or a delta that learned nothing from its own
-    shard (scoring.min_assigned: random deltas), ranks below every measured verdict; a merge without
-    scores (history from before scoring) is 0."""
+    later), squashed into (-5, 5) by 5 tanh(x / 5); a rejection before evaluation, or a delta that learned
+    nothing from its own shard (scoring.min_assigned: random deltas), ranks below every measured verdict;
+    a merge without scores (history from before scoring) is 0.
+
+    Bounded, so one verdict cannot buy a rating; strictly increasing, so different outcomes never tie.
+    A clip to +-5 made every honest delta of a continued-training demo 5.0 (their differences are 5-15
+    noise widths), and openskill's Plackett-Luce gives players tied at the top less than the one ranked
+    below them (ranks 5, 5, -11, -30: mu 25.9, 25.9, 26.6, 23.6): the free-rider rose above both."""
     if learned_nothing(state, reason):
         return UNSCORED
     diff = scores.get("difference") if isinstance(scores, dict) else None
     if not isinstance(diff, (int, float)) or isinstance(diff, bool) or not math.isfinite(diff):
         return UNSCORED if state != "merged" else 0.0
-    return max(-5.0, min(5.0, float(diff) / noise if noise else float(diff)))
+    x = float(diff) / noise if noise else float(diff)
+    return SPREAD * math.tanh(x / SPREAD)

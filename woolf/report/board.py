@@ -18,17 +18,19 @@ like 195% and -95% when regressions nearly cancelled the gains.
 
 from __future__ import annotations
 
-from woolf.core.ratings import rate
+from woolf.core.ratings import match_size, rate
 from woolf.ledger.verdicts import merged_records, verdict_history
 
-RATING_WINDOW = 8  # verdicts per rating match
+RATING_WINDOW = 8  # merges around each one whose median caps its credit (typical_gains)
 
 
-def leaderboard(ledger, forge=None, window: int = RATING_WINDOW, history=None) -> dict:
-    """{"rows": [...] best first, "timeline": [...], "window": n} from every verdict on record."""
+def leaderboard(ledger, forge=None, window: int | None = None, history=None) -> dict:
+    """{"rows": [...] best first, "timeline": [...], "window": n} from every verdict on record; ``window``
+    verdicts per match (None: core/ratings.py's match_size, twice the number of contributors, at least 8)."""
     history = verdict_history(ledger, forge) if history is None else history
-    table, timeline = rate([(r.contributor, r.state, r.scores, r.reason) for r in history
-                            if r.rated and r.contributor], window)
+    rated = [(r.contributor, r.state, r.scores, r.reason) for r in history if r.rated and r.contributor]
+    window = match_size(rated) if window is None else window
+    table, timeline = rate(rated, window)
     policy = ledger.config.policy
     rows = {}
     for rec in history:
