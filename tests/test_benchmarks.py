@@ -127,6 +127,8 @@ def test_adversaries_smoke(tmp_path):
     # the hub bounds a flood (issue 25: per push, per contributor): more than one lands, not all of it
     assert dirty["by_kind"]["flooder"]["prs"] >= 2 and pair["clean"]["honest_prs"] == 2
     assert dirty["by_kind"]["noise"]["merged"] == 0  # random deltas teach their shard nothing
+    clean = pair["clean"]  # every verdict is recorded with its scores, merged ones too (read from origin's main)
+    assert sum(v["state"] == "merged" for v in clean["verdicts"]) == clean["honest_merged"]
 
 
 def test_flood_cost_smoke(tmp_path):
