@@ -12,6 +12,10 @@ whether every honest participant is rated above every adversary, the validator s
 refused cheat's PR cost (median over its rejections: cheap screens refuse before scoring or
 before the benchmark), the final ratings, and the ratio of the time spent scoring (its own
 and two random shards, before and after) to the benchmark evaluation per PR.
+
+Every verdict of both runs is recorded ("verdicts": who, state, scores, benchmark gain, reason),
+so ratings and credit, pure functions of that history, can be recomputed offline
+(benchmarks/score_separation.py --demo).
 """
 
 from __future__ import annotations
