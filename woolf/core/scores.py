@@ -83,7 +83,9 @@ def per_contributor(recent: list[tuple[str, float]], most: int) -> list[float] |
     """The norms the guard's median is taken over, from recent merges (newest first): each contributor's median
     norm among them, for the newest ``most`` contributors, so a contributor that merged many tiny deltas (a
     flood of 3-step PRs) counts once and cannot drag the limit under everyone else's work. None when fewer
-    than 3 merges or than 2 contributors are there (the caller then uses the merges' own norms)."""
+    than 3 merges or than 2 contributors are there: the caller then bounds a contributor by its own recent
+    norms alone (one contributor's merges set no limit for anyone else: at the demo's size a flooder that
+    merged first, alone, had every other delta refused as "over 10x the median")."""
     by: dict[str, list[float]] = {}
     for who, n in recent:
         if isinstance(n, (int, float)) and math.isfinite(n) and n > 0 and (who in by or len(by) < most):

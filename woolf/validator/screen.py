@@ -249,9 +249,10 @@ def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, curr
     recent = merged_records(ledger, limit=max(sc.copy_window, sc.norm_window))
     norms = per_contributor([(r.contributor, r.delta_norm) for r in recent], sc.norm_window)
     what, least = f"the median norm of the last {len(norms or ())} contributors' merged deltas", 2
-    if norms is None:  # one contributor merged recently, or under 3 merges: the merges' own norms
-        norms, least = [r.delta_norm for r in recent[: sc.norm_window] if r.delta_norm is not None], 3
-        what = f"the median norm of the last {len(norms)} merged deltas"
+    if norms is None:  # under 3 merges, or one contributor's alone: they bound that contributor's deltas only
+        who = canonical(adm.meta["contributor"])
+        norms = [r.delta_norm for r in recent[: sc.norm_window] if r.delta_norm is not None and r.contributor == who]
+        what, least = f"the median norm of its last {len(norms)} merged deltas", 3
     limit = norm_limit(norms, sc.norm_multiple, least)
     flags, clip = ["revert"] if revert_of else [], None
     if limit is not None and n > limit and not revert_of:  # a revert is as large as the merge it undoes
