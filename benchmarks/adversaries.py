@@ -12,6 +12,10 @@ whether every honest participant is rated above every adversary, the validator s
 refused cheat's PR cost (median over its rejections: cheap screens refuse before scoring or
 before the benchmark), the final ratings, and the ratio of the time spent scoring (its own
 and two random shards, before and after) to the benchmark evaluation per PR.
+
+Every verdict of both runs is recorded ("verdicts": who, state, scores, benchmark gain, reason),
+so ratings and credit, pure functions of that history, can be recomputed offline
+(benchmarks/score_separation.py --demo).
 """
 
 from __future__ import annotations
@@ -34,14 +38,17 @@ def one_run(args, adversaries: list[str]) -> dict:
     from woolf.demo.run import run_demo
     from woolf.forges.local import LocalForge
     from woolf.ledger.ledger import Ledger
+    from woolf.ledger.verdicts import verdict_history
 
     with tempfile.TemporaryDirectory(prefix="woolf-adv-") as tmp:
         res = run_demo(Path(tmp) / "hub", participants=args.participants, rounds=args.rounds,
                        validators=args.validators, steps=args.steps, console=Console(quiet=True),
                        report=False, adversaries=adversaries)
         obs = Ledger.open(Path(tmp) / "hub" / "clones" / "observer")
+        obs.main_ref = "refs/remotes/origin/main"  # the observer clone never pulls: its main is genesis
         obs.fetch()
         prs = LocalForge.for_ledger(obs).list(local_only=True)
+        verdicts = [_verdict_row(r, obs.config.policy) for r in verdict_history(obs)]
     honest = [p for p in prs if p.contributor not in KINDS]
     timed = [p.timings for p in prs if p.timings and "scoring" in p.timings and p.timings.get("evaluation")]
     by_kind = {}
@@ -66,7 +73,17 @@ def one_run(args, adversaries: list[str]) -> dict:
             "credit": {w: o.get("credit") for w, o in res.outcomes.items()},
             "scoring_over_evaluation": (sum(t["scoring"] for t in timed) / sum(t["evaluation"] for t in timed))
             if timed else None, "scored_prs": len(timed),
-            "final_loss": res.final_loss, "alone_loss": res.alone_loss, "network_seconds": res.network_seconds}
+            "final_loss": res.final_loss, "alone_loss": res.alone_loss, "network_seconds": res.network_seconds,
+            "verdicts": verdicts}
+
+
+def _verdict_row(rec, policy) -> dict:
+    """One verdict as the ratings and the credit read it (oldest first): who, what, its scores, its gain."""
+    s = rec.scores or {}
+    return {"who": rec.contributor, "state": rec.state, "version": rec.version, "base": rec.base_version,
+            "rated": rec.rated, "reason": (rec.reason or "")[:90],
+            **{k: s.get(k) for k in ("assigned", "random", "randoms", "difference") if k in s},
+            "gain": rec.improvement(policy.metric, policy.direction)}
 
 
 def main() -> None:

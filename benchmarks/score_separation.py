@@ -4,6 +4,7 @@ Usage:
     python benchmarks/score_separation.py                       # 15-step deltas after 0, 40, 120 steps, 12 each
     python benchmarks/score_separation.py --pre 0 120 --n 4      # smaller
     python benchmarks/score_separation.py --rows a.json b.json  # only the rating simulation, from saved rows
+    python benchmarks/score_separation.py --demo results/adversaries_quick_cont.json  # part 3 only
 
 Part 1 trains, from the charlm genesis (optionally pre-trained ``--pre`` steps: the ledger
 later in training, or continued training), per trial one delta of each kind: honest (its
@@ -17,6 +18,13 @@ participant, the free-rider, the overfitter, two flooder verdicts and a refused 
 and random delta, the stage of training moving from the first rows file to the last,
 rated by the real woolf/core/ratings.py; it prints how often every honest participant is
 rated above every cheat (and above the free-rider and overfitter).
+
+Part 3 (``--demo``, JSON written by benchmarks/adversaries.py): demo-like histories. Each
+recorded adversarial run keeps its sequence of verdicts (who, when, merged or refused and
+why: the arrivals, the gaps, the windows an honest participant sits out), and each measured
+verdict's scores are redrawn from the measured scores of the same kind over all the runs
+given (honest pooled); rated by the real rate() with its default window, it prints the same
+two shares (the recorded histories themselves are the first trial of each).
 """
 
 from __future__ import annotations
@@ -93,6 +101,37 @@ def simulate(stages: list[list[dict]], honest: int, windows: int, trials: int, s
             "every_honest_above_free_rider_and_overfitter": pair_ok / trials}
 
 
+def demo_histories(paths: list[str], trials: int, seed: int = 0) -> dict:
+    from woolf.core.ratings import rate
+
+    def kind(who):
+        return "honest" if who.startswith("p") and who[1:].isdigit() else who
+
+    runs = [[(v["who"], v["state"], {k: v[k] for k in ("assigned", "random", "randoms", "difference") if k in v}
+              or None, v["reason"]) for v in pair["adversarial"]["verdicts"] if v["rated"] and v["who"]]
+            for p in paths for pair in json.loads(Path(p).read_text())["runs"] if pair["adversarial"].get("verdicts")]
+    pool: dict[str, list] = {}
+    for h in runs:
+        for who, _, scores, _ in h:
+            if scores and "difference" in scores:
+                pool.setdefault(kind(who), []).append(scores)
+    rng, all_ok, pair_ok, n = random.Random(seed), 0, 0, 0
+    for h in runs:
+        for t in range(trials):
+            hh = h if t == 0 else [(w, st, rng.choice(pool[kind(w)]) if s and "difference" in s else s, why)
+                                   for w, st, s, why in h]
+            table, _ = rate(hh)
+            honest = [r.ordinal for w, r in table.items() if kind(w) == "honest"]
+            cheats = [r.ordinal for w, r in table.items() if kind(w) != "honest"]
+            pair = [table[w].ordinal for w in ("free-rider", "overfitter") if w in table]
+            n += 1
+            all_ok += bool(honest) and min(honest) > max(cheats, default=float("-inf"))
+            pair_ok += bool(honest) and min(honest) > max(pair, default=float("-inf"))
+    return {"runs": len(runs), "trials": n, "measured": {k: len(v) for k, v in pool.items()},
+            "every_honest_above_every_cheat": all_ok / max(1, n),
+            "every_honest_above_free_rider_and_overfitter": pair_ok / max(1, n)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pre", type=int, nargs="+", default=[0, 40, 120], help="pre-training steps per stage")
@@ -101,8 +140,16 @@ def main() -> None:
     ap.add_argument("--sample-bytes", type=int, default=8192)
     ap.add_argument("--rows", nargs="*", help="saved rows (one JSON per stage) instead of training")
     ap.add_argument("--trials", type=int, default=300)
+    ap.add_argument("--demo", nargs="*", help="adversaries.py JSON: part 3 only (demo-like histories)")
     ap.add_argument("--out", default="score_separation.json")
     args = ap.parse_args()
+    if args.demo:
+        got = demo_histories(args.demo, args.trials)
+        print(f"{got['runs']} recorded runs x {args.trials} trials: every honest above every cheat "
+              f"{got['every_honest_above_every_cheat']:.2f}, above free-rider and overfitter "
+              f"{got['every_honest_above_free_rider_and_overfitter']:.2f}", flush=True)
+        print(write_json(args.out, {"machine": machine(), "settings": vars(args), "demo": got}))
+        return
     if args.rows:
         stages = [json.loads(Path(p).read_text()) for p in args.rows]
     else:

@@ -127,6 +127,8 @@ def test_adversaries_smoke(tmp_path):
     # the hub bounds a flood (issue 25: per push, per contributor): more than one lands, not all of it
     assert dirty["by_kind"]["flooder"]["prs"] >= 2 and pair["clean"]["honest_prs"] == 2
     assert dirty["by_kind"]["noise"]["merged"] == 0  # random deltas teach their shard nothing
+    clean = pair["clean"]  # every verdict is recorded with its scores, merged ones too (read from origin's main)
+    assert sum(v["state"] == "merged" for v in clean["verdicts"]) == clean["honest_merged"]
 
 
 def test_flood_cost_smoke(tmp_path):
@@ -142,3 +144,17 @@ def test_score_separation_smoke(tmp_path):
     [stage] = data["stages"]
     assert set(stage["separation"]) == {"honest", "free-rider", "overfitter", "flooder"} and len(stage["rows"]) == 8
     assert {s["windows"] for s in data["simulations"]} == {5, 10}
+
+
+def test_score_separation_demo_histories_smoke(tmp_path):
+    def v(who, state, d=None, reason=""):
+        s = {} if d is None else {"assigned": d + 0.01, "random": 0.01, "randoms": [0.005, 0.015], "difference": d}
+        return {"who": who, "state": state, "rated": True, "reason": reason, **s}
+
+    verdicts = [v("noise", "rejected", reason="a copy of PR x"), v("p1", "merged", 0.08), v("free-rider", "merged", 0.0),
+                v("p2", "merged", 0.1), v("free-rider", "rejected", -0.01, "random data improved as much")] * 3
+    (tmp_path / "adv.json").write_text(json.dumps({"runs": [{"adversarial": {"verdicts": verdicts}}]}))
+    _run(tmp_path, "score_separation.py", "--demo", str(tmp_path / "adv.json"), "--trials", "3", "--out", "d.json")
+    got = json.loads((tmp_path / "d.json").read_text())["demo"]
+    assert got["runs"] == 1 and got["trials"] == 3 and got["measured"] == {"honest": 6, "free-rider": 6}
+    assert got["every_honest_above_every_cheat"] == 1.0

@@ -54,7 +54,7 @@ def test_credit_counts_regressions_against_their_author():
     assert abs(c["improvement"] - 0.55) < 1e-12 and c["versions"] == 3
     # alice's 0.5 is capped at the median of the improving merges around it (0.5 and 0.1: 0.3)
     assert abs(c["total"] - 0.35) < 1e-12 and abs(by["alice"]["credited"] - 0.3) < 1e-12
-    assert abs(by["alice"]["share"] - 0.3 / 0.35) < 1e-12 and by["eve"]["improvement"] < 0
+    assert abs(by["alice"]["share"] - 0.3 / 0.4) < 1e-12 and by["eve"]["improvement"] < 0  # of the positive nets
     assert by["eve"]["regressions"] == 1 and [r["contributor"] for r in c["rows"]] == ["alice", "bob", "eve"]
     assert credit(_Led, since=1, records=recs)["versions"] == 2
     board = leaderboard(_Led, history=[Record("r", canonical("ＡＬＩＣＥ"), "rejected", 5)] + recs)
@@ -88,7 +88,8 @@ def test_leaderboard_and_credit_commands_on_a_real_ledger(network):
     paths = build_report(val, val.root / "report")
     page = paths["html"].read_text()
     assert "id='leaderboard'" in page and "id='credit'" in page and "ratings.png" in str(paths["plots"][-1])
-    assert "## Leaderboard" in paths["markdown"].read_text()
+    assert "## Leaderboard" in paths["markdown"].read_text() and "## Ratings over time" in paths["markdown"].read_text()
+    assert "id='ratings-over-time'" in page
 
 
 @pytest.mark.unit
@@ -132,7 +133,7 @@ def test_credit_caps_each_merge_at_the_typical_gain_around_it():
     c = credit(_Led, records=list(reversed(recs)))  # newest first, as merged_records gives them
     by = {r["contributor"]: r for r in c["rows"]}
     assert abs(by["first"]["credited"] - 0.05) < 1e-9 and abs(by["first"]["improvement"] - 1.0) < 1e-9
-    assert abs(by["eve"]["credited"] + 0.01) < 1e-9  # a regression counts in full
+    assert abs(by["eve"]["credited"] + 0.01) < 1e-9  # a regression within the bound counts in full
     # carol's late 0.3 is capped at the median around it (versions 2-9: .1 .06 .05 .05 .03 .02 .3 -> .05)
     assert abs(by["carol"]["credited"] - 0.05) < 1e-9
     assert abs(by["alice"]["credited"] - (0.05 + 0.05 + 0.03)) < 1e-9  # 0.1 capped, 0.05 and 0.03 whole
@@ -187,3 +188,95 @@ def test_unsigned_prs_in_a_keyed_name_are_nobodys(network):
     assert sorted(v.id for v in verdicts) == sorted(junk)  # merged or rejected: none of it is hers
     rows = {r["contributor"]: r for r in leaderboard(val)["rows"]}
     assert rows["alice"]["merged"] == 1 and rows["alice"]["rejected"] == 0, rows["alice"]
+
+
+@pytest.mark.unit
+def test_credit_shares_stay_within_0_and_100_percent_when_regressions_nearly_cancel_the_gains():
+    def rec(i, who, before, after):
+        return Record(f"id{i}", who, "merged", i, version=i, before={"loss": before}, after={"loss": after})
+
+    # alice +0.3 (credited 0.2, the median of 0.3 and 0.1), bob +0.1, eve -0.19: the signed total 0.11
+    # gave alice 182%, bob 91%, eve -173%
+    recs = [rec(1, "alice", 3.0, 2.7), rec(2, "bob", 2.7, 2.6), rec(3, "eve", 2.6, 2.79)]
+    c = credit(_Led, records=recs)
+    by = {r["contributor"]: r for r in c["rows"]}
+    assert abs(c["total"] - 0.11) < 1e-9 and abs(by["eve"]["credited"] + 0.19) < 1e-9  # its regression shown
+    assert abs(by["alice"]["share"] - 2 / 3) < 1e-9 and abs(by["bob"]["share"] - 1 / 3) < 1e-9
+    assert by["eve"]["share"] == 0.0 and all(0.0 <= r["share"] <= 1.0 for r in c["rows"])
+    assert abs(sum(r["share"] for r in c["rows"]) - 1.0) < 1e-9
+    # nobody's merges helped: no shares at all
+    assert all(r["share"] is None for r in credit(_Led, records=[rec(1, "eve", 3.0, 3.1)])["rows"])
+
+
+@pytest.mark.unit
+def test_the_report_lists_each_contributors_rating_over_time():
+    from woolf.report.scoring import over_time
+
+    timeline = [{"window": i, "end": 8 * (i + 1), "ratings": {"alice": float(i), "bob": -float(i)}} for i in range(30)]
+    timeline[3]["ratings"] = {"alice": 3.0, "carol": 1.5}  # carol's only match; bob sat this one out
+    head, rows = over_time(timeline, ["alice", "bob", "carol"], limit=12)
+    assert head == ("verdicts", "alice", "bob", "carol") and len(rows) == 12
+    assert rows[0] == ("8", "0.00", "-0.00", "-") and rows[-1] == ("240", "29.00", "-29.00", "1.50")
+    assert rows[1][0] == "32" and rows[1][2] == "-2.00"  # bob keeps his rating until his next match
+    assert over_time(timeline[:2], ["alice"]) == (("verdicts", "alice"), [("8", "0.00"), ("16", "1.00")])
+    assert over_time([], ["alice"]) == ((), [])
+
+
+@pytest.mark.unit
+def test_a_match_of_the_honest_pair_alone_cannot_sink_one_below_a_cheat_that_sat_it_out():
+    """Seen in the quick adversarial demo (issue 28): the last window held only p1 and p2; p1 lost that
+    match and fell below the free-rider, whose record (worse than p1's) was not in it."""
+    r = lambda d: {"difference": d, "randoms": [0.01, -0.01]}  # noqa: E731
+    first = [("p1", "merged", r(0.05)), ("rider", "merged", r(0.0)), ("p2", "merged", r(0.06)),
+             ("copycat", "rejected", None), ("noise", "rejected", None), ("rider", "merged", r(0.001)),
+             ("copycat", "rejected", None), ("noise", "rejected", None)]
+    history = first + [("p1", "merged", r(0.03)), ("p2", "merged", r(0.06))] * 4
+    table, timeline = rate(history, window=8)
+    assert table["p1"].ordinal > table["rider"].ordinal  # main: p1 0.05 < rider 0.90
+    assert table["p2"].ordinal > table["p1"].ordinal  # p2 still ahead of p1: it won their matches
+    assert "rider" in timeline[1]["ratings"]  # the window after its verdicts, with its record as it stood
+    more = history + [("p1", "merged", r(0.03)), ("p2", "merged", r(0.06))] * 4
+    assert "rider" not in rate(more, window=8)[1][2]["ratings"]  # gone two windows: it plays no more
+
+
+
+@pytest.mark.unit
+def test_honest_outcomes_never_tie_so_a_cheat_ranked_below_them_cannot_rise_above():
+    """Seen in the quick adversarial demo (issue 28): both honest participants' differences were 5-15 noise
+    widths, clipped to the same 5.0; openskill's Plackett-Luce gives players tied at the top less than the
+    one ranked below them, and the free-rider (third in every match) ended above both."""
+    r = lambda d: {"difference": d, "randoms": [0.005, -0.005]}  # noqa: E731 (noise 0.0087)
+    window = [("p1", "merged", r(0.08)), ("p2", "merged", r(0.12)), ("rider", "merged", r(0.004)),
+              ("copycat", "rejected", None), ("noise", "rejected", None), ("flood", "rejected", None)]
+    table, _ = rate(window, window=6)
+    assert min(table["p1"].ordinal, table["p2"].ordinal) > table["rider"].ordinal  # main: p1 = p2 < rider
+    assert table["p2"].ordinal > table["p1"].ordinal  # and the larger difference wins
+    assert rank_score("merged", r(0.08), None, 0.0087) < rank_score("merged", r(0.12), None, 0.0087) < 5.0
+
+
+@pytest.mark.unit
+def test_a_match_holds_about_two_verdicts_of_every_contributor():
+    from woolf.core.ratings import match_size
+
+    history = [(w, "merged", {"difference": 0.1}) for w in ["a", "b", "c", "d", "e", "f", "g"] * 3]
+    assert match_size(history) == 14 and match_size(history[:4]) == 8 and match_size(history * 0) == 8
+    assert match_size([(f"c{i}", "merged", None) for i in range(100)]) == 64
+    assert rate(history)[1][0]["end"] == 14  # the default window
+
+
+@pytest.mark.unit
+def test_credit_bounds_regressions_like_gains_so_substantive_work_is_not_charged_for_benchmark_noise():
+    """The merges of a quick adversarial demo (issue 28, continued training): honest deltas move the benchmark
+    +-0.01 nats, a flooder's and a free-rider's barely; capping only the gains gave p1 and p2 0% of the
+    credit and the flooder and free-rider 54% and 46%."""
+    seq = [("flooder", .0076), ("p1", .0164), ("flooder", .0005), ("p2", .0096), ("flooder", -.00001),
+           ("free-rider", .0013), ("free-rider", .0014), ("p1", .0027), ("p2", .0001), ("p1", .0136),
+           ("p2", .0015), ("p1", -.0081), ("p2", -.0085)]
+    loss, recs = 1.9365, []
+    for i, (who, gain) in enumerate(seq, start=1):
+        recs.append(Record(f"id{i}", who, "merged", i, version=i, before={"loss": loss}, after={"loss": loss - gain}))
+        loss -= gain
+    by = {r["contributor"]: r for r in credit(_Led, records=recs)["rows"]}
+    assert by["p1"]["share"] > 0.25 and by["p2"]["share"] > 0.1  # main: 0% each
+    assert by["p1"]["share"] + by["p2"]["share"] > 0.5
+    assert abs(by["p1"]["credited"] - (0.0027 + 0.0015 + 0.00145 - 0.00145)) < 1e-9  # -0.0081 bounded like +0.0136

@@ -211,7 +211,7 @@ def test_norm_guard_median(make_net, action):
     big = craft_pr(val, tensors=_noise(val, scale=0.06, seed=7), who="mallory")
     v = _validate(val)[big]
     if action == "reject":
-        assert not v.accepted and "over 5x the median norm of the last 3 merged deltas" in v.reason
+        assert not v.accepted and "over 5x the median norm of the last 3 contributors' merged deltas" in v.reason
         return
     median = sorted(r.delta_norm for r in merged_records(val)[1:4])[1]
     assert v.accepted and v.flags == ["clipped"] and 0 < v.clip < 0.5
@@ -225,6 +225,44 @@ def test_norm_guard_median(make_net, action):
     assert [r["version"] for r in collect(val)["removed"]] == [1, 2, 3, 4]  # snapshots: 0 and the newest
     val.checkout(4)  # rebuilt from version 0 through the clipped merge, sha256 checked
     assert val.last_rebuild == {"version": 4, "from": 0, "deltas": 4}
+
+
+def test_a_flood_of_tiny_merged_deltas_cannot_drag_the_norm_guard_under_honest_work(make_net):
+    """Seen in the adversarial demo (issue 28): the flooder's 3-step deltas merged several times in a row
+    (at the demo's size before anyone else's), the median of the last merged norms fell to theirs, and
+    every other delta was 'over 10x the median norm' (honest merged 1 of 8, 0 of 8, 0 of 24). The median
+    is now over contributors, one value each; one contributor's merges alone bound only its own deltas."""
+    net = make_net(**{"policy.min_improvement": "-10", "scoring.norm_multiple": "5", "scoring.norm_window": "3"})
+    val = net.clone("val")
+
+    def merge(who, scale, seed):
+        pr = craft_pr(val, tensors=_noise(val, scale=scale, seed=seed), who=who)
+        return _validate(val)[pr]
+
+    for i in range(3):  # mallory alone merges first: tiny deltas
+        assert merge("mallory", 0.0001, 10 + i).accepted
+    v = merge("carol", 0.003, 20)
+    assert v.accepted, v.reason  # main: "delta norm ... over 5x the median norm of the last 3 merged deltas"
+    for i in range(3):  # the last 3 merges all mallory's again
+        assert merge("mallory", 0.0001, 30 + i).accepted
+    v = merge("dave", 0.003, 40)
+    assert v.accepted, v.reason
+    v = merge("mallory", 0.06, 41)  # the guard still holds
+    assert not v.accepted and "over 5x the median norm of the last 3 contributors' merged deltas" in v.reason
+
+
+@pytest.mark.unit
+def test_the_norm_guard_median_counts_each_contributor_once():
+    from woolf.core.scores import norm_limit, per_contributor
+
+    recent = [("m", 0.01), ("m", 0.02), ("m", 0.01), ("a", 1.0), ("b", 2.0), ("a", 3.0), ("c", 9.0)]
+    assert per_contributor(recent, most=3) == [0.01, 2.0, 2.0]  # m's median, a's median of 1 and 3, b
+    assert per_contributor(recent, most=8) == [0.01, 2.0, 2.0, 9.0]
+    # seen in the demo: the flooder twice and the free-rider once; the median of the three merges was tiny
+    assert per_contributor([("m", 0.05), ("f", 1.1), ("m", 0.05)], most=8) == [0.05, 1.1]
+    assert abs(norm_limit([0.05, 1.1], 10, least=2) - 5.75) < 1e-9 and abs(norm_limit([0.05, 1.1, 0.05], 10) - 0.5) < 1e-9
+    assert per_contributor([("m", 0.01), ("a", 1.0), ("m", float("nan"))], most=8) is None  # under 3 merges
+    assert per_contributor([("m", 0.01)] * 5, most=8) is None  # one contributor: the merges' own norms
 
 
 def test_flood_limit_and_round_robin_queue(make_net):

@@ -26,8 +26,8 @@ def _f(x, fmt: str = "{:.3f}") -> str:
 
 
 @click.command()
-@click.option("--window", type=click.IntRange(1, 10_000), default=8, show_default=True,
-              help="Verdicts per rating match.")
+@click.option("--window", type=click.IntRange(1, 10_000), default=None,
+              help="Verdicts per rating match [default: twice the number of contributors, at least 8, at most 64].")
 @json_option
 @pass_app
 def leaderboard(app: App, window, as_json):

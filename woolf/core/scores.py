@@ -5,6 +5,7 @@ Usage:
     sim.is_copy(0.97)                        # scaled, noised, negated or partial copy
     content_sha256(delta)                    # the tensors' content, whatever the file's bytes
     norm(delta); norm_limit([norms...], multiple=10.0)   # Templar's guard: a multiple of the median
+    per_contributor([(who, norm), ...], most=8)           # what the median is taken over: one per contributor
     improvement(before_loss, after_loss)     # positive = the delta helped
     noise = window_noise([scores, ...])      # one rating window's measurement noise of "difference"
     rank_score(state, scores, reason, noise) # one verdict's outcome in its rating window
@@ -70,12 +71,28 @@ def norm(delta: dict[str, torch.Tensor]) -> float:
                          for t in delta.values() if t.is_floating_point()))
 
 
-def norm_limit(recent: list[float], multiple: float) -> float | None:
-    """The largest norm allowed: ``multiple`` x the median of recent merged norms (None: too few)."""
+def norm_limit(recent: list[float], multiple: float, least: int = 3) -> float | None:
+    """The largest norm allowed: ``multiple`` x the median of recent merged norms (None: under ``least``)."""
     usable = [n for n in recent if math.isfinite(n) and n > 0]
-    if multiple <= 0 or len(usable) < 3:
+    if multiple <= 0 or len(usable) < max(1, least):
         return None
     return multiple * statistics.median(usable)
+
+
+def per_contributor(recent: list[tuple[str, float]], most: int) -> list[float] | None:
+    """The norms the guard's median is taken over, from recent merges (newest first): each contributor's median
+    norm among them, for the newest ``most`` contributors, so a contributor that merged many tiny deltas (a
+    flood of 3-step PRs) counts once and cannot drag the limit under everyone else's work. None when fewer
+    than 3 merges or than 2 contributors are there: the caller then bounds a contributor by its own recent
+    norms alone (one contributor's merges set no limit for anyone else: at the demo's size a flooder that
+    merged first, alone, had every other delta refused as "over 10x the median")."""
+    by: dict[str, list[float]] = {}
+    for who, n in recent:
+        if isinstance(n, (int, float)) and math.isfinite(n) and n > 0 and (who in by or len(by) < most):
+            by.setdefault(who or "", []).append(float(n))
+    if len(by) < 2 or sum(len(v) for v in by.values()) < 3:
+        return None
+    return [statistics.median(v) for v in by.values()]
 
 
 def content_sha256(delta: dict[str, torch.Tensor]) -> str:
@@ -99,6 +116,7 @@ def unique(assigned: float, random: float) -> bool:
 
 
 UNSCORED = -30.0  # a rejection before evaluation (a copy, a no-op, over the limit): below any score
+SPREAD = 5.0  # measured outcomes lie in (-SPREAD, SPREAD): rank_score
 LEARNED_NOTHING = "the delta removes"  # the start of scoring.min_assigned's reason (woolf/validator/score.py)
 
 
@@ -137,12 +155,18 @@ def rank_score(state: str, scores: dict | None, reason: str | None = None, noise
     """One verdict's outcome in its rating window: when it was measured (merged or not: a gate rejection
     is often staleness, not cheating), its assigned-minus-random ``difference`` in units of the window's
     noise (window_noise; near genesis every difference is mostly chance and counts as little as one
-    later), clipped to +-5; a rejection before evaluation, or a delta that learned nothing from its own
-    shard (scoring.min_assigned: random deltas), ranks below every measured verdict; a merge without
-    scores (history from before scoring) is 0."""
+    later), squashed into (-5, 5) by 5 tanh(x / 5); a rejection before evaluation, or a delta that learned
+    nothing from its own shard (scoring.min_assigned: random deltas), ranks below every measured verdict;
+    a merge without scores (history from before scoring) is 0.
+
+    Bounded, so one verdict cannot buy a rating; strictly increasing, so different outcomes never tie.
+    A clip to +-5 made every honest delta of a continued-training demo 5.0 (their differences are 5-15
+    noise widths), and openskill's Plackett-Luce gives players tied at the top less than the one ranked
+    below them (ranks 5, 5, -11, -30: mu 25.9, 25.9, 26.6, 23.6): the free-rider rose above both."""
     if learned_nothing(state, reason):
         return UNSCORED
     diff = scores.get("difference") if isinstance(scores, dict) else None
     if not isinstance(diff, (int, float)) or isinstance(diff, bool) or not math.isfinite(diff):
         return UNSCORED if state != "merged" else 0.0
-    return max(-5.0, min(5.0, float(diff) / noise if noise else float(diff)))
+    x = float(diff) / noise if noise else float(diff)
+    return SPREAD * math.tanh(x / SPREAD)

@@ -33,6 +33,17 @@ from woolf.workloads.base import TrainData
 FLOOD = 6  # PRs per flooder round
 
 
+def demo_settings(pretrained: bool) -> dict[str, str]:
+    """The config a demo with adversaries runs with (a --set of the same key wins): a flood beyond four open
+    PRs is rejected unread; a delta that removes under 0.01 nats from its own shard learned nothing (random
+    deltas); continuing a pretrained model, one that helps random data as much as its own did not train on
+    what it was given and is refused before the benchmark (uniqueness = reject: every honest delta of the
+    quick demo beat random data, by 0.012-0.30 nats, the free-rider and overfitter by -0.009 to +0.026,
+    benchmarks/RESULTS.md §7). From scratch honest deltas are often marked, so uniqueness only marks there."""
+    out = {"queue.max_open_per_contributor": "4", "scoring.min_assigned": "0.01"}
+    return {**out, "scoring.uniqueness": "reject"} if pretrained else out
+
+
 def _event(**kw) -> None:
     print(json.dumps({"t": round(time.time(), 3), **kw}), flush=True)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from woolf.demo.adversaries import demo_settings
 from woolf.demo.hub import create_hub
 from woolf.demo.kinds import parse_kinds
 from woolf.demo.live import LiveView, snapshot
@@ -152,10 +153,10 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
 
     adversaries = parse_kinds(",".join(o.adversaries or []))
     hidden = None
-    if adversaries:  # a flood beyond four open PRs is rejected unread; random deltas teach their shard nothing
+    if adversaries:  # floods, random deltas and (continuing a pretrained model) free riders: demo_settings
         pinned, hidden = _hidden_benchmark(settings or {})
-        settings = {"queue.max_open_per_contributor": "4", "scoring.min_assigned": "0.01", **pinned,
-                    **(settings or {})}
+        pretrained = o.regime in REGIMES and REGIMES[o.regime].pretrained  # a bad --regime fails below
+        settings = {**demo_settings(pretrained), **pinned, **(settings or {})}
     console = o.console or Console()
     steps = o.steps or (15 if quick else 30)
     names = [f"p{i + 1}" for i in range(participants)]

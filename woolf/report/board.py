@@ -6,26 +6,34 @@ Usage:
 
 Ratings: woolf/core/ratings.py over the verdict history (woolf/ledger/verdicts.py). Credit
 (CREDIT_RULE): each merged version's benchmark improvement (before - after, as its validator
-recorded them) goes to its author, capped at the typical improvement of the merges around it
-(typical_gains: the median over the nearest RATING_WINDOW merges that improved). The first
-merges from genesis drop the loss by whole nats that any delta would have given, which is
-what the ledger reaches anyway, whoever merges first; a regressing merge counts against its
-author in full. Shares are of the ledger's total credited improvement over the versions counted.
+recorded them) goes to its author, bounded in both directions by the typical improvement of
+the merges around it (typical_gains: the median over the nearest RATING_WINDOW merges that
+improved). The first merges from genesis drop the loss by whole nats that any delta would
+have given, which is what the ledger reaches anyway, whoever merges first. A regression is
+bounded alike: capping gains but not losses made a substantive delta's benchmark noise (+-0.01
+nats a merge when continuing a pretrained model, where the typical gain is 0.002) count
+against its author, and gave two honest participants 0% of the credit and a flooder and a
+free-rider all of it in a quick adversarial demo (benchmarks/RESULTS.md §7). A contributor's share is its net credit over the sum of the net credits that are
+positive: shares lie in [0, 100%] and add up to 100%; one whose merges hurt more than they helped
+gets 0% (its negative credit is still shown). Dividing by the signed total instead gave shares
+like 195% and -95% when regressions nearly cancelled the gains.
 """
 
 from __future__ import annotations
 
-from woolf.core.ratings import rate
+from woolf.core.ratings import match_size, rate
 from woolf.ledger.verdicts import merged_records, verdict_history
 
-RATING_WINDOW = 8  # verdicts per rating match
+RATING_WINDOW = 8  # merges around each one whose median caps its credit (typical_gains)
 
 
-def leaderboard(ledger, forge=None, window: int = RATING_WINDOW, history=None) -> dict:
-    """{"rows": [...] best first, "timeline": [...], "window": n} from every verdict on record."""
+def leaderboard(ledger, forge=None, window: int | None = None, history=None) -> dict:
+    """{"rows": [...] best first, "timeline": [...], "window": n} from every verdict on record; ``window``
+    verdicts per match (None: core/ratings.py's match_size, twice the number of contributors, at least 8)."""
     history = verdict_history(ledger, forge) if history is None else history
-    table, timeline = rate([(r.contributor, r.state, r.scores, r.reason) for r in history
-                            if r.rated and r.contributor], window)
+    rated = [(r.contributor, r.state, r.scores, r.reason) for r in history if r.rated and r.contributor]
+    window = match_size(rated) if window is None else window
+    table, timeline = rate(rated, window)
     policy = ledger.config.policy
     rows = {}
     for rec in history:
@@ -51,10 +59,11 @@ def leaderboard(ledger, forge=None, window: int = RATING_WINDOW, history=None) -
     return {"rows": ordered, "timeline": timeline, "window": window, "verdicts": len(history)}
 
 
-CREDIT_RULE = ("credit: each merged version's benchmark improvement, capped at the median improvement of the "
-               f"{RATING_WINDOW} merged versions nearest it (a larger drop is the easy early one any merge at that point "
-               "would have made: the ledger reaches it anyway, whoever merges first); a regression counts against its "
-               "author in full")
+CREDIT_RULE = ("credit: each merged version's benchmark improvement or regression, bounded by the median "
+               f"improvement of the {RATING_WINDOW} merged versions nearest it (a larger drop is the easy early one any "
+               "merge at that point would have made: the ledger reaches it anyway, whoever merges first; a larger "
+               "rise is mostly the benchmark's noise); shares divide the positive net credits (a contributor whose "
+               "merges net hurt gets 0%)")
 
 
 def typical_gains(gains: list[float], near: int = RATING_WINDOW) -> list[float | None]:
@@ -70,7 +79,8 @@ def typical_gains(gains: list[float], near: int = RATING_WINDOW) -> list[float |
 
 def credit(ledger, since: int | None = None, records=None) -> dict:
     """{"rows": [...] largest share first, "total": credited improvement, "improvement": raw total,
-    "versions": n, "since": since, "rule": CREDIT_RULE}."""
+    "versions": n, "since": since, "rule": CREDIT_RULE}; each row's "share" in [0, 1] (None: no positive
+    net credit)."""
     policy = ledger.config.policy
     records = merged_records(ledger) if records is None else records
     merges = sorted(((rec, rec.improvement(policy.metric, policy.direction)) for rec in records
@@ -82,7 +92,7 @@ def credit(ledger, since: int | None = None, records=None) -> dict:
     for (rec, gain), cap in zip(merges, caps, strict=True):
         if since is not None and rec.version <= since:
             continue
-        credited = min(gain, cap) if gain > 0 and cap is not None else gain
+        credited = max(-cap, min(cap, gain)) if cap is not None else gain
         counted += 1
         total, raw = total + credited, raw + gain
         row = rows.setdefault(rec.contributor, {"contributor": rec.contributor, "credited": 0.0, "improvement": 0.0,
@@ -91,8 +101,9 @@ def credit(ledger, since: int | None = None, records=None) -> dict:
         row["improvement"] += gain
         row["versions"] += 1
         row["regressions"] += gain < 0
+    positive = sum(max(0.0, r["credited"]) for r in rows.values())
     for row in rows.values():
-        row["share"] = row["credited"] / total if total > 0 else None
+        row["share"] = max(0.0, row["credited"]) / positive if positive > 0 else None
     ordered = sorted(rows.values(), key=lambda r: (-r["credited"], -r["improvement"], r["contributor"]))
     return {"rows": ordered, "total": total, "improvement": raw, "versions": counted, "since": since,
             "metric": policy.metric, "rule": CREDIT_RULE}

@@ -1,7 +1,8 @@
-"""The report's scoring section: leaderboard table, rating over time plot, credit table.
+"""The report's scoring section: leaderboard table, ratings over time (plot and table), credit table.
 
 Usage:
     part = scoring_section(ledger, out_dir)      # part.plot (PNG path or None), part.html, part.markdown
+    head, rows = over_time(board["timeline"], [r["contributor"] for r in board["rows"]])
 """
 
 from __future__ import annotations
@@ -50,6 +51,26 @@ def _plot(timeline: list[dict], out: Path) -> Path | None:
     return path
 
 
+OVER_TIME_ROWS = 12  # windows listed in the ratings-over-time table (evenly spread, the last always)
+
+
+def over_time(timeline: list[dict], who: list[str], limit: int = OVER_TIME_ROWS) -> tuple[tuple, list[tuple]]:
+    """The ratings-over-time table: one row per listed window (the verdicts so far, then each contributor's
+    ordinal after it, "-" before its first match); at most ``limit`` rows, evenly spread, the last included."""
+    if not timeline:
+        return (), []
+    n, m = len(timeline), max(1, min(len(timeline), limit))
+    picks = sorted({round(i * (n - 1) / max(1, m - 1)) for i in range(m)} | {n - 1})
+    last: dict[str, float] = {}
+    rows, at = [], 0
+    for i in picks:  # a contributor's rating stays what it was until its next match
+        for t in timeline[at:i + 1]:
+            last.update(t["ratings"])
+        at = i + 1
+        rows.append((str(timeline[i]["end"]), *(_num(last.get(w), "{:.2f}") for w in who)))
+    return ("verdicts", *who), rows
+
+
 def scoring_section(ledger, out: Path) -> Section:
     history = verdict_history(ledger)
     board = leaderboard(ledger, history=history)
@@ -62,6 +83,10 @@ def scoring_section(ledger, out: Path) -> Section:
     crows = [(r["contributor"], _num(r["share"], "{:.1%}"), _num(r["credited"], "{:+.4f}"),
               _num(r["improvement"], "{:+.4f}"), str(r["versions"]), str(r["regressions"])) for r in shares["rows"]]
     rule = shares["rule"][0].upper() + shares["rule"][1:] + "."
+    thead, trows = over_time(board["timeline"], [r["contributor"] for r in board["rows"]])
+    when = (f"Each contributor's rating (ordinal) after each match of {board['window']} verdicts"
+            + (f", {len(trows)} of {len(board['timeline'])} matches shown" if len(trows) < len(board["timeline"]) else "")
+            + ("." if trows else ": no match yet (a match needs two contributors)."))
 
     def table(tid, h, rs):
         cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rs)
@@ -76,10 +101,13 @@ def scoring_section(ledger, out: Path) -> Section:
            "each window's own noise (the spread between random shards); rejections before evaluation (copies, "
            "no-ops, random deltas, signed floods) rank last. " + MARKED_AND_RANDOM + ".")
     page = (f"<h2>Leaderboard</h2><p>{html.escape(how)}</p>" + table("leaderboard", head, rows)
-            + f"<h2>Credit</h2><p>{html.escape(rule)} Shares of the total credited "
-            f"{html.escape(shares['metric'])} improvement ({shares['total']:+.4f} of {shares['improvement']:+.4f} "
-            f"over {shares['versions']} versions).</p>" + table("credit", chead, crows))
-    text = ["", "## Leaderboard", "", how, "", *md(head, rows), "", "## Credit", "", rule, "",
+            + f"<h2>Ratings over time</h2><p>{html.escape(when)}</p>" + (table("ratings-over-time", thead, trows)
+                                                                          if trows else "")
+            + f"<h2>Credit</h2><p>{html.escape(rule)} Credited {html.escape(shares['metric'])} improvement "
+            f"{shares['total']:+.4f} of {shares['improvement']:+.4f} over {shares['versions']} versions.</p>"
+            + table("credit", chead, crows))
+    text = ["", "## Leaderboard", "", how, "", *md(head, rows), "", "## Ratings over time", "", when, "",
+            *(md(thead, trows) + [""] if trows else []), "## Credit", "", rule, "",
             f"total {shares['metric']} improvement {shares['improvement']:+.4f} over {shares['versions']} versions, "
             f"{shares['total']:+.4f} credited", "", *md(chead, crows)]
     return Section(_plot(board["timeline"], out), page, "\n".join(text) + "\n", board, shares)

@@ -19,7 +19,15 @@ import torch
 
 from woolf.core.fairness import beyond_limit, canonical
 from woolf.core.merge import compute_delta
-from woolf.core.scores import clip_delta, content_sha256, f32, norm, norm_limit, similarity
+from woolf.core.scores import (
+    clip_delta,
+    content_sha256,
+    f32,
+    norm,
+    norm_limit,
+    per_contributor,
+    similarity,
+)
 from woolf.errors import Rejected, WoolfError
 from woolf.git.repo import BlobTooLargeError
 from woolf.ledger.retention.deltas import delta_pointers
@@ -243,13 +251,17 @@ def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, curr
                        f"limits.min_delta_norm_ratio {cfg.limits.min_delta_norm_ratio:g}); it would change nothing")
     content = content_sha256(delta)
     recent = merged_records(ledger, limit=max(sc.copy_window, sc.norm_window))
-    norms = [r.delta_norm for r in recent[: sc.norm_window] if r.delta_norm is not None]
-    limit = norm_limit(norms, sc.norm_multiple)
+    norms = per_contributor([(r.contributor, r.delta_norm) for r in recent], sc.norm_window)
+    what, least = f"the median norm of the last {len(norms or ())} contributors' merged deltas", 2
+    if norms is None:  # under 3 merges, or one contributor's alone: they bound that contributor's deltas only
+        who = canonical(adm.meta["contributor"])
+        norms = [r.delta_norm for r in recent[: sc.norm_window] if r.delta_norm is not None and r.contributor == who]
+        what, least = f"the median norm of its last {len(norms)} merged deltas", 3
+    limit = norm_limit(norms, sc.norm_multiple, least)
     flags, clip = ["revert"] if revert_of else [], None
     if limit is not None and n > limit and not revert_of:  # a revert is as large as the merge it undoes
         if sc.norm_action == "reject":
-            raise Rejected(f"delta norm {n:.4g} is over {sc.norm_multiple:g}x the median norm of the last "
-                           f"{len(norms)} merged deltas ({limit / sc.norm_multiple:.4g})")
+            raise Rejected(f"delta norm {n:.4g} is over {sc.norm_multiple:g}x {what} ({limit / sc.norm_multiple:.4g})")
         clip = f32(limit / n)
         if isinstance(delta, LazyTensors):  # read tensor by tensor: later reads come back clipped, the same bits
             delta.clip(clip)
