@@ -29,26 +29,8 @@ class DeltaLoading:
 
         if declared.get("kind") == "dense":
             return self._lazy_delta(adm, expect_spec)
-        problem = None
-        try:
-            if "url" in declared:
-                path = self.ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge,
-                                                   cfg.limits.max_delta_bytes)
-                delta = None
-            else:
-                path, delta = self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
-                                                             deadline=cfg.forge.delta_timeout, read=read)
-        except IntegrityError as exc:
-            raise Rejected(f"delta object: {exc.message}") from None
-        except StorageError as exc:
-            raise Rejected(f"delta object unavailable: {exc.message}") from None
-        except InvalidWeightsError as exc:  # the object is whole (hashed); its bytes are not a delta
-            path, delta, problem = self.ledger.store.cache_path(adm.pointer.md5), None, exc.message
-        md5, sha = self.ledger.store.hashes(path)
-        if sha != declared["sha256"]:
-            raise Rejected("delta bytes do not match the sha256 in submission.json")
-        if problem is not None:
-            raise Rejected(problem)
+        path, delta, problem = self._fetch_delta(adm, read)
+        self._match_sha256(adm, path, problem)
         if delta is not None:
             return delta
         try:
@@ -56,31 +38,41 @@ class DeltaLoading:
         except InvalidWeightsError as exc:
             raise Rejected(exc.message) from None
 
-    def _fetch_delta(self, adm: Admitted):
+    def _fetch_delta(self, adm: Admitted, read=None):
+        """(path, what ``read`` loaded or None, ``read``'s problem with the bytes or None); raises Rejected
+        when the object cannot be had whole. A URL's delta is only fetched (``read`` runs later)."""
         cfg, declared = self.ledger.config, adm.meta["delta"]
         try:
             if "url" in declared:
-                return self.ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge, cfg.limits.max_delta_bytes)
-            return self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
-                                                  deadline=cfg.forge.delta_timeout)
+                return self.ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge,
+                                                   cfg.limits.max_delta_bytes), None, None
+            got = self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
+                                                 deadline=cfg.forge.delta_timeout, read=read)
+            return (got, None, None) if read is None else (*got, None)
         except IntegrityError as exc:
             raise Rejected(f"delta object: {exc.message}") from None
         except StorageError as exc:
             raise Rejected(f"delta object unavailable: {exc.message}") from None
+        except InvalidWeightsError as exc:  # the object is whole (hashed); its bytes are not a delta
+            return self.ledger.store.cache_path(adm.pointer.md5), None, exc.message
 
-    def _lazy_delta(self, adm: Admitted, expect_spec) -> LazyTensors:
-        """A dense delta, hashed, then read tensor by tensor whenever it is used (storage/lazy.py): the
-        checks, the screen, scoring and the merge each hold one of its tensors at a time, never it all.
-        Its file is opened before it is hashed: what is read later is the inode that was hashed."""
-        path = self._fetch_delta(adm)
-        delta, problem = None, None
-        try:
-            delta = LazyTensors.open(path, self.ledger.config.limits, expect=expect_spec, label="delta")
-        except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
-            problem = exc.message
+    def _match_sha256(self, adm: Admitted, path, problem: str | None) -> None:
+        """The whole object's sha256 is the one submission.json declares; then ``problem``, if any, rejects."""
         md5, sha = self.ledger.store.hashes(path)
         if sha != adm.meta["delta"]["sha256"]:
             raise Rejected("delta bytes do not match the sha256 in submission.json")
         if problem is not None:
             raise Rejected(problem)
+
+    def _lazy_delta(self, adm: Admitted, expect_spec) -> LazyTensors:
+        """A dense delta, hashed, then read tensor by tensor whenever it is used (storage/lazy.py): the
+        checks, the screen, scoring and the merge each hold one of its tensors at a time, never it all.
+        Its file is opened before it is hashed: what is read later is the inode that was hashed."""
+        path, _, _ = self._fetch_delta(adm)
+        delta, problem = None, None
+        try:
+            delta = LazyTensors.open(path, self.ledger.config.limits, expect=expect_spec, label="delta")
+        except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
+            problem = exc.message
+        self._match_sha256(adm, path, problem)
         return delta

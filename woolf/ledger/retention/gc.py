@@ -27,21 +27,22 @@ from woolf.protocol import layout
 from woolf.storage.pointer import Pointer
 
 
-def _intact(ledger, ptr) -> bool:
-    """Its bytes hash to its md5 (downloaded and checked): False for a file planted at its path."""
+def _holds(check, ptr) -> bool:
+    """True when ``check(ptr)`` (a store method that raises a WoolfError on failure) succeeds."""
     try:
-        ledger.store.fetch_object(ptr)
+        check(ptr)
         return True
     except WoolfError:
         return False
+
+
+def _intact(ledger, ptr) -> bool:
+    """Its bytes hash to its md5 (downloaded and checked): False for a file planted at its path."""
+    return _holds(ledger.store.fetch_object, ptr)
 
 
 def _present(ledger, ptr) -> bool:
-    try:
-        ledger.store.verify_remote(ptr)
-        return True
-    except WoolfError:
-        return False
+    return _holds(ledger.store.verify_remote, ptr)
 
 
 def _objects(ledger):
