@@ -88,8 +88,9 @@ def per_contributor(recent: list[tuple[str, float]], most: int) -> list[float] |
     merged first, alone, had every other delta refused as "over 10x the median")."""
     by: dict[str, list[float]] = {}
     for who, n in recent:
+        who = who or ""  # merges of nobody's (disowned) PRs count as one contributor
         if isinstance(n, (int, float)) and math.isfinite(n) and n > 0 and (who in by or len(by) < most):
-            by.setdefault(who or "", []).append(float(n))
+            by.setdefault(who, []).append(float(n))
     if len(by) < 2 or sum(len(v) for v in by.values()) < 3:
         return None
     return [statistics.median(v) for v in by.values()]
