@@ -5,9 +5,10 @@ Usage:
     path = pretrained_genesis(CharLM(), steps=PRETRAIN_STEPS, cache=Path("/tmp/c"))
 
 The model a real ledger continues from already exists; this stands in for it
-at `charlm`'s size: ``steps`` AdamW steps from the seeded genesis on every
-seventh file of the training pool (never the held-out benchmark), one
-torch thread, a fixed seed. It is **built, not shipped**: the corpus is the
+at `charlm`'s size: ``steps`` AdamW steps at ``PRETRAIN_LR`` (whatever rate
+the ledger then trains at) from the seeded genesis on every seventh file
+of the training pool (never the held-out benchmark), one torch thread, a
+fixed seed. It is **built, not shipped**: the corpus is the
 local Python's own standard library (corpus.py), so a checkpoint shipped
 from another Python would have been trained on other text, and a binary in
 the source tree could not be reviewed. Building takes about half a minute
@@ -36,6 +37,7 @@ from woolf.workloads.base import TrainData
 
 PRETRAIN_STEPS = 1000
 PRETRAIN_SEED = 12345
+PRETRAIN_LR = 3e-3  # the rate the model was pretrained at; a ledger continuing it sets its own (workload.params.lr)
 
 
 def cache_dir() -> Path:
@@ -51,7 +53,7 @@ def pretraining_files() -> list[str]:
 
 def _key(wl, steps: int) -> str:
     files = pretraining_files()
-    what = {"fingerprint": wl.fingerprint(), "lr": wl.lr, "batch": wl.batch_size, "steps": steps,
+    what = {"fingerprint": wl.fingerprint(), "lr": PRETRAIN_LR, "batch": wl.batch_size, "steps": steps,
             "seed": PRETRAIN_SEED, "torch": torch.__version__.split("+")[0],
             "files": hashlib.sha256("\n".join(files).encode()).hexdigest(),
             "bytes": sum(len(corpus.read(f)) for f in files)}
@@ -64,6 +66,7 @@ def build(wl, steps: int = PRETRAIN_STEPS) -> dict[str, torch.Tensor]:
     data = TrainData([corpus.read(f) for f in files], "pretraining: every 7th pool file", files)
     central = copy.copy(wl)  # the ledger's own training settings (a fresh optimizer's warm-up) are not its
     central.optimizer_warmup = 0
+    central.lr = PRETRAIN_LR
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the same arithmetic on every build on this machine
     try:
