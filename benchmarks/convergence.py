@@ -310,6 +310,7 @@ def main() -> None:
     ap.add_argument("--workers", default="4")
     ap.add_argument("--regimes", default="scratch-iid,continued-iid,scratch-domain,continued-domain")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     ap.add_argument("--total-steps", type=int, default=800)
     ap.add_argument("--k", type=int, default=20, help="steps per contribution")
     ap.add_argument("--pretrain", type=int, default=800, help="continued regime: central steps before genesis")
@@ -336,7 +337,7 @@ def main() -> None:
             world = make_world(wl, bench, regime, n, args.pretrain)
             for arm in args.arms.split(","):
                 runs = []
-                for seed in range(args.seeds):
+                for seed in range(args.first_seed, args.first_seed + args.seeds):
                     if arm in CONTROLS:
                         runs.append(run_control(world, arm, n, args.total_steps, args.k, seed))
                     else:
