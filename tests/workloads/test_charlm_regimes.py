@@ -54,10 +54,11 @@ def test_pretrained_genesis_is_built_once_deterministically_and_cached(tmp_path)
     assert len(said) == 1 and path.stat().st_mtime_ns == stamp  # cached: not built again
     again = pretrained_genesis(wl, steps=20, cache=tmp_path / "b")  # built afresh elsewhere: the same bytes
     assert again.name == path.name and again.read_bytes() == path.read_bytes()
-    warm = pretrained_genesis(CharLM(**TINY, optimizer_warmup=60, domains=["p1"]), steps=20, cache=tmp_path / "c")
-    assert warm.read_bytes() == path.read_bytes()  # the ledger's own training settings do not enter it
-    other = pretrained_genesis(CharLM(**{**TINY, "lr": 1e-3}), steps=20, cache=tmp_path / "a")
-    assert other != path  # another configuration builds its own
+    warm = pretrained_genesis(CharLM(**{**TINY, "lr": 1e-3}, optimizer_warmup=60, domains=["p1"]), steps=20,
+                              cache=tmp_path / "c")
+    assert warm.read_bytes() == path.read_bytes()  # the ledger's own training settings (its rate too) do not enter it
+    other = pretrained_genesis(CharLM(**{**TINY, "d_model": TINY["d_model"] * 2}), steps=20, cache=tmp_path / "a")
+    assert other != path  # another model builds its own
     bench = wl.benchmark_bytes()
     assert wl.evaluate(load_file(str(path)), bench)["loss"] < wl.evaluate(wl.genesis(0), bench)["loss"] - 0.5
 
@@ -89,6 +90,11 @@ def test_demo_regimes_set_genesis_and_data(tmp_path, monkeypatch):
     assert weights.parent == tmp_path / "cache" and set(load_file(str(weights))) == set(CharLM(**TINY).genesis())
     assert json.loads(added["workload.params.domains"]) == ["p1", "p2"]
     assert added["workload.params.optimizer_warmup"] == "60"  # a fresh optimizer on a trained model warms up
+    # each participant's own data on a trained model: each delta merges at its share of a round
+    assert added["merge.alpha_base"] == "0.5" and added["merge.staleness.kind"] == "polynomial"
+    _, added = prepare_regime("continued-domain", ["p1", "p2", "p3"], {**small, "merge.alpha_base": "1.0"},
+                              pretrain_steps=5)
+    assert "merge.alpha_base" not in added  # the user's --set wins
     assert prepare_regime("continued-iid", ["p1"], {**small, "workload.params.optimizer_warmup": "0"},
                           pretrain_steps=5) == (weights, {})  # the user's --set wins
     # a bad --set fails before anything is built; only charlm has a pretrained genesis
