@@ -29,6 +29,12 @@ from woolf.protocol.signers import signer_line
 
 torch.set_num_threads(1)
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+# The tests' own raw git commits need an identity on a machine with no ~/.gitconfig (a fresh CI box);
+# the product's commits name theirs themselves, and strip GIT_* from what they inherit (clean_env).
+IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
+            for what, value in (("NAME", "woolf tests"), ("EMAIL", "tests@example.invalid"))}
+for _k, _v in IDENTITY.items():
+    os.environ.setdefault(_k, _v)
 
 # A tiny model keeps every training step and evaluation in milliseconds.
 SMALL = {
@@ -66,7 +72,7 @@ def signer_lines() -> list[str]:
 
 def git(*args, cwd):
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                          env=clean_env()).stdout.decode().strip()
+                          env=clean_env(IDENTITY)).stdout.decode().strip()
 
 
 @dataclass
