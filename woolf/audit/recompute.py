@@ -20,17 +20,15 @@ import hashlib
 from dataclasses import dataclass, field
 
 from woolf.audit.authority import check_authority
-from woolf.core.merge_rules import Rule, merge_step
-from woolf.core.scores import clip_delta
+from woolf.core.merge_rules import Rule
 from woolf.core.staleness import attenuation
 from woolf.errors import StorageError, WoolfError
 from woolf.ledger.benchmark import hidden_note
 from woolf.ledger.retention.deltas import gc_removable, merged_delta
 from woolf.protocol import layout
 from woolf.protocol.config import parse_config
-from woolf.storage.lazy import LazyTensors, merge_in_place, streamable
+from woolf.storage.lazy import clipped, merge_delta, open_delta
 from woolf.storage.outer_state import load_state, state_bytes
-from woolf.storage.sparse import load_delta
 from woolf.storage.weights import TRUSTED_LIMITS, load_trusted, read_spec, spec_of
 from woolf.storage.writer import sha256_of
 
@@ -179,23 +177,14 @@ def _check_merge(ledger, report, prev, v, prev_weights, prev_state):
         path, declared = merged_delta(ledger, v)
         if prev_weights is None or prev_state is _UNKNOWN:
             return None
-        if declared.get("kind") == "dense":  # read tensor by tensor as the merge uses it (storage/lazy.py)
-            delta = LazyTensors.open(path, TRUSTED_LIMITS, expect=spec_of(prev_weights), label="delta")
-        else:
-            delta = load_delta(path, declared, spec_of(prev_weights), TRUSTED_LIMITS)
+        delta = open_delta(path, declared, spec_of(prev_weights), TRUSTED_LIMITS)  # dense: tensor by tensor
     except WoolfError as exc:
         report.problem(v.version, f"delta: {exc.message}", _kind(exc))
         return None
     if v.delta_clip is not None:  # scoring.norm_action = clip: merged as the validator clipped it
-        if isinstance(delta, LazyTensors):
-            delta.clip(v.delta_clip)
-        else:
-            delta = clip_delta(delta, v.delta_clip)
-    try:
-        if prev_state is None and streamable(rule, prev_weights, delta):  # the parent's memory receives it
-            step = merge_in_place(rule, prev_weights, delta, v.attenuation or 0.0)
-        else:
-            step = merge_step(rule, prev_weights, prev_state, delta, v.attenuation or 0.0, reuse_delta=True)
+        delta = clipped(delta, v.delta_clip)
+    try:  # the parent's memory receives the candidate where it can (storage/lazy.py)
+        step = merge_delta(rule, prev_weights, prev_state, delta, v.attenuation or 0.0)
     except (ValueError, KeyError, RuntimeError) as exc:
         report.problem(v.version, f"delta does not fit the model: {exc}")
         return None

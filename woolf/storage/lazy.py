@@ -8,6 +8,8 @@ Usage (the validator's delta and the audit's, woolf/validator/step.py, woolf/aud
     delta.dtype_of(name)        # from the header, no read
     if streamable(rule, current, delta):
         step = merge_in_place(rule, current, delta, attenuation)   # the candidate in current's memory
+    delta = open_delta(path, declared, spec, limits)   # a merged delta: dense lazily, compressed expanded
+    delta = clipped(delta, scale); step = merge_delta(rule, current, state, delta, attenuation)  # audit, rebuild
 
 The header is checked like any untrusted file's (woolf/storage/header.py) and its names,
 dtypes and shapes against ``expect`` before anything is read. The file is opened once, at
@@ -28,10 +30,11 @@ from pathlib import Path
 import torch
 
 from woolf.core.merge_rules import Rule, Step, merge_step
-from woolf.core.scores import f32
+from woolf.core.scores import clip_delta, f32
 from woolf.errors import InvalidWeightsError
 from woolf.protocol.config import LimitsConfig
 from woolf.storage.header import header
+from woolf.storage.sparse import load_delta
 from woolf.storage.weights import _torch_alloc, compare_spec, torch_dtypes
 
 
@@ -123,3 +126,27 @@ def merge_in_place(rule: Rule, current: dict, delta: LazyTensors, attenuation: f
         one = merge_step(rule, {name: current[name]}, None, {name: delta[name]}, attenuation, reuse_delta=True)
         current[name], scale = one.candidate[name], one.scale
     return Step(current, None, current, True, scale)
+
+
+def open_delta(path: Path, declared: dict, spec: dict, limits: LimitsConfig, label: str = "delta"):
+    """A delta file to merge: a dense one read tensor by tensor (LazyTensors), a compressed one expanded
+    (storage/sparse.py load_delta)."""
+    if declared.get("kind") == "dense":
+        return LazyTensors.open(path, limits, expect=spec, label=label)
+    return load_delta(path, declared, spec, limits, label)
+
+
+def clipped(delta, scale: float):
+    """``delta`` times ``scale`` as scores.clip_delta computes it: a lazy delta's later reads, else a copy."""
+    if isinstance(delta, LazyTensors):
+        delta.clip(scale)
+        return delta
+    return clip_delta(delta, scale)
+
+
+def merge_delta(rule: Rule, current: dict, state, delta, attenuation: float) -> Step:
+    """merge_in_place where it applies (no outer state, a streamable delta), else merge_step writing into the
+    delta's memory: the same bits either way; ``current`` and ``delta`` are not to be used afterwards."""
+    if state is None and streamable(rule, current, delta):
+        return merge_in_place(rule, current, delta, attenuation)
+    return merge_step(rule, current, state, delta, attenuation, reuse_delta=True)

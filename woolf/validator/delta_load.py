@@ -22,13 +22,13 @@ class DeltaLoading:
             raise Rejected(f"delta declares {adm.meta['delta']['size']} bytes; a {adm.meta['delta']['kind']} delta "
                            f"of this model with the declared k is at most {bound}")
         declared = adm.meta["delta"]
+        if declared.get("kind") == "dense":
+            return self._lazy_delta(adm, expect_spec)
 
         def read(path, on_block):  # hashed as it is loaded when this clone has not hashed it yet
             # finiteness is proven by _check_norm's norm (exact check only when that is not finite)
             return load_delta(path, declared, expect_spec, cfg.limits, finite=False, on_block=on_block)
 
-        if declared.get("kind") == "dense":
-            return self._lazy_delta(adm, expect_spec)
         path, delta, problem = self._fetch_delta(adm, read)
         self._match_sha256(adm, path, problem)
         if delta is not None:

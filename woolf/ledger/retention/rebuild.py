@@ -29,13 +29,12 @@ import tempfile
 from pathlib import Path
 
 from woolf.core.compress import apply_sparse_
-from woolf.core.merge_rules import Rule, f32, merge_step
-from woolf.core.scores import clip_delta
+from woolf.core.merge_rules import Rule, f32
 from woolf.errors import IntegrityError, StorageError, WoolfError
 from woolf.ledger.retention.deltas import delta_pointers, weights_pointers
-from woolf.storage.lazy import LazyTensors, merge_in_place, streamable
+from woolf.storage.lazy import clipped, merge_delta, open_delta
 from woolf.storage.outer_state import load_state
-from woolf.storage.sparse import load_delta, load_entries
+from woolf.storage.sparse import load_entries
 from woolf.storage.weights import TRUSTED_LIMITS, spec_of
 from woolf.storage.writer import write_hashed
 
@@ -108,20 +107,12 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
                 for name, (where, vals) in merged.items():
                     stale[name] = apply_sparse_(weights[name], where, vals, scale, stale.get(name))
             else:
-                if declared.get("kind") == "dense":  # read tensor by tensor as the merge uses it (storage/lazy.py)
-                    delta = LazyTensors.open(path, TRUSTED_LIMITS, expect=spec, label=label)
-                    if v.delta_clip is not None:
-                        delta.clip(v.delta_clip)
-                else:
-                    delta = load_delta(path, declared, spec, TRUSTED_LIMITS, label)
-                    if v.delta_clip is not None:  # scoring.norm_action = clip: merged as the validator clipped it
-                        delta = clip_delta(delta, v.delta_clip)
+                delta = open_delta(path, declared, spec, TRUSTED_LIMITS, label)  # dense: tensor by tensor
+                if v.delta_clip is not None:  # scoring.norm_action = clip: merged as the validator clipped it
+                    delta = clipped(delta, v.delta_clip)
                 state_path = ledger.state_path(prev)
                 state = None if state_path is None else load_state(state_path, spec, ledger.config.limits)
-                if state is None and streamable(rule, weights, delta):  # into the weights' own memory
-                    weights = merge_in_place(rule, weights, delta, v.attenuation or 0.0).candidate
-                else:
-                    weights = merge_step(rule, weights, state, delta, v.attenuation or 0.0).candidate
+                weights = merge_delta(rule, weights, state, delta, v.attenuation or 0.0).candidate  # in place
                 stale = {}
         except (ValueError, KeyError, RuntimeError, TypeError, IndexError) as exc:
             raise IntegrityError(f"version {v.version} cannot be replayed: {exc}", hint="run `woolf audit`") from None
