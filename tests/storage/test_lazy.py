@@ -91,3 +91,18 @@ def test_other_rules_and_dtypes_are_not_streamed(tmp_path):
     assert not streamable(Rule.from_record("attenuated", 1.0, None), current, load_checked(path, LIMITS))
     half = {k: v.double() for k, v in current.items()}
     assert not streamable(Rule.from_record("attenuated", 1.0, None), half, lazy)
+
+
+def test_a_file_cut_short_or_replaced_after_open_is_never_read_as_other_bytes(tmp_path):
+    """Hostile storage: the cached object is truncated in place after it was opened and hashed (a read would
+    come up short: refused, never zero-filled), or a file is renamed over its path (the opened inode is read)."""
+    delta = _model(4, 1e-2)
+    path = _file(tmp_path, delta)
+    lazy = LazyTensors.open(path, LIMITS, expect=spec_of(delta))
+    os.truncate(path, os.path.getsize(path) // 2)
+    with pytest.raises(InvalidWeightsError, match="changed while it was read"):
+        [lazy[k] for k in sorted(delta)]
+    path = _file(tmp_path, delta, "second.safetensors")
+    lazy = LazyTensors.open(path, LIMITS, expect=spec_of(delta))
+    os.replace(_file(tmp_path, _model(5, 1e-2), "planted.safetensors"), path)
+    assert all(torch.equal(lazy[k], delta[k]) for k in delta)  # what was opened (and hashed), not the plant
