@@ -106,13 +106,22 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
                             extra_signers=list(extra), woolf_source=woolf_source)
     ledger = Ledger.init(path, options)
     head = ledger.head()
+    skipped = _left_out(ledger, weights)
     if as_json:
         app.emit_json({"path": str(ledger.root), "version": 0, "commit": head.commit,
-                       "storage": ledger.store.remote_url(), "signed": bool(signing_key)})
+                       "storage": ledger.store.remote_url(), "signed": bool(signing_key),
+                       **({"left_out": skipped} if skipped is not None else {})})
         return
     app.console.print(f"created ledger [bold]{ledger.config.name}[/] at {ledger.root}")
     app.console.print(f"  version 0 = {head.commit[:12]}, weights in {ledger.store.remote_url()}")
     app.console.print(f"  {'signed: you are maintainer and validator' if signing_key else 'UNSIGNED'}")
+    if skipped is not None:
+        kept = sorted(ledger.config.workload.params.get("files", {}))
+        app.console.print(f"  model files kept in ledger/model/ (pinned by sha256, exported): {', '.join(kept)}")
+        if skipped:
+            more = f" and {len(skipped) - 12} more" if len(skipped) > 12 else ""
+            app.err.print(f"[yellow]note:[/] left out of the ledger (not files woolf knows a model needs): "
+                          f"{', '.join(skipped[:12])}{more}")
     if ledger.config.benchmark.hidden_sha256:
         app.console.print(f"  the gate is the hidden benchmark {hidden}: give validators that file "
                           "(WOOLF_HIDDEN_BENCHMARK=PATH; on GitHub the secret WOOLF_HIDDEN_BENCHMARK_URL)")
@@ -123,6 +132,15 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
     if ledger.config.forge.kind == "github" and "WOOLF_SOURCE=''\n" in (ledger.root / "ci" / "install.sh").read_text():
         app.err.print("[yellow]note:[/] ci/install.sh (the GitHub workflow's installer) pins no GoodWoolf source: "
                       "pass --woolf-source git+https://HOST/PATH@COMMIT for a ledger on GitHub (docs/github.md)")
+
+
+def _left_out(ledger, weights) -> list[str] | None:
+    """A transformers ledger: the files of its --weights directory that init did not keep."""
+    if ledger.config.workload.name != "transformers" or weights is None:
+        return None
+    from woolf.workloads.hf.modeldir import left_out  # deferred: the workload
+
+    return left_out(Path(weights), set(ledger.config.workload.params.get("files", {})))
 
 
 def _require_private_key(path: Path) -> None:

@@ -18,6 +18,7 @@ files are written beside it and moved in at the end, so a failure leaves nothing
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -37,6 +38,16 @@ def _target(out: Path) -> Path:
         raise UsageError(f"{out} is not empty; woolf export writes into a new or empty directory only",
                          hint="choose another directory, or remove what is in it")
     return out
+
+
+def _follow_umask(tmp: Path) -> None:
+    """The directory and its files as the user's umask makes them (mkdtemp's are private): the
+    modes save_pretrained's directory gets."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for p in tmp.rglob("*"):
+        p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
+    tmp.chmod(0o777 & ~mask)
 
 
 def export_version(ledger, number: int, out: Path, dtype: str | None = None,
@@ -72,6 +83,7 @@ def export_version(ledger, number: int, out: Path, dtype: str | None = None,
             from woolf.workloads.hf.export import export_files  # deferred: loads transformers
 
             for name, data in export_files(wl, want).items():
+                (tmp / name).parent.mkdir(exist_ok=True)  # additional_chat_templates/NAME.jinja
                 (tmp / name).write_bytes(data)
                 files.append(name)
         else:
@@ -84,6 +96,7 @@ def export_version(ledger, number: int, out: Path, dtype: str | None = None,
         record = {"version": number, "commit": version.commit, "weights_sha256": version.weights_sha256,
                   "workload": cfg.workload.name, "dtype": want or "as stored", "files": sorted(files)}
         (tmp / "woolf-export.json").write_text(json.dumps(record, indent=2) + "\n")
+        _follow_umask(tmp)
         if out.exists():
             out.rmdir()  # empty, checked above
         tmp.rename(out)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,15 @@ from woolf.storage.shards import INDEX, check_sharded
 
 MODEL_DIR = "ledger/model"
 REQUIRED = ("config.json", "tokenizer.json")  # committed and pinned; the weights go to DVC
-OPTIONAL = ("tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+# Every other file a model needs to be used, kept (committed, pinned, exported) where present (issue 38):
+# its chat template, special and added tokens, a slow tokenizer's vocabulary, processor configs.
+OPTIONAL = ("tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+            "chat_template.jinja", "chat_template.json", "added_tokens.json",
+            "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model",
+            "preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
+TEMPLATES = "additional_chat_templates"  # transformers 5's named chat templates: TEMPLATES/NAME.jinja
+WEIGHT_FILES = re.compile(r"model(-\d+-of-\d+)?\.safetensors(\.index\.json)?")
+SAFE_NAME = re.compile(rf"({TEMPLATES}/)?[A-Za-z0-9_][A-Za-z0-9_.-]*")
 CONVERT = ("from transformers import AutoModelForCausalLM, AutoTokenizer; "
            "AutoModelForCausalLM.from_pretrained(SRC).save_pretrained(DIR); "
            "AutoTokenizer.from_pretrained(SRC).save_pretrained(DIR)")
@@ -123,6 +132,28 @@ def build_config(data: bytes, where: str = "config.json"):
         raise UsageError(f"{where}: transformers cannot read it: {exc}") from None
 
 
+def not_causal_lm(config, where: str) -> None:
+    """Refuse a checkpoint whose config.json says it is not a causal LM (``architectures``): a
+    sentence encoder such as BertModel has a model_type transformers can build a causal LM of, but
+    no language-model head, and would load as random weights beside a mismatch (issue 38)."""
+    from transformers.models.auto.modeling_auto import (  # deferred: transformers
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    archs = [a for a in getattr(config, "architectures", None) or [] if isinstance(a, str)]
+    causal = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+    if not archs or any(a in causal or a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        return
+    encoder = (config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(config, "is_decoder", False))
+    what = "an encoder (a sentence or masked-LM model)" if encoder else "a model without a causal language-model head"
+    want = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.model_type, "LlamaForCausalLM")
+    raise UsageError(f"{where}: the checkpoint is a {', '.join(archs)}: {what}, not a causal language model",
+                     hint=f"the transformers workload trains AutoModelForCausalLM checkpoints (architectures "
+                          f"naming a *ForCausalLM class, e.g. {want}); train any other model with the "
+                          "external-command workload (docs/workloads.md)")
+
+
 def load_tokenizer(data: bytes, config, where: str = "tokenizer.json"):
     """The `tokenizers` tokenizer in ``data``, checked against the model's vocabulary."""
     _need_transformers()
@@ -141,6 +172,37 @@ def load_tokenizer(data: bytes, config, where: str = "tokenizer.json"):
                          f"the model's embeddings {vocab}",
                          hint="use the tokenizer the checkpoint was trained with")
     return tok
+
+
+def kept_files(path: Path) -> dict[str, bytes]:
+    """The files of the model directory ``path`` a ledger keeps beside config.json (OPTIONAL, and
+    TEMPLATES/*.jinja), each JSON one refused if a field of it loads code (auto_map in a
+    tokenizer_config.json, a processor config or generation_config.json)."""
+    names = [n for n in REQUIRED + OPTIONAL if (path / n).is_file()]
+    if (path / TEMPLATES).is_dir():
+        names += sorted(f"{TEMPLATES}/{p.name}" for p in (path / TEMPLATES).glob("*.jinja")
+                        if p.is_file() and SAFE_NAME.fullmatch(f"{TEMPLATES}/{p.name}"))
+    raw = {n: (path / n).read_bytes() for n in names}
+    for name, data in raw.items():
+        if name.endswith(".json") and name != "config.json":  # config.json: build_config checks it
+            try:
+                parsed = json.loads(data)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise UsageError(f"{path / name}: not valid JSON ({exc})") from None
+            code_problem(parsed, f"{path / name}")
+    return raw
+
+
+def left_out(path: Path, kept) -> list[str]:
+    """What ``woolf init`` does not keep of a model directory: every file but the kept ones, the
+    weights and hidden files (.git, .cache), so that init can name them."""
+    out = []
+    for p in sorted(Path(path).rglob("*")):
+        rel = p.relative_to(path)
+        if (p.is_file() and not any(part.startswith(".") for part in rel.parts)
+                and rel.as_posix() not in kept and not WEIGHT_FILES.fullmatch(rel.as_posix())):
+            out.append(rel.as_posix())
+    return out
 
 
 def max_positions(config) -> int | None:
@@ -200,8 +262,9 @@ def import_model_dir(path: Path | None, limits) -> Imported:
     for name in REQUIRED:
         if not (path / name).is_file():
             raise UsageError(f"{path}: no {name}", hint=f"save the model and its tokenizer with: {CONVERT}")
-    raw = {n: (path / n).read_bytes() for n in REQUIRED + OPTIONAL if (path / n).is_file()}
+    raw = kept_files(path)
     config = build_config(raw["config.json"], f"{path / 'config.json'}")
+    not_causal_lm(config, f"{path / 'config.json'}")
     load_tokenizer(raw["tokenizer.json"], config, f"{path / 'tokenizer.json'}")
     if sharded:  # every shard checked against the index before transformers reads one
         spec, _ = check_sharded(path, limits)

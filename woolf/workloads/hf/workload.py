@@ -34,6 +34,7 @@ from woolf.workloads.features import BIND, FINGERPRINT, FOLLOW, GLOBAL_STEP, STA
 from woolf.workloads.hf.modeldir import (
     MODEL_DIR,
     REQUIRED,
+    SAFE_NAME,
     build_config,
     canonical,
     load_tokenizer,
@@ -61,6 +62,10 @@ class Transformers(TextCorpus):
         missing = [n for n in REQUIRED if n not in files]
         if missing:
             raise ConfigError(f"{where}.files lacks {missing}",
+                              hint="create the ledger with `woolf init --workload transformers --weights DIR`")
+        odd = [n for n in files if not isinstance(n, str) or not SAFE_NAME.fullmatch(n)]
+        if odd:  # names become paths in ledger/model/ and in an export: no "..", no absolute paths
+            raise ConfigError(f"{where}.files names {str(odd[0])[:80]!r}, not a model file name",
                               hint="create the ledger with `woolf init --workload transformers --weights DIR`")
         if autocast not in AUTOCAST:
             raise ConfigError(f"{where}.autocast = {autocast!r}", hint="use \"\", \"bf16\" or \"fp16\"")
