@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.reaper import _no_child_left_behind, pytest_configure, pytest_unconfigure  # noqa: F401  (no child left behind)
 from woolf.git.keys import configure, create_key
 from woolf.git.repo import Git, clean_env
 from woolf.hub.create import init_hub

@@ -13,7 +13,11 @@ is swallowed by torch, or leaves numpy half-imported (a RecursionError later):
 `woolf train` keeps Ctrl-C deferred and checks at every training step.
 
 A shell that starts a background job sets SIGINT to "ignore" for it, and Python
-then installs no KeyboardInterrupt; long-running commands restore it explicitly.
+then installs no KeyboardInterrupt; long-running commands restore it explicitly:
+`defer()` records SIGINT even where it was ignored, `release(restore=True)` (train,
+validate) and `interruptible()` (validate --watch, demo) raise on it; a short command's
+`release()` puts "ignore" back, dropping a Ctrl-C that came while it started (issue 38:
+`woolf train` in a backgrounded test run could not be stopped with SIGINT).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ def interruptible():
 
 
 _pending: list[int] = []
+_ignored: list[bool] = []  # whether SIGINT was ignored when this process first deferred it
 
 
 def _record(signum, frame):
@@ -50,11 +55,12 @@ def _record(signum, frame):
 
 
 def defer() -> None:
-    """SIGINT (unless ignored, as for a background job) and SIGTERM set a flag instead of raising."""
+    """SIGINT (ignored or not: a background job's) and SIGTERM set a flag instead of raising."""
     if threading.current_thread() is not threading.main_thread():
         return
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, _record)
+    if not _ignored:
+        _ignored.append(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+    signal.signal(signal.SIGINT, _record)
     signal.signal(signal.SIGTERM, _record)
 
 
@@ -69,11 +75,17 @@ def check() -> None:
         raise KeyboardInterrupt
 
 
-def release() -> None:
-    """Python's default handling again: Ctrl-C raises wherever it lands; a pending one raises now."""
+def release(restore: bool = False) -> None:
+    """Python's default handling again: Ctrl-C raises wherever it lands; a pending one raises now.
+    Where SIGINT was ignored (a background job) it is ignored again, unless ``restore`` (a
+    long-running command, which SIGINT must be able to stop)."""
     if threading.current_thread() is threading.main_thread():
         if signal.getsignal(signal.SIGINT) is _record:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            if _ignored and _ignored[0] and not restore:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                _pending[:] = [s for s in _pending if s != signal.SIGINT]
+            else:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
         if signal.getsignal(signal.SIGTERM) is _record:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
     check()

@@ -36,6 +36,14 @@ class StepsType(click.ParamType):
         return n
 
 
+def step_rate(steps: int, seconds: float) -> str:
+    """The training speed as people read it: "12.3 steps/s", or "79.0 s/step" for slow steps."""
+    if steps <= 0 or seconds <= 0:
+        return ""
+    rate = steps / seconds
+    return f"{rate:.1f} steps/s" if rate >= 1 else f"{seconds / steps:.1f} s/step"
+
+
 @click.command()
 @click.option("--steps", type=StepsType(),
               help="Training steps, or 'auto': sized from your measured speed so a contribution takes "
@@ -58,26 +66,28 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, contributor
     from woolf.participant.contribute import train as do_train  # deferred: fast --help
 
     ledger = app.ledger()
+    _say_contributor_fallback(app, ledger, contributor)
     with Progress(TextColumn("training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=app.err,
                   disable=as_json) as bar:
         task = bar.add_task("train", total=steps if isinstance(steps, int) else ledger.config.workload.steps,
                             info="")
-        state = {"t0": None, "step": 0}
+        state = {"t0": None, "step": 0, "first": 0}
 
         def progress(step, total, loss):
             state["step"] = step
             interrupts.check()  # Ctrl-C is deferred while training (see woolf/interrupts.py)
-            state["t0"] = state["t0"] or time.perf_counter()
-            rate = step / max(time.perf_counter() - state["t0"], 1e-9)
-            bar.update(task, completed=step, total=total, info=f"loss {loss:.3f}  {rate:.1f} steps/s")
+            if state["t0"] is None:
+                state["t0"], state["first"] = time.perf_counter(), step
+            rate = step_rate(step - state["first"], time.perf_counter() - state["t0"])
+            bar.update(task, completed=step, total=total, info=f"loss {loss:.3f}  {rate}")
 
         options = TrainOptions(steps=steps, data=data, device=device, seed=seed, offline=offline,
                                contributor=contributor, progress=progress, fresh=fresh, take=take)
         try:
             result = do_train(ledger, options)
             state["done"] = True
-            interrupts.release()
+            interrupts.release(restore=True)
         except KeyboardInterrupt:
             bar.stop()
             app.err.print("interrupted after training finished: the result is kept; `woolf submit` opens a PR"
@@ -96,14 +106,42 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, contributor
     if how and how.startswith("set aside"):
         app.err.print(f"[yellow]warning:[/] your optimizer state was {how}")
     gate = result.get("gate") or {}
+    if "merged" in m:
+        app.console.print(f"merged as a validator would at staleness 0 ({_share(gate)}): benchmark loss "
+                          f"{m['merged']['loss']:.4f}")
     if gate.get("passes") is False:
-        app.say(("warning:", "yellow"), f" the benchmark gate would reject this result: {gate.get('reason')} "
+        app.say(("warning:", "yellow"), f" the benchmark gate would reject this result as a validator merges it "
+                f"({_share(gate)}): {gate.get('reason')} "
                 f"(policy.min_improvement {ledger.config.policy.min_improvement:+.4f}; negative is the regression "
                 "it tolerates)", err=True)
         app.console.print("next: `woolf train` again (more --steps, another --seed or --data), "
                           "or `woolf submit` to let the validators judge it anyway")
         return
     app.console.print("next: `woolf submit`")
+
+
+def _share(gate: dict) -> str:
+    """The share of the delta the gate prediction judged: alpha_base * f(0), and the rule's caveat."""
+    scale = gate.get("scale", 1.0)
+    text = "the whole delta" if scale == 1.0 else f"alpha_base x f(0) = {scale:g} of the delta"
+    rule = gate.get("rule", "attenuated")
+    return text if rule == "attenuated" else f"{text}; merge.rule {rule} adds its momentum, which this leaves out"
+
+
+def _say_contributor_fallback(app: App, ledger, contributor) -> None:
+    """Once per clone: the contributor id fell back to the OS user, and how to set one (issue 38)."""
+    from woolf.protocol import layout  # deferred: fast --help
+    from woolf.protocol.contributor import OS_USER, contributor_source  # deferred: fast --help
+
+    who, source = contributor_source(contributor, ledger.git)
+    said = ledger.root / layout.WORK / "contributor-fallback-said"
+    if source != OS_USER or said.exists():
+        return
+    app.err.print(f"note: you contribute as {who!r}, your OS user name: none of --contributor, "
+                  "WOOLF_CONTRIBUTOR or git's user.name is set; set one with `git config user.name NAME` "
+                  "(said once in this clone)")
+    said.parent.mkdir(parents=True, exist_ok=True)
+    said.write_text(who + "\n")
 
 
 def _earlier_result(ledger) -> str:

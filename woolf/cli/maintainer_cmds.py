@@ -37,10 +37,18 @@ def key_create(app: App, out, name, roles, configure, as_json):
     from woolf.git.keys import configure as configure_git  # deferred: fast --help
     from woolf.git.keys import create_key  # deferred: fast --help
     from woolf.git.repo import Git  # deferred: fast --help
-    from woolf.protocol.contributor import contributor_id  # deferred: fast --help
+    from woolf.protocol.contributor import (  # deferred: fast --help
+        OS_USER,
+        contributor_source,
+        normalize,  # deferred: fast --help
+    )
     from woolf.protocol.signers import signer_line  # deferred: fast --help
 
-    who = contributor_id(name, Git(app.cwd if app.cwd.is_dir() else Path(".")))  # WOOLF_CONTRIBUTOR, git user.name
+    # --name, WOOLF_CONTRIBUTOR, git user.name; else the key file's name, never the OS user
+    # (`root` is often the maintainer's name too: adding a key under it would replace theirs)
+    who, source = contributor_source(name, Git(app.cwd if app.cwd.is_dir() else Path(".")))
+    if source == OS_USER:
+        who, source = normalize(Path(out).stem or Path(out).name), "the key file's name"
     private, public = create_key(out, who)  # the key's comment is that id: `woolf init --key` signs as it
     line = signer_line(who, public, list(roles))
     if configure:
@@ -48,10 +56,12 @@ def key_create(app: App, out, name, roles, configure, as_json):
     if as_json:
         app.emit_json({"private": str(private), "public": public, "allowed_signers_line": line})
         return
-    app.console.print(f"key {private} (public: {private}.pub)")
+    app.console.print(f"key {private} (public: {private}.pub), signer name {who!r} ({source}; --name NAME to choose)")
     app.console.print("line for ledger/allowed_signers (a maintainer runs "
                       f"`woolf signers add {who} --key {private}.pub{''.join(' --role ' + r for r in roles)}`):")
     click.echo(line)
+    app.err.print(f"note: if {who!r} is already a name in ledger/allowed_signers (`woolf signers list`), "
+                  "adding this key replaces that signer's key: make the key again with another --name")
 
 
 @click.group()

@@ -48,7 +48,7 @@ def validate(app: App, ids, all_, watch, interval, name, evaluate_out, apply_fil
         raise click.UsageError("give IDs or --all, not both")
     validator = Validator(app.ledger(), device=device, name=name, forge_kind=forge)
     try:
-        interrupts.release()  # Ctrl-C was deferred while torch loaded (cli/main.py)
+        interrupts.release(restore=True)  # Ctrl-C was deferred while torch loaded (cli/main.py)
     except KeyboardInterrupt:
         app.err.print("interrupted before validating anything: nothing was changed")
         raise click.exceptions.Exit(130) from None

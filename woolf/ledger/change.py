@@ -70,6 +70,11 @@ def set_signer(ledger, name: str, public_key: str | None, roles: list[str] | tup
     lines = [s.line() for s in kept] + ([signer_line(name, public_key, roles)] if public_key else [])
     new = Signers.parse("\n".join(lines))
     if not new.names_with("maintainer"):
+        if public_key and len(kept) < len(signers.entries):  # a new key under the maintainer's own name
+            raise UsageError(f"{name} is the maintainer's name in ledger/allowed_signers: adding a key under it "
+                             "would replace the maintainer's key and leave the ledger without a maintainer",
+                             hint="add this key under another name: `woolf signers add OTHER --key KEY.pub` "
+                                  "(the key's owner signs as OTHER: `woolf key create --name OTHER`)")
         raise UsageError("that would leave the ledger without a maintainer")
     what = f"add {name} as {', '.join(roles) or 'contributor'}" if public_key else f"remove {name}"
     return _commit_change(ledger, "signers", {SIGNERS_PATH: new.render().encode()}, reason or what)

@@ -60,11 +60,35 @@ def require_validator_key(ledger, head) -> None:
         raise UsageError("this ledger is signed: a validator needs its SSH key",
                          hint="`woolf key create`, ask a maintainer to add it as validator, then "
                               "`git config gpg.format ssh; git config user.signingkey PATH` (or WOOLF_SIGNING_KEY)")
-    parts = public_of(key).split()
+    public = public_of(key).split()[1]
+    if _is_validator_key(text, public):
+        return
+    fetched, newer = _origin_signers(ledger, head)  # this clone may predate the change that added the key
+    if newer is not None and _is_validator_key(newer, public):
+        return  # the validator works on origin's main, which it fetches before every pass
+    raise UsageError(f"the key {key} is not a validator key in ledger/allowed_signers"
+                     + (" (nor on origin's main, fetched now)" if fetched else ""),
+                     hint="ask a maintainer to add it: `woolf signers add NAME --role validator --key KEY.pub`"
+                          + ("" if fetched else "; if one did since this clone last pulled, `woolf pull`"))
+
+
+def _is_validator_key(text: bytes, public: str) -> bool:
     signers = Signers.parse(text.decode(errors="replace"))
-    if not any(s.key == parts[1] and "validator" in s.roles for s in signers.entries):
-        raise UsageError(f"the key {key} is not a validator key in ledger/allowed_signers",
-                         hint="ask a maintainer to add it: `woolf signers add NAME --role validator --key KEY.pub`")
+    return any(s.key == public and "validator" in s.roles for s in signers.entries)
+
+
+def _origin_signers(ledger, head) -> tuple[bool, bytes | None]:
+    """(fetched, ledger/allowed_signers on origin's main where that is not ``head``): whether origin
+    could be fetched, and its signers. Whether that main is trusted is checked before anything is
+    built on it (require_trusted_head)."""
+    try:
+        ledger.fetch(prs=False)
+    except Exception:  # noqa: BLE001 - offline, no origin: the error names `woolf pull` instead
+        return False, None
+    commit = ledger.git.rev_parse("refs/remotes/origin/main")
+    if not commit or commit == head.commit:
+        return True, None
+    return True, signers_text(ledger.git, commit)
 
 
 def require_validator(ledger, head) -> None:

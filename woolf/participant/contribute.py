@@ -122,13 +122,33 @@ def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
         metrics = {"before": before or wl.evaluate(base, bench, device),
                    "after": wl.evaluate(trained, bench, device)}
         save_atomic(trained, out / "trained.safetensors")
-        gate = decide(cfg.policy, metrics["before"], metrics["after"])  # what the gate would say, unattenuated
+        gate = _predicted_gate(cfg, wl, base, trained, metrics, bench, device)
         record = {"base_version": head.version, "base_commit": head.commit, "contributor": who,
                   "training": summary, "metrics": metrics, "seed": o.seed,
-                  "task": task.rec.id if task else None,
-                  "gate": {"passes": gate.accepted, "reason": gate.reason}}
+                  "task": task.rec.id if task else None, "gate": gate}
         write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
     return {**record, "weights": str(out / "trained.safetensors")}
+
+
+def _predicted_gate(cfg, wl, base, trained, metrics: dict, bench: bytes, device) -> dict:
+    """What the gate would say of the merge a validator makes of this result at staleness 0:
+    base + alpha_base * f(0) * delta, not the whole delta (issue 38: a joiner told "the gate would
+    reject" was merged). Under a momentum rule the merge also carries the rule's state, which
+    only the validator knows; the prediction is the delta's own share. ``metrics["merged"]`` is
+    the candidate's evaluation, where the scale is not 1."""
+    from woolf.core.merge import apply_delta, merge_scale  # deferred: torch
+    from woolf.core.staleness import attenuation  # deferred: with the above
+
+    scale = merge_scale(cfg.merge.alpha_base, attenuation(cfg.merge.staleness, 0))
+    judged = metrics["after"]
+    if scale != 1.0:
+        merged = {}
+        for name in base:  # one tensor's delta at a time: no second model-sized copy
+            delta = trained[name].float() - base[name].float()
+            merged[name] = apply_delta({name: base[name]}, {name: delta}, scale)[name]
+        judged = metrics["merged"] = wl.evaluate(merged, bench, device)
+    gate = decide(cfg.policy, metrics["before"], judged)
+    return {"passes": gate.accepted, "reason": gate.reason, "scale": scale, "rule": cfg.merge.rule}
 
 
 def _train_keywords(ledger, features: frozenset[str], o: TrainOptions, head, base) -> tuple:

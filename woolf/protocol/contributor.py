@@ -2,6 +2,7 @@
 
 Usage:
     contributor_id(explicit=None, git=ledger.git)   # WOOLF_CONTRIBUTOR, git user.name, or $USER
+    who, source = contributor_source(None, ledger.git)   # source == OS_USER: none of them was set
     claimed_contributor(pr_id, meta.get("contributor"))  # the name a PR is counted as, or None
     gone = unclaimed(git, {pr_id: (name, head)}, signers_text)   # the ids whose keyed name is not theirs
 """
@@ -27,11 +28,24 @@ def normalize(name: str) -> str:
     return slug
 
 
+OS_USER = "the OS user"  # the fallback, which commands say once (issue 38)
+
+
+def contributor_source(explicit: str | None = None, git=None) -> tuple[str, str]:
+    """The contributor id and where it came from: "--contributor", "WOOLF_CONTRIBUTOR",
+    "git user.name", or OS_USER when none of them is set."""
+    if explicit:
+        return normalize(explicit), "--contributor"
+    if os.environ.get("WOOLF_CONTRIBUTOR"):
+        return normalize(os.environ["WOOLF_CONTRIBUTOR"]), "WOOLF_CONTRIBUTOR"
+    name = git.run("config", "user.name", check=False).stdout.decode().strip() if git is not None else ""
+    if name:
+        return normalize(name), "git user.name"
+    return normalize(getpass.getuser() or "anonymous"), OS_USER
+
+
 def contributor_id(explicit: str | None = None, git=None) -> str:
-    name = explicit or os.environ.get("WOOLF_CONTRIBUTOR")
-    if not name and git is not None:
-        name = git.run("config", "user.name", check=False).stdout.decode().strip()
-    return normalize(name or getpass.getuser() or "anonymous")
+    return contributor_source(explicit, git)[0]
 
 
 def claimed_contributor(sub_id: str, claim) -> str | None:
