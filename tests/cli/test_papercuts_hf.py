@@ -146,3 +146,24 @@ def test_an_export_follows_the_users_umask(tmp_path, instruct_dir):
     assert stat.S_IMODE(out.stat().st_mode) == 0o755
     for p in out.iterdir():
         assert stat.S_IMODE(p.stat().st_mode) == 0o644, p.name
+
+
+def test_the_report_of_a_transformers_ledger_says_per_token_and_draws_no_reference_lines(tmp_path, instruct_dir):
+    """Item 9: the loss axis said nats/byte for a per-token loss; the caption named reference lines
+    that only a demo's report draws."""
+    from woolf.report.build import build_report
+
+    assert _init(tmp_path, instruct_dir).returncode == 0
+    page = build_report(Ledger.open(tmp_path / "led"), tmp_path / "report")["html"].read_text()
+    assert "Benchmark loss (nats/token) of every merged version" in page
+    assert "reference" not in page and "nats/byte" not in page
+
+
+def test_transformers_optimizer_warmup_is_checked():
+    from woolf.errors import ConfigError
+    from woolf.workloads.hf import Transformers
+
+    sha = "0" * 64
+    with pytest.raises(ConfigError, match="optimizer_warmup"):
+        Transformers(files={"config.json": sha, "tokenizer.json": sha}, optimizer_warmup=-1)
+    assert Transformers(files={"config.json": sha, "tokenizer.json": sha}, optimizer_warmup=60)._opt_factor(0) == 1 / 60

@@ -177,10 +177,10 @@ def test_bad_input_is_refused_and_changes_nothing(story, capsys, tmp_path):
     for args, needle in cases:
         code, out, err = _run(capsys, "-C", str(user.root), *args)
         assert code in (1, 2) and needle in err, (args, code, err)
-    # a version that is not bad under the threshold: found nothing, exit 1, data still printed
+    # a version that is not bad under the threshold: found nothing, exit 0 (issue 38), data still printed
     code, out, err = _run(capsys, "-C", str(user.root), "bisect", "--benchmark", str(greek), "--good", "2",
                           "--bad", "3", "--threshold", "100", "--json")
-    assert code == 1 and json.loads(out)["found"] is None
+    assert code == 0 and json.loads(out)["found"] is None
     assert user.git.out("for-each-ref") == refs and not LocalForge.for_ledger(user).list(state="open")
 
 

@@ -103,8 +103,7 @@ def demo(app: App, participants, rounds, validators, steps, directory, force, qu
         c.print(line)
     for line in outcome_lines(r):
         c.print(line)
-    c.print(f"wall time: {r.wall_seconds:.1f}s: the network {r.network_seconds:.0f}s, then the reference "
-            f"runs {r.reference_seconds:.0f}s   hub: {r.dir}")
+    c.print(f"{wall_line(r)}   hub: {r.dir}")
     if r.report:
         c.print(f"report: {r.report}")
 
@@ -134,6 +133,16 @@ def outcome_lines(r) -> list[str]:
         out.append("every honest participant ranks above every adversary: "
                    + ("yes" if r.honest_above_adversaries else "NO"))
     return out
+
+
+def wall_line(r) -> str:
+    """Where the wall time went: set-up (with the pretrained genesis, when this run built it), the
+    network, the reference runs and the report."""
+    built = f", of which building the pretrained genesis {r.genesis_build_seconds:.0f}s" \
+        if r.genesis_build_seconds is not None else ""
+    rest = r.wall_seconds - r.setup_seconds - r.network_seconds - r.reference_seconds
+    return (f"wall time: {r.wall_seconds:.1f}s: set-up {r.setup_seconds:.0f}s{built}, the network "
+            f"{r.network_seconds:.0f}s, the reference runs {r.reference_seconds:.0f}s, the report {max(rest, 0):.0f}s")
 
 
 def comparison_lines(r) -> list[str]:

@@ -88,10 +88,15 @@ def diff(app: App, a, b, benchmark, top, device, as_json):
     app.console.print(f"v{a} -> v{b}: |Δ| {t['l2']:.4g} (relative {t['relative']:.3g}), cosine "
                       f"{t['cosine']:.6f}, max |Δ| {t['max_abs']:.3g}")
     ranked = sorted(d["tensors"], key=lambda r: -r.get("l2", float("inf")))
-    app.table(["tensor", "shape", "|Δ|", "relative", "cosine", "max |Δ|"],
-              [[r["name"], str(r["shape"]), r["change"], "", "", ""] if "change" in r else
-               [r["name"], str(r["shape"]), f"{r['l2']:.4g}", f"{r['relative']:.3g}", f"{r['cosine']:.6f}",
-                f"{r['max_abs']:.3g}"] for r in ranked[:top]])
+    changed = [r for r in ranked if "change" in r or r.get("l2") != 0]  # --top lists changes, not zeros
+    if changed:
+        app.table(["tensor", "shape", "|Δ|", "relative", "cosine", "max |Δ|"],
+                  [[r["name"], str(r["shape"]), r["change"], "", "", ""] if "change" in r else
+                   [r["name"], str(r["shape"]), f"{r['l2']:.4g}", f"{r['relative']:.3g}", f"{r['cosine']:.6f}",
+                    f"{r['max_abs']:.3g}"] for r in changed[:top]])
+    if len(changed) < len(ranked):
+        app.console.print(f"  {len(ranked) - len(changed)} of {len(ranked)} tensors unchanged"
+                          + (" (not listed)" if changed else ""))
     for e in d["between"]:
         app.say(f"  v{e['version']} {_who(e)}")
     m = d["metric"]
@@ -130,7 +135,9 @@ def bisect(app: App, benchmark, run_cmd, good, bad, threshold, device, as_json):
     if as_json:
         app.emit_json(r)
     elif r["found"] is None:
-        app.console.print(f"no version in v{r['good'] + 1}..v{r['bad']} is bad; {cost}")
+        why = (f"none is worse than v{r['good']} by more than --threshold {r['threshold']:g} in {r['metric']}"
+               if r.get("reference") is not None else "--run exited 0 on every version it checked")
+        app.console.print(f"nothing is bad: no version in v{r['good'] + 1}..v{r['bad']} is bad ({why}); {cost}")
     else:
         f = r["found"]
         app.say(f"first bad version: v{f['version']} ({f['commit'][:12]}) {_who(f)}")
@@ -139,8 +146,6 @@ def bisect(app: App, benchmark, run_cmd, good, bad, threshold, device, as_json):
             app.console.print(f"  {r['metric']}: v{r['good']} (good) {_fmt(r['reference'])}, {last_good}"
                               f"v{f['version']} {_fmt(f['value'])}")
         app.console.print(f"  {cost}; `woolf revert {f['version']}` to take it back")
-    if r["found"] is None:
-        click.get_current_context().exit(1)
 
 
 @click.command()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from woolf.cli.app import App, json_option, pass_app
+from woolf.cli.app import App, json_option, pass_app, printable
 from woolf.errors import UsageError, WoolfError
 
 
@@ -205,7 +205,7 @@ def log(app: App, limit, show_all, do_fetch, as_json):
                      "-" if v.base_version is None else str(v.base_version),
                      "-" if v.staleness is None else str(v.staleness),
                      "-" if v.attenuation is None else f"{v.attenuation:.3f}",
-                     (v.contributor or "-") + ("" if v.reverts is None else f" (revert of v{v.reverts})"),
+                     _who_column(v),
                      _fmt_metrics(v.metrics)])
     app.table(["version", "commit", "time", "base", "stale", "atten", "contributor", "metrics"], rows,
               yielding="metrics")
@@ -215,6 +215,13 @@ def log(app: App, limit, show_all, do_fetch, as_json):
                   [[pr["id"], pr["state"], pr["contributor"] or "-", str(pr["base_version"]),
                     "-" if pr.get("version") is None else str(pr["version"]), " ".join((pr["reason"] or "").split())]
                    for pr in verdicts], yielding="reason")
+
+
+def _who_column(v) -> str:
+    """The contributor, a revert's target, or what a maintainer's change version changed."""
+    if v.change and not v.contributor:
+        return f"({printable(v.change)[:20]} change)"
+    return (v.contributor or "-") + ("" if v.reverts is None else f" (revert of v{v.reverts})")
 
 
 @click.command()

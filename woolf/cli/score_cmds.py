@@ -25,6 +25,10 @@ def _f(x, fmt: str = "{:.3f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 @click.command()
 @click.option("--window", type=click.IntRange(1, 10_000), default=None,
               help="Verdicts per rating match [default: twice the number of contributors, at least 8, at most 64].")
@@ -43,10 +47,13 @@ def leaderboard(app: App, window, as_json):
               [[r["contributor"], _f(r["ordinal"], "{:.2f}"), _f(r["mu"], "{:.2f}"), _f(r["sigma"], "{:.2f}"),
                 str(r["merged"]), str(r["rejected"]), str(r["flagged"]), _f(r["improvement"], "{:+.4f}"),
                 _f(r["mean_difference"], "{:+.4f}")] for r in data["rows"]])
-    app.console.print(f"{data['verdicts']} verdicts in {len(data['timeline'])} rated windows of {window}")
-    from woolf.report.story import MARKED_AND_RANDOM  # deferred: fast --help
+    windows, size = len(data["timeline"]), data["window"]
+    app.console.print(f"{_n(data['verdicts'], 'verdict')} in {_n(windows, 'rated window')} "
+                      f"of {_n(size, 'verdict')}")
+    from woolf.report.story import MARKED_AND_RANDOM, RATING_VS_CREDIT  # deferred: fast --help
 
     app.console.print(MARKED_AND_RANDOM, style="dim")
+    app.console.print(RATING_VS_CREDIT, style="dim")
 
 
 @click.command()
@@ -74,6 +81,9 @@ def credit(app: App, since, as_json):
     app.console.print(f"total {data['metric']} improvement {data['improvement']:+.4f} over {data['versions']} versions"
                       + (f" after version {since}" if since is not None else "") + f", {data['total']:+.4f} credited")
     app.console.print(data["rule"][0].upper() + data["rule"][1:] + ".")
+    from woolf.report.story import RATING_VS_CREDIT  # deferred: fast --help
+
+    app.console.print(RATING_VS_CREDIT, style="dim")
 
 
 COMMANDS = [leaderboard, credit]

@@ -71,7 +71,7 @@ def validate(app: App, ids, all_, watch, interval, name, evaluate_out, apply_fil
             else:
                 verdicts = validator.run(ids=list(ids) or None, on_verdict=show)
     except KeyboardInterrupt:
-        app.err.print(_interrupted(done, watch))
+        app.err.print(_interrupted(done, watch, idle=watch and idle.since is not None))
         if as_json:
             app.emit_json([v.to_json() for v in done])
         if watch:  # the way a watch ends: a success
@@ -83,11 +83,14 @@ def validate(app: App, ids, all_, watch, interval, name, evaluate_out, apply_fil
         app.console.print("no open pull requests")
 
 
-def _interrupted(done: list, watch: bool) -> str:
-    """What a Ctrl-C left: the verdicts recorded (each is final), and that the PR in hand was not."""
+def _interrupted(done: list, watch: bool, idle: bool = False) -> str:
+    """What a Ctrl-C left: the verdicts recorded (each is final), and that the PR in hand was not
+    (a watch that was waiting for PRs had none in hand)."""
     merged = [v for v in done if v.accepted]
     said = (f"{len(done)} verdict(s) recorded ({len(merged)} merged, {len(done) - len(merged)} rejected)"
             if done else "no verdict recorded")
+    if idle:
+        return f"stopped watching: {said}; it was waiting for PRs"
     return (f"{'stopped watching' if watch else 'interrupted'}: {said}; a PR being validated when Ctrl-C came "
             "got no verdict and stays open (nothing of it was merged), for the next `woolf validate`")
 

@@ -72,6 +72,8 @@ class DemoResult:
     network_seconds: float = 0.0  # the network alone, without set-up, references and report
     reference_seconds: float = 0.0
     wall_seconds: float = 0.0
+    setup_seconds: float = 0.0  # the hub, clones and genesis, before the network starts
+    genesis_build_seconds: float | None = None  # building the pretrained genesis (None: it was cached)
     interrupted: bool = False
     report: str | None = None
     quorum: int = 1
@@ -137,6 +139,11 @@ class DemoOptions:
     wait_verdict: float = 30.0
 
 
+def plural(count: int, noun: str) -> str:
+    """"1 validator", "2 validators"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoResult:
     """Build the hub at ``root``, run the network until every participant is done, then the
     reference runs and the report. ``options`` or its fields as keywords, or both."""
@@ -146,8 +153,8 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
     if participants < 1 or validators < 1 or rounds < 1:
         raise UsageError("a demo needs at least one participant, one validator and one round")
     if quorum < 1 or quorum > validators - dishonest:
-        raise UsageError(f"a quorum of {quorum} needs at least {quorum} honest validators "
-                         f"({validators} validators{', one of them dishonest' if dishonest else ''})",
+        raise UsageError(f"a quorum of {quorum} needs at least {plural(quorum, 'honest validator')} "
+                         f"({plural(validators, 'validator')}{', one of them dishonest' if dishonest else ''})",
                          hint="raise --validators or lower --quorum")
     settings = {**(o.settings or {}), **({"validators.quorum": str(quorum)} if quorum > 1 else {})}
 
@@ -164,11 +171,18 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
     t0 = time.time()
     root = Path(root).resolve()
     overrides = {"workload.steps": str(steps), **(settings or {})}
-    weights, added = prepare_regime(o.regime, names, overrides, o.pretrain_steps,
-                                    progress=lambda line: console.print(f"[dim]{line}[/]"))
+    built: list[float] = []  # set when the pretrained genesis is built, not read from the cache
+
+    def building(line: str) -> None:
+        built.append(time.time())
+        console.print(f"[dim]{line}[/]")
+
+    weights, added = prepare_regime(o.regime, names, overrides, o.pretrain_steps, progress=building)
+    genesis_build = round(time.time() - built[0], 1) if built else None
     hub = create_hub(root, names + adversaries, vnames, overrides={**added, **overrides}, replace=o.replace,
                      weights=weights)
     result = DemoResult(str(root), participants, validators, rounds, steps, regime=o.regime,
+                        genesis_build_seconds=genesis_build,
                         regime_words=REGIMES[o.regime].words,
                         total_steps=participants * rounds * steps, quorum=quorum, adversaries=adversaries)
     if hidden is not None:  # validators (spawned below) and the reference runs read it; participants never do
@@ -181,10 +195,12 @@ def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoRe
     wl = load_workload(observer.config.workload)
     genesis = observer.load_weights(observer.head())
     result.genesis_loss = wl.evaluate(genesis, gate_benchmark(observer))["loss"]
-    console.print(f"hub at {root}: {participants} participants x {rounds} rounds x {steps} steps, "
-                  f"{validators} validators; {result.regime_words} (--regime {o.regime})")
+    console.print(f"hub at {root}: {plural(participants, 'participant')} x {plural(rounds, 'round')} x "
+                  f"{plural(steps, 'step')}, {plural(validators, 'validator')}; {result.regime_words} "
+                  f"(--regime {o.regime})")
     stop_file = root / ".stop"
     t_net = time.time()
+    result.setup_seconds = round(t_net - t0, 1)
     liar = vnames[-1] if dishonest else None
     procs = [spawn(["validator", str(hub.clone_of(v)), "--name", v, "--stop-file", str(stop_file),
                      *(["--dishonest"] if v == liar else [])], root / "logs" / f"{v}.log") for v in vnames]

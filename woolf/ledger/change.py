@@ -47,7 +47,7 @@ def _commit_change(ledger, kind: str, files: dict[str, bytes], reason: str):
 def set_config(ledger, overrides: dict[str, str], reason: str = ""):
     ledger.fetch()
     text = (ledger.git.show_bytes(f"{ORIGIN_MAIN}:{layout.CONFIG}") or b"").decode()
-    cfg = apply_overrides(parse_config(text), overrides)  # validates every value
+    cfg = apply_overrides(parse_config(text), overrides, "woolf config set")  # validates every value
     if cfg.workload.name != parse_config(text).workload.name or cfg.workload.params != parse_config(text).workload.params:
         from woolf.workloads.base import load_workload  # deferred: loads torch
 

@@ -24,7 +24,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from woolf._version import __version__
-from woolf.errors import UsageError
+from woolf.errors import ConfigError, UsageError
 from woolf.forges.install_source import check_source, pinned_source
 from woolf.git.keys import configure, public_of
 from woolf.git.repo import Git
@@ -81,6 +81,16 @@ def delta_bytes_needed(weights: dict) -> int:
     return -(-(data + (1 << 20)) // (1 << 20)) * (1 << 20)
 
 
+def _pretrained_defaults(cfg, wl, overrides: dict) -> bool:
+    """A genesis from --weights is a trained model: the workload's settings for continuing one
+    (charlm: optimizer_warmup 60, the demo's; without it the first train regressed, issue 38),
+    unless --set names them. Whether any was set."""
+    added = {k: v for k, v in getattr(wl, "PRETRAINED_DEFAULTS", {}).items()
+             if f"workload.params.{k}" not in overrides and k not in cfg.workload.params}
+    cfg.workload.params.update(added)
+    return bool(added)
+
+
 @dataclass(frozen=True)
 class CreateOptions:
     """What the new ledger is; each field is the keyword `create_ledger` takes, same default."""
@@ -107,7 +117,7 @@ def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) ->
         save_atomic,
         spec_of,
     )
-    from woolf.workloads.base import load_workload  # deferred: loads torch
+    from woolf.workloads.base import check_workload_name, load_workload  # deferred: loads torch
 
     o = replace(options, **kwargs) if options is not None else CreateOptions(**kwargs)
     storage, weights, seed, signing_key = o.storage, o.weights, o.seed, o.signing_key
@@ -124,6 +134,11 @@ def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) ->
     storage = storage or str(path.parent / f"{path.name}.storage")
     if "://" not in storage:
         storage = str(Path(storage).resolve())
+    if "workload.name" not in (o.overrides or {}):  # a typo in --workload is the option's, not the config's
+        try:
+            check_workload_name(o.workload, "--workload")
+        except ConfigError as exc:
+            raise UsageError(exc.message, hint=exc.hint) from None
     cfg = LedgerConfig(name=o.name or path.name)
     cfg.workload.name = o.workload
     if o.alpha is not None:
@@ -140,6 +155,8 @@ def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) ->
         raise UsageError(f"--weights {weights} is a directory", hint="a Hugging Face model directory needs "
                          "--workload transformers; other workloads take one .safetensors file")
     wl = load_workload(cfg.workload)
+    if weights is not None and _pretrained_defaults(cfg, wl, o.overrides or {}):
+        wl = load_workload(cfg.workload)
     if model_files:
         wl.bind(model_files.get)
     bench = wl.benchmark_bytes()

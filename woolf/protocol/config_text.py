@@ -55,8 +55,9 @@ def render_config(cfg: LedgerConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
-def apply_overrides(cfg: LedgerConfig, overrides: dict[str, str]) -> LedgerConfig:
-    """Set dotted keys ("policy.min_improvement" = "-0.05") and re-validate the result."""
+def apply_overrides(cfg: LedgerConfig, overrides: dict[str, str], source: str = "--set") -> LedgerConfig:
+    """Set dotted keys ("policy.min_improvement" = "-0.05") and re-validate the result; an error
+    names ``source`` (`--set` of init and demo, `woolf config set`)."""
     text = render_config(cfg)
     data = tomllib.loads(text)
     for key, raw in overrides.items():
@@ -82,4 +83,4 @@ def apply_overrides(cfg: LedgerConfig, overrides: dict[str, str]) -> LedgerConfi
                 emit(f"{prefix}.{k}" if prefix else k, v)
 
     emit("", data)
-    return parse_config("\n".join(lines) + "\n", "--set")
+    return parse_config("\n".join(lines) + "\n", source)

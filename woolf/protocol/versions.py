@@ -39,6 +39,7 @@ class Version:
     timings: dict | None = None
     reverts: int | None = None  # the version whose merge this one takes back (woolf revert)
     delta_clip: float | None = None  # the factor the validator scaled the delta by (scoring.norm_action = clip)
+    change: str | None = None  # a maintainer's change version: "config" or "signers" (Woolf-Change)
     parents: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -73,6 +74,7 @@ def version_from_message(commit: str, parents: list[str], time: int, message: st
         timings=json_field(f, "Woolf-Timings"),
         reverts=int_field(f, "Woolf-Reverts"),
         delta_clip=float_field(f, "Woolf-Delta-Clip"),
+        change=f.get("Woolf-Change") if isinstance(f.get("Woolf-Change"), str) else None,
         parents=parents,
     )
 

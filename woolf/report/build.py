@@ -73,7 +73,19 @@ def _loss(v, versions) -> float | None:
     return None
 
 
-def _plot_loss(versions, out: Path, demo: dict | None) -> Path:
+LOSS_UNITS = {"charlm": "nats/byte", "transformers": "nats/token"}  # what each built-in's "loss" is per
+
+
+def loss_unit(workload: str) -> str:
+    """The unit of the benchmark loss of a ledger's workload: "" where woolf does not know it."""
+    return LOSS_UNITS.get(workload, "")
+
+
+def _references_drawn(demo: dict | None) -> bool:
+    return bool(demo) and any(demo.get(key) is not None for key, *_ in REFERENCE_LINES)
+
+
+def _plot_loss(versions, out: Path, demo: dict | None, unit: str = "") -> Path:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     pts = [(v.version, loss) for v in versions if (loss := _loss(v, versions)) is not None]
     if pts:
@@ -88,7 +100,7 @@ def _plot_loss(versions, out: Path, demo: dict | None) -> Path:
     _zoom(ax, pts, refs)
     ax.set_xlabel("version")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("benchmark loss (nats/byte)")
+    ax.set_ylabel(f"benchmark loss ({unit})" if unit else "benchmark loss")
     ax.set_title("Benchmark loss per version")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)  # beside, never on a line
@@ -203,10 +215,15 @@ def _fmt_loss(value) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def _html(name, md_tables_versions, prs, plots, demo) -> str:
+def _html(name, md_tables_versions, prs, plots, demo, unit: str = "") -> str:
     def img(p: Path) -> str:
         data = base64.b64encode(p.read_bytes()).decode()
-        caption = html.escape(CAPTIONS.get(p.stem, p.stem))
+        caption = CAPTIONS.get(p.stem, p.stem)
+        if p.stem == "loss_per_version" and not _references_drawn(demo):  # a hub clone's: no reference runs
+            caption = "Benchmark loss of every merged version (lower is better)."
+        if p.stem == "loss_per_version" and unit:
+            caption = caption.replace("Benchmark loss", f"Benchmark loss ({unit})", 1)
+        caption = html.escape(caption)
         return f'<figure><img alt="{caption}" src="data:image/png;base64,{data}"><figcaption>{caption}</figcaption></figure>'
 
     rows = "".join(
@@ -265,11 +282,12 @@ def build_report(ledger, out: Path, demo: dict | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     versions, prs = _collect(ledger)
     name = ledger.config.name
-    plots = [_plot_loss(versions, out, demo), _plot_contributors(prs, out), _plot_staleness(prs, out)]
+    unit = loss_unit(ledger.config.workload.name)
+    plots = [_plot_loss(versions, out, demo, unit), _plot_contributors(prs, out), _plot_staleness(prs, out)]
     scoring = scoring_section(ledger, out)  # leaderboard, ratings over time, credit (report/scoring.py)
     plots += [scoring.plot] if scoring.plot else []
     md = out / "summary.md"
     md.write_text(_markdown(name, versions, prs, demo) + scoring.markdown)
     page = out / "index.html"
-    page.write_text(_html(name, versions, prs, plots, demo).replace("</body>", scoring.html + "</body>"))
+    page.write_text(_html(name, versions, prs, plots, demo, unit).replace("</body>", scoring.html + "</body>"))
     return {"html": page, "markdown": md, "plots": plots}

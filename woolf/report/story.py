@@ -28,6 +28,10 @@ _KINDS = (
 )
 
 
+RATING_VS_CREDIT = ("rating and credit measure different things: the rating (`woolf leaderboard`) ranks how much "
+                    "each contributor's PRs learned their own data against the others' in the same window of verdicts, "
+                    "merged or not; credit (`woolf credit`) is each contributor's share of the benchmark improvement "
+                    "its merged versions made, after attenuation. One may be high while the other is low.")
 MARKED_AND_RANDOM = ("marked = PRs whose verdict carries a flag (not-unique: random text improved as much as the "
                      "contributor's own assigned shard, so it may not have trained on it); assigned-random = loss "
                      "removed on the assigned shard minus on random text, per PR, averaged (higher: it learned its "

@@ -78,22 +78,31 @@ def _installed(name: str):
     return None
 
 
-def load_workload(cfg: WorkloadConfig) -> Workload:
-    if not _NAME.match(cfg.name):
+def check_workload_name(name: str, where: str = "ledger/woolf.toml: workload.name"):
+    """The installed entry point ``name`` resolves to (None: a built-in), or a ConfigError that
+    names ``where`` it came from (`woolf init --workload`, or the ledger's config)."""
+    if not _NAME.match(name):
         raise ConfigError(
-            f"ledger/woolf.toml: workload.name {cfg.name!r} names code; a ledger's config cannot carry code",
+            f"{where} {name!r} names code; a ledger's config cannot carry code",
             hint=f"use a built-in ({', '.join(BUILTIN)}) or the name of an entry point that an installed "
                  f"package registers in the group {ENTRY_POINT_GROUP!r}")
-    if cfg.name in BUILTIN:
+    if name in BUILTIN:
+        return None
+    ep = _installed(name)
+    if ep is None:
+        raise ConfigError(
+            f"{where} {name!r} is neither built in ({', '.join(BUILTIN)}) nor an "
+            f"installed entry point in the group {ENTRY_POINT_GROUP!r}",
+            hint="check the spelling, or install the package that provides it (pip install ...)")
+    return ep
+
+
+def load_workload(cfg: WorkloadConfig) -> Workload:
+    ep = check_workload_name(cfg.name)
+    if ep is None:
         module_name, _, attr = BUILTIN[cfg.name].partition(":")
         obj = getattr(importlib.import_module(module_name), attr)
     else:
-        ep = _installed(cfg.name)
-        if ep is None:
-            raise ConfigError(
-                f"ledger/woolf.toml: workload {cfg.name!r} is neither built in ({', '.join(BUILTIN)}) nor an "
-                f"installed entry point in the group {ENTRY_POINT_GROUP!r}",
-                hint="install the package that provides it (pip install ...), then run again")
         try:
             obj = ep.load()
         except (ImportError, AttributeError) as exc:

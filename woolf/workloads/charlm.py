@@ -67,6 +67,9 @@ class TinyGPT(nn.Module):
 class CharLM(TextCorpus):
     name = "charlm"
     FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL})
+    # what `woolf init --weights CHECKPOINT` sets for a pretrained genesis (ledger/create.py): a fresh
+    # AdamW's first steps undo pretraining (first train 2.032 -> 2.050-2.079 without; benchmarks/RESULTS.md)
+    PRETRAINED_DEFAULTS = {"optimizer_warmup": 60}
 
     def __init__(self, d_model: int = 64, n_layer: int = 2, n_head: int = 4, context: int = 64,
                  batch_size: int = 16, lr: float = 3e-3, benchmark_bytes: int = 32768,
@@ -80,14 +83,6 @@ class CharLM(TextCorpus):
         if not isinstance(optimizer_warmup, int) or isinstance(optimizer_warmup, bool) or optimizer_warmup < 0:
             raise UsageError(f"workload.params.optimizer_warmup must be an integer >= 0, got {optimizer_warmup!r}")
         self.optimizer_warmup = optimizer_warmup  # linear warm-up over each AdamW's own first steps
-
-    def _opt_factor(self, opt_step: int) -> float:
-        """A fresh AdamW's first steps are about lr * sign(g) each (bias correction): on a trained model,
-        a spike the gate refuses. ``optimizer_warmup`` ramps the rate over the optimizer's own first
-        steps, counted across contributions when its state persists (0: off)."""
-        if self.optimizer_warmup and opt_step < self.optimizer_warmup:
-            return (opt_step + 1) / self.optimizer_warmup
-        return 1.0
 
     def model(self) -> TinyGPT:
         return TinyGPT(self.d_model, self.n_layer, self.n_head, self.context)

@@ -1,5 +1,5 @@
 """What the built-in text workloads share: the standard library's sources as data, and a
-learning rate that warms up once over the ledger's global steps.
+learning rate that warms up once over the ledger's global steps, and over each optimizer's first steps.
 
 Usage:
     class MyWorkload(TextCorpus):       # needs self.benchmark_size, shard_files, lr, warmup_steps
@@ -17,6 +17,7 @@ class TextCorpus:
     shard_files: int
     lr: float
     warmup_steps: int
+    optimizer_warmup: int = 0  # linear warm-up over each AdamW's own first steps (0: off)
 
     def benchmark_bytes(self) -> bytes:
         return corpus.benchmark_text(self.benchmark_size)
@@ -30,3 +31,11 @@ class TextCorpus:
         if self.warmup_steps and global_step < self.warmup_steps:
             return self.lr * (global_step + 1) / self.warmup_steps
         return self.lr
+
+    def _opt_factor(self, opt_step: int) -> float:
+        """A fresh AdamW's first steps are about lr * sign(g) each (bias correction): on a trained model,
+        a spike the gate refuses. ``optimizer_warmup`` ramps the rate over the optimizer's own first
+        steps, counted across contributions when its state persists (0: off)."""
+        if self.optimizer_warmup and opt_step < self.optimizer_warmup:
+            return (opt_step + 1) / self.optimizer_warmup
+        return 1.0

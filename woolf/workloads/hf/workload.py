@@ -56,7 +56,7 @@ class Transformers(TextCorpus):
                  transformers: str = "", context: int = 128, batch_size: int = 8, grad_accum: int = 1,
                  lr: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, autocast: str = "",
                  eval_batch: int = 8, benchmark_bytes: int = 32768, shard_files: int = 8,
-                 checkpoint_dtype: str = ""):
+                 checkpoint_dtype: str = "", optimizer_warmup: int = 0):
         files = dict(files or {})
         where = "ledger/woolf.toml: workload.params"
         missing = [n for n in REQUIRED if n not in files]
@@ -73,6 +73,9 @@ class Transformers(TextCorpus):
             if value not in DTYPES:
                 raise ConfigError(f"{where}.{key} = {value!r}", hint=f"use one of {', '.join(DTYPES)}")
         self.checkpoint_dtype = checkpoint_dtype or dtype
+        if not isinstance(optimizer_warmup, int) or isinstance(optimizer_warmup, bool) or optimizer_warmup < 0:
+            raise ConfigError(f"{where}.optimizer_warmup = {optimizer_warmup!r}", hint="use an integer >= 0")
+        self.optimizer_warmup = optimizer_warmup  # over each AdamW's own first steps (textcommon.py)
         for key, value in (("context", context), ("batch_size", batch_size), ("grad_accum", grad_accum),
                            ("eval_batch", eval_batch), ("benchmark_bytes", benchmark_bytes)):
             if not isinstance(value, int) or value <= 0:
@@ -208,6 +211,7 @@ class Transformers(TextCorpus):
         model = self._load(weights, device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         resumed = load_optimizer(opt, model, state_dir, self.fingerprint()) if state_dir else "fresh"
+        done = int(next(iter(opt.state.values()), {}).get("step", 0)) if opt.state else 0
         kind = torch.device(device).type
         amp = AUTOCAST[self.autocast]
         if amp is torch.float16 and kind != "cuda":
@@ -216,7 +220,7 @@ class Transformers(TextCorpus):
         t0, losses = time.perf_counter(), []
         for step in range(1, steps + 1):
             for group in opt.param_groups:
-                group["lr"] = self.lr_at(global_step + step - 1)
+                group["lr"] = self.lr_at(global_step + step - 1) * self._opt_factor(done + step - 1)
             opt.zero_grad(set_to_none=True)
             total = 0.0
             for _ in range(self.grad_accum):
