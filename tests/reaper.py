@@ -6,6 +6,8 @@ Usage (tests/conftest.py):
 Every ``subprocess.Popen`` made while a test runs is remembered; after the test, one still
 running (a test that failed or timed out before it waited for its child) is killed with
 SIGKILL, and so is every process below it (a `woolf demo`'s workers, a `woolf train`'s git).
+``Popen.kill()`` (what ``subprocess.run(timeout=...)`` and a test's ``finally: p.kill()`` call)
+kills the processes below the child first, while they can still be found from it.
 Before this, a backgrounded suite whose Ctrl-C tests timed out left a 100,000-step
 `woolf train` burning CPU for twenty minutes (issue 38).
 """
@@ -20,6 +22,7 @@ import pytest
 
 _spawned: list[subprocess.Popen] = []
 _original_init = subprocess.Popen.__init__
+_original_kill = subprocess.Popen.kill
 
 
 def _remembering_init(self, *args, **kwargs):
@@ -55,6 +58,16 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+def _kill_tree(self) -> None:
+    if self.poll() is None:
+        for pid in _descendants(self.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    _original_kill(self)
+
+
 def reap(procs: list[subprocess.Popen]) -> list[int]:
     """Kill every process of ``procs`` still running, and all below it; the pids killed."""
     killed = []
@@ -76,10 +89,12 @@ def reap(procs: list[subprocess.Popen]) -> list[int]:
 
 def pytest_configure(config):
     subprocess.Popen.__init__ = _remembering_init
+    subprocess.Popen.kill = _kill_tree
 
 
 def pytest_unconfigure(config):
     subprocess.Popen.__init__ = _original_init
+    subprocess.Popen.kill = _original_kill
     reap(_spawned)
 
 

@@ -94,3 +94,15 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_child_killed_on_timeout_takes_its_children_with_it(tmp_path):
+    """subprocess.run(timeout=...) kills the child only; tests/reaper.py's Popen.kill its children first."""
+    grand = tmp_path / "grand"
+    with pytest.raises(subprocess.TimeoutExpired):
+        subprocess.run(["sh", "-c", f"sleep 300 & echo $! > {grand}; wait"], timeout=3)
+    pid = int(grand.read_text())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    assert not _alive(pid), f"process {pid} outlived its parent's timeout"

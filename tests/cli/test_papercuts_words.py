@@ -88,7 +88,7 @@ def test_demo_words_count_right_and_the_wall_time_shows_the_genesis_build():
     r.genesis_build_seconds = None  # cached: nothing built
     assert "genesis" not in wall_line(r)
     idle = _interrupted([], watch=True, idle=True)
-    assert "PR being validated" not in idle and "waiting for PRs" in idle
+    assert "PR being validated" not in idle and "no PR in hand" in idle
     assert "PR being validated" in _interrupted([], watch=True, idle=False)
 
 

@@ -90,7 +90,7 @@ def _interrupted(done: list, watch: bool, idle: bool = False) -> str:
     said = (f"{len(done)} verdict(s) recorded ({len(merged)} merged, {len(done) - len(merged)} rejected)"
             if done else "no verdict recorded")
     if idle:
-        return f"stopped watching: {said}; it was waiting for PRs"
+        return f"stopped watching: {said}; it was idle, with no PR in hand"
     return (f"{'stopped watching' if watch else 'interrupted'}: {said}; a PR being validated when Ctrl-C came "
             "got no verdict and stays open (nothing of it was merged), for the next `woolf validate`")
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from woolf.core.policy import decide
+from woolf.core.staleness import attenuation
 from woolf.errors import UsageError
 from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
@@ -137,7 +138,6 @@ def _predicted_gate(cfg, wl, base, trained, metrics: dict, bench: bytes, device)
     only the validator knows; the prediction is the delta's own share. ``metrics["merged"]`` is
     the candidate's evaluation, where the scale is not 1."""
     from woolf.core.merge import apply_delta, merge_scale  # deferred: torch
-    from woolf.core.staleness import attenuation  # deferred: with the above
 
     scale = merge_scale(cfg.merge.alpha_base, attenuation(cfg.merge.staleness, 0))
     judged = metrics["after"]
