@@ -93,6 +93,10 @@ class Ledger:
                 self._config = parse_config(text.decode(), layout.CONFIG)
         return self._config
 
+    def staleness(self, base: str, head: str) -> int:
+        """Versions on ``head``'s first-parent chain since ``base`` (a commit on it): a delta's staleness."""
+        return int(self.git.out("rev-list", "--count", "--first-parent", f"{base}..{head}"))
+
     def reread_config(self) -> None:
         """The config is read again from main at its next use (main moved, or ``main_ref`` changed)."""
         self._config = None
