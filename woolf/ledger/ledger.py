@@ -301,8 +301,3 @@ class Ledger:
         self.store.materialize(ptr, local)
         self.store.verified.record(local, *self.store.hashes(src))
         return local
-
-    def require_storage(self) -> None:
-        ok, err = self.store.reachable()
-        if not ok:
-            raise StorageError(f"storage {self.store.remote_url()} is unreachable: {err}")
