@@ -245,7 +245,7 @@ def test_the_rule_fails_on_a_violation(tmp_path):
         f.write("\nfrom woolf.ledger.ledger import Ledger  # L3 -> L6\n\n\ndef _f():\n"
                 "    from woolf.storage.weights import load_checked  # L3 -> L4, deferred\n")
     with (copy / "validator" / "verdict.py").open("a") as f:
-        f.write("\nfrom woolf.participant.contribute import submit  # role -> role\n")
+        f.write("\nfrom woolf.participant import submit  # role -> role\n")
     found = layer_violations(all_imports(copy))
     assert any("woolf.core.merge" in v and "woolf.ledger.ledger" in v and "higher layer" in v for v in found)
     assert any("woolf.core.merge" in v and "woolf.storage.weights" in v for v in found)
