@@ -94,7 +94,7 @@ def test_leaderboard_and_credit_commands_on_a_real_ledger(network):
 
 @pytest.mark.unit
 def test_demo_summary_names_what_each_contributor_got():
-    from woolf.cli.demo_cmds import outcome_lines
+    from woolf.cli.demo.commands import outcome_lines
     from woolf.demo.run import DemoResult
 
     r = DemoResult("d", 2, 1, 1, 5, adversaries=["noise"], honest_above_adversaries=True, outcomes={

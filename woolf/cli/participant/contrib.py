@@ -236,6 +236,3 @@ def pr_close(app: App, sub_id, force, contributor, forge, as_json):
         app.emit_json(p.to_json())
         return
     app.say(f"{sub_id} {p.state}: {p.reason or ''}".rstrip(": "))
-
-
-COMMANDS = [train, submit, pr]
