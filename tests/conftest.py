@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.ledger_template import restore_ledger
 from woolf.git.keys import configure, create_key
 from woolf.git.repo import Git, clean_env
 from woolf.hub.create import init_hub
@@ -97,11 +98,16 @@ class Network:
         return submit(ledger, contributor=who, **kw)
 
 
+def signing_for(signed: bool) -> dict:
+    """`Ledger.init`'s signing keywords for a test ledger: "work" signs, every listed name is allowed."""
+    return {"signing_key": key_for("work"), "signer": "work", "extra_signers": signer_lines()} if signed else {}
+
+
 def make_network(root: Path, signed: bool = True, **overrides) -> Network:
-    """A ledger in root/work (signed unless signed=False) and its hub made by `woolf hub init`."""
+    """A ledger in root/work (signed unless signed=False) with its storage in root/storage, restored
+    from this process's template (tests/ledger_template.py), and its hub made by `woolf hub init`."""
     settings = {**SMALL, **{k: str(v) for k, v in overrides.items()}}
-    signing = {"signing_key": key_for("work"), "signer": "work", "extra_signers": signer_lines()} if signed else {}
-    work = Ledger.init(root / "work", storage=str(root / "storage"), overrides=settings, **signing)
+    work = restore_ledger(root, settings, signing_for(signed))
     hub = root / "hub.git"
     init_hub(hub, work.root)
     git("remote", "add", "origin", str(hub), cwd=work.root)
