@@ -76,6 +76,16 @@ def git(*args, cwd):
                           env=clean_env(IDENTITY)).stdout.decode().strip()
 
 
+_E2E = Path(__file__).parent / "e2e"
+
+
+def pytest_collection_modifyitems(items):
+    """Everything under tests/e2e/ is marked e2e: `pytest -m "not e2e"` is the suite less those."""
+    for item in items:
+        if _E2E in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+
+
 @dataclass
 class Network:
     root: Path
@@ -131,3 +141,24 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300
     """The real console entry point in a subprocess."""
     return subprocess.run([sys.executable, "-m", "woolf", *args], cwd=cwd, capture_output=True,
                           text=True, env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """``cli(*args, cwd=..., env=...)``: the CLI's one exit path (woolf.cli.main.main) in this process,
+    started in ``cwd`` with ``env`` set, as run_cli starts it in a subprocess; it returns what run_cli
+    does (returncode, stdout, stderr). For tests of what a command does and says; a test of the
+    process itself (signals, the console script, interpreter start-up, hooks) uses run_cli."""
+    from woolf.cli.main import main
+
+    def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+        with monkeypatch.context() as m:
+            m.chdir(cwd)
+            for key, value in (env or {}).items():
+                m.setenv(key, value)
+            capsys.readouterr()
+            code = main(list(args))
+            out = capsys.readouterr()
+        return subprocess.CompletedProcess(["woolf", *args], code, out.out, out.err)
+
+    return run
