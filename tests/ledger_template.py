@@ -10,7 +10,7 @@ remote holding genesis). Version 0 of a ledger records the absolute path of its 
 .dvc/config, so a copy would push to the template's storage. restore_ledger rewrites that file (and
 ledger/config.toml, for settings that do not change genesis: the template is keyed by those that
 do) and makes version 0 again with the product's own Git wrapper: the same message, authorship and
-signing key as `woolf init` (woolf/ledger/create.py). tests/ledger/test_template.py checks that a
+signing key as `woolf init` (woolf/ledger/create.py). tests/test_ledger_template.py checks that a
 restored ledger is what `Ledger.init` builds at that path: the same tree but for the storage path,
 the same message, signed, audits clean, and pushes to its own storage, never the template's.
 """
