@@ -1,7 +1,8 @@
 """A pytest plugin: no test leaves a child process behind, whatever way it ends.
 
 Usage (tests/conftest.py):
-    pytest_plugins = ["tests.reaper"]
+    from tests.reaper import _no_child_left_behind, pytest_configure, pytest_unconfigure  # in conftest.py
+    pytest -p tests.reaper ...   # or as a plugin
 
 Every ``subprocess.Popen`` made while a test runs is remembered; after the test, one still
 running (a test that failed or timed out before it waited for its child) is killed with

@@ -108,6 +108,32 @@ class CreateOptions:
     woolf_source: str | None = None  # where ci/install.sh installs GoodWoolf from; None: detected
 
 
+def _check_target(path: Path) -> None:
+    """A ledger is made in a new or empty directory: UsageError otherwise."""
+    if (path / layout.CONFIG).exists():
+        raise UsageError(f"{path} already holds a ledger", hint="use `woolf status` there")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path} exists and is a file, not a directory", hint="choose a new or empty directory")
+    if path.exists() and any(path.iterdir()):
+        raise UsageError(f"{path} exists and is not empty", hint="choose a new or empty directory")
+
+
+def _new_config(path: Path, o: CreateOptions) -> LedgerConfig:
+    """The new ledger's config from the options, validated; a typo in --workload is the option's."""
+    from woolf.workloads.base import check_workload_name  # deferred: loads torch
+
+    if "workload.name" not in (o.overrides or {}):
+        try:
+            check_workload_name(o.workload, "--workload")
+        except ConfigError as exc:
+            raise UsageError(exc.message, hint=exc.hint) from None
+    cfg = LedgerConfig(name=o.name or path.name)
+    cfg.workload.name = o.workload
+    if o.alpha is not None:
+        cfg.merge.alpha_base = o.alpha
+    return apply_overrides(cfg, o.overrides or {})
+
+
 def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) -> None:
     """Refuses a path that holds a ledger or anything else; removes what it made if it fails."""
     from woolf.storage.weights import (  # deferred: loads numpy
@@ -117,7 +143,7 @@ def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) ->
         save_atomic,
         spec_of,
     )
-    from woolf.workloads.base import check_workload_name, load_workload  # deferred: loads torch
+    from woolf.workloads.base import load_workload  # deferred: loads torch
 
     o = replace(options, **kwargs) if options is not None else CreateOptions(**kwargs)
     storage, weights, seed, signing_key = o.storage, o.weights, o.seed, o.signing_key
@@ -125,25 +151,11 @@ def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) ->
     signers_text = _signers(signing_key, o.signer, o.extra_signers)
     if o.woolf_source:
         check_source(o.woolf_source)  # before anything is written
-    if (path / layout.CONFIG).exists():
-        raise UsageError(f"{path} already holds a ledger", hint="use `woolf status` there")
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{path} exists and is a file, not a directory", hint="choose a new or empty directory")
-    if path.exists() and any(path.iterdir()):
-        raise UsageError(f"{path} exists and is not empty", hint="choose a new or empty directory")
+    _check_target(path)
     storage = storage or str(path.parent / f"{path.name}.storage")
     if "://" not in storage:
         storage = str(Path(storage).resolve())
-    if "workload.name" not in (o.overrides or {}):  # a typo in --workload is the option's, not the config's
-        try:
-            check_workload_name(o.workload, "--workload")
-        except ConfigError as exc:
-            raise UsageError(exc.message, hint=exc.hint) from None
-    cfg = LedgerConfig(name=o.name or path.name)
-    cfg.workload.name = o.workload
-    if o.alpha is not None:
-        cfg.merge.alpha_base = o.alpha
-    cfg = apply_overrides(cfg, o.overrides or {})  # validates everything before touching disk
+    cfg = _new_config(path, o)  # validates everything before touching disk
     model_files: dict[str, bytes] = {}  # files the workload keeps in git (transformers: ledger/model/)
     if cfg.workload.name == "transformers":
         from woolf.workloads.hf import import_model_dir  # deferred: loads torch, safetensors
