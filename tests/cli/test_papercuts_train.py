@@ -42,7 +42,7 @@ def test_at_alpha_one_the_prediction_is_the_trained_weights_and_costs_no_evaluat
 
 @pytest.mark.unit
 def test_the_progress_bar_shows_seconds_per_step_for_slow_steps():
-    from woolf.cli.contrib_cmds import step_rate
+    from woolf.cli.participant.contrib import step_rate
 
     assert step_rate(2, 158.0) == "79.0 s/step"  # was "0.0 steps/s"
     assert step_rate(50, 4.0) == "12.5 steps/s"

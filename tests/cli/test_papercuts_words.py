@@ -75,9 +75,8 @@ def test_bisect_that_finds_nothing_bad_exits_0_and_says_so(network, tmp_path):
 
 @pytest.mark.unit
 def test_demo_words_count_right_and_the_wall_time_shows_the_genesis_build():
-    from woolf.cli.demo_cmds import wall_line
-    from woolf.cli.validate_cmds import _interrupted
-
+    from woolf.cli.demo.commands import wall_line
+    from woolf.cli.validator.validate import _interrupted
     from woolf.demo.run import DemoResult, plural
 
     assert plural(1, "validator") == "1 validator" and plural(2, "validator") == "2 validators"
