@@ -151,10 +151,14 @@ def test_an_export_follows_the_users_umask(tmp_path, instruct_dir):
 def test_the_report_of_a_transformers_ledger_says_per_token_and_draws_no_reference_lines(tmp_path, instruct_dir):
     """Item 9: the loss axis said nats/byte for a per-token loss; the caption named reference lines
     that only a demo's report draws."""
+    from tests.conftest import git
+    from woolf.hub.create import init_hub
     from woolf.report.build import build_report
 
     assert _init(tmp_path, instruct_dir).returncode == 0
-    page = build_report(Ledger.open(tmp_path / "led"), tmp_path / "report")["html"].read_text()
+    init_hub(tmp_path / "hub.git", tmp_path / "led")
+    git("clone", "-q", str(tmp_path / "hub.git"), str(tmp_path / "mine"), cwd=tmp_path)  # a hub clone's report
+    page = build_report(Ledger.open(tmp_path / "mine"), tmp_path / "report")["html"].read_text()
     assert "Benchmark loss (nats/token) of every merged version" in page
     assert "reference" not in page and "nats/byte" not in page
 

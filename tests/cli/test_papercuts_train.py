@@ -33,7 +33,7 @@ def test_the_gate_warning_predicts_with_the_merge_the_validator_makes(make_net):
 
 
 def test_at_alpha_one_the_prediction_is_the_trained_weights_and_costs_no_evaluation(network):
-    from woolf.participant.contribute import train
+    from woolf.participant import train
 
     alice = network.clone("alice")
     record = train(alice, steps=2, contributor="alice", device="cpu")
