@@ -87,6 +87,10 @@ def test_demo_words_count_right_and_the_wall_time_shows_the_genesis_build():
     assert "the network 50s" in line and "the reference runs 10s" in line
     r.genesis_build_seconds = None  # cached: nothing built
     assert "genesis" not in wall_line(r)
+    from woolf.cli.demo.commands import outcome_lines
+
+    r.outcomes = {"p1": {"merged": 3, "rejected": 1, "marked": 0, "rating": 4.2, "adversary": False, "credit": 1.0}}
+    assert any("rating and credit measure different things" in line for line in outcome_lines(r))
     idle = _interrupted([], watch=True, idle=True)
     assert "PR being validated" not in idle and "no PR in hand" in idle
     assert "PR being validated" in _interrupted([], watch=True, idle=False)

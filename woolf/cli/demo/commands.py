@@ -129,10 +129,11 @@ def outcome_lines(r) -> list[str]:
         out.append(f"  {who:<12} {tag:<9} merged {o['merged']:>3}  rejected {o['rejected']:>3}  "
                    f"marked {o['marked']:>3}  rating {rating}  credit {share}")
     from woolf.report.board import CREDIT_RULE  # deferred: fast --help
-    from woolf.report.story import MARKED_AND_RANDOM  # deferred: fast --help
+    from woolf.report.story import MARKED_AND_RANDOM, RATING_VS_CREDIT  # deferred: fast --help
 
     out.append("  " + MARKED_AND_RANDOM)
     out.append(f"  ({CREDIT_RULE})")
+    out.append("  " + RATING_VS_CREDIT)
     if r.honest_above_adversaries is not None:
         out.append("every honest participant ranks above every adversary: "
                    + ("yes" if r.honest_above_adversaries else "NO"))
