@@ -10,17 +10,15 @@ import torch
 
 from woolf.errors import IntegrityError, InvalidWeightsError, Rejected, StorageError
 from woolf.storage.lazy import LazyTensors
-from woolf.storage.sparse import load_delta, size_bound
+from woolf.storage.sparse import load_delta
 from woolf.validator.admission import Admitted
+from woolf.validator.intake import check_declared
 
 
 class DeltaLoading:
     def _load_delta(self, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
         cfg = self.ledger.config
-        bound = size_bound(adm.meta["delta"], expect_spec)  # a compressed kind's size follows from k
-        if bound is not None and adm.meta["delta"]["size"] > bound:
-            raise Rejected(f"delta declares {adm.meta['delta']['size']} bytes; a {adm.meta['delta']['kind']} delta "
-                           f"of this model with the declared k is at most {bound}")
+        check_declared(adm.meta["delta"], expect_spec, cfg.limits)  # issue 37: dense ones too (validator/intake.py)
         declared = adm.meta["delta"]
         if declared.get("kind") == "dense":
             return self._lazy_delta(adm, expect_spec)

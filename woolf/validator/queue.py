@@ -31,6 +31,7 @@ from woolf.ledger.trust import require_validator, require_validator_key
 from woolf.protocol.rules.flood import signed_by_own_key
 from woolf.protocol.signers import signers_text
 from woolf.timing import Timer
+from woolf.validator.intake import evict_rejected
 from woolf.validator.quorum import QuorumStep
 from woolf.validator.state import MergedDeltas, Pending, ValidatorState
 from woolf.validator.step import MergeStep
@@ -168,6 +169,8 @@ class Validator(QuorumStep, MergeStep):
                     if pr.state != "open":
                         return None
                 verdict, step = self.evaluate(pr, main, timer)
+                if not verdict.accepted:  # issue 37: nothing a rejected PR brought stays (validator/intake.py)
+                    evict_rejected(self.ledger, pr, self._merged_deltas(main))
                 if not verdict.accepted and self.state.batching:  # pushed with others by run(): one hook run
                     self._fetched = True  # a rejection moves nothing the next PR is judged against
                     with timer("push"):
@@ -202,6 +205,7 @@ class Validator(QuorumStep, MergeStep):
             verdict = Verdict(pr.id, False, "rejected",
                               f"the validator could not process this PR ({type(exc).__name__}); "
                               "it is rejected so that the queue goes on", pr.contributor, pr.base_version)
+            evict_rejected(self.ledger, pr, self.state.merged.sha256s if self.state.merged else set())  # issue 37
             try:
                 self.forge.reject(pr, verdict.reason, self._fields(verdict, timer))
             except Exception as again:  # noqa: BLE001 - the verdict could not be written either

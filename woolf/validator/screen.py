@@ -39,6 +39,7 @@ from woolf.storage.pointer import Pointer
 from woolf.storage.sparse import load_delta
 from woolf.storage.weights import spec_of
 from woolf.validator.admission import Admitted
+from woolf.validator.standing import standing_bound
 from woolf.validator.state import MergedContents, OverLimit, ValidatorState
 
 log = logging.getLogger("woolf.validator")
@@ -257,11 +258,14 @@ def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, curr
         who = canonical(adm.meta["contributor"])
         norms = [r.delta_norm for r in recent[: sc.norm_window] if r.delta_norm is not None and r.contributor == who]
         what, least = f"the median norm of its last {len(norms)} merged deltas", 3
-    limit = norm_limit(norms, sc.norm_multiple, least)
+    # issue 37: keyless names may raise the median, never lower it under keyed contributors' or the floor
+    bound = standing_bound(ledger, main, norm_limit(norms, sc.norm_multiple, least), w)  # validator/standing.py
+    limit = bound.limit if bound is not None else None
     flags, clip = ["revert"] if revert_of else [], None
     if limit is not None and n > limit and not revert_of:  # a revert is as large as the merge it undoes
         if sc.norm_action == "reject":
-            raise Rejected(f"delta norm {n:.4g} is over {sc.norm_multiple:g}x {what} ({limit / sc.norm_multiple:.4g})")
+            raise Rejected(f"delta norm {n:.4g} is over {sc.norm_multiple:g}x {what} "
+                           f"({limit / sc.norm_multiple:.4g}{bound.note})")
         clip = f32(limit / n)
         if isinstance(delta, LazyTensors):  # read tensor by tensor: later reads come back clipped, the same bits
             delta.clip(clip)
