@@ -40,6 +40,7 @@ from woolf.timing import Timer
 from woolf.validator import Verdict
 from woolf.validator.admission import admit
 from woolf.validator.quorum import requeued
+from woolf.validator.recheck import own_rejection, rescoring
 from woolf.validator.state import Fixed
 
 SCHEMA = 3  # 3: + device (where the metrics were evaluated), scores and flags (validator/screen.py, score.py)
@@ -200,8 +201,10 @@ def apply_record(v, record: dict) -> Verdict | None:
     with timer("checks"):
         try:
             adm = admit(v.ledger, pr, main, v._merged_deltas(main))
-        except Rejected as exc:
-            verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
+        except Rejected as exc:  # this job's own reason; none of the record's numbers go with it
+            verdict = Verdict(pr.id, False, "rejected", exc.message, pr.contributor, record["base_version"])
+    if verdict.reason == record["reason"] and not record["accepted"]:
+        verdict = own_rejection(v, pr, main, record, timer)  # issue 37: never the artifact's (validator/recheck.py)
     if not verdict.accepted:
         if quorum:
             return v.vote_one(pr.id, fixed=Fixed(main.commit, verdict, None, None, pr.head))
@@ -224,10 +227,10 @@ def apply_record(v, record: dict) -> Verdict | None:
     verdict.reason, verdict.contributor = reason, pr.contributor
     verdict.base_version, verdict.attenuation = adm.base.version, att
     try:
-        current, step = v.candidate(adm, main, att, timer, in_place=True)  # recomputed (main's metrics first)
-        sc = adm.screened  # validator/screen.py: recomputed content hash, norm and clip
-        verdict.content, verdict.delta_norm, verdict.clip = sc.content, sc.norm, sc.clip
-        verdict.flags += [f for f in sc.flags if f not in verdict.flags]
+        score = rescoring(v, adm, main, verdict, timer)  # issue 37: scores measured here, not the record's
+        current, step = v.candidate(adm, main, att, timer, before_merge=score, in_place=True)  # recomputed
+        if step is None:  # this job's own scores refuse it (validator/score.py judge_scores)
+            raise Rejected(verdict.reason or "its contribution scores, measured again, refuse it")
     except Rejected as exc:  # e.g. the delta became unreadable since evaluation
         verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
         if quorum:  # storage that cannot serve the delta now is no vote (the voter's rule too)
