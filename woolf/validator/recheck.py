@@ -1,8 +1,8 @@
 """The privileged apply job signs nothing it did not compute (issue 37, breach 6).
 
-Usage (from woolf/validator/ci.py apply_record):
-    verdict = own_rejection(v, pr, main, record)       # a record's rejection, evaluated again here
-    score = rescoring(v, adm, main, verdict)           # candidate(before_merge=score): scores measured here
+Usage (from woolf/validator/ci.py apply_record, with the job's ValidatorContext):
+    verdict = own_rejection(ctx, pr, main, record, timer)    # a record's rejection, evaluated again here
+    score = rescoring(ctx, adm, main, verdict, timer)        # candidate(before_merge=score): scores measured here
 
 An evaluate artifact is a claim by a runner without write access. A record saying `accepted: false`
 made the apply job close the PR with the record's reason; now this job evaluates the PR itself and
@@ -17,11 +17,12 @@ from __future__ import annotations
 from woolf.errors import UsageError
 from woolf.timing import Timer
 from woolf.validator.score import judge_scores, score_delta
+from woolf.validator.step import evaluate
 
 
-def own_rejection(v, pr, main, record: dict, timer: Timer):
+def own_rejection(ctx, pr, main, record: dict, timer: Timer):
     """This job's own verdict on a PR the record says was rejected; UsageError when it disagrees."""
-    verdict, _step = v.evaluate(pr, main, timer)  # the whole pipeline, as `woolf validate` runs it
+    verdict, _step = evaluate(ctx, pr, main, timer)  # the whole pipeline, as `woolf validate` runs it
     if verdict.accepted:
         raise UsageError(f"the record says rejected ({record['reason'][:200]!r}), but this job's own evaluation "
                          f"accepts the PR ({verdict.reason}): the artifact was altered or the evaluation "
@@ -29,7 +30,7 @@ def own_rejection(v, pr, main, record: dict, timer: Timer):
     return verdict
 
 
-def rescoring(v, adm, main, verdict, timer: Timer):
+def rescoring(ctx, adm, main, verdict, timer: Timer):
     """A ``before_merge`` for MergeStep.candidate: the PR's scores measured in this job replace the record's."""
     verdict.scores, verdict.flags = None, []
 
@@ -37,7 +38,8 @@ def rescoring(v, adm, main, verdict, timer: Timer):
         sc = adm.screened
         verdict.content, verdict.delta_norm, verdict.clip, verdict.flags = sc.content, sc.norm, sc.clip, list(sc.flags)
         with timer("scoring"):
-            verdict.scores = score_delta(v.ledger, v.device, adm, main, current, delta, v.ledger.workload(), spent)
-        return judge_scores(v.ledger.config, verdict)
+            verdict.scores = score_delta(ctx.ledger, ctx.device, adm, main, current, delta, ctx.ledger.workload(),
+                                         spent)
+        return judge_scores(ctx.ledger.config, verdict)
 
     return score
