@@ -8,6 +8,8 @@ Usage:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from woolf.errors import IntegrityError, InvalidWeightsError, Rejected, StorageError
@@ -15,7 +17,7 @@ from woolf.storage.lazy import LazyTensors
 from woolf.storage.sparse import load_delta as load_delta_file
 from woolf.validator.admission import Admitted
 from woolf.validator.context import ValidatorContext
-from woolf.validator.intake import check_declared
+from woolf.validator.intake import check_declared, download_budget
 
 
 def load_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
@@ -45,13 +47,15 @@ def _fetch_delta(ctx: ValidatorContext, adm: Admitted, read=None):
     when the object cannot be had whole. A URL's delta is only fetched (``read`` runs later)."""
     ledger = ctx.ledger
     cfg, declared = ledger.config, adm.meta["delta"]
-    try:
-        if "url" in declared:
-            return ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge,
-                                          cfg.limits.max_delta_bytes), None, None
-        got = ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
-                                        deadline=cfg.forge.delta_timeout, read=read)
-        return (got, None, None) if read is None else (*got, None)
+    cached = ledger.store.cache_path(adm.pointer.md5).is_file()
+    try:  # issue 37: a keyless PR's download draws on the pass's budget (validator/intake.py; Deferred)
+        with download_budget(ctx.state, adm, cfg.forge.delta_timeout, cached) as deadline:
+            if "url" in declared:
+                return ledger.store.fetch_url(adm.pointer, declared["url"], replace(cfg.forge, delta_timeout=deadline),
+                                              cfg.limits.max_delta_bytes), None, None
+            got = ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
+                                            deadline=deadline, read=read)
+            return (got, None, None) if read is None else (*got, None)
     except IntegrityError as exc:
         raise Rejected(f"delta object: {exc.message}") from None
     except StorageError as exc:

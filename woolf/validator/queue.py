@@ -35,7 +35,7 @@ from woolf.protocol.rules.flood import signed_by_own_key
 from woolf.protocol.signers import signers_text
 from woolf.timing import Timer
 from woolf.validator.context import ValidatorContext
-from woolf.validator.intake import evict_rejected
+from woolf.validator.intake import Deferred, Pass, evict_rejected, signed_arrived
 from woolf.validator.quorum import vote_one
 from woolf.validator.state import Pending, ValidatorState
 from woolf.validator.step import evaluate, fresh, merge, merged_deltas, verdict_trailers
@@ -120,6 +120,10 @@ class Validator:
                     continue  # failed without a verdict moments ago (its rejection could not be written): later
                 verdict = self.validate_one(sub_id)
                 landed([verdict] if verdict is not None else [])
+                run = state.keyless  # issue 37: a signed PR pushed meanwhile ends a keyless stretch (intake.py)
+                if run is not None and sub_id not in run.signed and signed_arrived(self.ctx, run, set(queue)):
+                    self._fetched = False
+                    break
                 if len(state.pending) >= BATCH:
                     landed(self.flush())
             landed(self.flush())
@@ -129,6 +133,7 @@ class Validator:
             raise
         finally:
             state.batching = False
+            state.keyless = None
         return verdicts
 
     def flush(self) -> list[Verdict]:
@@ -219,6 +224,9 @@ class Validator:
                     continue  # main moved or another validator decided: re-fetch, re-check, re-evaluate
             log.warning("%s: lost %d races in a row; it stays in the queue for the next pass", sub_id, MAX_RACES)
             return None
+        except Deferred as exc:  # issue 37: this pass's keyless budget is spent; the PR waits, unjudged
+            log.info("%s", exc.message)
+            return None
         except (StorageError, ForgeError, IntegrityError):
             raise  # the ledger's own storage, forge or state failed, not the PR: this pass stops (watch retries)
         except Exception as exc:  # noqa: BLE001 - one hostile PR must never stop the queue
@@ -244,4 +252,6 @@ class Validator:
         in queue order): one batch of signature checks (unsigned heads cost none)."""
         text = signers_text(self.ledger.git, self.ledger.git.rev_parse(ORIGIN_MAIN) or "HEAD")
         signed = signed_by_own_key(self.ledger.git, {p.id: p.head for p in prs}, text)
+        quorum = self.ledger.config.validators.quorum > 1  # issue 37: keyless downloads share a budget
+        self.state.keyless = None if quorum else Pass(signed)  # per pass (validator/intake.py)
         return [p for p in prs if p.id in signed] + [p for p in prs if p.id not in signed]
