@@ -55,6 +55,11 @@ def test_sketches_estimate_cosines_and_a_secret_seed_decides_the_buckets():
     assert abs(estimate(sa, so, 0.97).cosine) < 0.5
     negated = sketch({k: -v for k, v in a.items()}, seed)
     assert estimate(sa, negated, 0.97).cosine < -0.95
+    from woolf.core.sketch import estimate_many, matrix
+
+    cos, share = estimate_many(matrix(sa), torch.stack([matrix(ss), matrix(so)]), 0.97)
+    assert abs(cos[0].item() - estimate(sa, ss, 0.97).cosine) < 1e-6
+    assert abs(share[1].item() - estimate(sa, so, 0.97).copied_share) < 1e-6
     index = CopyIndex(seed)
     me = index.add("a", a)
     items = [("other", index.entry("o", lambda: other)), ("copy", index.entry("s", lambda: scaled)),

@@ -5,6 +5,7 @@ Usage:
     a = sketch(delta_a, seed)            # {tensor name: float32 tensor of WIDTH numbers}
     b = sketch(delta_b, seed)            # the same secret seed for every delta of one index
     est = estimate(a, b, 0.97)           # core.scores.Similarity, approximately
+    cos, share = estimate_many(matrix(a), torch.stack([matrix(b), ...]), 0.97)   # one against N at once
 
 Each element of a tensor goes to one of WIDTH buckets with a random sign, both drawn from the seed
 and the tensor's name; a sketch is a linear map, so dot products are estimated without bias (their
@@ -67,3 +68,26 @@ def estimate(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], threshold: 
     if na <= 0 or nb <= 0 or not math.isfinite(dot + na + nb):
         return Similarity(0.0, 0.0)
     return Similarity(dot / math.sqrt(na * nb), copied / na)
+
+
+def matrix(sk: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A sketch as one (tensors, WIDTH) matrix, rows in name order (``sketch`` makes them in that order)."""
+    if not sk:
+        return torch.zeros(0, WIDTH)
+    return torch.stack([sk[k] for k in sorted(sk)])
+
+
+def estimate_many(mine: torch.Tensor, others: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cosine, copied share) of ``mine`` (T, W) against each of ``others`` (N, T, W): ``estimate`` for N
+    sketches of the same tensors at once (a few milliseconds for thousands)."""
+    a = mine.to(torch.float64)
+    b = others.to(torch.float64)
+    dots = torch.einsum("tw,ntw->nt", a, b)
+    aa = (a * a).sum(-1)  # (T,)
+    bb = (b * b).sum(-1)  # (N, T)
+    na, nb, dot = aa.sum(), bb.sum(-1), dots.sum(-1)
+    cos = torch.where((na > 0) & (nb > 0), dot / torch.sqrt(na * nb).clamp_min(1e-300), torch.zeros_like(dot))
+    per = dots.abs() / torch.sqrt(aa * bb).clamp_min(1e-300)
+    copied = ((per >= threshold) & (aa > 0) & (bb > 0)) * aa
+    share = copied.sum(-1) / na if na > 0 else torch.zeros_like(dot)
+    return cos, share

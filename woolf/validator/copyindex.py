@@ -19,8 +19,10 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+import torch
+
 from woolf.core.scores import content_sha256
-from woolf.core.sketch import estimate, sketch
+from woolf.core.sketch import estimate_many, matrix, sketch
 from woolf.errors import WoolfError
 from woolf.storage.pointer import Pointer
 from woolf.validator.intake import declared_bound
@@ -32,7 +34,8 @@ MAX_EXACT = 8  # earlier PRs compared exactly with one PR, at most (the most sim
 @dataclass(frozen=True)
 class Entry:
     content: str  # core.scores.content_sha256 of the delta's tensors
-    sketch: dict  # core.sketch.sketch of them
+    names: tuple  # its floating tensors' names, in order
+    sketch: torch.Tensor  # core.sketch.matrix of their sketches: (tensors, WIDTH)
 
 
 class CopyIndex:
@@ -40,35 +43,38 @@ class CopyIndex:
         self.seed = seed or secrets.token_bytes(32)
         self.entries: dict[str, Entry | None] = {}  # delta sha256 -> its entry (None: unreadable)
 
+    def _entry(self, delta, content: str | None = None) -> Entry:
+        sk = sketch(delta, self.seed)
+        return Entry(content or content_sha256(delta), tuple(sorted(sk)), matrix(sk))
+
     def add(self, key: str, delta, content: str | None = None) -> Entry:
         """This PR's own entry (its delta is in memory already)."""
         entry = self.entries.get(key)
         if entry is None:
-            entry = Entry(content or content_sha256(delta), sketch(delta, self.seed))
-            self.entries[key] = entry
+            entry = self.entries[key] = self._entry(delta, content)
         return entry
 
     def entry(self, key: str, load) -> Entry | None:
         """The entry of the delta ``key``; ``load()`` reads it (None when unreadable) the first time."""
         if key not in self.entries:
             delta = load()
-            self.entries[key] = None if delta is None else Entry(content_sha256(delta), sketch(delta, self.seed))
+            self.entries[key] = None if delta is None else self._entry(delta)
         return self.entries[key]
 
     def candidates(self, mine: Entry, earlier: list, threshold: float) -> list:
         """Of ``earlier`` [(item, entry or None)], the items that may be copies of ``mine`` (or it of
         them), most similar first: same content, or an estimate within SLACK of the threshold."""
-        scored = []
-        for item, other in earlier:
-            if other is None:
-                continue
-            if other.content == mine.content:
-                scored.append((2.0, item))
-                continue
-            est = estimate(mine.sketch, other.sketch, max(0.0, threshold - SLACK))  # per-tensor: SLACK under
-            if abs(est.cosine) >= threshold - SLACK or est.copied_share >= 0.5:
-                scored.append((max(abs(est.cosine), est.copied_share), item))
-        scored.sort(key=lambda s: -s[0])
+        same = [(2.0, item) for item, other in earlier if other is not None and other.content == mine.content]
+        alike = [(item, other) for item, other in earlier if other is not None and other.content != mine.content
+                 and other.names == mine.names]
+        scored = list(same)
+        if alike and mine.names:
+            cos, share = estimate_many(mine.sketch, torch.stack([o.sketch for _, o in alike]),
+                                       max(0.0, threshold - SLACK))  # per tensor: SLACK under the threshold
+            for (item, _), c, s in zip(alike, cos.tolist(), share.tolist(), strict=True):
+                if abs(c) >= threshold - SLACK or s >= 0.5:
+                    scored.append((max(abs(c), s), item))
+        scored.sort(key=lambda x: -x[0])
         return [item for _, item in scored[:MAX_EXACT]]
 
 

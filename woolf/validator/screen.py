@@ -99,7 +99,15 @@ def check_queue(ledger, forge, state: ValidatorState, pr) -> None:
     if pr.id in over:
         raise Rejected(f"{OVER_LIMIT} {canonical(pr.contributor)!r} had {over[pr.id]} open PRs when the queue "
                        f"was read, over the limit of {limit}; the {limit} received first are judged, this later one "
-                       "is not (withdraw one of your own open PRs to make room, then submit again)")
+                       f"is not ({_room(signed)}, then submit again)")
+
+
+def _room(signed) -> str:
+    """How a contributor makes room (issue 37): a keyless one cannot withdraw what anyone may have pushed."""
+    if signed is not None:
+        return "withdraw one of your own open PRs to make room"
+    return ("an unsigned name is anyone's to fill: sign with a key listed in ledger/allowed_signers, whose "
+            "signed PRs count apart, or wait for verdicts")
 
 
 def _signed_alike(ledger, pr, snapshot) -> list | None:
