@@ -31,3 +31,19 @@ def test_the_open_pr_limit_tells_a_keyless_name_it_cannot_withdraw(make_net):
         craft_pr(val, tensors=random_delta(val, scale=0.003, seed=1), who="mallory")
     assert "an unsigned name is anyone's" in hub.value.message and "withdraw" not in hub.value.message
     assert all(v.accepted for v in Validator(val, device="cpu").run())
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_export_into_a_symlinked_target_is_a_usage_error(make_net, tmp_path, dangling):
+    from woolf.errors import UsageError
+    from woolf.ledger.export import export_version
+
+    net = make_net()
+    target = tmp_path / "real"
+    if not dangling:
+        target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(UsageError, match="symbolic link"):  # main: NotADirectoryError from rmdir/rename
+        export_version(net.work, 0, link)
+    assert link.is_symlink() and (dangling or not any(target.iterdir()))
