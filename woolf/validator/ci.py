@@ -41,10 +41,9 @@ from woolf.validator import Verdict
 from woolf.validator.admission import admit
 from woolf.validator.context import context_of
 from woolf.validator.quorum import requeued, vote_one, voter
-from woolf.validator.recheck import own_rejection, rescoring
+from woolf.validator.recheck import own_rejection, rescored_candidate
 from woolf.validator.state import Fixed
 from woolf.validator.step import (
-    candidate,
     evaluate,
     fresh,
     gate_reference,
@@ -190,6 +189,26 @@ def _reevaluated(ctx, current, step, main, recorded: dict, timer: Timer) -> dict
     return mine
 
 
+def _rederived(ctx, adm, pr, verdict: Verdict) -> float:
+    """The attenuation, after everything computable about the accepted ``verdict`` is recomputed (nothing
+    but the metrics is taken from the artifact): staleness and attenuation from ancestry and the config,
+    the gate's decision from the metrics under the policy on main; UsageError when they disagree."""
+    cfg = ctx.ledger.config
+    att = attenuation(cfg.merge.staleness, adm.staleness)
+    if adm.staleness != verdict.staleness or verdict.attenuation is None or abs(att - verdict.attenuation) > 1e-12:
+        raise UsageError("the record's staleness or attenuation is not what ancestry and the config give")
+    before, m = verdict.metrics["before"] or {}, verdict.metrics
+    reference = gate_reference(ctx, before)  # the gate's reference, from main's history as the evaluation had it
+    decision = decide(cfg.policy, reference, m.get("probe") or m["after"] or {})
+    if not decision.accepted:
+        raise UsageError("the record says accepted, but its own metrics fail the ledger's policy: "
+                         f"{decision.reason}")
+    reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
+    verdict.reason, verdict.contributor = reason, pr.contributor
+    verdict.base_version, verdict.attenuation = adm.base.version, att
+    return att
+
+
 def apply_record(v, record: dict) -> Verdict | None:
     """The verdict of a checked record applied by ``v`` (a Validator or its context); None when the PR
     is no longer open."""
@@ -218,8 +237,7 @@ def apply_record(v, record: dict) -> Verdict | None:
             adm = admit(ctx.ledger, pr, main, merged_deltas(ctx, main))
         except Rejected as exc:  # this job's own reason; none of the record's numbers go with it
             verdict = Verdict(pr.id, False, "rejected", exc.message, pr.contributor, record["base_version"])
-    if verdict.reason == record["reason"] and not record["accepted"]:  # the record's rejection, not this job's:
-        verdict = own_rejection(ctx, pr, main, record, timer)  # issue 37: evaluated here (validator/recheck.py)
+    verdict = own_rejection(ctx, pr, main, record, verdict, timer)  # issue 37: a record's rejection evaluated here
     if not verdict.accepted:
         if quorum:
             return vote_one(ctx, pr.id, fixed=Fixed(main.commit, verdict, None, None, pr.head))
@@ -228,24 +246,10 @@ def apply_record(v, record: dict) -> Verdict | None:
         except RaceLostError:
             return None
         return verdict
-    # everything computable is recomputed: nothing but the metrics is taken from the artifact
-    att = attenuation(cfg.merge.staleness, adm.staleness)
-    if adm.staleness != verdict.staleness or verdict.attenuation is None or abs(att - verdict.attenuation) > 1e-12:
-        raise UsageError("the record's staleness or attenuation is not what ancestry and the config give")
-    before, m = verdict.metrics["before"] or {}, verdict.metrics
-    reference = gate_reference(ctx, before)  # the gate's reference, from main's history as the evaluation had it
-    decision = decide(cfg.policy, reference, m.get("probe") or m["after"] or {})
-    if not decision.accepted:
-        raise UsageError("the record says accepted, but its own metrics fail the ledger's policy: "
-                         f"{decision.reason}")
-    reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
-    verdict.reason, verdict.contributor = reason, pr.contributor
-    verdict.base_version, verdict.attenuation = adm.base.version, att
+    att = _rederived(ctx, adm, pr, verdict)
     try:
-        score = rescoring(ctx, adm, main, verdict, timer)  # issue 37: scores measured here, not the record's
-        current, step = candidate(ctx, adm, main, att, timer, before_merge=score, in_place=True)  # recomputed
-        if step is None:  # this job's own scores refuse it (validator/score.py judge_scores)
-            raise Rejected(verdict.reason or "its contribution scores, measured again, refuse it")
+        # recomputed (main's metrics first); issue 37: the scores measured here, not the record's (recheck.py)
+        current, step = rescored_candidate(ctx, adm, main, att, verdict, timer)
     except Rejected as exc:  # e.g. the delta became unreadable since evaluation
         verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
         if quorum:  # storage that cannot serve the delta now is no vote (the voter's rule too)

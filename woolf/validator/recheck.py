@@ -1,8 +1,8 @@
 """The privileged apply job signs nothing it did not compute (issue 37, breach 6).
 
 Usage (from woolf/validator/ci.py apply_record, with the job's ValidatorContext):
-    verdict = own_rejection(ctx, pr, main, record, timer)    # a record's rejection, evaluated again here
-    score = rescoring(ctx, adm, main, verdict, timer)        # candidate(before_merge=score): scores measured here
+    verdict = own_rejection(ctx, pr, main, record, verdict, timer)   # a record's rejection, evaluated here
+    current, step = rescored_candidate(ctx, adm, main, att, verdict, timer)   # scores measured here
 
 An evaluate artifact is a claim by a runner without write access. A record saying `accepted: false`
 made the apply job close the PR with the record's reason; now this job evaluates the PR itself and
@@ -14,24 +14,28 @@ leaderboard reads only numbers this job computed.
 
 from __future__ import annotations
 
-from woolf.errors import UsageError
+from woolf.errors import Rejected, UsageError
 from woolf.timing import Timer
 from woolf.validator.score import judge_scores, score_delta
-from woolf.validator.step import evaluate
+from woolf.validator.step import candidate, evaluate
 
 
-def own_rejection(ctx, pr, main, record: dict, timer: Timer):
-    """This job's own verdict on a PR the record says was rejected; UsageError when it disagrees."""
-    verdict, _step = evaluate(ctx, pr, main, timer)  # the whole pipeline, as `woolf validate` runs it
-    if verdict.accepted:
+def own_rejection(ctx, pr, main, record: dict, verdict, timer: Timer):
+    """``verdict`` unless it is the record's rejection (not one this job's cheap checks made): then this
+    job's own verdict on the PR; UsageError when its own evaluation accepts what the record rejects."""
+    if record["accepted"] or verdict.reason != record["reason"]:
+        return verdict
+    own, _step = evaluate(ctx, pr, main, timer)  # the whole pipeline, as `woolf validate` runs it
+    if own.accepted:
         raise UsageError(f"the record says rejected ({record['reason'][:200]!r}), but this job's own evaluation "
-                         f"accepts the PR ({verdict.reason}): the artifact was altered or the evaluation "
+                         f"accepts the PR ({own.reason}): the artifact was altered or the evaluation "
                          "differs; nothing closed, the PR stays in the queue")
-    return verdict
+    return own
 
 
-def rescoring(ctx, adm, main, verdict, timer: Timer):
-    """A ``before_merge`` for MergeStep.candidate: the PR's scores measured in this job replace the record's."""
+def rescored_candidate(ctx, adm, main, att: float, verdict, timer: Timer):
+    """step.candidate, with the PR's scores measured in this job (they replace the record's); raises
+    Rejected when this job's own scores refuse the PR (validator/score.py judge_scores)."""
     verdict.scores, verdict.flags = None, []
 
     def score(current, delta, spent):
@@ -42,4 +46,7 @@ def rescoring(ctx, adm, main, verdict, timer: Timer):
                                          spent)
         return judge_scores(ctx.ledger.config, verdict)
 
-    return score
+    current, step = candidate(ctx, adm, main, att, timer, before_merge=score, in_place=True)
+    if step is None:
+        raise Rejected(verdict.reason or "its contribution scores, measured again, refuse it")
+    return current, step

@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from tests.conftest import git
-from tests.forges.test_github import github_ledger
+from tests.e2e.test_github import github_ledger
 from woolf.errors import UsageError
 from woolf.ledger.ledger import Ledger
 from woolf.ledger.verdicts import merged_records
