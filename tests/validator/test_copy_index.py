@@ -65,4 +65,6 @@ def test_sketches_estimate_cosines_and_a_secret_seed_decides_the_buckets():
     items = [("other", index.entry("o", lambda: other)), ("copy", index.entry("s", lambda: scaled)),
              ("unreadable", index.entry("u", lambda: None))]
     assert index.candidates(me, items, 0.97) == ["copy"]
+    index.prune({"a", "s"})
+    assert set(index.entries) == {"a", "s"}
     assert CopyIndex().seed != CopyIndex().seed  # drawn per validator: nobody can aim at the buckets

@@ -61,6 +61,11 @@ class CopyIndex:
             self.entries[key] = None if delta is None else self._entry(delta)
         return self.entries[key]
 
+    def prune(self, keep: set[str]) -> None:
+        """Forget the deltas of PRs no longer open (``keep``: the sha256s still wanted)."""
+        for key in [k for k in self.entries if k not in keep]:
+            del self.entries[key]
+
     def candidates(self, mine: Entry, earlier: list, threshold: float) -> list:
         """Of ``earlier`` [(item, entry or None)], the items that may be copies of ``mine`` (or it of
         them), most similar first: same content, or an estimate within SLACK of the threshold."""
@@ -106,6 +111,14 @@ def indexed_candidates(ledger, state, adm, earlier: list, mine: tuple, spec, loa
     (``load(ledger, state, pointer, sha256, spec, declared)``: screen._load)."""
     index = copy_index(state)
     delta, content = mine
+    snapshot = getattr(state, "open_snapshot", None) or earlier
+    if len(index.entries) > 2 * len(snapshot) + 256:  # PRs settled since the queue was read: their entries go
+        keep = {adm.meta["delta"]["sha256"]}
+        for p in snapshot:
+            d = (p.submission or {}).get("delta")
+            if isinstance(d, dict) and isinstance(d.get("sha256"), str):
+                keep.add(d["sha256"])
+        index.prune(keep)
     me = index.add(adm.meta["delta"]["sha256"], delta, content)
     items = []
     for p in earlier:
