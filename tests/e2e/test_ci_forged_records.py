@@ -16,7 +16,6 @@ from woolf.participant.contribute import submit, train
 from woolf.validator import Validator
 from woolf.validator.ci import apply_record, evaluate_pr
 
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture

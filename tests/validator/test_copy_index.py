@@ -18,7 +18,6 @@ from woolf.storage.weights import load_checked
 from woolf.validator import Validator
 
 
-@pytest.mark.slow
 def test_a_signed_copy_behind_64_junk_prs_is_caught_and_the_honest_pr_merges(make_net):
     net = make_net()
     val, dave, mal = net.clone("val"), net.clone("dave"), net.clone("alice")

@@ -22,7 +22,6 @@ from woolf.forges.local import LocalForge
 from woolf.validator import Validator
 from woolf.validator.intake import KEYLESS_SECONDS, KeylessBudget, Pass
 
-pytestmark = pytest.mark.slow
 
 
 class Trickle:
