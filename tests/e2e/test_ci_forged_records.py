@@ -17,7 +17,6 @@ from woolf.validator import Validator
 from woolf.validator.ci import apply_record, evaluate_pr
 
 
-
 @pytest.fixture
 def gh_world(tmp_path, monkeypatch):
     with github_ledger(tmp_path, monkeypatch, {"policy.min_improvement": "-0.02"}) as (gh, store, hub, fork):

@@ -23,7 +23,6 @@ from woolf.validator import Validator
 from woolf.validator.intake import KEYLESS_SECONDS, KeylessBudget, Pass
 
 
-
 class Trickle:
     """Answers every GET with 64 bytes every 0.5 s, for at most ``most`` seconds."""
 
