@@ -7,7 +7,8 @@ Usage (from woolf/validator/ci.py apply_record, with the job's ValidatorContext)
 An evaluate artifact is a claim by a runner without write access. A record saying `accepted: false`
 made the apply job close the PR with the record's reason; now this job evaluates the PR itself and
 closes it only when its own evaluation rejects it, with its own reason and numbers; when its own
-evaluation accepts, nothing is closed (the PR stays open; the sweeper validates it in full). The
+evaluation accepts, nothing is closed (the PR stays open; the sweeper validates it in full). Under a
+quorum (k > 1) a record stays its validator's vote, as before: one reject vote closes nothing. The
 `scores` of an accepted record are measured again (validator/score.py) before the merge: the
 leaderboard reads only numbers this job computed.
 """
@@ -25,6 +26,8 @@ def own_rejection(ctx, pr, main, record: dict, verdict, timer: Timer):
     job's own verdict on the PR; UsageError when its own evaluation accepts what the record rejects."""
     if record["accepted"] or verdict.reason != record["reason"]:
         return verdict
+    if ctx.ledger.config.validators.quorum > 1:  # a record is then its validator's vote, one of k needed to
+        return verdict                             # close the PR: one runner's forged reject closes nothing
     own, _step = evaluate(ctx, pr, main, timer)  # the whole pipeline, as `woolf validate` runs it
     if own.accepted:
         raise UsageError(f"the record says rejected ({record['reason'][:200]!r}), but this job's own evaluation "
