@@ -12,7 +12,7 @@ from tests.e2e.test_github import github_ledger
 from woolf.errors import UsageError
 from woolf.ledger.ledger import Ledger
 from woolf.ledger.verdicts import merged_records
-from woolf.participant.contribute import submit, train
+from woolf.participant import submit, train
 from woolf.validator import Validator
 from woolf.validator.ci import apply_record, evaluate_pr
 

@@ -59,7 +59,7 @@ def test_many_tolerated_regressions_stop_at_the_drawdown_bound(make_net):
     # window 1: the old reference (best of the last `window` versions) was main itself, so each
     # regression within the gate merged and the loss climbed without end
     from woolf.core.merge import compute_delta
-    from woolf.participant.contribute import train
+    from woolf.participant import train
     from woolf.storage.weights import load_checked
 
     net = make_net(**{"policy.window": "1"})  # gate -0.02, max_drawdown -1 = 0.04
