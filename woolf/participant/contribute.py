@@ -24,6 +24,7 @@ from woolf.core.policy import decide
 from woolf.errors import UsageError
 from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
+from woolf.participant.recipe import declare, snapshot_start
 from woolf.participant.state import (
     auto_steps,
     record_speed,
@@ -105,6 +106,8 @@ def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
                           else wl.data_from_path(data) if data
                           else wl.default_data(who, head.version))
             extra, follower = _train_keywords(ledger, features_of(wl), o, head, base)
+            start = snapshot_start(ledger, out, extra.get("state_dir"))  # issue 34: the recipe's optimizer start
+            recipe_head = head
             trained, summary = wl.train(base, train_data, steps, device=device, seed=o.seed,
                                         progress=o.progress, **extra)
             summary["files"] = len(train_data.files)
@@ -115,6 +118,9 @@ def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
                                for k, v in trained.items()}
                 summary["followed"] = follower.rebases
                 head, base = follower.base, follower.base_weights
+            recipe = declare(ledger, wl, recipe_head, data, steps, o.seed, device, summary, extra, start, who,
+                             task.rec.id if task else None)  # issue 34: how this delta was trained
+            recipe.update(base_version=head.version, base_commit=head.commit)  # followed: the last base
         record_speed(fingerprint, summary, state_dir(ledger))
         bench = ledger.benchmark()
         # the version's own recorded metrics, when it has them (validators evaluated it already)
@@ -127,6 +133,8 @@ def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
                   "training": summary, "metrics": metrics, "seed": o.seed,
                   "task": task.rec.id if task else None,
                   "gate": {"passes": gate.accepted, "reason": gate.reason}}
+        if not cfg.workload.command:
+            record["recipe"] = recipe  # issue 34 (an external command's training declares none)
         write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
     return {**record, "weights": str(out / "trained.safetensors")}
 

@@ -30,6 +30,7 @@ from woolf.storage.weights import check_finite, save_atomic, spec_of
 from woolf.timing import Timer
 from woolf.validator.admission import Admitted, admit
 from woolf.validator.delta_load import DeltaLoading
+from woolf.validator.retrain import recipe_reason, retrain_check
 from woolf.validator.score import judge, judge_scores, score_delta, verdict_fields
 from woolf.validator.screen import check_queue, screen_delta
 from woolf.validator.verdict import Verdict, _failpoint
@@ -129,6 +130,9 @@ class MergeStep(DeltaLoading):
         with timer("checks"):
             adm: Admitted = admit(self.ledger, pr, main, self._merged_deltas(main))
             check_queue(self.ledger, self.forge, self.state, pr)  # over its contributor's open-PR limit: rejected unread
+            reason = recipe_reason(self.ledger, adm)  # issue 34: the recipe's rules, before any weights are read
+            if reason:
+                raise Rejected(reason)
         verdict.base_version, verdict.staleness = adm.base.version, adm.staleness
         verdict.contributor = pr.contributor  # the forge's claim: None when a keyed name is not signed by its key
         verdict.attenuation = attenuation(cfg.merge.staleness, adm.staleness)
@@ -140,6 +144,9 @@ class MergeStep(DeltaLoading):
             with timer("scoring"):  # assigned vs random shard; a delta that learned nothing is refused here
                 verdict.scores = score_delta(self.ledger, self.device, adm, main, current, delta, wl, spent)
             verdict.reason = judge_scores(self.ledger.config, verdict) or ""
+            if not verdict.reason:  # issue 34: the recipe's rules, and a drawn PR re-trained (validator/retrain.py)
+                with timer("retrain"):
+                    verdict.reason = retrain_check(self.ledger, self.device, adm, delta, verdict, pr.head) or ""
             return verdict.reason
 
         # in_place: main's metrics are measured before the merge, which may then write the candidate
@@ -206,6 +213,7 @@ class MergeStep(DeltaLoading):
             "Woolf-Validator": self.name, "Woolf-Timings": dict(timer),
             "Woolf-Device": v.device,  # None (omitted) when nothing was evaluated
             **verdict_fields(v, self.ledger.config),
+            "Woolf-Retrain": v.retrain,  # issue 34: whether this validator re-trained the PR, and how it compared
         }
 
     def merge(self, pr, main, verdict: Verdict, step: Step, timer: Timer, extra: dict | None = None,
