@@ -39,6 +39,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 _HEX32 = re.compile(r"^[0-9a-f]{32}\Z")
 _OWNER = re.compile(r"^[^\x00-\x1f]{1,128}\Z")
 MAX_PARAMS = 64  # workload parameters one recipe may name
+RETRAIN_PREFIX = "retrain:"  # every reason a PR is refused for its re-training begins so
 RETRAIN_FLAG = "retrain-failed"  # the Woolf-Flags mark of a PR whose re-training did not match its delta
 TOLERANCE = 0.02  # validators.retrain_tolerance's default: see docs/protocol.md#re-training (calibration)
 
