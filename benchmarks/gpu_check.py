@@ -16,6 +16,9 @@ locally; nothing is downloaded): a ledger (float32 masters), then on the device
 - peak device memory (``torch.cuda.max_memory_allocated``) over train and over validate;
 - CPU vs CUDA: the same version's loss evaluated on the CPU and on the device (what
   ``validators.epsilon``, 1e-3 by default, must allow).
+- re-training across devices (issue 34, benchmarks/retrain_devices.py): a charlm recipe trained on the
+  device and re-trained on the CPU, and the reverse: the relative distance that
+  ``validators.retrain_tolerance`` (0.02 by default) must allow.
 
 It writes the result file as it goes (``--out``, under benchmarks/results/), so a run cut
 short by a time limit keeps what it measured. ``--dry-run`` runs every step on the CPU with
@@ -175,6 +178,13 @@ def main() -> None:
         result["rows"].append(row)
         path = write_json(a.out, result)  # after every size: a cut-short run keeps what it measured
         print(f"{name}: {row}", flush=True)
+    # issue 34: a recipe trained on CUDA re-trained on the CPU, and the reverse (the dry run: CPU both ways)
+    from retrain_devices import cross_device
+
+    result["retrain_across_devices"] = (cross_device(a.device, "cpu", 1, 2) if a.dry_run else
+                                        cross_device(a.device, "cpu") + cross_device("cpu", a.device))
+    path = write_json(a.out, result)
+    print(f"retrain across devices: {result['retrain_across_devices']}", flush=True)
     print(f"wrote {path}")
 
 
