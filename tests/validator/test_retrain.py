@@ -9,6 +9,7 @@ verdict, and the queue goes on.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from woolf.participant.recipe import fresh_recipe, global_step
 from woolf.participant.state import work_dir
 from woolf.protocol.trailers import json_field, parse_message
 from woolf.report.board import credit, leaderboard
+from woolf.storage.files import hashes_of_file
 from woolf.storage.weights import save_atomic
 from woolf.validator import Validator
 from woolf.validator import retrain as retrain_mod
@@ -146,3 +148,41 @@ def test_rate_zero_retrains_nothing_and_private_data_is_recorded_unverifiable(ma
     [v] = Validator(val, device="cpu", name="v1").run()
     assert v.state == "merged" and v.retrain == {"retrain": "unverifiable",
                                                    "why": "private data (woolf train --data PATH)"}
+
+
+def test_under_a_quorum_each_vote_says_whether_it_retrained(make_net):
+    net = make_net(**RETRAIN, **{"validators.quorum": "2"})
+    alice = net.clone("alice")
+    net.train_submit(alice, "alice")
+    v1, v2 = Validator(net.clone("v1"), device="cpu"), Validator(net.clone("v2"), device="cpu")
+    assert v1.run() == []
+    [verdict] = v2.run()
+    assert verdict.accepted
+    seen = net.clone("observer")
+    votes = json.loads(parse_message(seen.git.message(seen.head().commit))[1]["Woolf-Votes"])
+    retrained = [json_field(parse_message(seen.git.message(c))[1], "Woolf-Retrain") for c in votes]
+    assert [r["retrain"] for r in retrained] == ["matched", "matched"]
+
+
+def test_a_carried_state_that_does_not_hash_to_its_pin_is_refused(make_net):
+    net = make_net(**RETRAIN, **{"scoring.copy_threshold": "0.9999"})  # two PRs of one shard and base
+    alice, val = net.clone("alice"), net.clone("val")
+    net.train_submit(alice, "alice", seed=0)
+    assert Validator(val, device="cpu", name="v1").run()[0].state == "merged"
+    ids = {}
+    for seed, why in ((1, "missing"), (2, "other bytes")):
+        train(alice, steps=20, contributor="alice", seed=seed, device="cpu")  # starts from the carried state
+        start = Path(json.loads((work_dir(alice) / "trained.json").read_text())["recipe"]["optimizer"]["path"])
+        md5, _ = hashes_of_file(start)
+        if why == "missing":  # pinned to an object that is not in storage
+            pin = {"start": "carried", "sha256": "0" * 64, "md5": "0" * 32, "size": 10}
+        else:  # the object is there, its sha256 is not the pinned one
+            shutil.copyfile(start, tmp := start.with_suffix(".copy"))
+            alice.store.put(tmp, "optimizer.safetensors", md5=md5)
+            pin = {"start": "carried", "sha256": "0" * 64, "md5": md5, "size": start.stat().st_size}
+        _rewrite_recipe(alice, optimizer=pin)
+        ids[submit(alice, contributor="alice")["id"]] = why
+    got = {ids[v.id]: v for v in Validator(val, device="cpu", name="v1").run()}
+    assert got["missing"].reason.startswith("retrain: its carried optimizer state is unavailable")
+    assert got["other bytes"].reason == "retrain: its carried optimizer state does not hash to the sha256 its recipe pins"
+    assert all(v.state == "rejected" and v.retrain["retrain"] == "failed" for v in got.values())

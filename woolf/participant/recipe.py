@@ -74,9 +74,9 @@ def publish(ledger, record: dict, transform: str | None = None, remote: str | No
         return record
     recipe = dict(recipe)
     opt = dict(recipe.get("optimizer") or FRESH)
-    if opt.get("start") == "carried":
-        path = Path(opt.pop("path", ""))
-        if not path.exists():  # the snapshot is gone: the recipe cannot name its start
+    if opt.get("start") == "carried" and "path" in opt:  # (a recipe given pinned already is sent as it is)
+        path = Path(opt.pop("path"))
+        if not path.is_file():  # the snapshot is gone: the recipe cannot name its start
             opt = dict(FRESH, lost="the starting optimizer state was not kept")
             recipe["transform"] = "carried optimizer state lost"
         else:
