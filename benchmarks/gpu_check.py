@@ -69,7 +69,7 @@ def one_size(root: Path, name: str, device: str, steps: int, context: int, batch
     import torch
 
     from woolf.ledger.ledger import Ledger
-    from woolf.participant.contribute import submit, train
+    from woolf.participant import submit, train
     from woolf.validator import Validator
 
     layers, width, vocab = SIZES[name]

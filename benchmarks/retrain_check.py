@@ -1,5 +1,5 @@
 """Proof of training (issue 34): how far honest and cheating deltas land from a re-training of their recipe,
-what a re-training costs, and what carried optimizer state weighs (benchmarks/RESULTS.md §15).
+what a re-training costs, and what carried optimizer state weighs (benchmarks/RESULTS.md §16).
 
 Usage:
     python benchmarks/retrain_check.py                      # all parts, results/retrain_check.json
@@ -103,7 +103,7 @@ def _clone(root: Path, hub: Path, name: str):
 
 
 def _end_to_end(prs: int, steps: int) -> dict:
-    from woolf.participant.contribute import submit, train
+    from woolf.participant import submit, train
     from woolf.validator import Validator
 
     rows = []

@@ -17,9 +17,8 @@ import torch
 
 from woolf.core.merge import compute_delta
 from woolf.forges.local import LocalForge
-from woolf.ledger.recipes import version_recipe
-from woolf.participant.contribute import submit, train
-from woolf.participant.recipe import fresh_recipe, global_step
+from woolf.ledger.recipes import fresh_recipe, global_step, version_recipe
+from woolf.participant import submit, train
 from woolf.participant.state import work_dir
 from woolf.protocol.trailers import json_field, parse_message
 from woolf.report.board import credit, leaderboard

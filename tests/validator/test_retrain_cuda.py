@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from woolf.participant.contribute import submit, train
+from woolf.participant import submit, train
 from woolf.validator import Validator
 
 pytestmark = [pytest.mark.cuda,

@@ -31,8 +31,8 @@ from woolf.demo.kinds import KINDS
 from woolf.errors import WoolfError
 from woolf.forges.local import LocalForge
 from woolf.ledger.ledger import Ledger
+from woolf.ledger.recipes import fresh_recipe, global_step
 from woolf.ledger.verdicts import merged_records
-from woolf.participant.recipe import fresh_recipe, global_step
 from woolf.protocol import layout
 from woolf.workloads.base import TrainData
 from woolf.workloads.features import GLOBAL_STEP, features_of
@@ -59,7 +59,7 @@ def _event(**kw) -> None:
 
 
 def _submit(ledger, name: str, base, weights: dict, note: str, recipe: dict | None = None) -> str:
-    from woolf.participant.contribute import SubmitOptions, submit  # deferred: loads numpy, yaml
+    from woolf.participant import SubmitOptions, submit  # deferred: loads numpy, yaml
     from woolf.storage.weights import save_atomic  # deferred: loads numpy
 
     with tempfile.TemporaryDirectory() as tmp:

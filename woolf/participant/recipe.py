@@ -1,6 +1,6 @@
 """A participant's recipe: what `train` declares about how it trained, and what `submit` sends with it.
 
-Usage (from participant/contribute.py and submit.py):
+Usage (from participant/train.py and submit.py):
     start = snapshot_start(ledger, out)            # the optimizer state this run starts from, or None
     record["recipe"] = declare(ledger, wl, head, data, steps, seed, device, summary, extra, start)
     record = publish(ledger, record, transform=None, remote=None)  # carried state uploaded, pinned in the recipe
@@ -13,11 +13,10 @@ with the PR and pinned in the recipe by sha256, md5 and size, so that a validato
 
 from __future__ import annotations
 
-import platform
 import shutil
 from pathlib import Path
 
-from woolf._version import __version__
+from woolf.ledger.recipes import libraries
 from woolf.protocol.recipe import FRESH, PRIVATE, make_recipe, shard_data
 from woolf.storage.dvcstore import REMOTE_NAME
 from woolf.storage.files import hashes_of_file
@@ -35,12 +34,6 @@ def snapshot_start(ledger, out: Path, state: Path | None) -> Path | None:
         return None
     shutil.copyfile(src, out / START)
     return out / START
-
-
-def _libraries() -> dict:
-    import torch  # deferred: torch
-
-    return {"torch": torch.__version__.split("+")[0], "woolf": __version__, "python": platform.python_version()}
 
 
 def declare(ledger, wl, head, data, steps: int, seed: int, device: str, summary: dict, extra: dict,
@@ -61,7 +54,7 @@ def declare(ledger, wl, head, data, steps: int, seed: int, device: str, summary:
                        batch=getattr(wl, "batch_size", None), lr=getattr(wl, "lr", None),
                        global_step=int(extra.get("global_step", 0)), optimizer=optimizer,
                        device="cuda" if str(device).startswith("cuda") else str(device),
-                       libraries=_libraries(), seconds=summary.get("seconds"),
+                       libraries=libraries(), seconds=summary.get("seconds"),
                        follow=int(summary.get("followed") or 0))
 
 
@@ -91,19 +84,3 @@ def publish(ledger, record: dict, transform: str | None = None, remote: str | No
         recipe["transform"] = transform
     return {**record, "recipe": recipe}
 
-
-def fresh_recipe(ledger, base, owner: str, steps: int, seed: int, seconds: float | None = None,
-                 device: str = "cpu") -> dict:
-    """The recipe of ``steps`` from ``base`` on ``owner``'s shard with a fresh optimizer, for weights
-    trained outside `woolf train` (`submit(recipe=...)`; the demo's participants)."""
-    wl = ledger.workload()
-    return make_recipe(base_version=base.version, base_commit=base.commit, data=shard_data(owner, base.version),
-                       seed=seed, steps=steps, workload=ledger.config.workload.name,
-                       params=ledger.config.workload.params, batch=getattr(wl, "batch_size", None),
-                       lr=getattr(wl, "lr", None), global_step=global_step(ledger, base), optimizer=dict(FRESH),
-                       device=device, libraries=_libraries(), seconds=seconds)
-
-
-def global_step(ledger, base) -> int:
-    """The ledger's progress `train` gives a workload's LR schedule at ``base`` (features.GLOBAL_STEP)."""
-    return base.version * ledger.config.workload.steps

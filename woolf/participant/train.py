@@ -1,12 +1,10 @@
-"""A participant's side: train from the current version (submit, in submit.py, sends the delta as a PR).
+"""A participant's training: train from the current version (submit.py then sends the delta as a PR).
 
-Usage:
+Usage (or `from woolf.participant import train, TrainOptions`):
     result = train(ledger, steps=60, contributor="alice")     # -> .woolf/work/trained.*
     result = train(ledger, TrainOptions(steps=60, contributor="alice"))   # the same
-    pr = submit(ledger, message="60 steps on my shard")        # -> {"id": ..., "base_version": ..}
-    pr = submit(ledger, SubmitOptions(weights=Path("mine.safetensors"), base_version=3))
 
-Each takes its options object, or the options' fields as keywords (unknown ones: TypeError).
+It takes its options object, or the options' fields as keywords (unknown ones: TypeError).
 What the workload's train() is given beyond the base protocol follows its declared FEATURES
 (woolf/workloads/features.py).
 """
@@ -22,6 +20,7 @@ from pathlib import Path
 
 from woolf.core.policy import decide
 from woolf.errors import UsageError
+from woolf.ledger.recipes import global_step
 from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
 from woolf.participant.recipe import declare, snapshot_start
@@ -31,7 +30,6 @@ from woolf.participant.state import (
     state_dir,
     work_dir,
 )
-from woolf.participant.submit import SubmitOptions, submit  # noqa: F401 - the participant's API in one place
 from woolf.protocol.contributor import contributor_id
 from woolf.storage.files import write_bytes_atomic
 from woolf.storage.weights import (
@@ -149,7 +147,7 @@ def _train_keywords(ledger, features: frozenset[str], o: TrainOptions, head, bas
     if STATE_DIR in features:
         extra["state_dir"] = state_dir(ledger) / "optimizer"
     if GLOBAL_STEP in features:  # the ledger's progress, for LR schedules
-        extra["global_step"] = head.version * cfg.workload.steps
+        extra["global_step"] = global_step(ledger, head)  # the one formula (ledger/recipes.py): recipes declare it
     follower = None
     if o.follow and cfg.workload.follow_every and FOLLOW in features and not o.offline:
         follower = Follower(ledger, head, base)
