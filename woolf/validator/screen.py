@@ -1,6 +1,6 @@
 """Checks on a delta's tensors before it is merged: no-ops, Templar's norm guard, replays and copies.
 
-Usage (from the validator's MergeStep, which hands over its ValidatorState: woolf/validator/state.py):
+Usage (from the validator's step.py, which hands over its ValidatorState: woolf/validator/state.py):
     check_queue(ledger, forge, state, pr)                   # over its contributor's open-PR limit?
     screened = screen_delta(ledger, forge, state, adm, main, current, delta)   # raises Rejected
 
@@ -19,10 +19,10 @@ import torch
 
 from woolf.core.fairness import beyond_limit, canonical
 from woolf.core.merge import compute_delta
+from woolf.core.scale import f32
 from woolf.core.scores import (
     clip_delta,
     content_sha256,
-    f32,
     norm,
     norm_limit,
     per_contributor,
