@@ -90,11 +90,12 @@ def test_in_place_training_writes_the_given_tensors_and_keeps_ties(tmp_path, sti
 
 @pytest.mark.slow
 def test_two_gloo_processes_end_where_one_does(tmp_path, still_model):
+    """--nproc 2 (DDP), torchrun by hand, and FSDP2 (WOOLF_FSDP=1) each end where one process does."""
     net = hf_network(tmp_path, still_model)
     base = net.work.load_weights(net.work.head())
     data = tmp_path / "text.txt"
     data.write_bytes((Path(json.__file__).read_bytes() + Path(torch.__file__).read_bytes()) * 2)
-    one, two, by_hand = net.clone("alice"), net.clone("bob"), net.clone("carol")
+    one, two, by_hand, sharded = net.clone("alice"), net.clone("bob"), net.clone("carol"), net.clone("dave")
     args = ("train", "--steps", "4", "--device", "cpu", "--data", str(data), "--json")
     single = run_cli(*args, cwd=one.root, env=CPU)
     assert single.returncode == 0, single.stderr[-3000:]
@@ -103,8 +104,11 @@ def test_two_gloo_processes_end_where_one_does(tmp_path, still_model):
     assert json.loads(double.stdout)["training"]["processes"] == 2  # rank 0 alone printed the result
     torchrun = run_cli_torchrun(*args, cwd=by_hand.root)
     assert torchrun.returncode == 0, torchrun.stderr[-3000:]
+    fsdp = run_cli(*args, "--nproc", "2", cwd=sharded.root, env={**CPU, "WOOLF_FSDP": "1"}, timeout=900)
+    assert fsdp.returncode == 0, fsdp.stderr[-3000:]
+    assert json.loads(fsdp.stdout)["training"]["sharded"] is True  # FSDP2: each rank held half the model
     d1 = _delta(one.root, base)
-    for clone in (two, by_hand):
+    for clone in (two, by_hand, sharded):
         cos, ratio = _close(d1, _delta(clone.root, base))
         assert cos >= 0.999 and abs(ratio - 1) <= 0.01, (clone.root.name, cos, ratio)
 
