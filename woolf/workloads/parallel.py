@@ -21,6 +21,10 @@ import os
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel
 
 
 @dataclass(frozen=True)
@@ -32,8 +36,6 @@ class Parallel:
     @staticmethod
     def current() -> Parallel | None:
         """This process's place when a process group of more than one is initialized, else None."""
-        import torch.distributed as dist  # deferred: torch.distributed
-
         if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
             return None
         return Parallel(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
@@ -50,14 +52,10 @@ class Parallel:
         then the whole model) when ``sharded``: each rank then holds 1/N of the parameters,
         gradients and optimizer state."""
         if sharded:
-            from torch.distributed.fsdp import fully_shard  # deferred: torch.distributed
-
             for module in model.modules():
                 if type(module).__name__ in block_names:
                     fully_shard(module)
             return fully_shard(model)
-        from torch.nn.parallel import DistributedDataParallel  # deferred: torch.distributed
-
         ids = [torch.device(device).index or 0] if torch.device(device).type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids)
 
@@ -66,15 +64,8 @@ class Parallel:
         Without sharding every rank holds the same weights and rank 0's own are returned as they are."""
         if not sharded:
             return dict(model.state_dict()) if self.rank == 0 else {}
-        from torch.distributed.checkpoint.state_dict import (  # deferred: torch.distributed
-            StateDictOptions,
-            get_model_state_dict,
-        )
-
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return state if self.rank == 0 else {}
 
     def barrier(self) -> None:
-        import torch.distributed as dist  # deferred: torch.distributed
-
         dist.barrier()
