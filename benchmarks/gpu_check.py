@@ -21,7 +21,8 @@ skipped) and the result file (``--out``, under benchmarks/results/) written afte
 3. ledger, per ``--ledger-sizes``: init; the floor (``cp`` + ``md5sum`` of version 0's object
    in storage, measured in this run); ``--prs`` participants train and submit; one validator
    pass (``Validator.run``) over them: per PR, the validator's own work (its timings less
-   evaluation and scoring) against the floor (issue 35's target: median <= 2x); peak device
+   evaluation and scoring) against the floor (issue 35's target: median <= 2x); md5 + sha256 of
+   the object in one stream against 8 shards at once (one DVC object per version?); peak device
    memory; the same version's loss evaluated on the CPU, on the device in float32, with TF32
    matmuls and under bf16 autocast, each difference set against ``validators.epsilon``.
 
@@ -46,6 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 from hf_throughput import _tiny  # noqa: E402
+from validator_floor import hashing  # noqa: E402
 
 SIZES = {"tiny": (2, 64, 1024), "124M": (12, 768, 50257), "355M": (24, 1024, 50257),
          "774M": (36, 1280, 50257), "1.5B": (48, 1600, 50257)}
@@ -258,6 +260,7 @@ def ledger_stage(root: Path, name: str, a) -> dict:
     row.update(_prs_and_pass(root, a))
     floors.append(floor(obj, root / "floor.tmp"))  # again after the pass: the machine's state moves
     row["floor"] = {"samples": floors, "seconds": min(f["seconds"] for f in floors)}
+    row["hashing"] = hashing(obj, 8)  # one stream vs 8 shards at once: one DVC object per version? (protocol.md)
     own = [p["own_work"] for p in row["validate"]["per_pr"]]
     row["validate"]["own_work_median"] = statistics.median(own)
     row["validate"]["own_work_over_floor"] = round(statistics.median(own) / row["floor"]["seconds"], 2)

@@ -13,12 +13,15 @@ them all. Per PR, the validator's own work is what its verdict's timings record 
 evaluation and scoring (fetch, load, checks, merge, upload, push). The floor is ``cp`` then
 ``md5sum`` of version 0's object in storage, measured in this run before and after the pass
 (the better sample is used: the machine is shared). Target: median own work <= 2x the floor.
+Then md5 + sha256 of that object in one stream (as woolf hashes) against 8 pieces hashed at
+once: what keeping a version as one DVC object per shard would gain (docs/protocol.md).
 Results go to benchmarks/results/validator_floor_<params>.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import statistics
 import subprocess
@@ -50,7 +53,41 @@ def floor(obj: Path, tmp: Path) -> dict:
     return {"cp": round(t1 - t0, 3), "md5sum": round(t2 - t1, 3), "seconds": round(t2 - t0, 3)}
 
 
-def run(root: Path, params: int, tensors: int, prs: int) -> dict:
+def hashing(obj: Path, shards: int) -> dict:
+    """md5 + sha256 of one version's object: in one stream (woolf's Digests, two helper threads), and as
+    ``shards`` pieces hashed at once (what one DVC object per shard would allow), each from the page cache."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from woolf.storage.files import hashes_of_file
+
+    size = obj.stat().st_size
+    hashes_of_file(obj)  # the file in the page cache for both
+    t0 = time.perf_counter()
+    hashes_of_file(obj)
+    one = time.perf_counter() - t0
+
+    def piece(i: int) -> tuple[str, str]:
+        md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+        start, end = size * i // shards, size * (i + 1) // shards
+        with open(obj, "rb") as fh:
+            fh.seek(start)
+            left = end - start
+            while left > 0:
+                block = fh.read(min(8 << 20, left))
+                md5.update(block)
+                sha.update(block)
+                left -= len(block)
+        return md5.hexdigest(), sha.hexdigest()
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(shards) as pool:
+        list(pool.map(piece, range(shards)))
+    many = time.perf_counter() - t0
+    return {"bytes": size, "one_stream": round(one, 3), f"{shards}_shards_parallel": round(many, 3),
+            "speedup": round(one / many, 2), "cores": os.cpu_count()}
+
+
+def run(root: Path, params: int, tensors: int, prs: int, shards: int = 8) -> dict:
     from woolf.ledger.ledger import Ledger
     from woolf.participant.contribute import submit, train
     from woolf.validator import Validator
@@ -78,6 +115,9 @@ def run(root: Path, params: int, tensors: int, prs: int) -> dict:
     verdicts = Validator(Ledger.open(root / "val"), device="cpu").run()
     pass_s = time.perf_counter() - t0
     floors.append(floor(obj, root / "floor.tmp"))
+    hashed = hashing(obj, shards)
+    print(f"md5 + sha256 of the object: one stream {hashed['one_stream']:.2f} s, {shards} shards at once "
+          f"{hashed[f'{shards}_shards_parallel']:.2f} s ({hashed['speedup']:.2f}x, {os.cpu_count()} cores)", flush=True)
     best = min(f["seconds"] for f in floors)
     rows = []
     for v in verdicts:
@@ -90,7 +130,7 @@ def run(root: Path, params: int, tensors: int, prs: int) -> dict:
     print(f"median own work {median:.2f} s; floor (cp + md5sum) {best:.2f} s: {median / best:.2f}x "
           f"(target <= 2x); the pass took {pass_s:.1f} s", flush=True)
     return {"params": params, "tensors": tensors, "model_bytes": model_bytes, "prs": prs, "floors": floors,
-            "floor_seconds": best, "per_pr": rows, "own_work_median": median,
+            "floor_seconds": best, "hashing": hashed, "per_pr": rows, "own_work_median": median,
             "median_over_floor": round(median / best, 2), "pass_seconds": round(pass_s, 2)}
 
 
