@@ -78,7 +78,16 @@ def demo(app: App, participants, rounds, validators, steps, directory, force, qu
         if r.interrupted:
             click.get_current_context().exit(130)
         return
-    c = app.console
+    print_summary(app.console, r)
+    woolf_cmd = "woolf" if shutil.which("woolf") else f"{sys.executable} -m woolf"
+    app.console.print(f"try: git clone {r.dir}/hub.git mine && cd mine && {woolf_cmd} log")
+    if r.interrupted:
+        click.get_current_context().exit(130)  # like any interrupted command
+
+
+def print_summary(c, r) -> None:
+    """The demo's summary on console ``c``: what merged, the loss, each participant, the quorum, the
+    comparison with the reference runs, each contributor's outcome, the times."""
     c.rule("summary" + (" (INTERRUPTED)" if r.interrupted else ""))
     c.print(f"regime: {r.regime_words} (--regime {r.regime})")
     c.print(f"versions merged: {r.versions_merged}   PRs rejected: {r.prs_rejected}")
@@ -107,11 +116,6 @@ def demo(app: App, participants, rounds, validators, steps, directory, force, qu
             f"runs {r.reference_seconds:.0f}s   hub: {r.dir}")
     if r.report:
         c.print(f"report: {r.report}")
-
-    woolf_cmd = "woolf" if shutil.which("woolf") else f"{sys.executable} -m woolf"
-    c.print(f"try: git clone {r.dir}/hub.git mine && cd mine && {woolf_cmd} log")
-    if r.interrupted:
-        click.get_current_context().exit(130)  # like any interrupted command
 
 
 def outcome_lines(r) -> list[str]:

@@ -29,7 +29,6 @@ from woolf.ledger.ledger import Ledger
 from woolf.participant.contribute import submit, train
 from woolf.validator import Validator
 
-pytestmark = pytest.mark.slow
 TOKEN = "ghp_test_token"
 
 

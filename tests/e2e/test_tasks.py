@@ -54,7 +54,6 @@ def _push(led, *refspecs):
                           capture_output=True, text=True, env=clean_env())
 
 
-@pytest.mark.slow
 def test_killed_participant_lease_expires_by_origin_time_and_its_shard_is_taken(make_net):
     net = make_net(**{"tasks.lease": "3", "policy.min_improvement": "-10"})
     alice, bob = net.clone("alice"), net.clone("bob")
@@ -88,7 +87,6 @@ def test_killed_participant_lease_expires_by_origin_time_and_its_shard_is_taken(
     assert settled["state"] == "settled" and settled["detail"] == "merged" and settled["submission"] == sub
 
 
-@pytest.mark.slow
 def test_ctrl_c_cancels_the_task(make_net):
     net = make_net(**{"tasks.lease": "30"})
     alice = net.clone("alice")
@@ -136,7 +134,6 @@ def test_hub_refuses_clock_jumps_and_rewritten_leases(make_net):
     assert any("not-a-task" in r and "task id" in why for r, why in bad)
 
 
-@pytest.mark.slow
 def test_validator_killed_mid_vote_storage_down_and_a_pr_without_quorum_expires(make_net):
     net = make_net(**{"validators.quorum": "2", "validators.vote_timeout": "3", "policy.min_improvement": "-10"})
     alice = net.clone("alice")

@@ -15,7 +15,7 @@ import torch
 
 from tests.conftest import git, key_for, signer_lines
 from tests.crafting import craft_pr
-from tests.forges.test_github import github_ledger
+from tests.e2e.test_github import github_ledger
 from woolf.audit.recompute import audit
 from woolf.errors import UsageError
 from woolf.forges import forge_for
@@ -29,8 +29,6 @@ from woolf.protocol.trailers import parse_message
 from woolf.protocol.votes import read_votes
 from woolf.validator import Validator
 from woolf.validator.ci import apply_record, evaluate_pr
-
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture

@@ -8,10 +8,6 @@ import sys
 import threading
 import time
 
-import pytest
-
-pytestmark = pytest.mark.slow
-
 
 def _start(cwd, *args):
     p = subprocess.Popen([sys.executable, "-m", "woolf", "validate", *args, "--device", "cpu"], cwd=cwd,

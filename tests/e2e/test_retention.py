@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 
-import pytest
-
 from tests.conftest import run_cli
 from woolf.audit.recompute import audit
 from woolf.ledger.retention.gc import collect, survey
@@ -18,7 +16,6 @@ def _object(net, ledger, number):
     return net.root / "storage" / "files" / "md5" / ptr.md5[:2] / ptr.md5[2:]
 
 
-@pytest.mark.slow  # five merges and three CLI processes: about 10 s on a quiet box
 def test_gc_keeps_snapshots_and_newest_and_rebuilds_the_rest(make_net):
     net = make_net(**{"policy.min_improvement": "-10", "storage.snapshot_every": "2"})
     alice, val = net.clone("alice"), net.clone("val")

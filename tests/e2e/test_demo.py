@@ -16,8 +16,6 @@ from woolf.demo.run import run_demo
 from woolf.errors import UsageError
 from woolf.ledger.ledger import Ledger
 
-pytestmark = pytest.mark.slow
-
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
-BENCH = Path(__file__).parents[1] / "benchmarks"
+BENCH = Path(__file__).parents[2] / "benchmarks"
 
 
 def _run(tmp_path, script, *args):

@@ -18,8 +18,6 @@ from woolf.audit.recompute import audit
 from woolf.forges.local import LocalForge
 from woolf.protocol import layout
 
-pytestmark = pytest.mark.slow
-
 
 def _validator(ledger, env=None):
     return subprocess.Popen([sys.executable, "-m", "woolf", "validate", "--json", "--device", "cpu"],

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 import torch
 
 from tests.conftest import Network, git
@@ -42,7 +41,6 @@ print(json.dumps({"base": base, "peak": rss(), "ok": report.ok, "checked": repor
 """
 
 
-@pytest.mark.slow
 def test_audit_recomputes_a_merge_holding_one_model(tmp_path):
     work = Ledger.init(tmp_path / "work", storage=str(tmp_path / "storage"), workload="synthetic",
                        overrides={"workload.params.n_params": str(N_PARAMS), "policy.min_improvement": "-1e9",

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 import torch
 
 from tests.conftest import Network, git
@@ -55,7 +54,6 @@ def _delta(led, scale, seed=0):
     return {k: torch.randn(v.shape, generator=g) * scale for k, v in w.items()}
 
 
-@pytest.mark.slow
 def test_peak_memory_hostile_then_honest(tmp_path):
     work = Ledger.init(tmp_path / "work", storage=str(tmp_path / "storage"), workload="synthetic",
                        overrides={"workload.params.n_params": str(N_PARAMS), "policy.min_improvement": "-1e9",
