@@ -270,7 +270,7 @@ def ledger_stage(root: Path, name: str, a) -> dict:
 
 def _prs_and_pass(root: Path, a) -> dict:
     from woolf.ledger.ledger import Ledger
-    from woolf.participant.contribute import submit, train
+    from woolf.participant import submit, train
     from woolf.validator import Validator
 
     submits = []

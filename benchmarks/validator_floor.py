@@ -89,7 +89,7 @@ def hashing(obj: Path, shards: int) -> dict:
 
 def run(root: Path, params: int, tensors: int, prs: int, shards: int = 8) -> dict:
     from woolf.ledger.ledger import Ledger
-    from woolf.participant.contribute import submit, train
+    from woolf.participant import submit, train
     from woolf.validator import Validator
 
     model_bytes = params // tensors * tensors * 4

@@ -8,7 +8,7 @@ Usage:
 ``launch`` starts N copies of ``python -m woolf train ...`` under PyTorch's elastic agent (what
 torchrun runs), standalone on this machine. In each copy ``join`` sets up the process group from
 torchrun's environment (gloo on the CPU, nccl on CUDA, one device per rank) and
-woolf/participant/contribute.py gives rank 0 the ledger's work: it pulls, reserves the task, and
+woolf/participant/train.py gives rank 0 the ledger's work: it pulls, reserves the task, and
 alone evaluates and keeps the result; every rank loads the same base and trains its share of
 each global batch (woolf/workloads/parallel.py). When any rank fails the agent stops the others;
 ``launch`` then raises TrainingFailed naming the first rank that failed, and no result of the

@@ -222,6 +222,7 @@ def _check_norm(ctx: ValidatorContext, current, delta) -> tuple[float, float]:
 
 
 def verdict_trailers(ctx: ValidatorContext, v: Verdict, timer: Timer) -> dict:
+    """The trailers every verdict of this validator carries (a merge, a rejection, a vote adds its own)."""
     return {
         "Woolf-Contributor": v.contributor, "Woolf-Base-Version": v.base_version,
         "Woolf-Staleness": v.staleness, "Woolf-Attenuation": v.attenuation,

@@ -58,8 +58,8 @@ class StepsType(click.ParamType):
 @pass_app
 def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, contributor, as_json):
     """Pull the newest version and train from it; keeps the result in .woolf/work."""
-    from woolf.participant.contribute import TrainOptions  # deferred: fast --help
-    from woolf.participant.contribute import train as do_train  # deferred: fast --help
+    from woolf.participant import TrainOptions  # deferred: fast --help
+    from woolf.participant import train as do_train  # deferred: fast --help
     from woolf.participant.distributed import launch, rank_of  # deferred: fast --help
 
     ledger = app.ledger()
@@ -158,8 +158,8 @@ def _earlier_result(ledger) -> str:
 def submit(app: App, weights, base_version, message, delta_url_base, delta_remote, error_feedback, compress,
            contributor, forge, as_json):
     """Open a pull request carrying trained - base."""
-    from woolf.participant.contribute import SubmitOptions  # deferred: fast --help
-    from woolf.participant.contribute import submit as do_submit  # deferred: fast --help
+    from woolf.participant import SubmitOptions  # deferred: fast --help
+    from woolf.participant import submit as do_submit  # deferred: fast --help
 
     options = SubmitOptions(weights=weights, message=message, contributor=contributor,
                             base_version=base_version, forge=forge, delta_url_base=delta_url_base,
@@ -252,6 +252,3 @@ def pr_close(app: App, sub_id, force, contributor, forge, as_json):
         app.emit_json(p.to_json())
         return
     app.say(f"{sub_id} {p.state}: {p.reason or ''}".rstrip(": "))
-
-
-COMMANDS = [train, submit, pr]

@@ -1,12 +1,10 @@
-"""A participant's side: train from the current version (submit, in submit.py, sends the delta as a PR).
+"""A participant's training: train from the current version (submit.py then sends the delta as a PR).
 
-Usage:
+Usage (or `from woolf.participant import train, TrainOptions`):
     result = train(ledger, steps=60, contributor="alice")     # -> .woolf/work/trained.*
     result = train(ledger, TrainOptions(steps=60, contributor="alice"))   # the same
-    pr = submit(ledger, message="60 steps on my shard")        # -> {"id": ..., "base_version": ..}
-    pr = submit(ledger, SubmitOptions(weights=Path("mine.safetensors"), base_version=3))
 
-Each takes its options object, or the options' fields as keywords (unknown ones: TypeError).
+It takes its options object, or the options' fields as keywords (unknown ones: TypeError).
 What the workload's train() is given beyond the base protocol follows its declared FEATURES
 (woolf/workloads/features.py).
 """
@@ -31,7 +29,6 @@ from woolf.participant.state import (
     state_dir,
     work_dir,
 )
-from woolf.participant.submit import SubmitOptions, submit  # noqa: F401 - the participant's API in one place
 from woolf.protocol.contributor import contributor_id
 from woolf.storage.files import write_bytes_atomic
 from woolf.storage.weights import (
