@@ -25,7 +25,7 @@ from woolf.git.keys import configure, create_key
 from woolf.git.repo import Git, clean_env
 from woolf.hub.create import init_hub
 from woolf.ledger.ledger import Ledger
-from woolf.participant.contribute import submit, train
+from woolf.participant import submit, train
 from woolf.protocol.signers import signer_line
 
 torch.set_num_threads(1)

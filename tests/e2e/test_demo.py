@@ -140,7 +140,7 @@ def test_ctrl_c_stops_children_and_leaves_a_usable_hub(tmp_path):
 
 @pytest.mark.unit
 def test_summary_says_whether_joining_paid():
-    from woolf.cli.demo_cmds import comparison_lines
+    from woolf.cli.demo.commands import comparison_lines
     from woolf.demo.run import DemoResult
 
     r = DemoResult("x", participants=3, validators=2, rounds=8, steps=30, total_steps=720, final_loss=2.48,

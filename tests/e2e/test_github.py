@@ -26,7 +26,7 @@ from woolf.forges import forge_for
 from woolf.forges.github import GitHubForge
 from woolf.forges.github_api import GitHubAPI
 from woolf.ledger.ledger import Ledger
-from woolf.participant.contribute import submit, train
+from woolf.participant import submit, train
 from woolf.validator import Validator
 
 TOKEN = "ghp_test_token"

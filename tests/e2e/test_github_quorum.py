@@ -23,7 +23,7 @@ from woolf.forges.github import GitHubForge
 from woolf.git.keys import configure
 from woolf.git.repo import Git
 from woolf.ledger.ledger import Ledger
-from woolf.participant.contribute import submit, train
+from woolf.participant import submit, train
 from woolf.protocol.signers import signers_text
 from woolf.protocol.trailers import parse_message
 from woolf.protocol.votes import read_votes

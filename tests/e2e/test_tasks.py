@@ -19,7 +19,7 @@ from woolf.errors import UsageError
 from woolf.forges.local import LocalForge
 from woolf.git.repo import clean_env
 from woolf.ledger.tasks import list_tasks
-from woolf.participant.contribute import train
+from woolf.participant import train
 from woolf.protocol.tasks import task_ref
 from woolf.protocol.trailers import format_message
 from woolf.protocol.votes import vote_ref
@@ -78,7 +78,7 @@ def test_killed_participant_lease_expires_by_origin_time_and_its_shard_is_taken(
     mine = next(v for v in list_tasks(bob)[0] if v["id"] == done["task"])
     assert mine["shard"] == "alice@v0" and mine["contributor"] == "bob"
     # nothing else is blocked: bob's PR merges
-    from woolf.participant.contribute import submit
+    from woolf.participant import submit
 
     sub = submit(bob, contributor="bob")["id"]
     [verdict] = Validator(net.clone("val"), device="cpu").run()
@@ -137,7 +137,7 @@ def test_hub_refuses_clock_jumps_and_rewritten_leases(make_net):
 def test_validator_killed_mid_vote_storage_down_and_a_pr_without_quorum_expires(make_net):
     net = make_net(**{"validators.quorum": "2", "validators.vote_timeout": "3", "policy.min_improvement": "-10"})
     alice = net.clone("alice")
-    from woolf.participant.contribute import submit
+    from woolf.participant import submit
 
     train(alice, steps=2, contributor="alice", device="cpu")
     sub = submit(alice, contributor="alice")["id"]

@@ -28,7 +28,7 @@ from woolf.errors import UsageError
 from woolf.forges.local import LocalForge
 from woolf.history import Evaluator, bisect, diff_versions, revert
 from woolf.ledger.change import set_config
-from woolf.participant.contribute import submit, train
+from woolf.participant import submit, train
 from woolf.validator import Validator
 from woolf.workloads import corpus
 

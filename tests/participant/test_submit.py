@@ -10,7 +10,7 @@ import tracemalloc
 
 from tests.conftest import Network, git
 from woolf.ledger.ledger import Ledger
-from woolf.participant.contribute import submit, train
+from woolf.participant import submit, train
 
 N_PARAMS = 4_000_000  # 16 MB, in 8 tensors of 2 MB
 

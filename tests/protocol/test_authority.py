@@ -74,7 +74,7 @@ def test_config_carries_no_code(network):
     # where the forge cannot refuse: `woolf train` refuses the config, so do validators
     force_ref(network.hub, mallory.root, change, "refs/heads/main")
     alice = network.clone("alice")
-    from woolf.participant.contribute import train
+    from woolf.participant import train
 
     with pytest.raises(IntegrityError, match="not a maintainer"):
         train(alice, steps=1, contributor="alice")

@@ -79,7 +79,7 @@ def test_whole_loop_init_train_submit_validate_audit(tmp_path, gpt2_dir):
     v2 = carol.load_weights(carol.show(2))
     assert any(not torch.equal(v2[k], genesis[k]) for k in genesis)
     # a second contribution resumes the optimizer's moments
-    from woolf.participant.contribute import train
+    from woolf.participant import train
 
     again = train(alice, steps=2, contributor="alice", device="cpu")
     assert again["training"]["optimizer"].startswith("resumed at step 4")

@@ -16,7 +16,7 @@ from woolf.audit.recompute import audit  # noqa: E402
 from woolf.errors import InvalidWeightsError  # noqa: E402
 from woolf.forges import forge_for  # noqa: E402
 from woolf.ledger.submission import SubmitDeltaOptions, submit_delta  # noqa: E402
-from woolf.participant.contribute import submit, train  # noqa: E402
+from woolf.participant import submit, train  # noqa: E402
 from woolf.validator import Validator  # noqa: E402
 
 LOW_LR = {"workload.params.lr": "0.00001"}

@@ -14,20 +14,8 @@ import click
 
 from woolf import interrupts
 from woolf._version import __version__
-from woolf.cli import (
-    contrib_cmds,
-    demo_cmds,
-    export_cmds,
-    history_cmds,
-    ledger_cmds,
-    maintainer_cmds,
-    quorum_cmds,
-    score_cmds,
-    storage_cmds,
-    validate_cmds,
-)
 from woolf.cli.app import App
-from woolf.cli.help import RoleGroup
+from woolf.cli.help import PACKAGES, RoleGroup
 from woolf.errors import WoolfError
 
 _ENVIRONMENT = """\b
@@ -46,6 +34,7 @@ Environment:
   WOOLF_TRUST_COMMAND  1: run an unsigned ledger's workload.command
   WOOLF_SOURCE         pinned GoodWoolf source for ci/install.sh (woolf init --woolf-source)
   WOOLF_CACHE          where `woolf demo` keeps its pretrained genesis (default ~/.cache/goodwoolf)
+  WOOLF_FSDP           1: `woolf train --nproc N` shards the model with FSDP2 (default: when it does not fit one GPU)
 """
 
 
@@ -64,9 +53,8 @@ def cli(ctx: click.Context, directory: Path) -> None:
 
 
 def _register() -> None:
-    for module in (ledger_cmds, contrib_cmds, validate_cmds, demo_cmds, maintainer_cmds, history_cmds,
-                   storage_cmds, quorum_cmds, score_cmds, export_cmds):
-        for command in module.COMMANDS:
+    for package in PACKAGES:  # cli/<role>/: its TITLE, its COMMANDS (cli/help.py)
+        for command in package.COMMANDS:
             cli.add_command(command)
 
 

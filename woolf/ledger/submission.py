@@ -5,7 +5,7 @@ Usage:
     pr = submit_delta(ledger, delta, base, SubmitDeltaOptions(who="alice", the_forge=forge))
     pr = submit_delta(ledger, StreamedDelta(trained, base_path, limits, spec), base, ...)  # tensor by tensor
 
-`woolf submit` (participant/contribute.py) and `woolf revert` (history/revert.py) both come here,
+`woolf submit` (participant/submit.py) and `woolf revert` (history/revert.py) both come here,
 so every PR has the same shape whoever opens it.
 """
 

@@ -161,6 +161,3 @@ def revert(app: App, version, message, contributor, forge, as_json):
         return
     app.say(f"opened PR {r['id']} on version {r['base_version']}: reverts v{version} "
             f"({r['reverts']['contributor']}, {r['reverts']['submission']})")
-
-
-COMMANDS = [eval_cmd, diff, bisect, revert]

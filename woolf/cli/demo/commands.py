@@ -174,6 +174,3 @@ def report(app: App, out, as_json):
         app.emit_json({k: [str(p) for p in v] if isinstance(v, list) else str(v) for k, v in paths.items()})
         return
     app.console.print(f"report: {paths['html']}\nsummary: {paths['markdown']}")
-
-
-COMMANDS = [demo, report]

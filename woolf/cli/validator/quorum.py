@@ -60,6 +60,3 @@ def tasks(app: App, all_, as_json):
         app.say(("ignored", "yellow"), f" {ref}: {why}", err=True)
     if not views:
         app.console.print("no tasks" + ("" if all_ else " in progress (--all for every task)"))
-
-
-COMMANDS = [validators, tasks]

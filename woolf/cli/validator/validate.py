@@ -156,6 +156,3 @@ def audit(app: App, reevaluate, as_json):
                           + ("[green]ok[/]" if report.ok else f"[red]{len(report.problems)} problem(s)[/]"))
     if not report.ok:
         raise IntegrityError("audit failed", hint="see the problems listed above")
-
-
-COMMANDS = [validate, audit]

@@ -207,6 +207,3 @@ def config_get(app: App, key, as_json):
         app.emit_json(value)
     else:
         click.echo(value if not isinstance(value, (dict, list, bool)) else json.dumps(value))
-
-
-COMMANDS = [key, hub, signers, config]

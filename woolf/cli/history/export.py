@@ -32,6 +32,3 @@ def export(app: App, version, directory, dtype, max_shard_size, as_json):
         app.emit_json(result)
         return
     app.console.print(f"version {version} -> {result['path']} ({result['dtype']}; {', '.join(result['files'])})")
-
-
-COMMANDS = [export]

@@ -74,6 +74,3 @@ def credit(app: App, since, as_json):
     app.console.print(f"total {data['metric']} improvement {data['improvement']:+.4f} over {data['versions']} versions"
                       + (f" after version {since}" if since is not None else "") + f", {data['total']:+.4f} credited")
     app.console.print(data["rule"][0].upper() + data["rule"][1:] + ".")
-
-
-COMMANDS = [leaderboard, credit]

@@ -283,6 +283,3 @@ def pull(app: App, as_json):
         app.emit_json(head.to_json())
         return
     app.console.print(f"at version {head.version} ({head.commit[:12]}), weights materialised")
-
-
-COMMANDS = [init, log, show, checkout, status, pull]

@@ -54,6 +54,3 @@ def gc(app: App, dry_run, as_json):
     verb = "would remove" if dry_run else "removed"
     app.console.print(f"{verb} the weights of {len(data['removed'])} versions ({_mib(data['bytes'])}); "
                       f"snapshots every {data['snapshot_every']} versions and the newest ({data['head']}) stay")
-
-
-COMMANDS = [storage, gc]
