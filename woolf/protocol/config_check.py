@@ -75,7 +75,7 @@ def check_config(cfg: LedgerConfig, source: str) -> None:
         bad("workload.follow_every", "use an integer >= 0 (0: do not follow)", cfg.workload.follow_every)
     if cfg.workload.max_steps <= 0:
         bad("workload.max_steps", "use an integer > 0", cfg.workload.max_steps)
-    for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio"):
+    for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio", "max_lora_rank"):
         if getattr(cfg.limits, name) <= 0:
             bad(f"limits.{name}", "use an integer > 0", getattr(cfg.limits, name))
     _check_delta(cfg, bad)

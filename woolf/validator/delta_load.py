@@ -10,6 +10,7 @@ import torch
 
 from woolf.errors import IntegrityError, InvalidWeightsError, Rejected, StorageError
 from woolf.storage.lazy import LazyTensors
+from woolf.storage.lora import LoraTensors
 from woolf.storage.sparse import load_delta, size_bound
 from woolf.validator.admission import Admitted
 
@@ -22,7 +23,7 @@ class DeltaLoading:
             raise Rejected(f"delta declares {adm.meta['delta']['size']} bytes; a {adm.meta['delta']['kind']} delta "
                            f"of this model with the declared k is at most {bound}")
         declared = adm.meta["delta"]
-        if declared.get("kind") == "dense":
+        if declared.get("kind") in ("dense", "lora"):  # lora (issue 33): expanded one target at a time
             return self._lazy_delta(adm, expect_spec)
 
         def read(path, on_block):  # hashed as it is loaded when this clone has not hashed it yet
@@ -71,7 +72,8 @@ class DeltaLoading:
         path, _, _ = self._fetch_delta(adm)
         delta, problem = None, None
         try:
-            delta = LazyTensors.open(path, self.ledger.config.limits, expect=expect_spec, label="delta")
+            opener = LoraTensors if adm.meta["delta"].get("kind") == "lora" else LazyTensors  # issue 33
+            delta = opener.open(path, self.ledger.config.limits, expect=expect_spec, label="delta")
         except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
             problem = exc.message
         self._match_sha256(adm, path, problem)
