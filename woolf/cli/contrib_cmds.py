@@ -49,10 +49,14 @@ class StepsType(click.ParamType):
               help="Random seed of this training run (batch order, dropout).")
 @click.option("--offline", is_flag=True, help="Do not pull first; train from the local main.")
 @click.option("--take", metavar="TASK", help="Train the shard of an expired, cancelled or failed task (woolf tasks).")
+@click.option("--lora", metavar="SPEC", envvar="WOOLF_LORA",
+              help="r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32]: train LoRA adapters "
+                   "over the frozen version (transformers workload) and submit the factors; 'off' turns "
+                   "the ledger's workload.params.lora off [env: WOOLF_LORA].")
 @contributor_option
 @json_option
 @pass_app
-def train(app: App, steps, fresh, data, device, seed, offline, take, contributor, as_json):
+def train(app: App, steps, fresh, data, device, seed, offline, take, lora, contributor, as_json):
     """Pull the newest version and train from it; keeps the result in .woolf/work."""
     from woolf.participant.contribute import TrainOptions  # deferred: fast --help
     from woolf.participant.contribute import train as do_train  # deferred: fast --help
@@ -73,7 +77,7 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, contributor
             bar.update(task, completed=step, total=total, info=f"loss {loss:.3f}  {rate:.1f} steps/s")
 
         options = TrainOptions(steps=steps, data=data, device=device, seed=seed, offline=offline,
-                               contributor=contributor, progress=progress, fresh=fresh, take=take)
+                               contributor=contributor, progress=progress, fresh=fresh, take=take, lora=lora)
         try:
             result = do_train(ledger, options)
             state["done"] = True
@@ -103,6 +107,10 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, contributor
         app.console.print("next: `woolf train` again (more --steps, another --seed or --data), "
                           "or `woolf submit` to let the validators judge it anyway")
         return
+    if result.get("lora"):
+        lo = result["training"].get("lora", {})
+        app.console.print(f"LoRA {result['lora']}: {lo.get('targets')} target tensors, {lo.get('bytes')} bytes "
+                          f"to send ({lo.get('bytes', 0) / max(lo.get('dense_bytes', 1), 1):.2%} of a dense delta)")
     app.console.print("next: `woolf submit`")
 
 

@@ -24,6 +24,7 @@ from woolf.core.policy import decide
 from woolf.errors import UsageError
 from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
+from woolf.participant.lora import lora_spec, train_lora
 from woolf.participant.state import (
     auto_steps,
     record_speed,
@@ -56,6 +57,7 @@ class TrainOptions:
     follow: bool = True  # follow main's newer versions while training (workload.follow_every)
     task: bool = True  # with an origin, train as a task: shard reserved, heartbeats, settled
     take: str | None = None  # train the shard of this expired, cancelled or failed task
+    lora: str | None = None  # "r=R[,alpha=A][,targets=..]": LoRA adapters (issue 33); None: workload.params.lora
 
 
 def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
@@ -82,6 +84,7 @@ def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
     require_trusted_head(ledger, head)  # config and weights came from maintainer and validator keys
     cfg = ledger.config
     wl = ledger.workload()
+    lora = lora_spec(ledger, o.lora)  # issue 33: None trains every parameter
     fingerprint = wl.fingerprint() if FINGERPRINT in features_of(wl) else cfg.workload.name
     if o.fresh:
         shutil.rmtree(state_dir(ledger), ignore_errors=True)
@@ -104,9 +107,12 @@ def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
             train_data = (wl.default_data(data[1], data[2]) if isinstance(data, tuple)
                           else wl.data_from_path(data) if data
                           else wl.default_data(who, head.version))
-            extra, follower = _train_keywords(ledger, features_of(wl), o, head, base)
-            trained, summary = wl.train(base, train_data, steps, device=device, seed=o.seed,
-                                        progress=o.progress, **extra)
+            extra, follower = _train_keywords(ledger, features_of(wl), o, head, base) if lora is None else ({}, None)
+            if lora is not None:  # issue 33: adapters over the frozen version; the factors are the delta
+                trained, summary = train_lora(ledger, wl, base, train_data, steps, lora, device, o.seed, o.progress)
+            else:
+                trained, summary = wl.train(base, train_data, steps, device=device, seed=o.seed,
+                                            progress=o.progress, **extra)
             summary["files"] = len(train_data.files)
             if follower is not None:  # one last look: the delta is relative to the newest version
                 shift = follower()
@@ -125,7 +131,7 @@ def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
         gate = decide(cfg.policy, metrics["before"], metrics["after"])  # what the gate would say, unattenuated
         record = {"base_version": head.version, "base_commit": head.commit, "contributor": who,
                   "training": summary, "metrics": metrics, "seed": o.seed,
-                  "task": task.rec.id if task else None,
+                  "task": task.rec.id if task else None, "lora": lora.text() if lora else None,
                   "gate": {"passes": gate.accepted, "reason": gate.reason}}
         write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
     return {**record, "weights": str(out / "trained.safetensors")}

@@ -19,6 +19,7 @@ from woolf.errors import UsageError
 from woolf.forges import forge_for
 from woolf.ledger.submission import SubmitDeltaOptions, check_delta, submit_delta
 from woolf.participant.feedback import clear_residual, remember, settle
+from woolf.participant.lora import submit_lora
 from woolf.participant.residual import compress_with_feedback, compression_spec, keep_residual
 from woolf.participant.state import (
     mark_submitted,
@@ -94,6 +95,8 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
             f"the weights were trained from {record.get('base_commit', '?')[:12]}, which is no "
             f"longer version {base_version} on origin's main",
             hint="`woolf train` again from the current version")
+    if record.get("lora") and o.weights is None:  # issue 33: the factors are sent, never a dense product
+        return submit_lora(ledger, record, who, base, o)
     cfg = ledger.config
     timer = Timer()
     feedback = cfg.workload.error_feedback if o.error_feedback is None else o.error_feedback

@@ -29,8 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from woolf.errors import ConfigError, IntegrityError, InvalidWeightsError, UsageError
+from woolf.protocol.lora_spec import parse_lora
 from woolf.workloads.base import Progress, TrainData, apply_follow
-from woolf.workloads.features import BIND, FINGERPRINT, FOLLOW, GLOBAL_STEP, STATE_DIR
+from woolf.workloads.features import BIND, FINGERPRINT, FOLLOW, GLOBAL_STEP, LORA, STATE_DIR
 from woolf.workloads.hf.modeldir import (
     MODEL_DIR,
     REQUIRED,
@@ -49,13 +50,13 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 class Transformers(TextCorpus):
     name = "transformers"
-    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND})
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND, LORA})
 
     def __init__(self, model: str = MODEL_DIR, files: dict | None = None, dtype: str = "float32",
                  transformers: str = "", context: int = 128, batch_size: int = 8, grad_accum: int = 1,
                  lr: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, autocast: str = "",
                  eval_batch: int = 8, benchmark_bytes: int = 32768, shard_files: int = 8,
-                 checkpoint_dtype: str = ""):
+                 checkpoint_dtype: str = "", lora: str = ""):
         files = dict(files or {})
         where = "ledger/woolf.toml: workload.params"
         missing = [n for n in REQUIRED if n not in files]
@@ -76,6 +77,10 @@ class Transformers(TextCorpus):
         self.context, self.batch_size, self.grad_accum = context, batch_size, grad_accum
         self.lr, self.weight_decay, self.warmup_steps, self.autocast = lr, weight_decay, warmup_steps, autocast
         self.eval_batch, self.benchmark_size, self.shard_files = eval_batch, benchmark_bytes, shard_files
+        try:  # issue 33: the ledger's default LoRA training (`woolf train --lora` overrides it)
+            self.lora = parse_lora(lora) if isinstance(lora, str) else parse_lora("?")
+        except ValueError as exc:
+            raise ConfigError(f"{where}.lora = {lora!r}: {exc}") from None
         self._blobs: dict[str, bytes] | None = None
         self._model = self._config = self._tok = None
         self._bench: tuple[str, torch.Tensor] | None = None
@@ -243,6 +248,13 @@ class Transformers(TextCorpus):
         return out, {"steps": steps, "seconds": round(secs, 3), "train_loss": sum(tail) / len(tail),
                      "tokens": steps * self.grad_accum * self.batch_size * self.context, "data": data.source,
                      "optimizer": resumed, "device": device, "autocast": str(amp).replace("torch.", "") if amp else "off"}
+
+    def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
+                   progress: Progress | None = None):
+        """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (issue 33, hf/lora.py)."""
+        from woolf.workloads.hf.lora import train_lora  # deferred: peft
+
+        return train_lora(self, weights, data, steps, spec, device, seed, progress)
 
     # -- evaluation --------------------------------------------------------------
     @torch.no_grad()
