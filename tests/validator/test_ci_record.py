@@ -97,10 +97,12 @@ def test_forged_metrics_recomputed_with_woolfs_own_functions_merge_nothing(evalu
     net, val, records = evaluated
     main = git("rev-parse", "main", cwd=net.hub)
     bad = records["bad"]
-    v = Validator(val, device="cpu")
-    pr, head = v.fresh(bad["id"])
-    adm = admit(val, pr, head, v._merged_deltas(head))
-    _, step = v.candidate(adm, head, bad["attenuation"], __import__("woolf.timing").timing.Timer())
+    from woolf.validator.step import candidate, fresh, merged_deltas
+
+    ctx = Validator(val, device="cpu").ctx
+    pr, head = fresh(ctx, bad["id"])
+    adm = admit(val, pr, head, merged_deltas(ctx, head))
+    _, step = candidate(ctx, adm, head, bad["attenuation"], __import__("woolf.timing").timing.Timer())
     forged = copy.deepcopy(bad)
     before = forged["metrics"]["before"]["loss"]
     forged.update(accepted=True, candidate_sha256=candidate_sha256(step), reason="improved")

@@ -52,19 +52,22 @@ def test_hostile_corpus_mixed_with_honest_prs(network):
     assert again.returncode == 0 and json.loads(again.stdout) == []
 
 
-def test_any_failure_inside_one_pr_becomes_its_rejection(network):
+def test_any_failure_inside_one_pr_becomes_its_rejection(network, monkeypatch):
     """A bug that escapes every check (here a RecursionError raised by the merge step) rejects that PR only."""
+    from woolf.validator import step
+
     val = network.clone("val")
     first = craft_pr(val, tensors=delta(val, seed=1), who="alice")
     second = craft_pr(val, tensors=delta(val, seed=2), who="bob")
+    candidate = step.candidate
 
-    class Buggy(Validator):
-        def candidate(self, adm, main, att, timer, before_merge=None, **kw):
-            if adm.meta["contributor"] == "alice":
-                raise RecursionError("maximum recursion depth exceeded")
-            return super().candidate(adm, main, att, timer, before_merge, **kw)
+    def buggy(ctx, adm, main, att, timer, before_merge=None, **kw):
+        if adm.meta["contributor"] == "alice":
+            raise RecursionError("maximum recursion depth exceeded")
+        return candidate(ctx, adm, main, att, timer, before_merge, **kw)
 
-    verdicts = {v.id: v for v in Buggy(val, device="cpu").run()}
+    monkeypatch.setattr(step, "candidate", buggy)
+    verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
     assert not verdicts[first].accepted and "RecursionError" in verdicts[first].reason
     assert verdicts[second].accepted
     assert LocalForge.for_ledger(val).get(first).state == "rejected"

@@ -127,7 +127,7 @@ def test_f11_rejections_are_pushed_together_and_a_lost_race_loses_none(network):
     assert all(a.validate_one(j) is None for j in junk) and len(a.state.pending) == 3
     [first] = Validator(network.clone("val2"), device="cpu").run(ids=[junk[0]])  # decides one meanwhile
     assert first.id == junk[0]
-    assert sorted(v.id for v in a._flush()) == sorted(junk[1:])  # the atomic push lost; one each
+    assert sorted(v.id for v in a.flush()) == sorted(junk[1:])  # the atomic push lost; one each
     prs = {p.id: p for p in LocalForge.for_ledger(network.clone("obs")).list()}
     assert all(prs[j].state == "rejected" and "safetensors" in prs[j].reason for j in junk), \
         [prs[j].reason for j in junk]

@@ -198,6 +198,7 @@ def test_a_candidate_dropped_from_memory_is_made_again_when_its_quorum_arrives(m
     import woolf.validator.quorum as voter
     from woolf.protocol.votes import push_vote
     from woolf.timing import Timer
+    from woolf.validator.step import fresh
 
     monkeypatch.setattr(voter, "KEEP_STEPS", 0)
     net = make_net(**QUORUM)
@@ -209,9 +210,9 @@ def test_a_candidate_dropped_from_memory_is_made_again_when_its_quorum_arrives(m
     [first] = [i for i, j in v1.state.judged.items() if j.step is None]
     assert len(v1.state.judged) == 2
     v2 = Validator(net.clone("v2"), device="cpu")  # v2 votes on that PR and stops (as if it crashed)
-    pr, main = v2.fresh(first)
-    verdict, _, sha = v2._judge(pr, main, Timer())
-    push_vote(v2.ledger, pr, *v2._vote(pr, main, verdict, sha, Timer()))
+    pr, main = fresh(v2.ctx, first)
+    verdict, _, sha = voter.judge(v2.ctx, pr, main, Timer())
+    push_vote(v2.ledger, pr, *voter.make_ballot(v2.ctx, pr, main, verdict, sha, Timer()))
     [merged] = v1.run(ids=[first])
     assert merged.id == first and merged.accepted and merged.version == 1
 

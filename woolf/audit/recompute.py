@@ -57,7 +57,8 @@ def audit(ledger, progress=None, reevaluate: bool = False) -> AuditReport:
     if ledger.has_origin():  # audit what everyone shares, with its verdict refs
         try:
             ledger.fetch()
-            ledger.main_ref, ledger._config = "refs/remotes/origin/main", None
+            ledger.main_ref = "refs/remotes/origin/main"
+            ledger.reread_config()
         except WoolfError as exc:
             report.notes.append(f"origin unreachable, audited the local main: {exc.message}")
     versions = list(reversed(ledger.log()))

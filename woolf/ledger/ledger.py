@@ -93,6 +93,10 @@ class Ledger:
                 self._config = parse_config(text.decode(), layout.CONFIG)
         return self._config
 
+    def reread_config(self) -> None:
+        """The config is read again from main at its next use (main moved, or ``main_ref`` changed)."""
+        self._config = None
+
     def workload(self):
         """The config's workload, given main's model files when it keeps some there (transformers)."""
         from woolf.workloads.base import load_workload  # deferred: loads torch

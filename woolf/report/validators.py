@@ -65,7 +65,8 @@ def _reference(git, pr, versions, metric) -> tuple[str | None, Ballot | None]:
 def validators_report(ledger) -> dict:
     if ledger.has_origin():
         ledger.fetch()
-        ledger.main_ref, ledger._config = "refs/remotes/origin/main", None
+        ledger.main_ref = "refs/remotes/origin/main"
+        ledger.reread_config()
     git, cfg = ledger.git, ledger.config
     q, metric = cfg.validators, cfg.policy.metric
     head = ledger.head(ledger.main_ref)

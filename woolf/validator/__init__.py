@@ -12,12 +12,16 @@ crash leaves main old or new, never pointing at missing weights; a lost race
 re-fetches and re-evaluates.
 
 Modules: queue.py holds the Validator (the queue, one PR at a time, lost
-races, retries); step.py one PR's evaluation and merge (checks, merge rule,
-gate, upload, the atomic push); verdict.py the Verdict record and failpoints; state.py what
-the Validator remembers (ValidatorState: per pass and across passes) and the records it keeps.
+races, retries) over one ValidatorContext (context.py: ledger, forge, device,
+name, state); the steps are plain functions over that context: step.py one PR's
+evaluation and merge (checks, merge rule, gate, upload, the atomic push),
+delta_load.py its delta, quorum.py votes (validators.quorum > 1), ci.py the two
+CI jobs; verdict.py the Verdict record and failpoints; state.py what the
+Validator remembers (ValidatorState: per pass and across passes) and the records it keeps.
 """
 
+from woolf.validator.context import ValidatorContext
 from woolf.validator.queue import MAX_RACES, ORIGIN_MAIN, Validator
 from woolf.validator.verdict import Verdict
 
-__all__ = ["MAX_RACES", "ORIGIN_MAIN", "Validator", "Verdict"]
+__all__ = ["MAX_RACES", "ORIGIN_MAIN", "Validator", "ValidatorContext", "Verdict"]

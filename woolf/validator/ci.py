@@ -39,8 +39,18 @@ from woolf.storage.writer import sha256_hasher
 from woolf.timing import Timer
 from woolf.validator import Verdict
 from woolf.validator.admission import admit
-from woolf.validator.quorum import requeued
+from woolf.validator.context import context_of
+from woolf.validator.quorum import requeued, vote_one, voter
 from woolf.validator.state import Fixed
+from woolf.validator.step import (
+    candidate,
+    evaluate,
+    fresh,
+    gate_reference,
+    merge,
+    merged_deltas,
+    verdict_trailers,
+)
 
 SCHEMA = 3  # 3: + device (where the metrics were evaluated), scores and flags (validator/screen.py, score.py)
 RECORD_KEYS = {"schema", "id", "head", "main", "accepted", "reason", "staleness", "attenuation",
@@ -50,10 +60,10 @@ _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def _resolve(v, ref: str) -> str:
+def _resolve(ctx, ref: str) -> str:
     """A submission id, or a PR number on forges that have them."""
     if ref.isdigit():
-        for pr in v.forge.list():
+        for pr in ctx.forge.list():
             if pr.number == int(ref):
                 return pr.id
         raise UsageError(f"no submission PR #{ref}")
@@ -78,11 +88,13 @@ def candidate_digests(step) -> tuple[str, str]:
 
 
 def evaluate_pr(v, ref: str) -> dict:
-    pr, main = v.fresh(_resolve(v, ref))
+    """The verdict record of PR ``ref`` (an id, or a number) as ``v`` (a Validator or its context) judges it."""
+    ctx = context_of(v)
+    pr, main = fresh(ctx, _resolve(ctx, ref))
     if pr.state != "open":
         raise UsageError(f"{pr.id} is {pr.state}; nothing to evaluate")
     timer = Timer()
-    verdict, step = v.evaluate(pr, main, timer)
+    verdict, step = evaluate(ctx, pr, main, timer)
     return {"schema": SCHEMA, "id": pr.id, "head": pr.head, "main": main.commit, "accepted": verdict.accepted,
             "reason": verdict.reason, "staleness": verdict.staleness, "attenuation": verdict.attenuation,
             "metrics": verdict.metrics, "base_version": verdict.base_version,
@@ -152,18 +164,18 @@ def check_record(record) -> dict:
 METRIC_TOL = 1e-3  # relative: the evaluate job and this one may run on different devices
 
 
-def _reevaluated(v, current, step, main, recorded: dict, timer: Timer) -> dict:
+def _reevaluated(ctx, current, step, main, recorded: dict, timer: Timer) -> dict:
     """The benchmark metrics measured here, in the privileged job (issue 25, breach 2: whoever controls
     the evaluate job or its artifact could write any number). A record whose numbers disagree with
     them is refused; the verdict carries these."""
-    wl, bench = v.ledger.workload(), gate_benchmark(v.ledger)
+    wl, bench = ctx.ledger.workload(), gate_benchmark(ctx.ledger)
     with timer("evaluation"):
-        before = v.state.eval_cache.get(main.commit) or wl.evaluate(current, bench, v.device)
-        probe = wl.evaluate(step.probe, bench, v.device)
+        before = ctx.state.eval_cache.get(main.commit) or wl.evaluate(current, bench, ctx.device)
+        probe = wl.evaluate(step.probe, bench, ctx.device)
     mine = {"before": before, "after": probe if step.applied else before}
     if not step.applied:
         mine["probe"] = probe
-    metric = v.ledger.config.policy.metric
+    metric = ctx.ledger.config.policy.metric
     for part, values in mine.items():
         theirs, ours = (recorded.get(part) or {}).get(metric), values.get(metric)
         if not (isinstance(theirs, (int, float)) and isinstance(ours, (int, float))
@@ -171,26 +183,29 @@ def _reevaluated(v, current, step, main, recorded: dict, timer: Timer) -> dict:
             raise UsageError(f"the record's {part} {metric} {theirs} is not what this job measured ({ours}): "
                              "the artifact's metrics were not computed by `woolf validate --evaluate-only` "
                              "on this PR, or were altered; nothing merged")
-    decision = decide(v.ledger.config.policy, v._reference(before), mine.get("probe") or mine["after"])
+    decision = decide(ctx.ledger.config.policy, gate_reference(ctx, before), mine.get("probe") or mine["after"])
     if not decision.accepted:
         raise UsageError(f"this job's own metrics fail the ledger's policy: {decision.reason}; nothing merged")
     return mine
 
 
 def apply_record(v, record: dict) -> Verdict | None:
+    """The verdict of a checked record applied by ``v`` (a Validator or its context); None when the PR
+    is no longer open."""
+    ctx = context_of(v)
     record = check_record(record)
-    pr, main = v.fresh(record["id"])
+    pr, main = fresh(ctx, record["id"])
     if pr.state != "open":
         return None
     if pr.head != record["head"]:
         return requeued(pr, "the PR's head moved since evaluation")
     if main.commit != record["main"]:
         return requeued(pr, "main moved since evaluation")
-    cfg, timer = v.ledger.config, Timer()
+    cfg, timer = ctx.ledger.config, Timer()
     quorum = cfg.validators.quorum > 1  # one job's record is one validator's opinion: it becomes its vote
-    if quorum and layout.CONTRIBUTOR.match(v.name) and v.voter(main) != v.name:  # a job named by WOOLF_VALIDATOR
-        raise UsageError(f"this vote job is {v.name}'s, but its key votes as {v.voter(main)}",
-                         hint=f"the secret WOOLF_VALIDATOR_KEY of the environment woolf-validator-{v.name} "
+    if quorum and layout.CONTRIBUTOR.match(ctx.name) and voter(ctx, main) != ctx.name:  # named by WOOLF_VALIDATOR
+        raise UsageError(f"this vote job is {ctx.name}'s, but its key votes as {voter(ctx, main)}",
+                         hint=f"the secret WOOLF_VALIDATOR_KEY of the environment woolf-validator-{ctx.name} "
                               "holds that validator's own key (docs/github.md)")
     verdict = Verdict(pr.id, record["accepted"], "merged" if record["accepted"] else "rejected",
                       record["reason"], record["contributor"], record["base_version"],
@@ -199,14 +214,14 @@ def apply_record(v, record: dict) -> Verdict | None:
                       scores=record["scores"], flags=list(record["flags"]))
     with timer("checks"):
         try:
-            adm = admit(v.ledger, pr, main, v._merged_deltas(main))
+            adm = admit(ctx.ledger, pr, main, merged_deltas(ctx, main))
         except Rejected as exc:
             verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
     if not verdict.accepted:
         if quorum:
-            return v.vote_one(pr.id, fixed=Fixed(main.commit, verdict, None, None, pr.head))
+            return vote_one(ctx, pr.id, fixed=Fixed(main.commit, verdict, None, None, pr.head))
         try:
-            v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
+            ctx.forge.reject(pr, verdict.reason, verdict_trailers(ctx, verdict, timer))
         except RaceLostError:
             return None
         return verdict
@@ -215,7 +230,7 @@ def apply_record(v, record: dict) -> Verdict | None:
     if adm.staleness != verdict.staleness or verdict.attenuation is None or abs(att - verdict.attenuation) > 1e-12:
         raise UsageError("the record's staleness or attenuation is not what ancestry and the config give")
     before, m = verdict.metrics["before"] or {}, verdict.metrics
-    reference = v._reference(before)  # the gate's reference, from main's history as the evaluation had it
+    reference = gate_reference(ctx, before)  # the gate's reference, from main's history as the evaluation had it
     decision = decide(cfg.policy, reference, m.get("probe") or m["after"] or {})
     if not decision.accepted:
         raise UsageError("the record says accepted, but its own metrics fail the ledger's policy: "
@@ -224,7 +239,7 @@ def apply_record(v, record: dict) -> Verdict | None:
     verdict.reason, verdict.contributor = reason, pr.contributor
     verdict.base_version, verdict.attenuation = adm.base.version, att
     try:
-        current, step = v.candidate(adm, main, att, timer, in_place=True)  # recomputed (main's metrics first)
+        current, step = candidate(ctx, adm, main, att, timer, in_place=True)  # recomputed (main's metrics first)
         sc = adm.screened  # validator/screen.py: recomputed content hash, norm and clip
         verdict.content, verdict.delta_norm, verdict.clip = sc.content, sc.norm, sc.clip
         verdict.flags += [f for f in sc.flags if f not in verdict.flags]
@@ -233,17 +248,17 @@ def apply_record(v, record: dict) -> Verdict | None:
         if quorum:  # storage that cannot serve the delta now is no vote (the voter's rule too)
             if exc.message.startswith("delta object unavailable"):
                 return requeued(pr, "its delta is unavailable in storage now")
-            return v.vote_one(pr.id, fixed=Fixed(main.commit, verdict, None, None, pr.head))
-        v.forge.reject(pr, verdict.reason, v._fields(verdict, timer))
+            return vote_one(ctx, pr.id, fixed=Fixed(main.commit, verdict, None, None, pr.head))
+        ctx.forge.reject(pr, verdict.reason, verdict_trailers(ctx, verdict, timer))
         return verdict
     weights, recorded = candidate_digests(step)  # a vote names the weights file's sha256
     if recorded != record["candidate_sha256"]:
         raise UsageError("the recomputed candidate differs from the evaluated one (sha256)")
-    verdict.metrics = _reevaluated(v, current, step, main, verdict.metrics, timer)
+    verdict.metrics = _reevaluated(ctx, current, step, main, verdict.metrics, timer)
     if quorum:
-        return v.vote_one(pr.id, fixed=Fixed(main.commit, verdict, step, weights, pr.head))
+        return vote_one(ctx, pr.id, fixed=Fixed(main.commit, verdict, step, weights, pr.head))
     try:
-        v.merge(pr, main, verdict, step, timer)
+        merge(ctx, pr, main, verdict, step, timer)
     except RaceLostError:
         return requeued(pr, "main moved or the PR got a verdict while merging")
     return verdict

@@ -1,7 +1,9 @@
 """A PR's delta fetched, hashed and opened for the validator: dense ones read tensor by tensor.
 
-Usage (through MergeStep, which mixes this in; needs the Validator's ledger):
-    delta = self._load_delta(adm, model_spec)   # LazyTensors (dense) or a dict (topk, expanded); raises Rejected
+Usage:
+    delta = load_delta(ctx, adm, model_spec)   # LazyTensors (dense) or a dict (topk, expanded); raises Rejected
+
+``ctx`` is the validator's ValidatorContext (woolf/validator/context.py); only its ledger is read.
 """
 
 from __future__ import annotations
@@ -11,70 +13,76 @@ import torch
 from woolf.errors import IntegrityError, InvalidWeightsError, Rejected, StorageError
 from woolf.storage.lazy import LazyTensors
 from woolf.storage.lora import LoraTensors
-from woolf.storage.sparse import load_delta, size_bound
+from woolf.storage.sparse import load_delta as load_delta_file
+from woolf.storage.sparse import size_bound
 from woolf.validator.admission import Admitted
+from woolf.validator.context import ValidatorContext
 
 
-class DeltaLoading:
-    def _load_delta(self, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
-        cfg = self.ledger.config
-        bound = size_bound(adm.meta["delta"], expect_spec)  # a compressed kind's size follows from k
-        if bound is not None and adm.meta["delta"]["size"] > bound:
-            raise Rejected(f"delta declares {adm.meta['delta']['size']} bytes; a {adm.meta['delta']['kind']} delta "
-                           f"of this model with the declared k is at most {bound}")
-        declared = adm.meta["delta"]
-        if declared.get("kind") in ("dense", "lora"):  # lora (issue 33): expanded one target at a time
-            return self._lazy_delta(adm, expect_spec)
+def load_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
+    """The PR's delta, its whole object's sha256 the one submission.json declares; raises Rejected."""
+    cfg = ctx.ledger.config
+    bound = size_bound(adm.meta["delta"], expect_spec)  # a compressed kind's size follows from k
+    if bound is not None and adm.meta["delta"]["size"] > bound:
+        raise Rejected(f"delta declares {adm.meta['delta']['size']} bytes; a {adm.meta['delta']['kind']} delta "
+                       f"of this model with the declared k is at most {bound}")
+    declared = adm.meta["delta"]
+    if declared.get("kind") in ("dense", "lora"):  # lora (issue 33): expanded one target at a time
+        return _lazy_delta(ctx, adm, expect_spec)
 
-        def read(path, on_block):  # hashed as it is loaded when this clone has not hashed it yet
-            # finiteness is proven by _check_norm's norm (exact check only when that is not finite)
-            return load_delta(path, declared, expect_spec, cfg.limits, finite=False, on_block=on_block)
+    def read(path, on_block):  # hashed as it is loaded when this clone has not hashed it yet
+        # finiteness is proven by step's norm check (exact check only when that is not finite)
+        return load_delta_file(path, declared, expect_spec, cfg.limits, finite=False, on_block=on_block)
 
-        path, delta, problem = self._fetch_delta(adm, read)
-        self._match_sha256(adm, path, problem)
-        if delta is not None:
-            return delta
-        try:
-            return read(path, None)
-        except InvalidWeightsError as exc:
-            raise Rejected(exc.message) from None
-
-    def _fetch_delta(self, adm: Admitted, read=None):
-        """(path, what ``read`` loaded or None, ``read``'s problem with the bytes or None); raises Rejected
-        when the object cannot be had whole. A URL's delta is only fetched (``read`` runs later)."""
-        cfg, declared = self.ledger.config, adm.meta["delta"]
-        try:
-            if "url" in declared:
-                return self.ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge,
-                                                   cfg.limits.max_delta_bytes), None, None
-            got = self.ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
-                                                 deadline=cfg.forge.delta_timeout, read=read)
-            return (got, None, None) if read is None else (*got, None)
-        except IntegrityError as exc:
-            raise Rejected(f"delta object: {exc.message}") from None
-        except StorageError as exc:
-            raise Rejected(f"delta object unavailable: {exc.message}") from None
-        except InvalidWeightsError as exc:  # the object is whole (hashed); its bytes are not a delta
-            return self.ledger.store.cache_path(adm.pointer.md5), None, exc.message
-
-    def _match_sha256(self, adm: Admitted, path, problem: str | None) -> None:
-        """The whole object's sha256 is the one submission.json declares; then ``problem``, if any, rejects."""
-        md5, sha = self.ledger.store.hashes(path)
-        if sha != adm.meta["delta"]["sha256"]:
-            raise Rejected("delta bytes do not match the sha256 in submission.json")
-        if problem is not None:
-            raise Rejected(problem)
-
-    def _lazy_delta(self, adm: Admitted, expect_spec) -> LazyTensors:
-        """A dense delta, hashed, then read tensor by tensor whenever it is used (storage/lazy.py): the
-        checks, the screen, scoring and the merge each hold one of its tensors at a time, never it all.
-        Its file is opened before it is hashed: what is read later is the inode that was hashed."""
-        path, _, _ = self._fetch_delta(adm)
-        delta, problem = None, None
-        try:
-            opener = LoraTensors if adm.meta["delta"].get("kind") == "lora" else LazyTensors  # issue 33
-            delta = opener.open(path, self.ledger.config.limits, expect=expect_spec, label="delta")
-        except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
-            problem = exc.message
-        self._match_sha256(adm, path, problem)
+    path, delta, problem = _fetch_delta(ctx, adm, read)
+    _match_sha256(ctx, adm, path, problem)
+    if delta is not None:
         return delta
+    try:
+        return read(path, None)
+    except InvalidWeightsError as exc:
+        raise Rejected(exc.message) from None
+
+
+def _fetch_delta(ctx: ValidatorContext, adm: Admitted, read=None):
+    """(path, what ``read`` loaded or None, ``read``'s problem with the bytes or None); raises Rejected
+    when the object cannot be had whole. A URL's delta is only fetched (``read`` runs later)."""
+    ledger = ctx.ledger
+    cfg, declared = ledger.config, adm.meta["delta"]
+    try:
+        if "url" in declared:
+            return ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge,
+                                          cfg.limits.max_delta_bytes), None, None
+        got = ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
+                                        deadline=cfg.forge.delta_timeout, read=read)
+        return (got, None, None) if read is None else (*got, None)
+    except IntegrityError as exc:
+        raise Rejected(f"delta object: {exc.message}") from None
+    except StorageError as exc:
+        raise Rejected(f"delta object unavailable: {exc.message}") from None
+    except InvalidWeightsError as exc:  # the object is whole (hashed); its bytes are not a delta
+        return ledger.store.cache_path(adm.pointer.md5), None, exc.message
+
+
+def _match_sha256(ctx: ValidatorContext, adm: Admitted, path, problem: str | None) -> None:
+    """The whole object's sha256 is the one submission.json declares; then ``problem``, if any, rejects."""
+    md5, sha = ctx.ledger.store.hashes(path)
+    if sha != adm.meta["delta"]["sha256"]:
+        raise Rejected("delta bytes do not match the sha256 in submission.json")
+    if problem is not None:
+        raise Rejected(problem)
+
+
+def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensors:
+    """A dense delta, hashed, then read tensor by tensor whenever it is used (storage/lazy.py): the
+    checks, the screen, scoring and the merge each hold one of its tensors at a time, never it all.
+    Its file is opened before it is hashed: what is read later is the inode that was hashed."""
+    path, _, _ = _fetch_delta(ctx, adm)
+    delta, problem = None, None
+    try:
+        opener = LoraTensors if adm.meta["delta"].get("kind") == "lora" else LazyTensors  # issue 33
+        delta = opener.open(path, ctx.ledger.config.limits, expect=expect_spec, label="delta")
+    except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
+        problem = exc.message
+    _match_sha256(ctx, adm, path, problem)
+    return delta

@@ -5,8 +5,11 @@ Usage:
     verdicts = v.run()                 # every open PR, in queue order
     v.watch(interval=2.0, stop=lambda: False, on_verdict=print)
 
+The Validator is a queue over one ValidatorContext (woolf/validator/context.py): ``v.ctx``, with
+its ledger, forge, device, name and state (``v.ledger`` ... ``v.state`` read it). One PR's steps are
+plain functions over that context: step.py (evaluate, merge), quorum.py (vote_one), delta_load.py.
 What the Validator remembers (the open PRs a pass read, caches, retry times, votes judged) is
-one ValidatorState (woolf/validator/state.py): ``v.state``, handed to the steps that use it.
+one ValidatorState (woolf/validator/state.py): ``v.state``.
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ from woolf.errors import (
 )
 from woolf.forges import forge_for
 from woolf.forges.base import PullRequest
-from woolf.ledger.trust import require_validator, require_validator_key
+from woolf.ledger.trust import require_validator_key
 from woolf.protocol.rules.flood import signed_by_own_key
 from woolf.protocol.signers import signers_text
 from woolf.timing import Timer
-from woolf.validator.quorum import QuorumStep
-from woolf.validator.state import MergedDeltas, Pending, ValidatorState
-from woolf.validator.step import MergeStep
+from woolf.validator.context import ValidatorContext
+from woolf.validator.quorum import vote_one
+from woolf.validator.state import Pending, ValidatorState
+from woolf.validator.step import evaluate, fresh, merge, verdict_trailers
 from woolf.validator.verdict import Verdict
 from woolf.workloads.base import resolve_device
 
@@ -44,17 +48,37 @@ BATCH = 64  # rejections pushed together in one atomic push (one run of the hub'
 log = logging.getLogger("woolf.validator")
 
 
-class Validator(QuorumStep, MergeStep):
+class Validator:
     def __init__(self, ledger, device: str = "auto", name: str | None = None, forge=None,
-                 forge_kind: str | None = None):
-        self.ledger = ledger
-        self.ledger.main_ref = ORIGIN_MAIN
-        self.device = resolve_device(device)
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.forge = forge or forge_for(ledger, forge_kind)
+                 forge_kind: str | None = None, judge=None):
+        """``judge``: how a vote's judgment is made (ValidatorContext.judge; None: quorum.judge)."""
+        ledger.main_ref = ORIGIN_MAIN
+        self.ctx = ValidatorContext(ledger, forge or forge_for(ledger, forge_kind), resolve_device(device),
+                                    name or f"{socket.gethostname()}:{os.getpid()}",
+                                    ValidatorState(),  # per pass and across passes: woolf/validator/state.py
+                                    judge)
         require_validator_key(ledger, ledger.head())  # a missing key is this validator's error, not a PR's
-        self.state = ValidatorState()  # per pass and across passes: woolf/validator/state.py
         self._fetched = False  # the refs were fetched for this pass and nothing moved main since
+
+    @property
+    def ledger(self):
+        return self.ctx.ledger
+
+    @property
+    def forge(self):
+        return self.ctx.forge
+
+    @property
+    def device(self) -> str:
+        return self.ctx.device
+
+    @property
+    def name(self) -> str:
+        return self.ctx.name
+
+    @property
+    def state(self) -> ValidatorState:
+        return self.ctx.state
 
     # -- queue -----------------------------------------------------------------
     def run(self, ids: list[str] | None = None, on_verdict=None) -> list[Verdict]:
@@ -96,17 +120,17 @@ class Validator(QuorumStep, MergeStep):
                 verdict = self.validate_one(sub_id)
                 landed([verdict] if verdict is not None else [])
                 if len(state.pending) >= BATCH:
-                    landed(self._flush())
-            landed(self._flush())
+                    landed(self.flush())
+            landed(self.flush())
         except BaseException:
             with contextlib.suppress(WoolfError):
-                self._flush()  # the rejections decided before the failure are not lost
+                self.flush()  # the rejections decided before the failure are not lost
             raise
         finally:
             state.batching = False
         return verdicts
 
-    def _flush(self) -> list[Verdict]:
+    def flush(self) -> list[Verdict]:
         """Push the rejections waiting in state.pending: one atomic push, or one each when that loses a
         race (another validator decided one of them) or the hub refuses one; the verdicts that landed."""
         pending = self.state.take_pending()
@@ -157,22 +181,22 @@ class Validator(QuorumStep, MergeStep):
         IntegrityError) ends the pass, since every PR would fail alike; `watch` retries it.
         """
         if self.ledger.config.validators.quorum > 1:
-            return self.vote_one(sub_id)  # k signed votes must agree (woolf/validator/quorum.py)
+            return vote_one(self.ctx, sub_id)  # k signed votes must agree (woolf/validator/quorum.py)
         pr, timer = None, Timer()
         try:
             for _ in range(MAX_RACES):
                 timer = Timer()
                 with timer("fetch"):
-                    pr, main = self.fresh(sub_id, fetch=not self._fetched)
+                    pr, main = fresh(self.ctx, sub_id, fetch=not self._fetched)
                     self._fetched = False  # a retry (a lost race) fetches again
                     if pr.state != "open":
                         return None
-                verdict, step = self.evaluate(pr, main, timer)
+                verdict, step = evaluate(self.ctx, pr, main, timer)
                 if not verdict.accepted and self.state.batching:  # pushed with others by run(): one hook run
                     self._fetched = True  # a rejection moves nothing the next PR is judged against
                     with timer("push"):
                         commit, ref = self.forge.verdict_commit(pr, "rejected", verdict.reason,
-                                                                self._fields(verdict, timer))
+                                                                verdict_trailers(self.ctx, verdict, timer))
                     verdict.timings = dict(timer)
                     self.state.pending.append(Pending(verdict, commit, ref))
                     return None
@@ -180,13 +204,13 @@ class Validator(QuorumStep, MergeStep):
                     self._fetched = True  # a rejection moves nothing the next PR is judged against
                     with timer("push"):
                         try:
-                            self.forge.reject(pr, verdict.reason, self._fields(verdict, timer))
+                            self.forge.reject(pr, verdict.reason, verdict_trailers(self.ctx, verdict, timer))
                         except RaceLostError:
                             return None
                     verdict.timings = dict(timer)
                     return verdict
                 try:
-                    self.merge(pr, main, verdict, step, timer)
+                    merge(self.ctx, pr, main, verdict, step, timer)
                     return verdict
                 except RaceLostError:
                     continue  # main moved or another validator decided: re-fetch, re-check, re-evaluate
@@ -203,7 +227,7 @@ class Validator(QuorumStep, MergeStep):
                               f"the validator could not process this PR ({type(exc).__name__}); "
                               "it is rejected so that the queue goes on", pr.contributor, pr.base_version)
             try:
-                self.forge.reject(pr, verdict.reason, self._fields(verdict, timer))
+                self.forge.reject(pr, verdict.reason, verdict_trailers(self.ctx, verdict, timer))
             except Exception as again:  # noqa: BLE001 - the verdict could not be written either
                 log.warning("%s: rejection not recorded (%s); retried in %gs", sub_id, again, RETRY_AFTER)
                 self.state.retry_later(sub_id, RETRY_AFTER)
@@ -211,28 +235,9 @@ class Validator(QuorumStep, MergeStep):
             verdict.timings = dict(timer)
             return verdict
 
-    def _merged_deltas(self, main) -> set[str]:
-        """sha256 of every merged delta on ``main`` (admission's replay check), read once per main head."""
-        cached = self.state.merged
-        if cached and cached.main == main.commit:
-            return cached.sha256s
-        found = {v.delta_sha256 for v in self.ledger.log() if v.delta_sha256}
-        self.state.merged = MergedDeltas(main.commit, found)
-        return found
-
     def _signed_first(self, prs: list) -> list:
         """``prs`` with those signed by the listed key of the contributor they name first (each group
         in queue order): one batch of signature checks (unsigned heads cost none)."""
         text = signers_text(self.ledger.git, self.ledger.git.rev_parse(ORIGIN_MAIN) or "HEAD")
         signed = signed_by_own_key(self.ledger.git, {p.id: p.head for p in prs}, text)
         return [p for p in prs if p.id in signed] + [p for p in prs if p.id not in signed]
-
-    def fresh(self, sub_id: str, fetch: bool = True):
-        """(PR, main's head) as the forge and origin have them now (``fetch``: False when this pass
-        just fetched); the config re-read from main."""
-        if fetch:
-            self.ledger.fetch()
-        self.ledger._config = None
-        pr, main = self.forge.refresh(sub_id), self.ledger.head()
-        require_validator(self.ledger, main)  # main's head and config signed; this clone signs as a validator
-        return pr, main

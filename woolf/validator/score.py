@@ -1,6 +1,6 @@
 """A delta's contribution scores (Gauntlet): the loss it removes on its assigned shard and on a random one.
 
-Usage (from the validator's MergeStep, with the ledger and device it validates with):
+Usage (from the validator's step.py, with the ledger and device it validates with):
     verdict.scores = score_delta(ledger, device, adm, main, current, screened.delta, workload)
     reason = judge_scores(ledger.config, verdict)          # before the benchmark: learned nothing, not unique
     reason = judge(ledger, verdict, before, probe)         # after the gate: changes nothing, drawdown

@@ -1,6 +1,6 @@
 """Checks on a delta's tensors before it is merged: no-ops, Templar's norm guard, replays and copies.
 
-Usage (from the validator's MergeStep, which hands over its ValidatorState: woolf/validator/state.py):
+Usage (from the validator's step.py, which hands over its ValidatorState: woolf/validator/state.py):
     check_queue(ledger, forge, state, pr)                   # over its contributor's open-PR limit?
     screened = screen_delta(ledger, forge, state, adm, main, current, delta)   # raises Rejected
 

@@ -2,11 +2,11 @@
 and what one round of a quorum vote holds.
 
 Usage:
-    state = ValidatorState()                      # a Validator owns one: Validator.state
+    state = ValidatorState()                      # a ValidatorContext holds one: v.ctx.state, v.state
     state.retry_later(pr_id, 60.0)                # run() skips it until then
     state.remember(pr_id, Judged(main.commit, verdict, step, sha), keep=KEEP_STEPS)
     check_queue(ledger, forge, state, pr)         # screen steps are handed it explicitly
-    vote_one(pr_id, fixed=Fixed(main.commit, verdict, step, sha, pr.head))   # CI: judged elsewhere
+    vote_one(ctx, pr_id, fixed=Fixed(main.commit, verdict, step, sha, pr.head))   # CI: judged elsewhere
 
 Nothing here reads git, storage or the forge: the modules that fill a field say how
 (queue.py the queue's, screen.py the copy and replay checks', quorum.py the votes').
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Pending:
-    """A rejection made (and signed) but not pushed yet: Validator._flush pushes it with others."""
+    """A rejection made (and signed) but not pushed yet: Validator.flush pushes it with others."""
 
     verdict: Verdict
     commit: str  # the verdict commit (Forge.verdict_commit)
@@ -74,7 +74,7 @@ class Unpushed:
 
 @dataclass
 class Round:
-    """One round of QuorumStep._vote_one on one PR (lives for that round): what it read, judged and voted."""
+    """One round of quorum.vote_one on one PR (lives for that round): what it read, judged and voted."""
 
     pr: PullRequest
     main: Version
@@ -128,7 +128,7 @@ class ValidatorState:
     reported: set[str] = field(default_factory=set)
     # main commit -> main's metrics on the benchmark ("before"): one evaluation per head, never dropped
     eval_cache: dict[str, dict] = field(default_factory=dict)
-    # merged deltas' sha256 as of one main head (Validator._merged_deltas): read again when main moves
+    # merged deltas' sha256 as of one main head (step.merged_deltas): read again when main moves
     merged: MergedDeltas | None = None
     # merged deltas' tensor contents as of one main head (screen._contents): read again when main moves
     contents: MergedContents | None = None

@@ -49,7 +49,8 @@ def _objects(ledger):
     """({md5: (kind, size)} of what must stay, [(version, pointer)] of gc candidates, head)."""
     if ledger.has_origin():
         ledger.fetch(prs=False)
-        ledger.main_ref, ledger._config = "refs/remotes/origin/main", None
+        ledger.main_ref = "refs/remotes/origin/main"
+        ledger.reread_config()
     versions = ledger.log()
     every = ledger.config.storage.snapshot_every
     head = versions[0].version if versions else 0
