@@ -4,6 +4,8 @@ Usage:
     python benchmarks/gpu_check.py                          # GPT-2 shapes 124M, 355M, 774M on cuda
     python benchmarks/gpu_check.py --sizes 124M --steps 10 --out gpu_check.json
     python benchmarks/gpu_check.py --dry-run                # the CPU smoke path: a tiny model, no GPU needed
+    python benchmarks/gpu_check.py --lora 16                # issue 33: GPT-2 1.5B, LoRA r=16, device capped at 24 GiB
+    python benchmarks/gpu_check.py --lora 4 --dry-run       # its CPU smoke path
 
 For each size (random GPT-2 weights saved in bfloat16, a 512-token tokenizer trained
 locally; nothing is downloaded): a ledger (float32 masters), then on the device
@@ -17,6 +19,12 @@ locally; nothing is downloaded): a ledger (float32 masters), then on the device
 - CPU vs CUDA: the same version's loss evaluated on the CPU and on the device (what
   ``validators.epsilon``, 1e-3 by default, must allow).
 
+``--lora R`` (issue 33; default size 1.5B): the device is capped at 24 GiB
+(``torch.cuda.set_per_process_memory_fraction``), as a participant's consumer GPU would be;
+``woolf train --lora r=R`` (peft adapters over the version frozen in bf16) -> ``woolf submit``
+(the factor file) -> ``Validator(device="cuda")`` merges it; recorded: peak device memory of
+training and of validation, training tokens/s, the PR's bytes against the dense float32 delta.
+
 It writes the result file as it goes (``--out``, under benchmarks/results/), so a run cut
 short by a time limit keeps what it measured. ``--dry-run`` runs every step on the CPU with
 a 2-layer model, to prove the script before a GPU is lent.
@@ -25,6 +33,7 @@ a 2-layer model, to prove the script before a GPU is lent.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -140,6 +149,53 @@ def one_size(root: Path, name: str, device: str, steps: int, context: int, batch
             "cpu_vs_device_loss": {"cpu": cpu_loss, "device": dev_loss, "difference": abs(cpu_loss - dev_loss)}}
 
 
+def one_size_lora(root: Path, name: str, device: str, steps: int, context: int, batch: int, bench_bytes: int,
+                  rank: int) -> dict:
+    """``--lora``: train -> submit -> validate of a LoRA contribution (see the module docstring)."""
+    import torch
+
+    from woolf.ledger.ledger import Ledger
+    from woolf.participant.contribute import submit, train
+    from woolf.storage.lora import dense_bytes
+    from woolf.storage.weights import TRUSTED_LIMITS, read_spec
+    from woolf.validator import Validator
+
+    layers, width, vocab = SIZES[name]
+    model = build_model(root, layers, width, vocab, context)
+    Ledger.init(root / "work", storage=str(root / "storage"), workload="transformers", weights=model,
+                overrides={"policy.min_improvement": "-1e9", "scoring.min_effect": "0",
+                           "workload.params.context": str(context), "workload.params.batch_size": str(batch),
+                           "workload.params.benchmark_bytes": str(bench_bytes), "workload.params.lr": "1e-4"})
+    _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
+    for who in ("alice", "val"):
+        _git("clone", "-q", str(root / "hub.git"), str(root / who), cwd=root)
+        _git("config", "user.name", who, cwd=root / who)
+    alice, val = Ledger.open(root / "alice"), Ledger.open(root / "val")
+    spec = read_spec(alice.weights_path(alice.head("refs/remotes/origin/main")), TRUSTED_LIMITS)
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t = train(alice, steps=steps, contributor="alice", device=device, lora=f"r={rank}")
+    train_peak = round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None
+    pr = submit(alice, contributor="alice")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    (verdict,) = Validator(val, device=device).run()
+    validate_s = time.perf_counter() - t0
+    s = t["training"]
+    return {"size": name, "lora": t["lora"], "device": device, "params": sum(math.prod(x) for _, x in spec.values()),
+            "train": {"steps": steps, "tokens": s["tokens"], "seconds": s["seconds"],
+                      "tokens_per_second": s["tokens"] / max(s["seconds"], 1e-9), "lora": s.get("lora"),
+                      "peak_device_mib": train_peak},
+            "pr": {"kind": pr["delta_kind"], "bytes": pr["delta_size"], "dense_f32_bytes": dense_bytes(spec),
+                   "ratio": pr["delta_size"] / dense_bytes(spec)},
+            "validate": {"state": verdict.state, "reason": verdict.reason, "seconds": round(validate_s, 2),
+                         "peak_device_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
+                         "device_recorded": verdict.device}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="124M,355M,774M", help=f"comma-separated, of {', '.join(SIZES)}")
@@ -150,7 +206,12 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dry-run", action="store_true", help="the CPU smoke path: a tiny model, a few steps")
     ap.add_argument("--out", default="gpu_check.json")
+    ap.add_argument("--lora", type=int, default=0, metavar="R",
+                    help="LoRA rank: train -> submit -> validate a LoRA PR with the device capped at 24 GiB")
+    ap.add_argument("--cap-gib", type=float, default=24.0, help="with --lora: the device memory cap")
     a = ap.parse_args()
+    if a.lora and a.sizes == ap.get_default("sizes"):
+        a.sizes = "1.5B"
     sizes = a.sizes.split(",")
     for s in sizes:
         if s not in SIZES:
@@ -162,13 +223,21 @@ def main() -> None:
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device here: run with --dry-run for the CPU smoke path")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if a.lora and a.device == "cuda":  # a 24 GB consumer card, on whatever GPU was lent
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, a.cap_gib * 2**30 / total))
     result = {"machine": machine(), "dry_run": a.dry_run, "args": vars(a),
-              "gpu": torch.cuda.get_device_name(0) if a.device == "cuda" else None, "rows": []}
+              "gpu": torch.cuda.get_device_name(0) if a.device == "cuda" else None, "rows": [],
+              "cap_gib": a.cap_gib if a.lora else None}
     for name in sizes:
         with tempfile.TemporaryDirectory(prefix=f"woolf-gpu-{name}-") as tmp:
             t0 = time.perf_counter()
             try:
-                row = one_size(Path(tmp), name, a.device, a.steps, a.context, a.batch, a.benchmark_bytes)
+                if a.lora:
+                    row = one_size_lora(Path(tmp), name, a.device, a.steps, a.context, a.batch, a.benchmark_bytes,
+                                        a.lora)
+                else:
+                    row = one_size(Path(tmp), name, a.device, a.steps, a.context, a.batch, a.benchmark_bytes)
             except Exception as exc:  # noqa: BLE001 - out of memory at the largest size: recorded, not fatal
                 row = {"size": name, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
             row["wall_seconds"] = round(time.perf_counter() - t0, 1)
