@@ -5,6 +5,7 @@ Usage:
     python benchmarks/lora_memory.py --steps 2 --rank 8 --out lora_memory.json
     python benchmarks/lora_memory.py --bytes-only          # the 1B factor file alone (no training)
     python benchmarks/lora_memory.py --dry-run             # a tiny model: proves the script in a minute
+    python benchmarks/lora_memory.py --only-lora "r=16;r=16,ckpt=1" --out lora_memory_v2.json   # LoRA rows alone
 
 Memory: a ledger of random GPT-2 weights (float32 masters, a 512-token tokenizer trained
 locally; nothing downloaded); two clones of its hub train the same steps from version 0,
@@ -78,6 +79,13 @@ def memory(root: Path, a) -> dict:
     params = sum(v.numel() for v in Ledger.open(root / "val").load_weights(Ledger.open(root / "val").show(0)).values())
     rows = []
     common = ["train", "--steps", str(a.steps), "--device", "cpu", "--json"]
+    if a.only_lora:  # LoRA variants alone, each from version 0 in its own clone (full training: an earlier run)
+        for i, text in enumerate(a.only_lora.split(";")):
+            _git("clone", "-q", str(root / "hub.git"), str(root / f"lora{i}"), cwd=root)
+            rows.append(timed(f"train {text}", ["-C", str(root / f"lora{i}"), *common, "--contributor", "lora",
+                                                "--lora", text], root))
+        return {"params": params, "layers": a.layers, "width": a.width, "vocab": a.vocab, "steps": a.steps,
+                "context": a.context, "batch": a.batch, "rows": rows}
     rows.append(timed("train full", ["-C", str(root / "full"), *common, "--contributor", "full"], root))
     rows.append(timed(f"train lora{a.rank}", ["-C", str(root / "lora"), *common, "--contributor", "lora",
                                              "--lora", f"r={a.rank}"], root))
@@ -145,6 +153,7 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--bytes-only", action="store_true", help="only the 1B factor file")
     ap.add_argument("--dry-run", action="store_true", help="a tiny model, 2 steps")
+    ap.add_argument("--only-lora", default="", metavar="SPEC;SPEC", help="only `train --lora SPEC` rows")
     ap.add_argument("--out", default="lora_memory.json")
     a = ap.parse_args()
     if a.dry_run:

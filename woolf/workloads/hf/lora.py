@@ -39,16 +39,24 @@ def compute_dtype(spec: LoraSpec, device: str) -> torch.dtype:
 
 
 def _frozen_model(wl, weights: dict, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    """The architecture with ``weights`` in ``dtype`` on ``device``, frozen. On the CPU in the weights' own
+    dtype the model's parameters ARE the weights' tensors (``assign``: no second copy of the model)."""
     model = AutoModelForCausalLM.from_config(wl.config, dtype=dtype)
     state = model.state_dict()
-    missing = set(state) - set(weights)
-    names = {n for n in state if n in weights}
-    if set(weights) - names:
-        raise UsageError(f"weights are not this model's: unexpected {sorted(set(weights) - names)[:4]}")
+    if set(weights) - set(state):
+        raise UsageError(f"weights are not this model's: unexpected {sorted(set(weights) - set(state))[:4]}")
+    share = torch.device(device).type == "cpu" and all(t.dtype == dtype for t in weights.values())
     with torch.no_grad():
-        for name in names:
-            state[name].copy_(weights[name])
-    del missing  # tied copies (lm_head of tied embeddings) follow the tensor they share
+        if share:
+            model.load_state_dict(weights, strict=False, assign=True)
+            model.tie_weights()  # tied copies (lm_head of tied embeddings) point at the tensor they share
+            held = {t.data_ptr() for t in weights.values()}
+            loose = [n for n, t in model.named_parameters(remove_duplicate=False) if t.data_ptr() not in held]
+            if loose:
+                raise UsageError(f"weights are not this model's: missing {loose[:4]}")
+        else:
+            for name, t in weights.items():
+                state[name].copy_(t)  # tied copies follow the tensor they share
     model.requires_grad_(False)
     return model.to(device)
 
@@ -84,6 +92,8 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     dtype = compute_dtype(spec, device)
     model = _frozen_model(wl, weights, device, dtype)
     owner = {id(p): n for n, p in model.named_parameters(remove_duplicate=True) if n in weights}
+    if spec.checkpointing:  # activations recomputed in the backward pass: less memory, ~30% more compute
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     cfg = LoraConfig(r=spec.r, lora_alpha=spec.alpha or 2 * spec.r, lora_dropout=spec.dropout,
                      target_modules=list(spec.targets) or None, bias="none")
     try:
@@ -124,4 +134,5 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
                      "tokens": steps * wl.grad_accum * wl.batch_size * wl.context, "data": data.source,
                      "optimizer": "fresh (lora)", "device": device,
                      "lora": {"spec": spec.text(), "targets": len(factors), "trainable": trainable,
+                              "checkpointing": spec.checkpointing,
                               "dtype": str(dtype).replace("torch.", "")}}
