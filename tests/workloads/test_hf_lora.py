@@ -154,3 +154,15 @@ def test_charlm_refuses_lora_with_a_clear_message(make_net):
     alice = net.clone("alice")
     with pytest.raises(UsageError, match="the charlm workload does not train LoRA adapters"):
         train(alice, steps=1, contributor="alice", device="cpu", lora="r=2")
+
+
+def test_workload_params_lora_is_checked():
+    from woolf.errors import ConfigError
+    from woolf.workloads.hf import Transformers
+    from woolf.workloads.hf.modeldir import REQUIRED
+
+    files = {name: "0" * 64 for name in REQUIRED}
+    assert Transformers(files=files, lora="r=8,alpha=16").lora.r == 8
+    assert Transformers(files=files).lora is None
+    with pytest.raises(ConfigError, match=r"workload.params.lora = 'r=x': r='x' is not a number"):
+        Transformers(files=files, lora="r=x")
