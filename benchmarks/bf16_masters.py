@@ -46,7 +46,7 @@ def _ledger(root: Path, model: Path, overrides: dict):
 def _one_merge(root: Path, model: Path, steps: int, lr: float, extra: dict) -> dict:
     from woolf.git.repo import clean_env
     from woolf.ledger.ledger import Ledger
-    from woolf.participant.contribute import submit, train
+    from woolf.participant import submit, train
     from woolf.validator import Validator
 
     work, hub = _ledger(root, model, {"workload.params.lr": repr(lr), **extra})

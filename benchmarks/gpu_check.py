@@ -75,7 +75,7 @@ def one_size(root: Path, name: str, device: str, steps: int, context: int, batch
     import torch
 
     from woolf.ledger.ledger import Ledger
-    from woolf.participant.contribute import submit, train
+    from woolf.participant import submit, train
     from woolf.validator import Validator
 
     layers, width, vocab = SIZES[name]
@@ -155,7 +155,7 @@ def one_size_lora(root: Path, name: str, device: str, steps: int, context: int, 
     import torch
 
     from woolf.ledger.ledger import Ledger
-    from woolf.participant.contribute import submit, train
+    from woolf.participant import submit, train
     from woolf.storage.lora import dense_bytes
     from woolf.storage.weights import TRUSTED_LIMITS, read_spec
     from woolf.validator import Validator

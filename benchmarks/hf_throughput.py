@@ -75,7 +75,7 @@ def merge(root: Path, layers: int, width: int, vocab: int) -> dict:
     from transformers import AutoModelForCausalLM, GPT2Config
 
     from woolf.ledger.ledger import Ledger
-    from woolf.participant.contribute import submit
+    from woolf.participant import submit
     from woolf.validator import Validator
 
     mod = _tiny()

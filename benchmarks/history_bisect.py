@@ -135,7 +135,7 @@ def revert_exactness(rule: str, steps: int = 10) -> dict:
     """Two merges, then `woolf revert 2` merged at staleness 0: how far is the result from version 1?"""
     from woolf.history import diff_versions, revert
     from woolf.ledger.ledger import Ledger
-    from woolf.participant.contribute import submit, train
+    from woolf.participant import submit, train
     from woolf.validator import Validator
 
     with tempfile.TemporaryDirectory(prefix="woolf-revert-") as tmp:

@@ -127,7 +127,7 @@ def child(op: str, root: Path, repeat: int) -> dict:
     if op == "submit":
         from safetensors.torch import load_file, save_file
 
-        from woolf.participant.contribute import submit
+        from woolf.participant import submit
         from woolf.workloads.base import load_workload
 
         p = Ledger.open(root / "p")

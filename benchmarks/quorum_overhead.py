@@ -60,7 +60,7 @@ def prepare(root: Path, quorum: int, prs: int, small: bool):
     import torch
     from safetensors.torch import save_file
 
-    from woolf.participant.contribute import submit
+    from woolf.participant import submit
     from woolf.validator import Validator
 
     p, l1, l2 = build(root, quorum, small)

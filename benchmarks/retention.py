@@ -65,7 +65,7 @@ def main() -> None:
     from woolf.core.compress import parse_spec, parts_bytes
     from woolf.ledger.ledger import Ledger
     from woolf.ledger.retention.gc import collect, survey
-    from woolf.participant.contribute import submit, train
+    from woolf.participant import submit, train
     from woolf.validator import Validator
 
     n = int(args.params)

@@ -75,7 +75,7 @@ def history(n: int) -> dict:
 
 def queue(n_prs: int) -> dict:
     from woolf.ledger.ledger import Ledger
-    from woolf.participant.contribute import submit
+    from woolf.participant import submit
     from woolf.storage.weights import save_atomic
     from woolf.validator import Validator
     from woolf.workloads.base import load_workload

@@ -62,7 +62,7 @@ def one_run(root: Path, signed: bool, prs: int, small: bool) -> list[dict]:
     import torch
     from safetensors.torch import save_file
 
-    from woolf.participant.contribute import submit
+    from woolf.participant import submit
     from woolf.validator import Validator
 
     p, v = build(root, signed, small)

@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.ledger_template import restore_ledger
 from woolf.git.keys import configure, create_key
 from woolf.git.repo import Git, clean_env
 from woolf.hub.create import init_hub
 from woolf.ledger.ledger import Ledger
-from woolf.participant.contribute import submit, train
+from woolf.participant import submit, train
 from woolf.protocol.signers import signer_line
 
 torch.set_num_threads(1)
@@ -75,6 +76,16 @@ def git(*args, cwd):
                           env=clean_env(IDENTITY)).stdout.decode().strip()
 
 
+_E2E = Path(__file__).parent / "e2e"
+
+
+def pytest_collection_modifyitems(items):
+    """Everything under tests/e2e/ is marked e2e: `pytest -m "not e2e"` is the suite less those."""
+    for item in items:
+        if _E2E in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+
+
 @dataclass
 class Network:
     root: Path
@@ -97,11 +108,16 @@ class Network:
         return submit(ledger, contributor=who, **kw)
 
 
+def signing_for(signed: bool) -> dict:
+    """`Ledger.init`'s signing keywords for a test ledger: "work" signs, every listed name is allowed."""
+    return {"signing_key": key_for("work"), "signer": "work", "extra_signers": signer_lines()} if signed else {}
+
+
 def make_network(root: Path, signed: bool = True, **overrides) -> Network:
-    """A ledger in root/work (signed unless signed=False) and its hub made by `woolf hub init`."""
+    """A ledger in root/work (signed unless signed=False) with its storage in root/storage, restored
+    from this process's template (tests/ledger_template.py), and its hub made by `woolf hub init`."""
     settings = {**SMALL, **{k: str(v) for k, v in overrides.items()}}
-    signing = {"signing_key": key_for("work"), "signer": "work", "extra_signers": signer_lines()} if signed else {}
-    work = Ledger.init(root / "work", storage=str(root / "storage"), overrides=settings, **signing)
+    work = restore_ledger(root, settings, signing_for(signed))
     hub = root / "hub.git"
     init_hub(hub, work.root)
     git("remote", "add", "origin", str(hub), cwd=work.root)
@@ -125,3 +141,24 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300
     """The real console entry point in a subprocess."""
     return subprocess.run([sys.executable, "-m", "woolf", *args], cwd=cwd, capture_output=True,
                           text=True, env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """``cli(*args, cwd=..., env=...)``: the CLI's one exit path (woolf.cli.main.main) in this process,
+    started in ``cwd`` with ``env`` set, as run_cli starts it in a subprocess; it returns what run_cli
+    does (returncode, stdout, stderr). For tests of what a command does and says; a test of the
+    process itself (signals, the console script, interpreter start-up, hooks) uses run_cli."""
+    from woolf.cli.main import main
+
+    def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+        with monkeypatch.context() as m:
+            m.chdir(cwd)
+            for key, value in (env or {}).items():
+                m.setenv(key, value)
+            capsys.readouterr()
+            code = main(list(args))
+            out = capsys.readouterr()
+        return subprocess.CompletedProcess(["woolf", *args], code, out.out, out.err)
+
+    return run

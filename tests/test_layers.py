@@ -216,6 +216,42 @@ def package_cycles(imports: list[Import]) -> list[list[str]]:
     return cycles
 
 
+def private_reads(package: Path = PACKAGE) -> list[str]:
+    """Where a module reads another woolf module's private member (a leading underscore): imported
+    by name (`from woolf.a import _x`), or read off a woolf module bound to a name (`a._x`)."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        mod, modules = module_name(path, package), set()
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("woolf") and not node.level:
+                for a in node.names:
+                    if existing(f"{node.module}.{a.name}", package) == f"{node.module}.{a.name}":
+                        modules.add(a.asname or a.name)  # a module bound to a name
+                    elif a.name.startswith("_") and not a.name.startswith("__") and node.module != mod:
+                        out.append(f"{mod}:{node.lineno} imports {node.module}.{a.name}")
+            elif isinstance(node, ast.Import):
+                modules |= {a.asname for a in node.names if a.asname and a.name.startswith("woolf.")}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                out.append(f"{mod}:{node.lineno} reads {node.value.id}.{node.attr}")
+    return out
+
+
+def test_no_module_reads_another_modules_private_members(tmp_path):
+    """A name with a leading underscore is its module's own: another module asks for a public one."""
+    assert private_reads() == []
+    copy = tmp_path / "woolf"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    with (copy / "validator" / "ci.py").open("a") as f:
+        f.write("\nfrom woolf.validator.verdict import _x  # a private name\n"
+                "from woolf.validator import queue\n\n\ndef _g():\n    return queue._y\n")
+    found = private_reads(copy)
+    assert any("woolf.validator.ci" in v and "_x" in v for v in found)
+    assert any("woolf.validator.ci" in v and "queue._y" in v for v in found)
+
+
 def test_every_package_is_in_a_layer():
     top = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
            if (p.suffix == ".py" or (p / "__init__.py").is_file())}
@@ -245,7 +281,7 @@ def test_the_rule_fails_on_a_violation(tmp_path):
         f.write("\nfrom woolf.ledger.ledger import Ledger  # L3 -> L6\n\n\ndef _f():\n"
                 "    from woolf.storage.weights import load_checked  # L3 -> L4, deferred\n")
     with (copy / "validator" / "verdict.py").open("a") as f:
-        f.write("\nfrom woolf.participant.contribute import submit  # role -> role\n")
+        f.write("\nfrom woolf.participant import submit  # role -> role\n")
     found = layer_violations(all_imports(copy))
     assert any("woolf.core.merge" in v and "woolf.ledger.ledger" in v and "higher layer" in v for v in found)
     assert any("woolf.core.merge" in v and "woolf.storage.weights" in v for v in found)

@@ -109,7 +109,7 @@ def test_first_hour_bad_inputs_are_clear_errors(network, tmp_path):
     """-C to nowhere, init over a file, negative counts, a storage share that vanished: no traceback."""
     import shutil
 
-    from woolf.participant.contribute import submit, train
+    from woolf.participant import submit, train
 
     afile = tmp_path / "afile"
     afile.write_text("x")

@@ -13,7 +13,7 @@ from woolf.audit.recompute import audit
 from woolf.core.compress import CompressSpec, check_parts, compress, expand, parse_spec, parts_spec
 from woolf.errors import UsageError
 from woolf.forges.local import LocalForge
-from woolf.participant.contribute import submit, train
+from woolf.participant import submit, train
 from woolf.participant.state import state_dir
 from woolf.protocol import layout
 from woolf.validator import Validator

@@ -6,8 +6,9 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from woolf.core.merge import apply_delta, compute_delta, merge_scale
+from woolf.core.merge import apply_delta, compute_delta
 from woolf.core.policy import decide
+from woolf.core.scale import delta_scale
 from woolf.core.staleness import attenuation
 from woolf.errors import ConfigError
 from woolf.protocol.config import LedgerConfig, PolicyConfig, StalenessConfig, parse_config
@@ -35,15 +36,15 @@ def test_merge_matches_formula_and_is_deterministic():
     g = torch.Generator().manual_seed(1)
     cur = {"a": torch.randn(257, 33, generator=g), "b": torch.randn(7, generator=g).half()}
     delta = {"a": torch.randn(257, 33, generator=g), "b": torch.randn(7, generator=g).half()}
-    scale = merge_scale(1.0, 0.5)
+    scale = delta_scale(1.0, 0.5)
     out = apply_delta(cur, delta, scale)
     assert torch.equal(out["a"], cur["a"] + delta["a"] * 0.5)
     assert out["b"].dtype == torch.float16
     assert save(out) == save(apply_delta(cur, delta, scale))  # same bytes every time
 
 
-def test_merge_scale_is_float32_rounded():
-    s = merge_scale(0.7, 1 / 3)
+def test_delta_scale_is_float32_rounded():
+    s = delta_scale(0.7, 1 / 3)
     assert s == torch.tensor(0.7 / 3, dtype=torch.float32).item()
 
 

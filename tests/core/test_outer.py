@@ -6,8 +6,9 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from woolf.core.merge import apply_delta, merge_scale
-from woolf.core.merge_rules import OuterState, Rule, carry_over, f32, merge_step, zero_state
+from woolf.core.merge import apply_delta
+from woolf.core.merge_rules import OuterState, Rule, carry_over, merge_step, zero_state
+from woolf.core.scale import delta_scale, f32
 from woolf.errors import ConfigError, IntegrityError
 from woolf.protocol.config import LimitsConfig, MergeConfig, parse_config
 from woolf.storage.outer_state import load_state, save_state, state_bytes
@@ -29,7 +30,7 @@ def _delta(seed):
 def test_attenuated_is_exactly_the_seed_rule():
     cur, d = _model(), _delta(0)
     step = merge_step(Rule("attenuated", alpha=0.8), cur, None, d, attenuation=1 / 3)
-    want = apply_delta(cur, d, merge_scale(0.8, 1 / 3))
+    want = apply_delta(cur, d, delta_scale(0.8, 1 / 3))
     assert all(torch.equal(step.candidate[k], want[k]) for k in cur)
     assert step.state is None and step.applied and step.probe is step.candidate
 

@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 
 import woolf
-from tests.conftest import SMALL
 from woolf.demo import workers
-from woolf.demo.run import run_demo
 from woolf.demo.workers import WorkerDied, check_alive, spawn
 
 
@@ -21,15 +19,6 @@ def _shadow(where):
     for sub in ("woolf", "woolf/ledger"):
         (where / sub).mkdir(parents=True)
         (where / sub / "__init__.py").write_text("")
-
-
-@pytest.mark.slow
-def test_demo_from_a_directory_holding_a_woolf_folder_still_merges(tmp_path, monkeypatch):
-    _shadow(tmp_path / "cwd")
-    monkeypatch.chdir(tmp_path / "cwd")
-    r = run_demo(tmp_path / "demo", participants=1, rounds=1, validators=1, steps=3, quick=True, report=False,
-                 settings=dict(SMALL))
-    assert r.versions_merged + r.prs_rejected == 1, (tmp_path / "demo" / "logs" / "p1.log").read_text()
 
 
 def test_a_worker_that_died_is_an_error_naming_it_and_quoting_its_log(tmp_path):

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from tests.crafting import craft_pr
-from tests.forges.test_github import world  # noqa: F401 - the fixture
+from tests.e2e.test_github import world  # noqa: F401 - the fixture
 from woolf.forges import forge_for
 from woolf.forges.github import GitHubForge
 from woolf.forges.github_api import GitHubAPI

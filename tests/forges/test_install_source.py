@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -10,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git
 from woolf.errors import UsageError
 from woolf.forges.install_source import check_source
 from woolf.ledger.create import write_ci_files
@@ -54,20 +52,6 @@ def _run(script: Path, cwd: Path, report: Path | None = None) -> subprocess.Comp
            "PIP_DRY_RUN": "1", "PIP_NO_DEPS": "1", "PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0",
            "PIP_DISABLE_PIP_VERSION_CHECK": "1", **({"PIP_REPORT": str(report)} if report else {})}
     return subprocess.run(["bash", str(script)], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-
-
-@pytest.mark.slow
-def test_generated_install_script_resolves_goodwoolf_at_the_pinned_commit(tmp_path):
-    repo = tmp_path / "goodwoolf"
-    git("clone", "-q", "--no-local", str(ROOT), str(repo), cwd=tmp_path)  # this source at its HEAD commit
-    sha = git("rev-parse", "HEAD", cwd=repo)
-    led = tmp_path / "led"
-    write_ci_files(led, f"git+file://localhost{repo}@{sha}")
-    out = _run(led / "ci" / "install.sh", led, report=tmp_path / "report.json")
-    assert out.returncode == 0, out.stdout + out.stderr
-    (item,) = json.loads((tmp_path / "report.json").read_text())["install"]
-    assert item["metadata"]["name"] == "goodwoolf" and item["requested_extras"] == ["s3"]
-    assert item["download_info"]["vcs_info"]["commit_id"] == sha
 
 
 def test_install_script_without_a_source_stops_with_a_hint(tmp_path):

@@ -8,7 +8,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import run_cli
 from woolf.errors import UsageError
 from woolf.ledger.export import export_version
 
@@ -59,12 +58,3 @@ def test_a_bf16_ledger_exports_in_bf16_and_loads_with_transformers(tmp_path):
     tok = AutoTokenizer.from_pretrained(out, local_files_only=True)
     ids = tok("import os", return_tensors="pt").input_ids
     assert model.generate(ids, max_new_tokens=4, do_sample=False).shape[1] == ids.shape[1] + 4
-
-
-@pytest.mark.slow
-def test_cli_export(tmp_path, network):
-    r = run_cli("export", "0", str(tmp_path / "o"), "--json", cwd=network.work.root)
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["version"] == 0 and (tmp_path / "o" / "model.safetensors").is_file()
-    r = run_cli("export", "0", str(tmp_path / "o"), cwd=network.work.root)
-    assert r.returncode != 0 and "not empty" in r.stderr and "Traceback" not in r.stderr

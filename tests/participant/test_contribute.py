@@ -16,7 +16,7 @@ from woolf.core.merge import compute_delta
 from woolf.errors import ForgeError, InvalidWeightsError, StorageError, UsageError
 from woolf.forges.local import LocalForge
 from woolf.ledger.ledger import Ledger
-from woolf.participant.contribute import submit, train
+from woolf.participant import submit, train
 from woolf.participant.state import work_dir
 from woolf.protocol import layout
 from woolf.workloads.corpus import assign_shard

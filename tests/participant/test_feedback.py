@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 
 from woolf.core.merge import compute_delta
 from woolf.forges.local import LocalForge
-from woolf.participant.contribute import submit, train
+from woolf.participant import submit, train
 from woolf.protocol import layout
 from woolf.validator import Validator
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from woolf.participant.contribute import submit, train
+from woolf.participant import submit, train
 from woolf.participant.follow import Follower
 from woolf.validator import Validator
 from woolf.workloads.charlm import CharLM

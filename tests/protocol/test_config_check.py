@@ -15,7 +15,7 @@ import re
 import pytest
 
 from woolf.errors import ConfigError
-from woolf.protocol.config import _SECTIONS, LedgerConfig, check_config, parse_config
+from woolf.protocol.config import SECTIONS, LedgerConfig, check_config, parse_config
 from woolf.protocol.config_check import GATES, MERGE_RULES, STALENESS_KINDS
 
 pytestmark = pytest.mark.unit
@@ -247,7 +247,7 @@ def test_every_key_written_back_as_its_default_parses_to_the_default():
             if dataclasses.is_dataclass(getattr(obj, f.name)):
                 table(f"{where}.{f.name}", getattr(obj, f.name))
 
-    for section in _SECTIONS:
+    for section in SECTIONS:
         table(section, getattr(defaults, section))
     assert parse_config("\n".join(lines) + "\n") == defaults
 
@@ -343,7 +343,7 @@ def test_an_unknown_section_or_top_level_key_is_refused_listing_the_allowed(text
         _refused(text, "'merge.rule' must be a str, got {}")
         return
     err = _refused(text, f"unknown section or key '{key}'")
-    assert err.hint == "allowed: name, " + ", ".join(f"[{s}]" for s in _SECTIONS)
+    assert err.hint == "allowed: name, " + ", ".join(f"[{s}]" for s in SECTIONS)
 
 
 @pytest.mark.parametrize("text, key, allowed", [
@@ -359,7 +359,7 @@ def test_an_unknown_key_is_refused_listing_the_keys_of_its_section(text, key, al
     assert allowed in err.hint
 
 
-@pytest.mark.parametrize("section", sorted(_SECTIONS))
+@pytest.mark.parametrize("section", sorted(SECTIONS))
 def test_every_section_refuses_an_unknown_key(section):
     _refused(f"[{section}]\nno_such_key = 1\n", f"unknown key '{section}.no_such_key'")
 

@@ -17,7 +17,7 @@ from woolf.errors import ConfigError, ForgeError, UsageError
 from woolf.forges.local import LocalForge
 from woolf.git.keys import configure
 from woolf.git.repo import Git, clean_env
-from woolf.participant.contribute import train
+from woolf.participant import train
 from woolf.protocol import layout
 from woolf.protocol.config import WorkloadConfig
 from woolf.protocol.signers import Signers, signer_line

@@ -11,8 +11,9 @@ from safetensors.torch import save_file
 from woolf.core.merge_rules import Rule, merge_step
 from woolf.core.scores import clip_delta, content_sha256, norm, similarity
 from woolf.errors import InvalidWeightsError
+from woolf.ledger.transition import merge_in_place, streamable
 from woolf.protocol.config import LimitsConfig
-from woolf.storage.lazy import LazyTensors, merge_in_place, streamable
+from woolf.storage.lazy import LazyTensors
 from woolf.storage.weights import load_checked, spec_of
 from woolf.storage.writer import sha256_of
 

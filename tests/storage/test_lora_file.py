@@ -9,8 +9,8 @@ from safetensors.torch import save_file
 from woolf.core.lora import expand
 from woolf.core.merge_rules import Rule
 from woolf.errors import InvalidWeightsError
+from woolf.ledger.transition import merge_in_place, open_delta, streamable
 from woolf.protocol.config import LimitsConfig
-from woolf.storage.lazy import merge_in_place, open_delta, streamable
 from woolf.storage.lora import LoraFile, LoraTensors, factor_tensors
 from woolf.storage.weights import spec_of
 

@@ -15,7 +15,7 @@ from woolf.audit.recompute import audit
 from woolf.forges.local import LocalForge
 from woolf.ledger.ledger import Ledger
 from woolf.protocol import layout
-from woolf.storage.files import sha256_file
+from woolf.storage.files import hashes_of_file
 from woolf.validator import Validator
 
 
@@ -186,7 +186,7 @@ def test_audit_detects_tampered_storage_and_forged_version(network, tmp_path):
     forged = {k: v + 1.0 for k, v in w.items()}
     p = tmp_path / "forged.safetensors"
     p.write_bytes(save(forged))
-    sha = sha256_file(p)
+    sha = hashes_of_file(p)[1]
     ptr = led.store.put(p, "model.safetensors")
     head = led.head()
     msg = (f"woolf: version 2\n\nWoolf-Version: 2\nWoolf-Base-Version: 1\nWoolf-Staleness: 0\n"

@@ -108,7 +108,7 @@ def test_demo_regimes_set_genesis_and_data(tmp_path, monkeypatch):
 
 
 def test_summary_and_report_name_the_regime_in_words():
-    from woolf.cli.demo_cmds import demo
+    from woolf.cli.demo.commands import demo
 
     choices = next(p for p in demo.params if p.name == "regime").type.choices
     assert list(choices) == list(REGIMES)

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("transformers")
 
 from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
-from woolf.participant.contribute import train  # noqa: E402
+from woolf.participant import train  # noqa: E402
 from woolf.validator import Validator  # noqa: E402
 
 pytestmark = [pytest.mark.cuda,
@@ -43,7 +43,7 @@ def test_validate_on_cuda_merges_and_records_the_device(tmp_path, model_dir):
     net = hf_network(tmp_path, model_dir)
     alice, val = net.clone("alice"), net.clone("val")
     train(alice, steps=2, contributor="alice", device="cuda")
-    from woolf.participant.contribute import submit
+    from woolf.participant import submit
 
     submit(alice, contributor="alice")
     (verdict,) = Validator(val, device="cuda").run()

@@ -19,7 +19,7 @@ from woolf.errors import UsageError  # noqa: E402
 from woolf.forges import forge_for  # noqa: E402
 from woolf.ledger.retention.gc import collect  # noqa: E402
 from woolf.ledger.submission import SubmitDeltaOptions, submit_delta  # noqa: E402
-from woolf.participant.contribute import submit, train  # noqa: E402
+from woolf.participant import submit, train  # noqa: E402
 from woolf.participant.state import work_dir  # noqa: E402
 from woolf.storage.lora import LoraFile, LoraTensors, dense_bytes  # noqa: E402
 from woolf.storage.weights import read_spec, spec_of  # noqa: E402

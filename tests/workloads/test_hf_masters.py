@@ -15,8 +15,8 @@ from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
 from woolf.audit.recompute import audit  # noqa: E402
 from woolf.errors import InvalidWeightsError  # noqa: E402
 from woolf.forges import forge_for  # noqa: E402
-from woolf.ledger.submission import submit_delta  # noqa: E402
-from woolf.participant.contribute import submit, train  # noqa: E402
+from woolf.ledger.submission import SubmitDeltaOptions, submit_delta  # noqa: E402
+from woolf.participant import submit, train  # noqa: E402
 from woolf.validator import Validator  # noqa: E402
 
 LOW_LR = {"workload.params.lr": "0.00001"}
@@ -76,7 +76,7 @@ def test_a_bf16_delta_is_refused_by_submit_and_by_the_validator(tmp_path, bf16_d
     base = alice.show(0)
     w0 = alice.load_weights(base)
     delta = {k: (trained[k] - w0[k]).bfloat16() for k in w0}
-    submit_delta(alice, delta, base, who="alice", the_forge=forge_for(alice))
+    submit_delta(alice, delta, base, SubmitDeltaOptions(who="alice", the_forge=forge_for(alice)))
     (verdict,) = Validator(val, device="cpu").run()
     assert verdict.state == "rejected" and "keeps float32 master weights" in verdict.reason
 

@@ -4,6 +4,10 @@ Modules: recompute.py (every merge recomputed from its parent and delta), author
 (signatures, shapes, numbering, verdict refs, --reevaluate). Imports no other role.
 
 Usage:
-    from woolf.audit.recompute import audit
-    report = audit(ledger)
+    from woolf.audit import audit
+    report = audit(ledger)                 # AuditReport(ok, versions_checked, problems)
 """
+
+from woolf.audit.recompute import AuditReport, audit
+
+__all__ = ["AuditReport", "audit"]

@@ -88,45 +88,57 @@ def _check_verdicts(ledger, report, versions, head) -> None:
         signers = None  # reported by the chain check
     closing = {}
     for sub_id, sha in sorted(verdicts.items()):
-        if kinds.get(sha) != "commit":  # shown as quarantined by `pr list`: junk, not a claim
-            report.notes.append(f"PR {sub_id}'s verdict ref is a {kinds.get(sha, 'missing object')}, not a commit")
-            continue
-        try:
-            _, f = parse_message(git.message(sha))
-        except BlobTooLargeError as exc:  # read size-first: quarantined by `pr list` too
-            report.notes.append(f"PR {sub_id}'s verdict {sha[:12]} is unreadable ({exc.message}; quarantined, "
-                                "claims nothing)")
-            continue
-        number = int_field(f, "Woolf-Version")
-        if number is not None:
-            if sha not in on_main:
-                report.problem(number, f"PR {sub_id}'s merged verdict {sha[:12]} is not on main's "
-                                       "first-parent chain (main was rewound or rewritten)", commit=sha)
-            continue
-        if f.get("Woolf-Verdict") not in ("rejected", "withdrawn", "expired") or f.get("Woolf-Submission") != sub_id:
-            report.notes.append(f"PR {sub_id}'s verdict {sha[:12]} is neither a version nor a verdict commit "
-                                "(quarantined, claims nothing)")
-            continue
-        if f["Woolf-Verdict"] == "rejected":  # validators.quorum > 1: k agreeing reject votes
-            at = f.get("Woolf-Main") if f.get("Woolf-Main") in on_main else head  # the quorum in force then
-            problem = rejection_quorum_problem(git, sub_id, f, at)
-            if problem:
-                report.problem(None, f"PR {sub_id}'s rejected verdict {sha[:12]}: {problem}", commit=sha)
-        if f["Woolf-Verdict"] == "expired":  # votes of k validators that failed to agree, vote_timeout old
-            problem = expiry_votes_problem(git, sub_id, f, sha, head)
-            if problem:
-                report.problem(None, f"PR {sub_id}'s expired verdict {sha[:12]}: {problem}", commit=sha)
-        if signers is not None:
-            closing[sub_id] = (sha, f["Woolf-Verdict"])
+        state = _check_verdict(git, report, sub_id, sha, kinds, on_main, head)
+        if state is not None and signers is not None:
+            closing[sub_id] = (sha, state)
     if closing:
-        found = signatures(git, {sha: text for sha, _ in closing.values()})
-        for sub_id, (sha, state) in closing.items():
-            problem = role_problem(found.get(sha), signers, "validator")
-            if problem and state == "withdrawn" and found.get(sha, ("N", ""))[0] == "G" \
-                    and found[sha][1] == contributor_in_id(sub_id):
-                problem = None
-            if problem:
-                report.problem(None, f"PR {sub_id}'s {state} verdict {sha[:12]}: {problem}", commit=sha)
+        _check_closers(git, report, closing, signers, text)
+
+
+def _check_verdict(git, report, sub_id: str, sha: str, kinds: dict, on_main: dict, head) -> str | None:
+    """PR ``sub_id``'s verdict ref at ``sha`` checked (problems and notes in ``report``): its closing state
+    (rejected, withdrawn, expired) whose signer is then checked, or None (a version, or junk)."""
+    if kinds.get(sha) != "commit":  # shown as quarantined by `pr list`: junk, not a claim
+        report.notes.append(f"PR {sub_id}'s verdict ref is a {kinds.get(sha, 'missing object')}, not a commit")
+        return None
+    try:
+        _, f = parse_message(git.message(sha))
+    except BlobTooLargeError as exc:  # read size-first: quarantined by `pr list` too
+        report.notes.append(f"PR {sub_id}'s verdict {sha[:12]} is unreadable ({exc.message}; quarantined, "
+                            "claims nothing)")
+        return None
+    number = int_field(f, "Woolf-Version")
+    if number is not None:
+        if sha not in on_main:
+            report.problem(number, f"PR {sub_id}'s merged verdict {sha[:12]} is not on main's "
+                                   "first-parent chain (main was rewound or rewritten)", commit=sha)
+        return None
+    if f.get("Woolf-Verdict") not in ("rejected", "withdrawn", "expired") or f.get("Woolf-Submission") != sub_id:
+        report.notes.append(f"PR {sub_id}'s verdict {sha[:12]} is neither a version nor a verdict commit "
+                            "(quarantined, claims nothing)")
+        return None
+    if f["Woolf-Verdict"] == "rejected":  # validators.quorum > 1: k agreeing reject votes
+        at = f.get("Woolf-Main") if f.get("Woolf-Main") in on_main else head  # the quorum in force then
+        problem = rejection_quorum_problem(git, sub_id, f, at)
+        if problem:
+            report.problem(None, f"PR {sub_id}'s rejected verdict {sha[:12]}: {problem}", commit=sha)
+    if f["Woolf-Verdict"] == "expired":  # votes of k validators that failed to agree, vote_timeout old
+        problem = expiry_votes_problem(git, sub_id, f, sha, head)
+        if problem:
+            report.problem(None, f"PR {sub_id}'s expired verdict {sha[:12]}: {problem}", commit=sha)
+    return f["Woolf-Verdict"]
+
+
+def _check_closers(git, report, closing: dict, signers, text) -> None:
+    """Each closing verdict signed by a validator (a withdrawal: or by the PR's own contributor)."""
+    found = signatures(git, {sha: text for sha, _ in closing.values()})
+    for sub_id, (sha, state) in closing.items():
+        problem = role_problem(found.get(sha), signers, "validator")
+        if problem and state == "withdrawn" and found.get(sha, ("N", ""))[0] == "G" \
+                and found[sha][1] == contributor_in_id(sub_id):
+            problem = None
+        if problem:
+            report.problem(None, f"PR {sub_id}'s {state} verdict {sha[:12]}: {problem}", commit=sha)
 
 
 def _object_types(git, shas) -> dict[str, str]:

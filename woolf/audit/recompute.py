@@ -25,9 +25,9 @@ from woolf.core.staleness import attenuation
 from woolf.errors import StorageError, WoolfError
 from woolf.ledger.benchmark import hidden_note
 from woolf.ledger.retention.deltas import gc_removable, merged_delta
+from woolf.ledger.transition import open_delta, recorded_rule, transition
 from woolf.protocol import layout
 from woolf.protocol.config import parse_config
-from woolf.storage.lazy import clipped, merge_delta, open_delta
 from woolf.storage.outer_state import load_state, state_bytes
 from woolf.storage.weights import TRUSTED_LIMITS, load_trusted, read_spec, spec_of
 from woolf.storage.writer import sha256_of
@@ -152,7 +152,7 @@ def _check_merge(ledger, report, prev, v, prev_weights, prev_state):
     if base is None or base.version != v.base_version:
         report.problem(v.version, "the submission's parent is not the recorded base version")
         return None
-    staleness = int(git.out("rev-list", "--count", "--first-parent", f"{base.commit}..{prev.commit}"))
+    staleness = ledger.staleness(base.commit, prev.commit)
     if staleness != v.staleness:
         report.problem(v.version, f"recorded staleness {v.staleness}, ancestry says {staleness}")
     # the config in force for this merge is the one on its parent: a later change applies from then on
@@ -163,7 +163,7 @@ def _check_merge(ledger, report, prev, v, prev_weights, prev_state):
     if v.alpha is None or v.alpha != cfg.merge.alpha_base:
         report.problem(v.version, f"recorded alpha {v.alpha}, the config has {cfg.merge.alpha_base}")
     try:
-        rule = Rule.from_record(v.rule, v.alpha or 0.0, v.rule_params)
+        rule = recorded_rule(v)
     except (ValueError, TypeError) as exc:
         report.problem(v.version, f"recorded merge rule: {exc}")
         return None
@@ -182,10 +182,8 @@ def _check_merge(ledger, report, prev, v, prev_weights, prev_state):
     except WoolfError as exc:
         report.problem(v.version, f"delta: {exc.message}", _kind(exc))
         return None
-    if v.delta_clip is not None:  # scoring.norm_action = clip: merged as the validator clipped it
-        delta = clipped(delta, v.delta_clip)
-    try:  # the parent's memory receives the candidate where it can (storage/lazy.py)
-        step = merge_delta(rule, prev_weights, prev_state, delta, v.attenuation or 0.0)
+    try:  # clipped as the validator clipped it; the parent's memory receives the candidate where it can
+        step = transition(rule, prev_weights, prev_state, delta, v.attenuation or 0.0, clip=v.delta_clip)
     except (ValueError, KeyError, RuntimeError) as exc:
         report.problem(v.version, f"delta does not fit the model: {exc}")
         return None

@@ -9,7 +9,6 @@ Usage:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -146,10 +145,6 @@ def device_option(f):
         "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
         envvar="WOOLF_DEVICE", help="Where to run the model [env: WOOLF_DEVICE].",
     )(f)
-
-
-def env_cwd() -> Path:
-    return Path(os.environ.get("WOOLF_DIR", "."))
 
 
 def forge_option(f):

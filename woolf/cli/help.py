@@ -2,10 +2,12 @@
 
 Usage:
     @click.group(cls=RoleGroup)          # in cli/main.py
-    ROLES["history"].append("export")    # a new command joins a role here (unlisted ones: "other")
+    ROLES["History and results"]         # ["log", "show", ...]: built from cli/history/'s COMMANDS
 
-A command missing from ROLES is still listed, under "Other", so a new command never disappears
-from the help before it is given a role.
+The roles are cli/'s packages (PACKAGES: demo, participant, validator, maintainer, history), each
+with a TITLE and its COMMANDS in the help's order: a new command joins a role by joining its
+package's COMMANDS. A command registered outside them is still listed, under "Other", so a new
+command never disappears from the help before it is given a role.
 """
 
 from __future__ import annotations
@@ -14,14 +16,10 @@ import re
 
 import click
 
-ROLES: dict[str, list[str]] = {
-    "Start here": ["demo"],
-    "Participant": ["pull", "train", "submit", "pr", "tasks", "status"],
-    "Validator": ["validate", "audit", "validators"],
-    "Maintainer": ["init", "hub", "key", "signers", "config", "gc", "storage"],
-    "History and results": ["log", "show", "checkout", "diff", "eval", "bisect", "revert", "export",
-                            "leaderboard", "credit", "report"],
-}
+from woolf.cli import demo, history, maintainer, participant, validator
+
+PACKAGES = (demo, participant, validator, maintainer, history)  # the help's sections, in order
+ROLES: dict[str, list[str]] = {p.TITLE: [c.name for c in p.COMMANDS] for p in PACKAGES}
 
 
 class RoleGroup(click.Group):

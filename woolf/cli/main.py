@@ -14,20 +14,8 @@ import click
 
 from woolf import interrupts
 from woolf._version import __version__
-from woolf.cli import (
-    contrib_cmds,
-    demo_cmds,
-    export_cmds,
-    history_cmds,
-    ledger_cmds,
-    maintainer_cmds,
-    quorum_cmds,
-    score_cmds,
-    storage_cmds,
-    validate_cmds,
-)
 from woolf.cli.app import App
-from woolf.cli.help import RoleGroup
+from woolf.cli.help import PACKAGES, RoleGroup
 from woolf.errors import WoolfError
 
 _ENVIRONMENT = """\b
@@ -64,9 +52,8 @@ def cli(ctx: click.Context, directory: Path) -> None:
 
 
 def _register() -> None:
-    for module in (ledger_cmds, contrib_cmds, validate_cmds, demo_cmds, maintainer_cmds, history_cmds,
-                   storage_cmds, quorum_cmds, score_cmds, export_cmds):
-        for command in module.COMMANDS:
+    for package in PACKAGES:  # cli/<role>/: its TITLE, its COMMANDS (cli/help.py)
+        for command in package.COMMANDS:
             cli.add_command(command)
 
 

@@ -1,26 +1,19 @@
 """Deterministic merge arithmetic: candidate = current + scale * delta.
 
 Usage:
-    scale = merge_scale(alpha_base=1.0, attenuation=0.5)
+    scale = delta_scale(alpha_base, attenuation)        # woolf/core/scale.py: float32, rounded once
     candidate = apply_delta(current, delta, scale)      # dict[str, Tensor]
     delta = compute_delta(trained, base)
 
 Every auditor must get the same bytes: each tensor is computed in float32 on
 the CPU, as two separately rounded IEEE operations (a multiply, then an add),
 so no fused multiply-add or reduction order can change the result; the scale
-is rounded to float32 once, here.
+is rounded to float32 once, by the caller (core/scale.py).
 """
 
 from __future__ import annotations
 
-import struct
-
 import torch
-
-
-def merge_scale(alpha_base: float, attenuation: float) -> float:
-    """alpha_base * attenuation, rounded to the float32 the arithmetic uses."""
-    return struct.unpack("f", struct.pack("f", alpha_base * attenuation))[0]
 
 
 def apply_delta(

@@ -29,23 +29,19 @@ harmful delta is refused before it can reach the buffer.
 
 Every auditor must get the same bytes: each tensor is computed in float32 on
 the CPU as separately rounded IEEE element-wise operations (no fused
-multiply-add, no reductions); every scalar is rounded to float32 once.
+multiply-add, no reductions); every scalar is rounded to float32 once (core/scale.py).
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 import torch
 
+from woolf.core.scale import delta_scale, f32
+
 RULES = ("attenuated", "nesterov", "delayed_nesterov", "fedbuff")
 STATEFUL = ("nesterov", "delayed_nesterov", "fedbuff")
-
-
-def f32(x: float) -> float:
-    """``x`` rounded to the float32 the arithmetic uses."""
-    return struct.unpack("f", struct.pack("f", x))[0]
 
 
 @dataclass(frozen=True)
@@ -179,7 +175,7 @@ def merge_step(rule: Rule, current: dict[str, torch.Tensor], state: OuterState |
     """
     if set(current) != set(delta):
         raise ValueError("current and delta name different tensors")
-    g_scale = f32(rule.alpha * attenuation)
+    g_scale = delta_scale(rule.alpha, attenuation)
     if rule.kind == "attenuated":
         cand = _apply(current, delta, g_scale, reuse=reuse_delta)
         return Step(cand, None, cand, True, g_scale)

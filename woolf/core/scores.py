@@ -20,10 +20,11 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
-import struct
 from dataclasses import dataclass
 
 import torch
+
+from woolf.core.scale import f32
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,6 @@ def similarity(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], threshold
     if na <= 0 or nb <= 0 or not math.isfinite(dot + na + nb):
         return Similarity(0.0, 0.0)
     return Similarity(dot / math.sqrt(na * nb), copied / na)
-
-
-def f32(x: float) -> float:
-    """``x`` rounded to float32, as the arithmetic uses it."""
-    return struct.unpack("f", struct.pack("f", x))[0]
 
 
 def clip_delta(delta: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:

@@ -49,7 +49,7 @@ def _event(**kw) -> None:
 
 
 def _submit(ledger, name: str, base, weights: dict, note: str) -> str:
-    from woolf.participant.contribute import SubmitOptions, submit  # deferred: loads numpy, yaml
+    from woolf.participant import SubmitOptions, submit  # deferred: loads numpy, yaml
     from woolf.storage.weights import save_atomic  # deferred: loads numpy
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -43,7 +43,7 @@ def _await_verdict(ledger, sub_id: str, wait: float) -> None:
 def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, seed: int,
                 wait: float = 0.0) -> str | None:
     """Contribute ``rounds`` times; None, or the last error when no round got a PR open."""
-    from woolf.participant.contribute import (  # deferred: loads numpy, yaml
+    from woolf.participant import (  # deferred: loads numpy, yaml
         SubmitOptions,
         TrainOptions,
         submit,

@@ -14,7 +14,6 @@ directory the demo was started from (which `git clone ... woolf` creates) is nev
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -93,21 +92,3 @@ def check_alive(procs: dict[str, subprocess.Popen], logs: Path) -> None:
     others = f" (and {', '.join(sorted(set(dead) - {name}))})" if len(dead) > 1 else ""
     raise WorkerDied(f"demo worker {name}{others} died (exit status {rc}): {last_error(logs / f'{name}.log')}",
                      hint=f"its whole log: {logs / f'{name}.log'}")
-
-
-def round_errors(logs: Path, names: list[str]) -> dict[str, list[str]]:
-    """The errors participants logged for rounds they could not contribute (the worker carries on)."""
-    out: dict[str, list[str]] = {}
-    for name in names:
-        try:
-            text = (logs / f"{name}.log").read_text(errors="replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict) and event.get("kind") == "error":
-                out.setdefault(name, []).append(str(event.get("error")))
-    return out

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from woolf.git.process import COMMIT_MAX_BYTES, BlobTooLargeError, GitError, _text, clean_env
+from woolf.git.process import COMMIT_MAX_BYTES, BlobTooLargeError, GitError, as_text, clean_env
 
 
 def commit_bytes(git, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> bytes:
@@ -24,7 +24,7 @@ def commit_bytes(git, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> bytes:
     (only a hand-made commit is) raises BlobTooLargeError, and the object is never read."""
     proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=git.cwd, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=clean_env({**git._identity_env(), **git.keep_env}))
+                            env=clean_env({**git.identity_env(), **git.keep_env}))
     try:
         if "\n" not in commit:
             proc.stdin.write(f"{commit}^{{commit}}\n".encode())
@@ -89,7 +89,7 @@ def commit_records(git, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> l
         parents = parents_of(lines)
         stamp = next((ln.rsplit(b" ", 2)[-2:] for ln in lines if ln.startswith(b"committer ")), [b""])[0]
         if parents is not None and stamp.isdigit() and len(stamp) <= 12:
-            out.append((head[0].decode(), parents, int(stamp), _text(message)))
+            out.append((head[0].decode(), parents, int(stamp), as_text(message)))
     return out
 
 

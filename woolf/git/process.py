@@ -11,7 +11,7 @@ import os
 
 from woolf.errors import WoolfError
 
-_IDENTITY = {
+IDENTITY = {
     "GIT_AUTHOR_NAME": "woolf",
     "GIT_AUTHOR_EMAIL": "woolf@localhost",
     "GIT_COMMITTER_NAME": "woolf",
@@ -45,7 +45,7 @@ class BlobTooLargeError(WoolfError):
         self.size = size
 
 
-def _text(raw: bytes) -> str:
+def as_text(raw: bytes) -> str:
     """Git output as text: bytes that are not UTF-8 (hostile paths, messages) become U+FFFD."""
     return raw.decode("utf-8", errors="replace")
 

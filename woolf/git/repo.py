@@ -19,11 +19,11 @@ from woolf.errors import ForgeError, NotALedgerError, RaceLostError
 from woolf.git.commits import commit_bytes, commit_records
 from woolf.git.keys import signing_key
 from woolf.git.process import (  # noqa: F401  (re-exported: the names callers know Git by)
-    _IDENTITY,
     COMMIT_MAX_BYTES,
+    IDENTITY,
     BlobTooLargeError,
     GitError,
-    _text,
+    as_text,
     clean_env,
 )
 
@@ -55,7 +55,7 @@ class Git:
 
     def run(self, *args: str, input: bytes | None = None, env: dict | None = None,
             check: bool = True) -> subprocess.CompletedProcess:
-        extra = {**self._identity_env(), **self.keep_env, **(env or {})}
+        extra = {**self.identity_env(), **self.keep_env, **(env or {})}
         proc = subprocess.run(
             ["git", *args], cwd=self.cwd, input=input, capture_output=True,
             env=clean_env(extra),
@@ -64,8 +64,8 @@ class Git:
             raise GitError(args, proc.returncode, proc.stderr.decode(errors="replace"))
         return proc
 
-    def _identity_env(self) -> dict:
-        env = dict(_IDENTITY)
+    def identity_env(self) -> dict:
+        env = dict(IDENTITY)
         name = self.identity.get("name")
         if name:
             env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = name
@@ -73,7 +73,7 @@ class Git:
         return env
 
     def out(self, *args: str, **kw) -> str:
-        return _text(self.run(*args, **kw).stdout).strip()
+        return as_text(self.run(*args, **kw).stdout).strip()
 
     # -- reading ---------------------------------------------------------
     def rev_parse(self, rev: str) -> str | None:
@@ -85,7 +85,7 @@ class Git:
         if "\n" in spec:
             return None
         proc = self.run("cat-file", "--batch-check", input=spec.encode() + b"\n", check=False)
-        parts = _text(proc.stdout).split()
+        parts = as_text(proc.stdout).split()
         if proc.returncode != 0 or len(parts) != 3 or not parts[2].isdigit():
             return None
         return parts[0], parts[1], int(parts[2])
@@ -111,7 +111,7 @@ class Git:
 
     def message(self, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> str:
         """A commit's message; a commit over ``max_bytes`` raises BlobTooLargeError unread."""
-        raw = _text(self.commit_bytes(commit, max_bytes))
+        raw = as_text(self.commit_bytes(commit, max_bytes))
         return raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
 
     def parents(self, commit: str) -> list[str]:
@@ -122,7 +122,7 @@ class Git:
 
     def ls_tree(self, commit: str) -> dict[str, tuple[str, str, str]]:
         """{path: (mode, type, object)} for every entry, recursively."""
-        raw = _text(self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout)
+        raw = as_text(self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout)
         entries = {}
         for item in filter(None, raw.split("\0")):
             meta, path = item.split("\t", 1)
@@ -132,11 +132,11 @@ class Git:
 
     def changed_paths(self, a: str, b: str) -> list[str]:
         raw = self.run("diff-tree", "-r", "-z", "--no-renames", "--name-only", a, b).stdout
-        return [p for p in _text(raw).split("\0") if p]
+        return [p for p in as_text(raw).split("\0") if p]
 
     def diff_raw(self, a: str, b: str) -> list[tuple[str, str, str, str]]:
         """(old mode, new mode, status letter, path) for each change from a to b."""
-        raw = _text(self.run("diff-tree", "-r", "-z", "--no-renames", "--raw", a, b).stdout)
+        raw = as_text(self.run("diff-tree", "-r", "-z", "--no-renames", "--raw", a, b).stdout)
         parts = raw.split("\0")
         out = []
         for meta, path in zip(parts[0::2], parts[1::2], strict=False):
@@ -167,7 +167,7 @@ class Git:
             self._git_dir = self.cwd / self.out("rev-parse", "--git-common-dir")
         try:
             with open(self._git_dir / "logs" / ref, "rb") as fh:
-                line = _text(fh.readline(4096))
+                line = as_text(fh.readline(4096))
         except OSError:
             return None
         stamp = line.split("\t", 1)[0].rsplit(" ", 2)

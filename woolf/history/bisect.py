@@ -24,7 +24,7 @@ from pathlib import Path
 
 from woolf.core.bisect import first_bad, max_probes
 from woolf.errors import UsageError, WoolfError
-from woolf.history.diff import _entry
+from woolf.history.diff import version_entry
 from woolf.history.evaluate import Evaluator
 from woolf.protocol import layout
 
@@ -121,6 +121,6 @@ def bisect(ledger, benchmark: Path | None = None, good: int | None = None, bad: 
         result["seconds_run"] = round(script_seconds[0], 4)
     if found is not None:
         by_version = {p["version"]: p for p in probes}
-        result["found"] = {**_entry(ledger.show(found)), "value": by_version[found].get(policy.metric),
+        result["found"] = {**version_entry(ledger.show(found)), "value": by_version[found].get(policy.metric),
                            "previous": by_version[found - 1].get(policy.metric)}
     return result

@@ -19,7 +19,7 @@ from collections import Counter
 from woolf.core.tensordiff import diff_weights
 
 
-def _entry(v) -> dict:
+def version_entry(v) -> dict:
     kind = "merge" if v.submission else ("genesis" if v.version == 0 else "change")
     out = {"version": v.version, "commit": v.commit, "kind": kind, "subject": v.subject}
     if v.submission:
@@ -39,10 +39,10 @@ def diff_versions(ledger, a: int, b: int, evaluator=None) -> dict:
     va, vb = ledger.show(a), ledger.show(b)  # UnknownVersionError for a version that does not exist
     rows, total = diff_weights(ledger.load_weights(va), ledger.load_weights(vb))
     lo, hi = sorted((a, b))
-    between = [_entry(v) for v in reversed(ledger.log(limit=hi - lo, ref=ledger.show(hi).commit))] if hi > lo else []
+    between = [version_entry(v) for v in reversed(ledger.log(limit=hi - lo, ref=ledger.show(hi).commit))] if hi > lo else []
     metric = ledger.config.policy.metric
     result = {
-        "a": _entry(va), "b": _entry(vb), "tensors": rows, "total": total, "between": between,
+        "a": version_entry(va), "b": version_entry(vb), "tensors": rows, "total": total, "between": between,
         "contributors": dict(Counter(e["contributor"] for e in between if e["kind"] == "merge")),
         "prs": [e["submission"] for e in between if e["kind"] == "merge"],
         "metric": {"name": metric, "direction": ledger.config.policy.direction,

@@ -40,7 +40,7 @@ def _commit_change(ledger, kind: str, files: dict[str, bytes], reason: str):
     ledger.fetch()
     if ledger.git.rev_parse(layout.MAIN) == head.commit:  # this clone was current: keep it so
         ledger.git.run("merge", "--ff-only", "-q", ORIGIN_MAIN, check=False)
-        ledger._config = None
+        ledger.reread_config()
     return ledger.head(ORIGIN_MAIN)
 
 

@@ -98,6 +98,16 @@ class CreateOptions:
     woolf_source: str | None = None  # where ci/install.sh installs GoodWoolf from; None: detected
 
 
+def _check_target(path: Path) -> None:
+    """A ledger is made in a new or empty directory: UsageError otherwise."""
+    if (path / layout.CONFIG).exists():
+        raise UsageError(f"{path} already holds a ledger", hint="use `woolf status` there")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path} exists and is a file, not a directory", hint="choose a new or empty directory")
+    if path.exists() and any(path.iterdir()):
+        raise UsageError(f"{path} exists and is not empty", hint="choose a new or empty directory")
+
+
 def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) -> None:
     """Refuses a path that holds a ledger or anything else; removes what it made if it fails."""
     from woolf.storage.weights import (  # deferred: loads numpy
@@ -115,12 +125,7 @@ def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) ->
     signers_text = _signers(signing_key, o.signer, o.extra_signers)
     if o.woolf_source:
         check_source(o.woolf_source)  # before anything is written
-    if (path / layout.CONFIG).exists():
-        raise UsageError(f"{path} already holds a ledger", hint="use `woolf status` there")
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{path} exists and is a file, not a directory", hint="choose a new or empty directory")
-    if path.exists() and any(path.iterdir()):
-        raise UsageError(f"{path} exists and is not empty", hint="choose a new or empty directory")
+    _check_target(path)
     storage = storage or str(path.parent / f"{path.name}.storage")
     if "://" not in storage:
         storage = str(Path(storage).resolve())

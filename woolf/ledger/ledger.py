@@ -93,6 +93,10 @@ class Ledger:
                 self._config = parse_config(text.decode(), layout.CONFIG)
         return self._config
 
+    def staleness(self, base: str, head: str) -> int:
+        """Versions on ``head``'s first-parent chain since ``base`` (a commit on it): a delta's staleness."""
+        return int(self.git.out("rev-list", "--count", "--first-parent", f"{base}..{head}"))
+
     def reread_config(self) -> None:
         """The config is read again from main at its next use (main moved, or ``main_ref`` changed)."""
         self._config = None
@@ -297,8 +301,3 @@ class Ledger:
         self.store.materialize(ptr, local)
         self.store.verified.record(local, *self.store.hashes(src))
         return local
-
-    def require_storage(self) -> None:
-        ok, err = self.store.reachable()
-        if not ok:
-            raise StorageError(f"storage {self.store.remote_url()} is unreachable: {err}")

@@ -3,10 +3,9 @@
 Usage:
     check_delta(delta, "the delta is all zeros")          # NaN/Inf or all zeros: InvalidWeightsError
     pr = submit_delta(ledger, delta, base, SubmitDeltaOptions(who="alice", the_forge=forge))
-    pr = submit_delta(ledger, delta, base, who="alice", the_forge=forge)   # the same, as keywords
     pr = submit_delta(ledger, StreamedDelta(trained, base_path, limits, spec), base, ...)  # tensor by tensor
 
-`woolf submit` (participant/contribute.py) and `woolf revert` (history/revert.py) both come here,
+`woolf submit` (participant/submit.py) and `woolf revert` (history/revert.py) both come here,
 so every PR has the same shape whoever opens it.
 """
 
@@ -15,7 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import secrets
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from woolf.core.finite import scan
@@ -48,8 +47,7 @@ def new_id(who: str) -> str:
 
 @dataclass(frozen=True)
 class SubmitDeltaOptions:
-    """Who opens the PR, through what, and what else it carries; each field is the keyword
-    `submit_delta` takes, with the same default."""
+    """Who opens the PR, through what, and what else it carries (`submit_delta`'s options)."""
 
     who: str  # the contributor id the PR is opened as
     the_forge: Forge  # the forge that opens it (woolf/forges/)
@@ -66,16 +64,14 @@ class SubmitDeltaOptions:
     zeros_hint: str | None = None
 
 
-def submit_delta(ledger, delta: dict, base, options: SubmitDeltaOptions | None = None,
-                 **kwargs) -> dict:
+def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
     """Open a PR carrying ``delta`` on version ``base``: upload and verify it, then push the ref.
 
-    ``options`` or its fields as keywords. With ``cspec``/``parts`` the delta goes as a
+    With ``cspec``/``parts`` the delta goes as a
     compressed (topk) file of those parts. ``reverts`` (a Version): the PR takes back that merge
     (woolf/history/revert.py); it is named in submission.json and in a ``Woolf-Reverts``
     trailer, and judged like any PR.
     """
-    o = replace(options, **kwargs) if options is not None else SubmitDeltaOptions(**kwargs)
     who, timer, reverts, cspec, parts = o.who, o.timer, o.reverts, o.cspec, o.parts
     record = o.record or {}
     cfg = ledger.config

@@ -23,6 +23,7 @@ import json
 import time
 from pathlib import Path
 
+from woolf.core.scale import delta_scale
 from woolf.errors import WoolfError
 from woolf.protocol import layout
 from woolf.storage.files import write_bytes_atomic
@@ -65,9 +66,7 @@ def _unmerged_fraction(ledger, pr) -> float | None:
         return 0.0
     if (version.rule or "attenuated") != "attenuated" or version.alpha is None or version.attenuation is None:
         return 0.0
-    from woolf.core.merge_rules import f32  # deferred: loads torch
-
-    return max(0.0, 1.0 - f32(version.alpha * version.attenuation))
+    return max(0.0, 1.0 - delta_scale(version.alpha, version.attenuation))
 
 
 def settle(ledger, forge, spec: dict) -> tuple[dict | None, str]:

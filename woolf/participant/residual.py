@@ -10,7 +10,7 @@ Error feedback as Templar and SparseLoCo run it: ``e = residual + delta``;
 the participant sends ``C(e)`` and keeps ``e - expand(C(e))`` in
 ``.woolf/state/compress/residual.safetensors`` (float32, the model's names and
 shapes, the compression's text in its one metadata key). It shares the
-participant's local state (woolf/participant/contribute.py ``state_dir``): never uploaded,
+participant's local state (woolf/participant/state.py ``state_dir``): never uploaded,
 and ``woolf train --fresh`` removes it. A file that does not fit the model
 (another model, shapes, dtypes, non-finite values, unreadable) is renamed
 aside with the reason in ``note`` and never mixed in; a residual made under

@@ -55,33 +55,25 @@ class SubmitOptions:
     compress_feedback: bool = True  # keep what top-k dropped for the next delta
 
 
-def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
-    """Delta = trained - base, checked, compressed (``compress`` or delta.compress), uploaded and
-    verified, then the PR ref is pushed. A top-k delta keeps what it dropped for the next one.
-    ``options`` or its fields as keywords (``submit(ledger, message="...")``), or both."""
-    o = replace(options, **kwargs) if options is not None else SubmitOptions(**kwargs)
-    record: dict = {}
-    weights, base_version = o.weights, o.base_version
-    cspec = compression_spec(ledger.config, o.compress)  # a bad --compress is a usage error first
-    if weights is None:
-        meta_path = work_dir(ledger) / "trained.json"
-        if not meta_path.exists():
-            raise UsageError("nothing trained to submit",
-                             hint="run `woolf train` first, or pass --weights")
-        earlier = waiting_result(ledger)
-        if earlier and earlier["submitted"]:
-            raise UsageError(f"the result in {layout.WORK}/work was submitted already, as PR {earlier['submitted']}",
-                             hint=f"`woolf train` for a new contribution; `woolf pr show {earlier['submitted']}` "
-                                  "for that PR's state")
-        record = json.loads(meta_path.read_text())
-        weights = work_dir(ledger) / "trained.safetensors"
-        base_version = record["base_version"]
-    who = contributor_id(o.contributor or record.get("contributor"), ledger.git)
-    dirty = ledger.git.out("status", "--porcelain", "--untracked-files=no")
-    if dirty:
-        raise UsageError(f"the checkout has uncommitted changes to ledger files:\n{dirty}",
-                         hint="a submission carries only a delta; `git stash` or `git checkout .` "
-                              "first")
+def _trained(ledger) -> tuple[dict, Path, int]:
+    """(the record `woolf train` left, its weights' path, its base version); UsageError when there is
+    none, or it was submitted already."""
+    meta_path = work_dir(ledger) / "trained.json"
+    if not meta_path.exists():
+        raise UsageError("nothing trained to submit",
+                         hint="run `woolf train` first, or pass --weights")
+    earlier = waiting_result(ledger)
+    if earlier and earlier["submitted"]:
+        raise UsageError(f"the result in {layout.WORK}/work was submitted already, as PR {earlier['submitted']}",
+                         hint=f"`woolf train` for a new contribution; `woolf pr show {earlier['submitted']}` "
+                              "for that PR's state")
+    record = json.loads(meta_path.read_text())
+    return record, work_dir(ledger) / "trained.safetensors", record["base_version"]
+
+
+def _base(ledger, base_version: int | None, record: dict):
+    """The base version on origin's main (fetched now): ``base_version``, else local main's head; the
+    one ``record``'s weights were trained from, when there is a record."""
     ledger.fetch()
     origin_head = ledger.head("refs/remotes/origin/main")
     if base_version is None:
@@ -95,6 +87,26 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
             f"the weights were trained from {record.get('base_commit', '?')[:12]}, which is no "
             f"longer version {base_version} on origin's main",
             hint="`woolf train` again from the current version")
+    return base
+
+
+def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
+    """Delta = trained - base, checked, compressed (``compress`` or delta.compress), uploaded and
+    verified, then the PR ref is pushed. A top-k delta keeps what it dropped for the next one.
+    ``options`` or its fields as keywords (``submit(ledger, message="...")``), or both."""
+    o = replace(options, **kwargs) if options is not None else SubmitOptions(**kwargs)
+    record: dict = {}
+    weights, base_version = o.weights, o.base_version
+    cspec = compression_spec(ledger.config, o.compress)  # a bad --compress is a usage error first
+    if weights is None:
+        record, weights, base_version = _trained(ledger)
+    who = contributor_id(o.contributor or record.get("contributor"), ledger.git)
+    dirty = ledger.git.out("status", "--porcelain", "--untracked-files=no")
+    if dirty:
+        raise UsageError(f"the checkout has uncommitted changes to ledger files:\n{dirty}",
+                         hint="a submission carries only a delta; `git stash` or `git checkout .` "
+                              "first")
+    base = _base(ledger, base_version, record)
     if record.get("lora") and o.weights is None:  # issue 33: the factors are sent, never a dense product
         return submit_lora(ledger, record, who, base, o)
     cfg = ledger.config

@@ -163,7 +163,7 @@ class LedgerConfig:
     queue: QueueConfig = field(default_factory=QueueConfig)
 
 
-_SECTIONS = {
+SECTIONS = {
     "merge": MergeConfig,
     "policy": PolicyConfig,
     "workload": WorkloadConfig,
@@ -221,12 +221,12 @@ def parse_config(text: str, source: str = CONFIG_PATH) -> LedgerConfig:
         raise ConfigError(f"{source}: 'name' must be a string, got {name!r}")
     kwargs: dict[str, Any] = {"name": name}
     for key, value in top.items():
-        if key not in _SECTIONS:
+        if key not in SECTIONS:
             raise ConfigError(
                 f"{source}: unknown section or key '{key}'",
-                hint=f"allowed: name, {', '.join('[' + s + ']' for s in _SECTIONS)}",
+                hint=f"allowed: name, {', '.join('[' + s + ']' for s in SECTIONS)}",
             )
-        kwargs[key] = _build(_SECTIONS[key], value, key, source)
+        kwargs[key] = _build(SECTIONS[key], value, key, source)
     cfg = LedgerConfig(**kwargs)
     check_config(cfg, source)
     return cfg

@@ -35,67 +35,67 @@ def _nans(obj, prefix: str = ""):
             yield from (f"{name}.{k}" for k, v in value.items() if isinstance(v, float) and math.isnan(v))
 
 
+def _value(cfg, dotted: str):
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+# (key, is the value not allowed?, what is allowed), checked in this order; the first bad key is named
+_KEYS = (
+    ("merge.alpha_base", lambda x: not 0 < x <= 10, "use a number in (0, 10]"),
+    ("merge.max_staleness", lambda x: x < 0, "use an integer >= 0"),
+    ("merge.rule", lambda x: x not in MERGE_RULES, f"use one of {', '.join(MERGE_RULES)}"),
+    ("merge.outer_lr", lambda x: not 0 < x <= 10, "use a number in (0, 10]"),
+    ("merge.momentum", lambda x: not 0 <= x < 1, "use a number in [0, 1)"),
+    ("merge.buffer", lambda x: not 1 <= x <= 1024, "use an integer in [1, 1024]"),
+    ("policy.gate", lambda x: x not in GATES, f"use one of {', '.join(GATES)}"),
+    ("policy.window", lambda x: not 1 <= x <= 10_000, "use an integer in [1, 10000]"),
+    ("merge.staleness.kind", lambda x: x not in STALENESS_KINDS, f"use one of {', '.join(STALENESS_KINDS)}"),
+    ("merge.staleness.a", lambda x: x < 0, "use a number >= 0"),
+    ("merge.staleness.b", lambda x: x < 0, "use an integer >= 0"),
+    ("policy.direction", lambda x: x not in ("minimize", "maximize"), "use 'minimize' or 'maximize'"),
+    ("policy.metric", lambda x: not x, "name the metric the workload reports"),
+    ("workload.steps", lambda x: x <= 0, "use an integer > 0"),
+    ("workload.auto_seconds", lambda x: x <= 0, "use seconds > 0"),
+    ("workload.follow_every", lambda x: x < 0, "use an integer >= 0 (0: do not follow)"),
+    ("workload.max_steps", lambda x: x <= 0, "use an integer > 0"),
+    *((f"limits.{name}", lambda x: x <= 0, "use an integer > 0")
+      for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio",
+                   "max_lora_rank")),  # max_lora_rank: issue 33
+)
+_AUTHOR = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?")
+_FORGE_KEYS = (
+    ("forge.kind", lambda x: x not in ("local", "github"), "use 'local' or 'github'"),
+    ("forge.delta_schemes", lambda x: not x or not all(s in ("https", "http") for s in x),
+     "use a list drawn from 'https', 'http'"),
+    ("forge.verdict_authors", lambda x: not all(isinstance(a, str) and _AUTHOR.fullmatch(a) for a in x),
+     "use a list of GitHub logins (the validators' accounts)"),
+    ("forge.delta_timeout", lambda x: x <= 0, "use seconds > 0"),
+    ("signing.contributors", lambda x: x not in ("optional", "required"), "use 'optional' or 'required'"),
+    ("validators.quorum", lambda x: not 1 <= x <= 64, "use an integer in [1, 64]"),
+)
+
+
+def _check_keys(cfg: LedgerConfig, keys, bad) -> None:
+    for name, not_allowed, allowed in keys:
+        value = _value(cfg, name)
+        if not_allowed(value):
+            bad(name, allowed, value)
+
+
 def check_config(cfg: LedgerConfig, source: str) -> None:
     """Raise ConfigError naming the first key whose value is not allowed."""
     def bad(name: str, allowed: str, value: Any):
         raise ConfigError(f"{source}: '{name}' = {value!r} is not allowed; {allowed}")
 
-    m = cfg.merge
-    if not 0 < m.alpha_base <= 10:
-        bad("merge.alpha_base", "use a number in (0, 10]", m.alpha_base)
-    if m.max_staleness < 0:
-        bad("merge.max_staleness", "use an integer >= 0", m.max_staleness)
-    if m.rule not in MERGE_RULES:
-        bad("merge.rule", f"use one of {', '.join(MERGE_RULES)}", m.rule)
-    if not 0 < m.outer_lr <= 10:
-        bad("merge.outer_lr", "use a number in (0, 10]", m.outer_lr)
-    if not 0 <= m.momentum < 1:
-        bad("merge.momentum", "use a number in [0, 1)", m.momentum)
-    if not 1 <= m.buffer <= 1024:
-        bad("merge.buffer", "use an integer in [1, 1024]", m.buffer)
-    if cfg.policy.gate not in GATES:
-        bad("policy.gate", f"use one of {', '.join(GATES)}", cfg.policy.gate)
-    if not 1 <= cfg.policy.window <= 10_000:
-        bad("policy.window", "use an integer in [1, 10000]", cfg.policy.window)
-    if m.staleness.kind not in STALENESS_KINDS:
-        bad("merge.staleness.kind", f"use one of {', '.join(STALENESS_KINDS)}", m.staleness.kind)
-    if m.staleness.a < 0:
-        bad("merge.staleness.a", "use a number >= 0", m.staleness.a)
-    if m.staleness.b < 0:
-        bad("merge.staleness.b", "use an integer >= 0", m.staleness.b)
-    if cfg.policy.direction not in ("minimize", "maximize"):
-        bad("policy.direction", "use 'minimize' or 'maximize'", cfg.policy.direction)
-    if not cfg.policy.metric:
-        bad("policy.metric", "name the metric the workload reports", cfg.policy.metric)
-    if cfg.workload.steps <= 0:
-        bad("workload.steps", "use an integer > 0", cfg.workload.steps)
-    if cfg.workload.auto_seconds <= 0:
-        bad("workload.auto_seconds", "use seconds > 0", cfg.workload.auto_seconds)
-    if cfg.workload.follow_every < 0:
-        bad("workload.follow_every", "use an integer >= 0 (0: do not follow)", cfg.workload.follow_every)
-    if cfg.workload.max_steps <= 0:
-        bad("workload.max_steps", "use an integer > 0", cfg.workload.max_steps)
-    for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio", "max_lora_rank"):
-        if getattr(cfg.limits, name) <= 0:
-            bad(f"limits.{name}", "use an integer > 0", getattr(cfg.limits, name))
+    _check_keys(cfg, _KEYS, bad)
     _check_delta(cfg, bad)
     f = cfg.forge
-    if f.kind not in ("local", "github"):
-        bad("forge.kind", "use 'local' or 'github'", f.kind)
-    if f.kind == "github" and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", f.repo):
+    if f.kind == "github" and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", f.repo):  # a bad kind: below
         bad("forge.repo", "use 'owner/name' of the ledger's repository", f.repo)
-    if not f.delta_schemes or not all(x in ("https", "http") for x in f.delta_schemes):
-        bad("forge.delta_schemes", "use a list drawn from 'https', 'http'", f.delta_schemes)
-    if not all(isinstance(x, str) and re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?", x)
-               for x in f.verdict_authors):
-        bad("forge.verdict_authors", "use a list of GitHub logins (the validators' accounts)", f.verdict_authors)
-    if f.delta_timeout <= 0:
-        bad("forge.delta_timeout", "use seconds > 0", f.delta_timeout)
-    if cfg.signing.contributors not in ("optional", "required"):
-        bad("signing.contributors", "use 'optional' or 'required'", cfg.signing.contributors)
+    _check_keys(cfg, _FORGE_KEYS, bad)
     v = cfg.validators
-    if not 1 <= v.quorum <= 64:
-        bad("validators.quorum", "use an integer in [1, 64]", v.quorum)
     if not 0 <= v.epsilon < 1e6 or v.vote_timeout <= 0 or not 0 <= v.flag_rate <= 1:
         bad("validators", "epsilon in [0, 1e6), vote_timeout > 0, flag_rate in [0, 1]", dataclasses.asdict(v))
     if not 1 <= cfg.tasks.lease <= 7 * 86400:

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from woolf.protocol.config import _SECTIONS, LedgerConfig, parse_config, tomllib
+from woolf.protocol.config import SECTIONS, LedgerConfig, parse_config, tomllib
 
 
 def _toml_key(key: str) -> str:
@@ -38,7 +38,7 @@ def render_config(cfg: LedgerConfig) -> str:
     """TOML text for ``cfg``; parse_config(render_config(c)) == c."""
     lines = ["# GoodWoolf ledger configuration; see docs/protocol.md#configuration", ""]
     lines.append(f"name = {_toml_value(cfg.name)}")
-    for section in _SECTIONS:
+    for section in SECTIONS:
         obj = getattr(cfg, section)
         lines += ["", f"[{section}]"]
         nested = []

@@ -45,7 +45,7 @@ def quiet():
         log.setLevel(level)
 
 
-def _upload_hint(exc: Exception) -> str:
+def upload_hint(exc: Exception) -> str:
     if "missing dependencies" in str(exc) and "s3" in str(exc):  # dvc-s3 is not installed
         return 'S3 storage needs the s3 extra: pip install -e ".[s3]" in your GoodWoolf checkout'
     return "is the storage reachable and writable?"

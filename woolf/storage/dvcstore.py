@@ -26,7 +26,7 @@ from pathlib import Path
 
 from woolf.errors import IntegrityError, StorageError, WoolfError
 from woolf.storage.bounded import copy_bounded
-from woolf.storage.dvcremote import REMOTE_NAME, DvcRemotes, _upload_hint, init_dvc, quiet  # noqa: F401 - re-exported
+from woolf.storage.dvcremote import REMOTE_NAME, DvcRemotes, init_dvc, quiet, upload_hint  # noqa: F401 - re-exported
 from woolf.storage.files import Digests, copy_atomic, hashes_of_file, md5_file
 from woolf.storage.localobjects import link_from, link_into
 from woolf.storage.pointer import Pointer
@@ -97,7 +97,7 @@ class DvcStore(DvcRemotes):
             with quiet():
                 self.repo.push(targets=[str(Path(dvc_file).resolve())], remote=REMOTE_NAME)
         except Exception as exc:
-            raise StorageError(f"upload to {self.remote_url()} failed: {exc}", hint=_upload_hint(exc)) from None
+            raise StorageError(f"upload to {self.remote_url()} failed: {exc}", hint=upload_hint(exc)) from None
         self.verify_remote(pointer)
 
     def verify_remote(self, pointer: Pointer, remote: str = REMOTE_NAME) -> None:
@@ -265,7 +265,7 @@ class DvcStore(DvcRemotes):
                         check_exists=not replace)
         except Exception as exc:  # any DVC or transport failure is a storage error
             raise StorageError(f"upload to {self.remote_url(remote)} failed: {exc}",
-                               hint=_upload_hint(exc)) from None
+                               hint=upload_hint(exc)) from None
         self.verify_remote(pointer, remote)
 
     def materialize(self, pointer: Pointer, out: Path) -> None:

@@ -45,14 +45,6 @@ def copy_atomic(src: Path, out: Path) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
-def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 _POOLS: dict[str, ThreadPoolExecutor] = {}
 
 

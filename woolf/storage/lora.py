@@ -32,7 +32,7 @@ from woolf.core.lora import check_pair, check_scale, expand
 from woolf.errors import InvalidWeightsError
 from woolf.protocol.config import LimitsConfig
 from woolf.storage.lazy import LazyTensors
-from woolf.storage.weights import _torch_alloc, save_atomic, torch_dtypes
+from woolf.storage.weights import save_atomic, torch_dtypes
 
 SUFFIXES = (".lora_A", ".lora_B", ".lora_scale")
 KIND = "lora"
@@ -114,7 +114,8 @@ class LoraTensors(LazyTensors):
 
     def _factor(self, key: str) -> torch.Tensor:
         dtype, shape = self.factors[key]
-        t, view = _torch_alloc(dtype, shape)
+        t = torch.empty(shape, dtype=torch_dtypes()[dtype])
+        view = memoryview(t.reshape(-1).view(torch.uint8).numpy())
         begin, end = self._offsets[key]
         self._fh.seek(self._start + begin)
         if end > begin and self._fh.readinto(view) != end - begin:

@@ -51,7 +51,7 @@ def torch_dtypes() -> dict:
             "BOOL": torch.bool}
 
 
-def _torch_alloc(dtype: str, shape: tuple[int, ...]):
+def torch_alloc(dtype: str, shape: tuple[int, ...]):
     import torch  # deferred: torch
 
     t = torch.empty(shape, dtype=torch_dtypes()[dtype])
@@ -96,7 +96,7 @@ def _read_tensors(path: Path, limits: LimitsConfig, label: str, numpy: bool = Fa
         numpy = all_float32(spec)
     if numpy and not numpy_dtypes(spec):
         raise InvalidWeightsError(f"{label}: a BF16 tensor cannot be read as a numpy array")
-    alloc = _numpy_alloc if numpy else _torch_alloc
+    alloc = _numpy_alloc if numpy else torch_alloc
     out = {}
     with open(path, "rb") as fh:
         for name in sorted(spec, key=lambda k: offsets[k]):

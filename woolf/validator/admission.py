@@ -127,7 +127,7 @@ def admit(ledger, pr, main: Version, merged_deltas: set[str]) -> Admitted:
                        "(more than one commit, or based on something else)")
     if base.version > main.version or ledger.on_chain(base, main) is False:
         raise Rejected(f"the PR's base {base.commit[:12]} (version {base.version}) is not on main")
-    staleness = int(git.out("rev-list", "--count", "--first-parent", f"{base.commit}..{main.commit}"))
+    staleness = ledger.staleness(base.commit, main.commit)
     if staleness != main.version - base.version:
         raise Rejected("main's first-parent chain is not numbered consecutively; run `woolf audit`")
     delta_rel, ptr_rel, meta_rel = layout.submission_paths(pr.id)

@@ -189,6 +189,26 @@ def _reevaluated(ctx, current, step, main, recorded: dict, timer: Timer) -> dict
     return mine
 
 
+def _rederived(ctx, adm, pr, verdict: Verdict) -> float:
+    """The attenuation, after everything computable about the accepted ``verdict`` is recomputed (nothing
+    but the metrics is taken from the artifact): staleness and attenuation from ancestry and the config,
+    the gate's decision from the metrics under the policy on main; UsageError when they disagree."""
+    cfg = ctx.ledger.config
+    att = attenuation(cfg.merge.staleness, adm.staleness)
+    if adm.staleness != verdict.staleness or verdict.attenuation is None or abs(att - verdict.attenuation) > 1e-12:
+        raise UsageError("the record's staleness or attenuation is not what ancestry and the config give")
+    before, m = verdict.metrics["before"] or {}, verdict.metrics
+    reference = gate_reference(ctx, before)  # the gate's reference, from main's history as the evaluation had it
+    decision = decide(cfg.policy, reference, m.get("probe") or m["after"] or {})
+    if not decision.accepted:
+        raise UsageError("the record says accepted, but its own metrics fail the ledger's policy: "
+                         f"{decision.reason}")
+    reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
+    verdict.reason, verdict.contributor = reason, pr.contributor
+    verdict.base_version, verdict.attenuation = adm.base.version, att
+    return att
+
+
 def apply_record(v, record: dict) -> Verdict | None:
     """The verdict of a checked record applied by ``v`` (a Validator or its context); None when the PR
     is no longer open."""
@@ -225,19 +245,7 @@ def apply_record(v, record: dict) -> Verdict | None:
         except RaceLostError:
             return None
         return verdict
-    # everything computable is recomputed: nothing but the metrics is taken from the artifact
-    att = attenuation(cfg.merge.staleness, adm.staleness)
-    if adm.staleness != verdict.staleness or verdict.attenuation is None or abs(att - verdict.attenuation) > 1e-12:
-        raise UsageError("the record's staleness or attenuation is not what ancestry and the config give")
-    before, m = verdict.metrics["before"] or {}, verdict.metrics
-    reference = gate_reference(ctx, before)  # the gate's reference, from main's history as the evaluation had it
-    decision = decide(cfg.policy, reference, m.get("probe") or m["after"] or {})
-    if not decision.accepted:
-        raise UsageError("the record says accepted, but its own metrics fail the ledger's policy: "
-                         f"{decision.reason}")
-    reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
-    verdict.reason, verdict.contributor = reason, pr.contributor
-    verdict.base_version, verdict.attenuation = adm.base.version, att
+    att = _rederived(ctx, adm, pr, verdict)
     try:
         current, step = candidate(ctx, adm, main, att, timer, in_place=True)  # recomputed (main's metrics first)
         sc = adm.screened  # validator/screen.py: recomputed content hash, norm and clip

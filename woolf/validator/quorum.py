@@ -52,7 +52,7 @@ from woolf.timing import Timer
 from woolf.validator.context import ValidatorContext
 from woolf.validator.state import Fixed, Judged, Round, Unpushed
 from woolf.validator.step import evaluate, fresh, merge, verdict_trailers
-from woolf.validator.verdict import Verdict, _failpoint
+from woolf.validator.verdict import Verdict, failpoint
 
 log = logging.getLogger("woolf.validator")
 RETRY_UNAVAILABLE = 10.0  # seconds before a PR whose delta storage could not serve is tried again
@@ -253,7 +253,7 @@ def _send_vote(ctx: ValidatorContext, r: Round, settles: bool) -> bool:
         return False
     r.unpushed, r.pushed = None, True
 
-    _failpoint("after-vote")
+    failpoint("after-vote")
     ctx.forge.vote_status(r.pr, r.me, r.mine.decision, r.judged.verdict.reason)  # e.g. GitHub: a status
     return True
 

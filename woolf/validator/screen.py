@@ -19,10 +19,10 @@ import torch
 
 from woolf.core.fairness import beyond_limit, canonical
 from woolf.core.merge import compute_delta
+from woolf.core.scale import f32
 from woolf.core.scores import (
     clip_delta,
     content_sha256,
-    f32,
     norm,
     norm_limit,
     per_contributor,

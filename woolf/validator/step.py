@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 
-from woolf.core.merge_rules import Rule, Step, merge_step
+from woolf.core.merge_rules import Rule, Step
 from woolf.core.policy import decide
 from woolf.core.scores import norm
 from woolf.core.staleness import attenuation
@@ -22,13 +22,13 @@ from woolf.errors import (
     Rejected,
 )
 from woolf.ledger.benchmark import gate_benchmark, published
+from woolf.ledger.transition import parent_state, streamable, transition
 from woolf.ledger.trust import require_validator
 from woolf.protocol import layout
 from woolf.protocol.rules.submitter import check_submitter
 from woolf.protocol.trailers import format_message
 from woolf.storage.files import hashes_of_file
-from woolf.storage.lazy import merge_in_place, streamable
-from woolf.storage.outer_state import load_state, save_state
+from woolf.storage.outer_state import save_state
 from woolf.storage.pointer import Pointer
 from woolf.storage.weights import check_finite, save_atomic, spec_of
 from woolf.timing import Timer
@@ -38,7 +38,7 @@ from woolf.validator.delta_load import load_delta
 from woolf.validator.score import judge, judge_scores, score_delta, verdict_fields
 from woolf.validator.screen import check_queue, screen_delta
 from woolf.validator.state import MergedDeltas
-from woolf.validator.verdict import Verdict, _failpoint
+from woolf.validator.verdict import Verdict, failpoint
 from woolf.workloads.base import describe_device
 
 log = logging.getLogger("woolf.validator")
@@ -65,7 +65,8 @@ def merged_deltas(ctx: ValidatorContext, main) -> set[str]:
     return found
 
 
-def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Timer, before_merge=None, in_place: bool = False):
+def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Timer, before_merge=None,
+              in_place: bool = False):
     """(current weights, merge Step) after the data checks; raises Rejected.
 
     ``before_merge(current, delta, spent)``: runs after the checks and before the merge (scoring reads
@@ -75,7 +76,7 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
 
     ``in_place``: the caller needs main's benchmark metrics only from ``state.eval_cache``, so they
     are measured here first, and the merge may then write the candidate into current's memory
-    tensor by tensor (storage/lazy.py merge_in_place): the returned weights are then the candidate's.
+    tensor by tensor (ledger/transition.py): the returned weights are then the candidate's.
 
     A parent version whose outer state is missing or does not fit raises
     IntegrityError/StorageError: nothing is merged on top of it (not the PR's fault).
@@ -84,7 +85,7 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
     with timer("load"):
         current = ctx.ledger.load_weights(main)  # sha256-verified (hashed as read, if new here)
         current_spec = spec_of(current)
-        state = _load_state(ctx, main, current_spec)
+        state = parent_state(ctx.ledger, main, current_spec, f"outer state of version {main.version}")
         delta = load_delta(ctx, adm, current_spec)
     with timer("checks"):
         norms = _check_norm(ctx, current, delta)
@@ -102,12 +103,11 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
             current.clear()  # dropped before the new copy is read: never three models at once
             current.update(ctx.ledger.load_weights(main))
     rule = Rule.from_config(cfg.merge)
-    if in_place and streamable(rule, current, delta):
+    in_place = in_place and streamable(rule, current, delta)
+    if in_place:  # main's metrics first: current's memory then receives the candidate
         evaluate_before(ctx, main, current, timer)
-        with timer("merge"):
-            return current, merge_in_place(rule, current, delta, att)
-    with timer("merge"):
-        return current, merge_step(rule, current, state, delta, att, reuse_delta=True)
+    with timer("merge"):  # the screen clipped the delta already (Woolf-Delta-Clip)
+        return current, transition(rule, current, state, delta, att, in_place=in_place)
 
 
 def evaluate_before(ctx: ValidatorContext, main, current, timer: Timer) -> dict:
@@ -118,14 +118,6 @@ def evaluate_before(ctx: ValidatorContext, main, current, timer: Timer) -> dict:
         with timer("evaluation"):
             before = ctx.state.eval_cache[main.commit] = wl.evaluate(current, bench, ctx.device)
     return before
-
-
-def _load_state(ctx: ValidatorContext, main, model_spec):
-    path = ctx.ledger.state_path(main)
-    if path is None:
-        return None
-    return load_state(path, model_spec, ctx.ledger.config.limits,
-                      f"outer state of version {main.version}")
 
 
 def gate_reference(ctx: ValidatorContext, before: dict) -> dict:
@@ -230,6 +222,7 @@ def _check_norm(ctx: ValidatorContext, current, delta) -> tuple[float, float]:
 
 
 def verdict_trailers(ctx: ValidatorContext, v: Verdict, timer: Timer) -> dict:
+    """The trailers every verdict of this validator carries (a merge, a rejection, a vote adds its own)."""
     return {
         "Woolf-Contributor": v.contributor, "Woolf-Base-Version": v.base_version,
         "Woolf-Staleness": v.staleness, "Woolf-Attenuation": v.attenuation,
@@ -268,7 +261,7 @@ def merge(ctx: ValidatorContext, pr, main, verdict: Verdict, step: Step, timer: 
             ctx.ledger.store.upload_cached(Pointer(pr.submission["delta"]["md5"],
                                                     pr.submission["delta"]["size"], "delta.safetensors"))
         _verify_stored(ctx, pr, main)
-    _failpoint("after-upload")
+    failpoint("after-upload")
     verdict.version = main.version + 1
     fields = {"Woolf-Version": verdict.version, "Woolf-Submission": pr.id,
               "Woolf-Reason": verdict.reason, "Woolf-Alpha": cfg.merge.alpha_base,
@@ -285,8 +278,8 @@ def merge(ctx: ValidatorContext, pr, main, verdict: Verdict, step: Step, timer: 
         f"(staleness {verdict.staleness}, {how})", fields)
     commit = ctx.ledger.git.commit_tree_with(main.commit, files, message,
                                               parents=[main.commit, pr.head])
-    _failpoint("before-push")
+    failpoint("before-push")
     with timer("push"):
         ctx.forge.merge(pr, commit, main.commit, also=also)
-    _failpoint("after-push")
+    failpoint("after-push")
     verdict.timings = dict(timer)

@@ -2,7 +2,7 @@
 
 Usage:
     v = Verdict(pr.id, False, "rejected", "reason"); v.to_json()
-    _failpoint("before-push")          # kill -9 here when WOOLF_FAILPOINT=before-push
+    failpoint("before-push")          # kill -9 here when WOOLF_FAILPOINT=before-push
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import signal
 from dataclasses import asdict, dataclass, field
 
 
-def _failpoint(name: str) -> None:
+def failpoint(name: str) -> None:
     """Crash tests set WOOLF_FAILPOINT to kill -9 this process at a named step."""
     if os.environ.get("WOOLF_FAILPOINT") == name:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -14,7 +14,7 @@ compressed delta merged under `attenuated` touches only its kept values
 must hash to the version's recorded sha256 and its pointer's md5, or nothing
 is kept; it then becomes the cache object, so every later read is a copy. A dense
 delta is read tensor by tensor and the attenuated merge writes into the weights' own
-memory (storage/lazy.py); the file is written and hashed from that memory: one model in
+memory (ledger/transition.py); the file is written and hashed from that memory: one model in
 memory, not three.
 Every object read is verified (md5 as it is fetched, sha256 against the record):
 one that storage holds with other bytes (a file planted at a removed version's
@@ -29,11 +29,10 @@ import tempfile
 from pathlib import Path
 
 from woolf.core.compress import apply_sparse_
-from woolf.core.merge_rules import Rule, f32
+from woolf.core.scale import delta_scale
 from woolf.errors import IntegrityError, StorageError, WoolfError
 from woolf.ledger.retention.deltas import delta_pointers, weights_pointers
-from woolf.storage.lazy import clipped, merge_delta, open_delta
-from woolf.storage.outer_state import load_state
+from woolf.ledger.transition import open_delta, parent_state, recorded_rule, transition
 from woolf.storage.sparse import load_entries
 from woolf.storage.weights import TRUSTED_LIMITS, spec_of
 from woolf.storage.writer import write_hashed
@@ -99,20 +98,18 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
             if ledger.store.hashes(path)[1] != declared.get("sha256"):  # the bytes the validator checked
                 raise IntegrityError(f"{label}: its bytes are not the merged submission's sha256",
                                      hint="run `woolf audit`")
-            rule = Rule.from_record(v.rule, v.alpha or 0.0, v.rule_params)
+            rule = recorded_rule(v)
             if rule.kind == "attenuated" and declared.get("kind") == "topk" and v.delta_clip is None:
                 # the same bytes as merge_step on the expanded delta, touching only the kept values
-                scale = f32(rule.alpha * (v.attenuation or 0.0))
+                scale = delta_scale(rule.alpha, v.attenuation or 0.0)
                 merged = load_entries(path, declared, spec, TRUSTED_LIMITS, label, check=False)
                 for name, (where, vals) in merged.items():
                     stale[name] = apply_sparse_(weights[name], where, vals, scale, stale.get(name))
             else:
                 delta = open_delta(path, declared, spec, TRUSTED_LIMITS, label)  # dense: tensor by tensor
-                if v.delta_clip is not None:  # scoring.norm_action = clip: merged as the validator clipped it
-                    delta = clipped(delta, v.delta_clip)
-                state_path = ledger.state_path(prev)
-                state = None if state_path is None else load_state(state_path, spec, ledger.config.limits)
-                weights = merge_delta(rule, weights, state, delta, v.attenuation or 0.0).candidate  # in place
+                state = parent_state(ledger, prev, spec)
+                weights = transition(rule, weights, state, delta, v.attenuation or 0.0,  # in place, clipped
+                                     clip=v.delta_clip).candidate  # as the validator clipped it
                 stale = {}
         except (ValueError, KeyError, RuntimeError, TypeError, IndexError) as exc:
             raise IntegrityError(f"version {v.version} cannot be replayed: {exc}", hint="run `woolf audit`") from None

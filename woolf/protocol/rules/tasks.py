@@ -59,28 +59,45 @@ def check_task(git, task_id: str, old: str, new: str, main: str | None, now: flo
     if rec is None:
         return [f"not a record of this task: {why}"]
     if old == ZERO:
-        if rec.state != "reserved" or parents != [rec.base_commit]:
-            return ["a task starts with a `reserved` record on its base version"]
-        if main is None or not _is_version_on_main(git, rec.base_commit, rec.base_version, main):
-            return ["a task's base is a version on main"]
-        problem = _new_task_problem(git, rec, main, time.time() if now is None else now)
-        if problem:
-            return [problem]
+        problem = _start_problem(git, rec, parents, main, time.time() if now is None else now)
     else:
-        prev, _ = parse_record(read_commit(git, old)[1], task_id)
-        if parents != [old]:
-            return ["a task record's one parent is the task's previous record (it is never rewritten)"]
-        if prev is None or prev.state in FINAL:
-            return [f"the task already ended ({prev.state if prev else 'unreadable'})"]
-        if any(getattr(prev, k) != getattr(rec, k) for k in _KEEP):
-            return ["a record keeps its task's contributor, base, shard, steps and lease"]
+        problem = _move_problem(git, task_id, rec, parents, old)
+    if problem:
+        return [problem]
     stamp = git.out("log", "-1", "--format=%ct", new)
     skew = int(stamp) - (time.time() if now is None else now) if stamp.isdigit() else float("inf")
     if abs(skew) > MAX_SKEW:
         return [f"its commit time is {skew:+.0f} s off the hub's clock (at most {MAX_SKEW} s): fix this machine's clock"]
+    problem = _signer_problem(git, rec, new, main)
+    return [problem] if problem else []
+
+
+def _start_problem(git, rec, parents: list[str], main: str | None, now: float) -> str | None:
+    """Why ``rec`` may not start its task (None when it may)."""
+    if rec.state != "reserved" or parents != [rec.base_commit]:
+        return "a task starts with a `reserved` record on its base version"
+    if main is None or not _is_version_on_main(git, rec.base_commit, rec.base_version, main):
+        return "a task's base is a version on main"
+    return _new_task_problem(git, rec, main, now)
+
+
+def _move_problem(git, task_id: str, rec, parents: list[str], old: str) -> str | None:
+    """Why ``rec`` may not follow the task's record ``old`` (None when it may)."""
+    prev, _ = parse_record(read_commit(git, old)[1], task_id)
+    if parents != [old]:
+        return "a task record's one parent is the task's previous record (it is never rewritten)"
+    if prev is None or prev.state in FINAL:
+        return f"the task already ended ({prev.state if prev else 'unreadable'})"
+    if any(getattr(prev, k) != getattr(rec, k) for k in _KEEP):
+        return "a record keeps its task's contributor, base, shard, steps and lease"
+    return None
+
+
+def _signer_problem(git, rec, new: str, main: str | None) -> str | None:
+    """A keyed contributor's records are signed by that contributor's key (None when fine)."""
     text = signers_text(git, main)
     if text is None:
-        return []
+        return None
     try:
         listed = Signers.parse(text.decode(errors="replace")).roles_of(rec.contributor)
     except Exception:  # noqa: BLE001 - a malformed allowed_signers is the chain check's to report
@@ -88,8 +105,8 @@ def check_task(git, task_id: str, old: str, new: str, main: str | None, now: flo
     if listed:
         status, principal = signatures(git, {new: text}).get(new, ("N", ""))
         if status != "G" or principal != rec.contributor:
-            return [f"a record of {rec.contributor}'s task must be signed by {rec.contributor}'s key"]
-    return []
+            return f"a record of {rec.contributor}'s task must be signed by {rec.contributor}'s key"
+    return None
 
 
 def _keyed(git, main: str) -> set[str]:

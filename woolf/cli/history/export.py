@@ -1,0 +1,34 @@
+"""`woolf export`: a version as a directory others load (Hugging Face, or one safetensors file).
+
+Usage:
+    woolf export 3 my-model-v3                        # transformers: from_pretrained("my-model-v3")
+    woolf export 3 out --dtype float32 --max-shard-size 2GB --json
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from woolf.cli.app import App, json_option, pass_app
+
+
+@click.command("export")
+@click.argument("version", type=int)
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16", "float64"]), default=None,
+              help="Write the weights in this dtype (default: the checkpoint's, for transformers; else as stored).")
+@click.option("--max-shard-size", default="5GB", show_default=True,
+              help="Shard the weights above this size (5GB, 500MB, 2GiB or bytes), as save_pretrained does.")
+@json_option
+@pass_app
+def export(app: App, version, directory, dtype, max_shard_size, as_json):
+    """Write a version into a new or empty DIRECTORY, its weights checked against their sha256."""
+    from woolf.ledger.export import export_version  # deferred: the library
+
+    result = export_version(app.ledger(), version, directory, dtype=dtype, max_shard_size=max_shard_size)
+    if as_json:
+        app.emit_json(result)
+        return
+    app.console.print(f"version {version} -> {result['path']} ({result['dtype']}; {', '.join(result['files'])})")

@@ -1,0 +1,15 @@
+"""`woolf --help`'s "Maintainer" commands: create the ledger and its hub, keys, signers, config, storage.
+
+Usage:
+    from woolf.cli import maintainer; maintainer.TITLE, maintainer.COMMANDS   # cli/main.py, cli/help.py
+
+Modules: maintain.py (key, hub, signers, config), storage.py (storage, gc). `init` lives with the
+ledger's other commands (cli/history/ledger.py).
+"""
+
+from woolf.cli.history.ledger import init
+from woolf.cli.maintainer.maintain import config, hub, key, signers
+from woolf.cli.maintainer.storage import gc, storage
+
+TITLE = "Maintainer"
+COMMANDS = [init, hub, key, signers, config, gc, storage]  # in the help's order

@@ -1,0 +1,246 @@
+"""A participant's commands: train, submit, and the PR queue (pr list/show/close).
+
+Usage:
+    woolf train --steps 60; woolf submit -m "my shard"; woolf pr list --json
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from woolf import interrupts
+from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
+
+contributor_option = click.option(
+    "--contributor", envvar="WOOLF_CONTRIBUTOR",
+    help="Your contributor id [env: WOOLF_CONTRIBUTOR; default: git user.name].")
+
+
+class StepsType(click.ParamType):
+    name = "STEPS|auto"
+
+    def convert(self, value, param, ctx):
+        if value == "auto":
+            return value
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is neither a number of steps nor 'auto'", param, ctx)
+        if n <= 0:
+            self.fail(f"{n} is not a positive number of steps", param, ctx)
+        return n
+
+
+@click.command()
+@click.option("--steps", type=StepsType(),
+              help="Training steps, or 'auto': sized from your measured speed so a contribution takes "
+                   "about workload.auto_seconds (default: the ledger's workload.steps).")
+@click.option("--fresh", is_flag=True,
+              help="Discard your optimizer state and compression residual (.woolf/state) and start over; "
+                   "they are otherwise kept across contributions.")
+@click.option("--data", type=click.Path(exists=True), help="Train on your own text files instead of your shard.")
+@device_option
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Random seed of this training run (batch order, dropout).")
+@click.option("--offline", is_flag=True, help="Do not pull first; train from the local main.")
+@click.option("--take", metavar="TASK", help="Train the shard of an expired, cancelled or failed task (woolf tasks).")
+@click.option("--lora", metavar="SPEC", envvar="WOOLF_LORA",
+              help="r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32]: train LoRA adapters "
+                   "over the frozen version (transformers workload) and submit the factors; 'off' turns "
+                   "the ledger's workload.params.lora off [env: WOOLF_LORA].")
+@contributor_option
+@json_option
+@pass_app
+def train(app: App, steps, fresh, data, device, seed, offline, take, lora, contributor, as_json):
+    """Pull the newest version and train from it; keeps the result in .woolf/work."""
+    from woolf.participant import TrainOptions  # deferred: fast --help
+    from woolf.participant import train as do_train  # deferred: fast --help
+
+    ledger = app.ledger()
+    with Progress(TextColumn("training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=app.err,
+                  disable=as_json) as bar:
+        task = bar.add_task("train", total=steps if isinstance(steps, int) else ledger.config.workload.steps,
+                            info="")
+        state = {"t0": None, "step": 0}
+
+        def progress(step, total, loss):
+            state["step"] = step
+            interrupts.check()  # Ctrl-C is deferred while training (see woolf/interrupts.py)
+            state["t0"] = state["t0"] or time.perf_counter()
+            rate = step / max(time.perf_counter() - state["t0"], 1e-9)
+            bar.update(task, completed=step, total=total, info=f"loss {loss:.3f}  {rate:.1f} steps/s")
+
+        options = TrainOptions(steps=steps, data=data, device=device, seed=seed, offline=offline,
+                               contributor=contributor, progress=progress, fresh=fresh, take=take, lora=lora)
+        try:
+            result = do_train(ledger, options)
+            state["done"] = True
+            interrupts.release()
+        except KeyboardInterrupt:
+            bar.stop()
+            app.err.print("interrupted after training finished: the result is kept; `woolf submit` opens a PR"
+                          if state.get("done") else
+                          f"interrupted at step {state['step']}: nothing from this run was saved or submitted"
+                          + _earlier_result(ledger))
+            raise click.exceptions.Exit(130) from None
+    if as_json:
+        app.emit_json(result)
+        return
+    m = result["metrics"]
+    app.console.print(f"trained {result['training']['steps']} steps from version {result['base_version']} "
+                      f"in {result['training']['seconds']:.1f}s; benchmark loss "
+                      f"{m['before']['loss']:.4f} -> {m['after']['loss']:.4f}")
+    how = result["training"].get("optimizer")
+    if how and how.startswith("set aside"):
+        app.err.print(f"[yellow]warning:[/] your optimizer state was {how}")
+    gate = result.get("gate") or {}
+    if gate.get("passes") is False:
+        app.say(("warning:", "yellow"), f" the benchmark gate would reject this result: {gate.get('reason')} "
+                f"(policy.min_improvement {ledger.config.policy.min_improvement:+.4f}; negative is the regression "
+                "it tolerates)", err=True)
+        app.console.print("next: `woolf train` again (more --steps, another --seed or --data), "
+                          "or `woolf submit` to let the validators judge it anyway")
+        return
+    if result.get("lora"):
+        lo = result["training"].get("lora", {})
+        app.console.print(f"LoRA {result['lora']}: {lo.get('targets')} target tensors, {lo.get('bytes')} bytes "
+                          f"to send ({lo.get('bytes', 0) / max(lo.get('dense_bytes', 1), 1):.2%} of a dense delta)")
+    app.console.print("next: `woolf submit`")
+
+
+def _earlier_result(ledger) -> str:
+    """What an interrupted `train` leaves: an earlier result still waiting in the work area, if any."""
+    from woolf.participant.state import waiting_result  # deferred: fast --help
+
+    earlier = waiting_result(ledger)
+    if earlier is None:
+        return ""
+    if earlier["submitted"]:
+        return f"; the earlier result in .woolf/work was submitted already (PR {earlier['submitted']})"
+    return (f"; an earlier result (trained from version {earlier['base_version']}) is still waiting in "
+            "the work area: `woolf submit` would send that one")
+
+
+@click.command()
+@click.option("--weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Submit these weights (trained by any means) instead of `woolf train`'s.")
+@click.option("--base", "base_version", type=int, help="With --weights: the version they were trained from (default: local main).")
+@click.option("-m", "--message", default="", help="A note for the PR.")
+@click.option("--delta-url-base", envvar="WOOLF_DELTA_URL_BASE",
+              help="Public https URL of your own DVC storage, for fork PRs [env: WOOLF_DELTA_URL_BASE].")
+@click.option("--delta-remote", envvar="WOOLF_DELTA_REMOTE",
+              help="Upload the delta to this DVC remote of yours, not the ledger's [env: WOOLF_DELTA_REMOTE].")
+@click.option("--error-feedback/--no-error-feedback", default=None,
+              help="Add what the ledger did not merge of your earlier PRs (rejected, or attenuated) to "
+                   "this delta [default: the ledger's workload.error_feedback].")
+@click.option("--compress", metavar="SPEC",
+              help="dense, or topk:FRACTION[,bits:2|4|8][,chunk:N]: send the largest FRACTION of each chunk's "
+                   "values, quantized; what is dropped is kept in .woolf/state and added to your next delta "
+                   "[default: the ledger's delta.compress].")
+@contributor_option
+@forge_option
+@json_option
+@pass_app
+def submit(app: App, weights, base_version, message, delta_url_base, delta_remote, error_feedback, compress,
+           contributor, forge, as_json):
+    """Open a pull request carrying trained - base."""
+    from woolf.participant import SubmitOptions  # deferred: fast --help
+    from woolf.participant import submit as do_submit  # deferred: fast --help
+
+    options = SubmitOptions(weights=weights, message=message, contributor=contributor,
+                            base_version=base_version, forge=forge, delta_url_base=delta_url_base,
+                            delta_remote=delta_remote, error_feedback=error_feedback,
+                            compress=compress)
+    ledger = app.ledger()
+    try:
+        with interrupts.interruptible():
+            result = do_submit(ledger, options)
+    except KeyboardInterrupt:
+        app.err.print("interrupted: the PR ref is pushed last, so unless that push had finished no PR was opened "
+                      "(`woolf pr list` shows); your trained result is still in .woolf/work for `woolf submit`, "
+                      "and a delta already uploaded stays in storage unreferenced")
+        raise click.exceptions.Exit(130) from None
+    if as_json:
+        app.emit_json(result)
+        return
+    app.console.print(f"opened PR [bold]{result['id']}[/] from version {result['base_version']} "
+                      f"({result['delta_kind']} delta {result['delta_size']} bytes, "
+                      f"sha256 {result['delta_sha256'][:12]})")
+    if result["error_feedback"]:  # what was carried, or a residual set aside
+        app.err.print(f"note: {result['error_feedback']}")
+
+
+@click.group()
+def pr():
+    """The pull-request queue."""
+
+
+@pr.command("list")
+@click.option("--state", type=click.Choice(["open", "merged", "rejected", "withdrawn", "expired", "quarantined"]),
+              help="Only pull requests in this state.")
+@forge_option
+@json_option
+@pass_app
+def pr_list(app: App, state, forge, as_json):
+    """Pull requests, in queue order (when the forge received them)."""
+    from woolf.forges import forge_for  # deferred: fast --help
+
+    f = forge_for(app.ledger(), forge)
+    prs = f.list(state=state)
+    for ref, why in getattr(f, "skipped", []):
+        app.err.print(f"skipped malformed ref {ref!r}: {why}", markup=False, highlight=False)
+    if as_json:
+        app.emit_json([p.to_json() for p in prs])
+        return
+    app.table(["id", "state", "who", "base", "stale", "version", "reason"],
+              [[p.id, p.state, p.contributor or "-", str(p.base_version),
+                "-" if p.staleness is None else str(p.staleness),
+                "-" if p.version is None else str(p.version), " ".join((p.reason or "").split())]
+               for p in prs], yielding="reason")
+
+
+@pr.command("show")
+@click.argument("sub_id")
+@forge_option
+@json_option
+@pass_app
+def pr_show(app: App, sub_id, forge, as_json):
+    """One pull request and its verdict."""
+    from woolf.forges import forge_for  # deferred: fast --help
+
+    p = forge_for(app.ledger(), forge).get(sub_id)
+    data = {**p.to_json(), "submission": p.submission}
+    if as_json:
+        app.emit_json(data)
+        return
+    for key, value in data.items():  # every value may be attacker-written: one line of printable text, no markup
+        text = json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
+        app.say((f"{key:>15}", "bold"), " " + " ".join(text.split()))
+
+
+@pr.command("close")
+@click.argument("sub_id")
+@click.option("--force", is_flag=True,
+              help="Close a pull request that someone else opened (recorded as closed by you).")
+@contributor_option
+@forge_option
+@json_option
+@pass_app
+def pr_close(app: App, sub_id, force, contributor, forge, as_json):
+    """Withdraw your pull request (its contributor's only; --force for another's)."""
+    from woolf.forges import forge_for  # deferred: fast --help
+    from woolf.protocol.contributor import contributor_id  # deferred: fast --help
+
+    ledger = app.ledger()
+    who = contributor_id(contributor, ledger.git)
+    p = forge_for(ledger, forge).withdraw(sub_id, by=who, force=force)
+    if as_json:
+        app.emit_json(p.to_json())
+        return
+    app.say(f"{sub_id} {p.state}: {p.reason or ''}".rstrip(": "))

@@ -1,0 +1,168 @@
+"""A participant's training: train from the current version (submit.py then sends the delta as a PR).
+
+Usage (or `from woolf.participant import train, TrainOptions`):
+    result = train(ledger, steps=60, contributor="alice")     # -> .woolf/work/trained.*
+    result = train(ledger, TrainOptions(steps=60, contributor="alice"))   # the same
+
+It takes its options object, or the options' fields as keywords (unknown ones: TypeError).
+What the workload's train() is given beyond the base protocol follows its declared FEATURES
+(woolf/workloads/features.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from woolf.core.policy import decide
+from woolf.errors import UsageError
+from woolf.ledger.tasks import reserve_for_training, take_shard_data
+from woolf.ledger.trust import require_command_trust, require_trusted_head
+from woolf.participant.lora import lora_spec, train_lora
+from woolf.participant.state import (
+    auto_steps,
+    record_speed,
+    state_dir,
+    work_dir,
+)
+from woolf.protocol.contributor import contributor_id
+from woolf.storage.files import write_bytes_atomic
+from woolf.storage.weights import (
+    load_checked,
+    save_atomic,
+    spec_of,
+)
+from woolf.workloads.features import FINGERPRINT, FOLLOW, GLOBAL_STEP, STATE_DIR, features_of
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """How `train` runs; each field is the keyword `train` takes, with the same default."""
+
+    steps: int | str | None = None  # steps, or "auto" (sized from speed); None: workload.steps
+    data: str | None = None  # a file or directory of text; None: this contributor's shard
+    device: str = "auto"  # "auto", "cpu", "cuda"
+    seed: int = 0  # torch's seed for this run (batch order, dropout)
+    offline: bool = False  # do not pull first: train from the local main (and follow nothing)
+    contributor: str | None = None  # the contributor id; None: git user.name
+    progress: Callable[[int, int, float], None] | None = None  # (step, total, loss) per step
+    fresh: bool = False  # discard the optimizer state in .woolf/state first
+    follow: bool = True  # follow main's newer versions while training (workload.follow_every)
+    task: bool = True  # with an origin, train as a task: shard reserved, heartbeats, settled
+    take: str | None = None  # train the shard of this expired, cancelled or failed task
+    lora: str | None = None  # "r=R[,alpha=A][,targets=..]": LoRA adapters (issue 33); None: workload.params.lora
+
+
+def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
+    """Train from the newest version; keep the result in the git-ignored work area.
+
+    ``options`` or its fields as keywords (``train(ledger, steps=60)``), or both (the keywords
+    win). The inner optimizer's state persists in .woolf/state across contributions (``fresh``
+    discards it); ``steps="auto"`` sizes the contribution from this participant's speed. With
+    ``workload.follow_every`` set, training follows main's newer versions
+    (woolf/participant/follow.py). With an origin (git-native forge) training is a task
+    (woolf/ledger/tasks.py): its shard reserved with a lease before it starts, heartbeats while
+    it runs, cancelled on Ctrl-C, failed on an error; ``take`` trains the shard of an expired
+    task. ``task=False`` skips all that.
+    """
+    import torch  # deferred: torch
+
+    from woolf.workloads.base import resolve_device  # deferred: loads torch
+
+    o = replace(options, **kwargs) if options is not None else TrainOptions(**kwargs)
+    who = contributor_id(o.contributor, ledger.git)
+    if isinstance(o.steps, int) and o.steps <= 0:
+        raise UsageError(f"--steps must be a positive number of steps or 'auto', got {o.steps}")
+    head = ledger.head() if o.offline else ledger.pull()
+    require_trusted_head(ledger, head)  # config and weights came from maintainer and validator keys
+    cfg = ledger.config
+    wl = ledger.workload()
+    lora = lora_spec(ledger, o.lora)  # issue 33: None trains every parameter
+    fingerprint = wl.fingerprint() if FINGERPRINT in features_of(wl) else cfg.workload.name
+    if o.fresh:
+        shutil.rmtree(state_dir(ledger), ignore_errors=True)
+    steps = (auto_steps(ledger, fingerprint, state_dir(ledger)) if o.steps == "auto"
+             else (o.steps or cfg.workload.steps))
+    task = reserve_for_training(ledger, who, head, steps, o.take) if o.task else None
+    data = o.data
+    if o.take and not data and not cfg.workload.command:  # an expired task's shard: its owner's
+        owner, version = take_shard_data(task.rec.shard)
+        data = ("shard", owner, version)
+    with task.running() if task else contextlib.nullcontext():
+        device = resolve_device(o.device)
+        base = ledger.load_weights(head)
+        out = work_dir(ledger)
+        out.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(o.seed)
+        if cfg.workload.command:
+            trained, summary = _train_by_command(ledger, head, base, data, steps, o.seed, out)
+        else:
+            train_data = (wl.default_data(data[1], data[2]) if isinstance(data, tuple)
+                          else wl.data_from_path(data) if data
+                          else wl.default_data(who, head.version))
+            extra, follower = _train_keywords(ledger, features_of(wl), o, head, base) if lora is None else ({}, None)
+            if lora is not None:  # issue 33: adapters over the frozen version; the factors are the delta
+                trained, summary = train_lora(ledger, wl, base, train_data, steps, lora, device, o.seed, o.progress)
+            else:
+                trained, summary = wl.train(base, train_data, steps, device=device, seed=o.seed,
+                                            progress=o.progress, **extra)
+            summary["files"] = len(train_data.files)
+            if follower is not None:  # one last look: the delta is relative to the newest version
+                shift = follower()
+                if shift is not None:
+                    trained = {k: (v.to(torch.float32) + shift[k]).to(v.dtype)
+                               for k, v in trained.items()}
+                summary["followed"] = follower.rebases
+                head, base = follower.base, follower.base_weights
+        record_speed(fingerprint, summary, state_dir(ledger))
+        bench = ledger.benchmark()
+        # the version's own recorded metrics, when it has them (validators evaluated it already)
+        before = head.metrics if head.metrics and cfg.policy.metric in head.metrics else None
+        metrics = {"before": before or wl.evaluate(base, bench, device),
+                   "after": wl.evaluate(trained, bench, device)}
+        save_atomic(trained, out / "trained.safetensors")
+        gate = decide(cfg.policy, metrics["before"], metrics["after"])  # what the gate would say, unattenuated
+        record = {"base_version": head.version, "base_commit": head.commit, "contributor": who,
+                  "training": summary, "metrics": metrics, "seed": o.seed,
+                  "task": task.rec.id if task else None, "lora": lora.text() if lora else None,
+                  "gate": {"passes": gate.accepted, "reason": gate.reason}}
+        write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
+    return {**record, "weights": str(out / "trained.safetensors")}
+
+
+def _train_keywords(ledger, features: frozenset[str], o: TrainOptions, head, base) -> tuple:
+    """What the workload's train() gets beyond the base protocol, by its declared features;
+    and the Follower, when it follows main."""
+    from woolf.participant.follow import Follower  # deferred: loads torch, yaml
+
+    cfg = ledger.config
+    extra: dict = {}
+    if STATE_DIR in features:
+        extra["state_dir"] = state_dir(ledger) / "optimizer"
+    if GLOBAL_STEP in features:  # the ledger's progress, for LR schedules
+        extra["global_step"] = head.version * cfg.workload.steps
+    follower = None
+    if o.follow and cfg.workload.follow_every and FOLLOW in features and not o.offline:
+        follower = Follower(ledger, head, base)
+        extra.update(follow=follower, follow_every=cfg.workload.follow_every)
+    return extra, follower
+
+
+def _train_by_command(ledger, head, base, data, steps: int, seed: int, out: Path) -> tuple:
+    """workload.command trains: the trained weights (checked like any) and its summary."""
+    from woolf.workloads.command import run_training_command  # deferred: loads torch, numpy
+
+    cfg = ledger.config
+    if not data:
+        raise UsageError("this ledger trains with an external command: pass --data PATH")
+    require_command_trust(ledger, head)
+    state_dir(ledger).mkdir(parents=True, exist_ok=True)
+    path, summary = run_training_command(cfg.workload.command, base, data, steps, seed, out,
+                                         state=state_dir(ledger) / "command")
+    trained = load_checked(path, cfg.limits, expect=spec_of(base), label="command output")
+    shutil.rmtree(path.parent, ignore_errors=True)
+    return trained, summary
