@@ -338,8 +338,9 @@ def test_open_prs_per_contributor_and_keyless_are_bounded(make_hub, monkeypatch)
         hub.set(_ref(sub_id, "head"), head)
     third = _ids(3, "eve")[2]
     assert hub.push((ZERO, head, _ref(third, "head"))) == [
-        "eve has 2 open PRs on this hub; queue.max_open_per_contributor is 2: wait for verdicts, or withdraw "
-        "some (`woolf pr withdraw`)"]
+        "eve has 2 open PRs on this hub; queue.max_open_per_contributor is 2: wait for verdicts, or an unsigned "
+        "name is anyone's to fill, so sign with a key listed in ledger/allowed_signers (its PRs count apart), "
+        "or submit under another name"]  # issue 37: eve has no key, she cannot withdraw
     hub.set(_ref(_ids(1, "eve")[0], "verdict"), hub.verdict(head, sub_id=_ids(1, "eve")[0]))  # one closes
     assert hub.push((ZERO, head, _ref(third, "head"))) == []
     monkeypatch.setattr(flood, "OPEN_KEYLESS_MAX", 3)

@@ -90,7 +90,8 @@ def _many_entries():
 CORPUS = {
     "truncated": (lambda led: {"raw": save(_delta(led))[:100]}, "header length"),
     "header bomb": (lambda led: {"raw": _header_bomb()}, "header length"),
-    "100k entries": (lambda led: {"raw": _many_entries()}, "header length"),
+    # issue 37: over the model's dense size, refused before its header is read
+    "100k entries": (lambda led: {"raw": _many_entries()}, "refused before download"),
     "wrong dtype": (lambda led: {"tensors": {k: v.double() for k, v in _delta(led).items()}},
                     "the model has F32"),
     "missing tensor": (lambda led: {"tensors": dict(list(_delta(led).items())[1:])}, "missing tensors"),

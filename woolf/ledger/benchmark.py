@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -81,6 +82,18 @@ def published(cfg, metrics: dict | None, accepted: bool) -> dict | None:
     if not cfg.benchmark.hidden_sha256 or accepted or not isinstance(metrics, dict):
         return metrics
     return {k: round(x, HIDDEN_DIGITS) if isinstance(x, float) else x for k, x in metrics.items()}
+
+
+_FINE = re.compile(r"([-+]?)(\d+\.\d{3,})")
+
+
+def published_reason(cfg, reason: str) -> str:
+    """A rejection's reason as its verdict carries it: on a hidden benchmark every number with more than
+    HIDDEN_DIGITS decimals rounded to HIDDEN_DIGITS, like its metrics (issue 37: `Woolf-Reason` printed
+    the hidden loss to 4 decimals, a fine-grained oracle the rounded metrics were meant to deny)."""
+    if not cfg.benchmark.hidden_sha256 or not reason:
+        return reason
+    return _FINE.sub(lambda m: f"{m.group(1)}{float(m.group(2)):.{HIDDEN_DIGITS}f}", reason)
 
 
 def hidden_settings(path) -> dict[str, str]:

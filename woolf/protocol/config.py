@@ -51,7 +51,7 @@ class PolicyConfig:
     min_improvement: float = -0.02  # required gain; negative = tolerated regression
     gate: str = "current"  # compare with: current (the version merged on) | best (best of the last `window`)
     window: int = 8  # gate = best: how many recent versions' recorded metrics count
-    max_drawdown: float = -1.0  # most behind the best of the last `window` versions (0: off; -1: 2x the tolerance)
+    max_drawdown: float = -1.0  # most behind the best version since the config last changed (0: off; -1: 2x the tolerance)
 
 
 @dataclass

@@ -41,9 +41,9 @@ from woolf.validator import Verdict
 from woolf.validator.admission import admit
 from woolf.validator.context import context_of
 from woolf.validator.quorum import requeued, vote_one, voter
+from woolf.validator.recheck import own_rejection, rescored_candidate
 from woolf.validator.state import Fixed
 from woolf.validator.step import (
-    candidate,
     evaluate,
     fresh,
     gate_reference,
@@ -235,8 +235,9 @@ def apply_record(v, record: dict) -> Verdict | None:
     with timer("checks"):
         try:
             adm = admit(ctx.ledger, pr, main, merged_deltas(ctx, main))
-        except Rejected as exc:
-            verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
+        except Rejected as exc:  # this job's own reason; none of the record's numbers go with it
+            verdict = Verdict(pr.id, False, "rejected", exc.message, pr.contributor, record["base_version"])
+    verdict = own_rejection(ctx, pr, main, record, verdict, timer)  # issue 37: a record's rejection evaluated here
     if not verdict.accepted:
         if quorum:
             return vote_one(ctx, pr.id, fixed=Fixed(main.commit, verdict, None, None, pr.head))
@@ -247,10 +248,8 @@ def apply_record(v, record: dict) -> Verdict | None:
         return verdict
     att = _rederived(ctx, adm, pr, verdict)
     try:
-        current, step = candidate(ctx, adm, main, att, timer, in_place=True)  # recomputed (main's metrics first)
-        sc = adm.screened  # validator/screen.py: recomputed content hash, norm and clip
-        verdict.content, verdict.delta_norm, verdict.clip = sc.content, sc.norm, sc.clip
-        verdict.flags += [f for f in sc.flags if f not in verdict.flags]
+        # recomputed (main's metrics first); issue 37: the scores measured here, not the record's (recheck.py)
+        current, step = rescored_candidate(ctx, adm, main, att, verdict, timer)
     except Rejected as exc:  # e.g. the delta became unreadable since evaluation
         verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
         if quorum:  # storage that cannot serve the delta now is no vote (the voter's rule too)

@@ -8,24 +8,23 @@ Usage:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from woolf.errors import IntegrityError, InvalidWeightsError, Rejected, StorageError
 from woolf.storage.lazy import LazyTensors
 from woolf.storage.lora import LoraTensors
 from woolf.storage.sparse import load_delta as load_delta_file
-from woolf.storage.sparse import size_bound
 from woolf.validator.admission import Admitted
 from woolf.validator.context import ValidatorContext
+from woolf.validator.intake import check_declared, download_budget
 
 
 def load_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
     """The PR's delta, its whole object's sha256 the one submission.json declares; raises Rejected."""
     cfg = ctx.ledger.config
-    bound = size_bound(adm.meta["delta"], expect_spec)  # a compressed kind's size follows from k
-    if bound is not None and adm.meta["delta"]["size"] > bound:
-        raise Rejected(f"delta declares {adm.meta['delta']['size']} bytes; a {adm.meta['delta']['kind']} delta "
-                       f"of this model with the declared k is at most {bound}")
+    check_declared(adm.meta["delta"], expect_spec, cfg.limits)  # issue 37: dense ones too (validator/intake.py)
     declared = adm.meta["delta"]
     if declared.get("kind") in ("dense", "lora"):  # lora (issue 33): expanded one target at a time
         return _lazy_delta(ctx, adm, expect_spec)
@@ -49,13 +48,15 @@ def _fetch_delta(ctx: ValidatorContext, adm: Admitted, read=None):
     when the object cannot be had whole. A URL's delta is only fetched (``read`` runs later)."""
     ledger = ctx.ledger
     cfg, declared = ledger.config, adm.meta["delta"]
-    try:
-        if "url" in declared:
-            return ledger.store.fetch_url(adm.pointer, declared["url"], cfg.forge,
-                                          cfg.limits.max_delta_bytes), None, None
-        got = ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
-                                        deadline=cfg.forge.delta_timeout, read=read)
-        return (got, None, None) if read is None else (*got, None)
+    cached = ledger.store.cache_path(adm.pointer.md5).is_file()
+    try:  # issue 37: a keyless PR's download draws on the pass's budget (validator/intake.py; Deferred)
+        with download_budget(ctx.state, adm, cfg.forge.delta_timeout, cached) as deadline:
+            if "url" in declared:
+                return ledger.store.fetch_url(adm.pointer, declared["url"], replace(cfg.forge, delta_timeout=deadline),
+                                              cfg.limits.max_delta_bytes), None, None
+            got = ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
+                                            deadline=deadline, read=read)
+            return (got, None, None) if read is None else (*got, None)
     except IntegrityError as exc:
         raise Rejected(f"delta object: {exc.message}") from None
     except StorageError as exc:

@@ -35,9 +35,10 @@ from woolf.protocol.rules.flood import signed_by_own_key
 from woolf.protocol.signers import signers_text
 from woolf.timing import Timer
 from woolf.validator.context import ValidatorContext
+from woolf.validator.intake import Deferred, Pass, evict_rejected, signed_arrived
 from woolf.validator.quorum import vote_one
 from woolf.validator.state import Pending, ValidatorState
-from woolf.validator.step import evaluate, fresh, merge, verdict_trailers
+from woolf.validator.step import evaluate, fresh, merge, merged_deltas, verdict_trailers
 from woolf.validator.verdict import Verdict
 from woolf.workloads.base import resolve_device
 
@@ -119,6 +120,10 @@ class Validator:
                     continue  # failed without a verdict moments ago (its rejection could not be written): later
                 verdict = self.validate_one(sub_id)
                 landed([verdict] if verdict is not None else [])
+                run = state.keyless  # issue 37: a signed PR pushed meanwhile ends a keyless stretch (intake.py)
+                if run is not None and sub_id not in run.signed and signed_arrived(self.ctx, run, set(queue)):
+                    self._fetched = False
+                    break
                 if len(state.pending) >= BATCH:
                     landed(self.flush())
             landed(self.flush())
@@ -128,6 +133,7 @@ class Validator:
             raise
         finally:
             state.batching = False
+            state.keyless = None
         return verdicts
 
     def flush(self) -> list[Verdict]:
@@ -192,6 +198,8 @@ class Validator:
                     if pr.state != "open":
                         return None
                 verdict, step = evaluate(self.ctx, pr, main, timer)
+                if not verdict.accepted:  # issue 37: nothing a rejected PR brought stays (validator/intake.py)
+                    evict_rejected(self.ledger, pr, merged_deltas(self.ctx, main))
                 if not verdict.accepted and self.state.batching:  # pushed with others by run(): one hook run
                     self._fetched = True  # a rejection moves nothing the next PR is judged against
                     with timer("push"):
@@ -216,6 +224,9 @@ class Validator:
                     continue  # main moved or another validator decided: re-fetch, re-check, re-evaluate
             log.warning("%s: lost %d races in a row; it stays in the queue for the next pass", sub_id, MAX_RACES)
             return None
+        except Deferred as exc:  # issue 37: this pass's keyless budget is spent; the PR waits, unjudged
+            log.info("%s", exc.message)
+            return None
         except (StorageError, ForgeError, IntegrityError):
             raise  # the ledger's own storage, forge or state failed, not the PR: this pass stops (watch retries)
         except Exception as exc:  # noqa: BLE001 - one hostile PR must never stop the queue
@@ -226,6 +237,7 @@ class Validator:
             verdict = Verdict(pr.id, False, "rejected",
                               f"the validator could not process this PR ({type(exc).__name__}); "
                               "it is rejected so that the queue goes on", pr.contributor, pr.base_version)
+            evict_rejected(self.ledger, pr, self.state.merged.sha256s if self.state.merged else set())  # issue 37
             try:
                 self.forge.reject(pr, verdict.reason, verdict_trailers(self.ctx, verdict, timer))
             except Exception as again:  # noqa: BLE001 - the verdict could not be written either
@@ -240,4 +252,6 @@ class Validator:
         in queue order): one batch of signature checks (unsigned heads cost none)."""
         text = signers_text(self.ledger.git, self.ledger.git.rev_parse(ORIGIN_MAIN) or "HEAD")
         signed = signed_by_own_key(self.ledger.git, {p.id: p.head for p in prs}, text)
+        quorum = self.ledger.config.validators.quorum > 1  # issue 37: keyless downloads share a budget
+        self.state.keyless = None if quorum else Pass(signed)  # per pass (validator/intake.py)
         return [p for p in prs if p.id in signed] + [p for p in prs if p.id not in signed]

@@ -35,6 +35,8 @@ from woolf.core.merge import apply_delta
 from woolf.core.scores import LEARNED_NOTHING, improvement, unique
 from woolf.errors import IntegrityError, Rejected, StorageError, WoolfError
 from woolf.ledger.benchmark import benchmark_label, hidden_benchmark
+from woolf.validator.drawdown import drawdown_limit as trusted_drawdown_limit
+from woolf.validator.drawdown import drawdown_reason as trusted_drawdown
 
 log = logging.getLogger("woolf.validator")
 
@@ -161,27 +163,13 @@ def _metric(d: dict | None, metric: str) -> float | None:
 
 def drawdown_limit(policy) -> float:
     """policy.max_drawdown, where -1 (the default) is twice the tolerated regression (0 when none is)."""
-    if policy.max_drawdown == -1:
-        return 2 * max(0.0, -policy.min_improvement)
-    return policy.max_drawdown
+    return trusted_drawdown_limit(policy)
 
 
-def drawdown_reason(ledger, probe: dict) -> str | None:
-    """The candidate may never be more than `policy.max_drawdown` behind the best of the last `window` versions."""
-    p = ledger.config.policy
-    got, limit = _metric(probe, p.metric), drawdown_limit(p)
-    if not limit or got is None:
-        return None
-    recent = [m for m in (_metric(x.metrics, p.metric) for x in ledger.log(limit=p.window)) if m is not None]
-    recent = [m for m in recent if math.isfinite(m)]
-    if not recent:
-        return None
-    best = min(recent) if p.direction == "minimize" else max(recent)
-    behind = improvement(got, best, p.direction)  # > 0: the candidate is worse than the best
-    if behind > limit:
-        return (f"{p.metric} {got:.4f} is {behind:.4f} behind the best of the last {len(recent)} versions "
-                f"({best:.4f}), over policy.max_drawdown {limit:g}: tolerated regressions do not add up")
-    return None
+def drawdown_reason(ledger, probe: dict, main=None) -> str | None:
+    """The candidate may never be more than `policy.max_drawdown` behind the best version reached in the
+    window of trust (issue 37: woolf/validator/drawdown.py; no longer the best of a sliding window)."""
+    return trusted_drawdown(ledger, main if main is not None else ledger.head(), probe)
 
 
 def judge(ledger, verdict, before: dict, probe: dict) -> str | None:

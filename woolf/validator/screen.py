@@ -6,8 +6,9 @@ Usage (from the validator's step.py, which hands over its ValidatorState: woolf/
 
 Copies: a delta whose |cosine| to another delta passes `scoring.copy_threshold` (or whose
 tensors that are each copies carry half its squared norm) is a copy of the earlier one:
-merged versions among the last `scoring.copy_window`, and open PRs the forge received
-before this one (queue order, never the id's self-chosen timestamp). Earliest received wins.
+merged versions among the last `scoring.copy_window`, and every open PR the forge received
+before this one (queue order, never the id's self-chosen timestamp), found through the copy
+index (woolf/validator/copyindex.py: a sketch of each delta, read once). Earliest received wins.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ from woolf.storage.pointer import Pointer
 from woolf.storage.sparse import load_delta
 from woolf.storage.weights import spec_of
 from woolf.validator.admission import Admitted
+from woolf.validator.copyindex import indexed_candidates
+from woolf.validator.standing import standing_bound
 from woolf.validator.state import MergedContents, OverLimit, ValidatorState
 
 log = logging.getLogger("woolf.validator")
-MAX_OPEN_COMPARED = 64  # open PRs a delta is compared with, at most
 CACHE_BYTES = 64 << 20  # other PRs' deltas kept between PRs (LRU); a big model's are re-read, not kept
 
 
@@ -98,7 +100,15 @@ def check_queue(ledger, forge, state: ValidatorState, pr) -> None:
     if pr.id in over:
         raise Rejected(f"{OVER_LIMIT} {canonical(pr.contributor)!r} had {over[pr.id]} open PRs when the queue "
                        f"was read, over the limit of {limit}; the {limit} received first are judged, this later one "
-                       "is not (withdraw one of your own open PRs to make room, then submit again)")
+                       f"is not ({_room(signed)}, then submit again)")
+
+
+def _room(signed) -> str:
+    """How a contributor makes room (issue 37): a keyless one cannot withdraw what anyone may have pushed."""
+    if signed is not None:
+        return "withdraw one of your own open PRs to make room"
+    return ("an unsigned name is anyone's to fill: sign with a key listed in ledger/allowed_signers, whose "
+            "signed PRs count apart, or wait for verdicts")
 
 
 def _signed_alike(ledger, pr, snapshot) -> list | None:
@@ -145,7 +155,7 @@ def _load(ledger, state: ValidatorState, pointer: Pointer, key: str, spec,
     return delta
 
 
-def _earlier(ledger, forge, state: ValidatorState, adm: Admitted, spec):
+def _earlier(ledger, forge, state: ValidatorState, adm: Admitted, spec, delta, content: str):
     """(label, delta, PR id) of merged recent deltas, then of open PRs received before this one."""
     cfg = ledger.config.scoring
     recs = [r for r in merged_records(ledger, limit=cfg.copy_window) if r.id and r.head and r.version is not None]
@@ -168,18 +178,11 @@ def _earlier(ledger, forge, state: ValidatorState, adm: Admitted, spec):
         return
     over = _over(state, snapshot, ledger.config.queue.max_open_per_contributor)
     earlier = [p for p in snapshot if p.queue_key() < mine.queue_key() and p.id not in over]
-    for p in earlier[:MAX_OPEN_COMPARED]:
-        d = (p.submission or {}).get("delta")
-        if not isinstance(d, dict) or "url" in d or not isinstance(d.get("md5"), str) \
-                or not isinstance(d.get("size"), int) or not isinstance(d.get("sha256"), str):
-            continue
-        try:
-            ptr = Pointer(d["md5"], d["size"], "delta.safetensors")
-        except (WoolfError, ValueError, TypeError):
-            continue
-        delta = _load(ledger, state, ptr, d["sha256"], spec, d)
-        if delta is not None:
-            yield f"PR {p.id}, open and received earlier", delta, p.id
+    # issue 37: every earlier open PR, through the copy index (validator/copyindex.py), not the 64 oldest
+    for p, ptr, d in indexed_candidates(ledger, state, adm, earlier, (delta, content), spec, _load):
+        other = _load(ledger, state, ptr, d["sha256"], spec, d)
+        if other is not None:
+            yield f"PR {p.id}, open and received earlier", other, p.id
 
 
 def _contents(ledger, state: ValidatorState, main) -> dict:
@@ -260,11 +263,14 @@ def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, curr
         who = canonical(adm.meta["contributor"])
         norms = [r.delta_norm for r in recent[: sc.norm_window] if r.delta_norm is not None and r.contributor == who]
         what, least = f"the median norm of its last {len(norms)} merged deltas", 3
-    limit = norm_limit(norms, sc.norm_multiple, least)
+    # issue 37: keyless names may raise the median, never lower it under keyed contributors' or the floor
+    bound = standing_bound(ledger, main, norm_limit(norms, sc.norm_multiple, least), w)  # validator/standing.py
+    limit = bound.limit if bound is not None else None
     flags, clip = ["revert"] if revert_of else [], None
     if limit is not None and n > limit and not revert_of:  # a revert is as large as the merge it undoes
         if sc.norm_action == "reject":
-            raise Rejected(f"delta norm {n:.4g} is over {sc.norm_multiple:g}x {what} ({limit / sc.norm_multiple:.4g})")
+            raise Rejected(f"delta norm {n:.4g} is over {sc.norm_multiple:g}x {what} "
+                           f"({limit / sc.norm_multiple:.4g}{bound.note})")
         clip = f32(limit / n)
         if isinstance(delta, LazyTensors):  # read tensor by tensor: later reads come back clipped, the same bits
             delta.clip(clip)
@@ -277,7 +283,7 @@ def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, curr
         raise Rejected(f"replay: the same tensors were already merged as version {seen[0]} "
                        f"(PR {seen[1]}), whatever the file's bytes")
     spec = spec_of(current)
-    for label, other, other_id in _earlier(ledger, forge, state, adm, spec):
+    for label, other, other_id in _earlier(ledger, forge, state, adm, spec, delta, content):
         if other_id == adm.meta["id"] or other_id in family:  # a verified revert negates its target
             continue
         sim = similarity(delta, other, sc.copy_threshold)

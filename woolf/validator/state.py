@@ -135,6 +135,13 @@ class ValidatorState:
     # other PRs' deltas read by the copy check, by delta sha256 (or md5), least recently used first;
     # at most screen.CACHE_BYTES of tensors (screen._load evicts)
     deltas: OrderedDict[str, dict] = field(default_factory=OrderedDict)
+    # issue 37: this pass's keyless download budget and signed PR ids (validator/intake.py Pass); None
+    # outside run() and under a quorum: no budget. keyless_spent: PR id -> its download seconds, all passes
+    keyless: object | None = None
+    keyless_spent: dict[str, float] = field(default_factory=dict)
+    # issue 37: the copy index (woolf/validator/copyindex.py): content hash and sketch of every delta the
+    # copy check read, by delta sha256, with its secret seed; made on first use
+    copy_index: object | None = None
     # quorum: PR id -> this validator's judgment, until the PR is settled or no longer open; at most
     # quorum.KEEP_STEPS of the other PRs keep their candidate in memory (remember)
     judged: dict[str, Judged] = field(default_factory=dict)

@@ -21,7 +21,7 @@ from woolf.errors import (
     InvalidWeightsError,
     Rejected,
 )
-from woolf.ledger.benchmark import gate_benchmark, published
+from woolf.ledger.benchmark import gate_benchmark, published, published_reason
 from woolf.ledger.transition import parent_state, streamable, transition
 from woolf.ledger.trust import require_validator
 from woolf.protocol import layout
@@ -181,11 +181,12 @@ def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer) -
     reference = gate_reference(ctx, before)
     decision = decide(cfg.policy, reference, probe)
     verdict.reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
-    if not decision.accepted:
+    if not decision.accepted:  # issue 37: a hidden benchmark's numbers to 0.01 in a rejection, like its metrics
+        verdict.reason = published_reason(cfg, verdict.reason)
         return verdict, None
     veto = judge(ctx.ledger, verdict, before, probe)  # changes nothing, drawdown
     if veto:
-        verdict.reason = veto
+        verdict.reason = published_reason(cfg, veto)
         return verdict, None
     verdict.accepted, verdict.state = True, "merged"
     return verdict, step
