@@ -107,6 +107,19 @@ def test_lora_train_submit_validate_audit_rebuild_and_every_check(tmp_path, wide
     assert dave.last_rebuild == {"version": 1, "from": 0, "deltas": 1}
     assert audit(dave).ok
 
+    # the history tools read versions (merged weights), whatever kind the delta was
+    from woolf.history import diff_versions, revert
+    from woolf.ledger.export import export_version
+    from woolf.report import credit
+
+    changed = {r["name"] for r in diff_versions(dave, 0, 1)["tensors"] if r["l2"] > 0}
+    assert changed == targets  # the LoRA merge moved its targets and nothing else
+    assert export_version(dave, 1, tmp_path / "export")["files"]
+    assert any(r["contributor"] == "alice" for r in credit(dave)["rows"])
+    back = revert(alice, 2, contributor="alice")  # a dense delta: parent − version 2, the LoRA merge taken back
+    [v] = Validator(val, device="cpu").run()
+    assert v.id == back["id"] and v.accepted and "revert" in (v.flags or []), (v.reason, v.flags)
+
 
 def test_lora_rejections_before_any_arithmetic_and_the_queue_goes_on(tmp_path, gpt2_dir):  # noqa: F811
     net = hf_network(tmp_path, gpt2_dir, **{"limits.max_lora_rank": "4", "scoring.uniqueness": "off",
