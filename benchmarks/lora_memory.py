@@ -1,4 +1,4 @@
-"""LoRA contributions measured (issue 33, benchmarks §16): peak RSS of `woolf train --lora` vs full training, bytes per PR.
+"""LoRA contributions measured (issue 33, benchmarks §17): peak RSS of `woolf train --lora` vs full training, bytes per PR.
 
 Usage:
     python benchmarks/lora_memory.py                       # GPT-2 shapes, 16 layers x 768 (~152M), 3 steps, r = 16
