@@ -1,5 +1,5 @@
 """Proof of training (issue 34): how far honest and cheating deltas land from a re-training of their recipe,
-what a re-training costs, and what carried optimizer state weighs (benchmarks/RESULTS.md §17).
+what a re-training costs, and what carried optimizer state weighs (benchmarks/RESULTS.md §18).
 
 Usage:
     python benchmarks/retrain_check.py                      # all parts, results/retrain_check.json

@@ -77,6 +77,23 @@ def test_gpu_check_dry_run(tmp_path):
     assert ledger["evaluation_precision"]["differences"] == {"float32": 0.0}
 
 
+def test_gpu_lora_dry_run(tmp_path):
+    pytest.importorskip("peft")
+    _run(tmp_path, "gpu_lora.py", "--dry-run", "--out", "gpu_lora.json")
+    row = json.loads((tmp_path / "gpu_lora.json").read_text())["row"]
+    assert "error" not in row, row
+    assert row["pr"]["kind"] == "lora" and row["validate"]["state"] == "merged"
+
+
+def test_lora_memory_smoke(tmp_path):
+    pytest.importorskip("peft")
+    _run(tmp_path, "lora_memory.py", "--dry-run", "--out", "lora.json")
+    data = json.loads((tmp_path / "lora.json").read_text())
+    assert data["bytes_1b"]["ratio"] < 0.011 and data["bytes_1b"]["attention_only"]["ratio"] < 0.005
+    assert [r["command"] for r in data["memory"]["rows"]] == ["train full", "train lora16", "submit full",
+                                                              "submit lora", "validate"]
+
+
 def test_peak_memory_smoke(tmp_path):
     _run(tmp_path, "peak_memory.py", "--params", "1e6", "--out", "mem.json")
     rows = json.loads((tmp_path / "mem.json").read_text())["rows"]

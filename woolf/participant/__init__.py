@@ -1,6 +1,6 @@
 """Layer 7, a role: the participant trains on its own data and submits the delta as a PR.
 
-Modules: train.py (train), submit.py (submit), state.py (the clone's private work and state
+Modules: train.py (train), submit.py (submit), lora.py (LoRA contributions, issue 33), state.py (the clone's private work and state
 areas, measured speed), residual.py (compression error feedback), feedback.py (what the last
 verdict means for local state), follow.py (following main while training), distributed.py
 (`woolf train --nproc N` and torchrun: the process group, rank 0's ledger work), recipe.py (the

@@ -19,6 +19,7 @@ from woolf.errors import UsageError
 from woolf.forges import forge_for
 from woolf.ledger.submission import SubmitDeltaOptions, check_delta, submit_delta
 from woolf.participant.feedback import clear_residual, remember, settle
+from woolf.participant.lora import submit_lora
 from woolf.participant.recipe import publish
 from woolf.participant.residual import compress_with_feedback, compression_spec, keep_residual
 from woolf.participant.state import (
@@ -108,6 +109,8 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
                          hint="a submission carries only a delta; `git stash` or `git checkout .` "
                               "first")
     base = _base(ledger, base_version, record)
+    if record.get("lora") and o.weights is None:  # issue 33: the factors are sent, never a dense product
+        return submit_lora(ledger, record, who, base, o)
     cfg = ledger.config
     timer = Timer()
     feedback = cfg.workload.error_feedback if o.error_feedback is None else o.error_feedback

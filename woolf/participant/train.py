@@ -24,6 +24,7 @@ from woolf.ledger.recipes import global_step
 from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
 from woolf.participant.distributed import Group, broadcast, fault_check, join, leave
+from woolf.participant.lora import lora_spec, train_lora
 from woolf.participant.recipe import declare, snapshot_start
 from woolf.participant.state import (
     auto_steps,
@@ -64,6 +65,7 @@ class TrainOptions:
     follow: bool = True  # follow main's newer versions while training (workload.follow_every)
     task: bool = True  # with an origin, train as a task: shard reserved, heartbeats, settled
     take: str | None = None  # train the shard of this expired, cancelled or failed task
+    lora: str | None = None  # "r=R[,alpha=A][,targets=..]": LoRA adapters (issue 33); None: workload.params.lora
 
 
 def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
@@ -111,6 +113,9 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
     if group and DISTRIBUTED not in features:
         raise UsageError(f"workload {cfg.workload.name!r} cannot train on several processes",
                          hint="run `woolf train` without --nproc or torchrun")
+    lora = lora_spec(ledger, o.lora)  # issue 33: None trains every parameter
+    if lora is not None and group:
+        raise UsageError("--lora trains on one process", hint="run `woolf train --lora ...` without --nproc")
     fingerprint = wl.fingerprint() if FINGERPRINT in features else cfg.workload.name
     if o.fresh and lead:
         shutil.rmtree(state_dir(ledger), ignore_errors=True)
@@ -137,13 +142,16 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
             train_data = (wl.default_data(data[1], data[2]) if isinstance(data, tuple)
                           else wl.data_from_path(data) if data
                           else wl.default_data(who, head.version))
-            extra, follower = _train_keywords(ledger, features, o, head, base, group)
+            extra, follower = _train_keywords(ledger, features, o, head, base, group) if lora is None else ({}, None)
             start = snapshot_start(ledger, out, extra.get("state_dir")) if lead else None  # issue 34: the
             recipe_head = head                                                           # recipe's optimizer start
             if extra.get("in_place") and before is None and lead:  # base is trained where it is: measure it first
                 before = wl.evaluate(base, bench, device)
-            trained, summary = wl.train(base, train_data, steps, device=device, seed=o.seed,
-                                        progress=_progress(o.progress, group), **extra)
+            if lora is not None:  # issue 33: adapters over the frozen version; the factors are the delta
+                trained, summary = train_lora(ledger, wl, base, train_data, steps, lora, device, o.seed, o.progress)
+            else:
+                trained, summary = wl.train(base, train_data, steps, device=device, seed=o.seed,
+                                            progress=_progress(o.progress, group), **extra)
             if not lead:
                 return {"rank": group.rank, "base_version": head.version, "training": summary}
             summary["files"] = len(train_data.files)
@@ -167,7 +175,7 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
         gate = decide(cfg.policy, metrics["before"], metrics["after"])  # what the gate would say, unattenuated
         record = {"base_version": head.version, "base_commit": head.commit, "contributor": who,
                   "training": summary, "metrics": metrics, "seed": o.seed,
-                  "task": task.rec.id if task else None,
+                  "task": task.rec.id if task else None, "lora": lora.text() if lora else None,
                   "gate": {"passes": gate.accepted, "reason": gate.reason}}
         if not cfg.workload.command:
             record["recipe"] = recipe  # issue 34 (an external command's training declares none)

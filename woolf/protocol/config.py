@@ -82,6 +82,7 @@ class LimitsConfig:
     max_tensors: int = 10_000  # most tensors in one file
     max_delta_norm_ratio: float = 100.0  # |delta| / |weights| above this is rejected unevaluated
     min_delta_norm_ratio: float = 1e-6  # |delta| / |weights| below this is a no-op, rejected unevaluated
+    max_lora_rank: int = 256  # a lora delta's factor pairs of higher rank are rejected unread (issue 33)
     max_batch: int = 4096  # issue 34: a recipe's batch above this is refused
     max_retrain_seconds: float = 600.0  # issue 34: a recipe estimated or running longer to re-train is refused
 
@@ -110,7 +111,7 @@ class QueueConfig:
 
 @dataclass
 class DeltaConfig:
-    accept: list = field(default_factory=lambda: ["dense", "topk"])  # delta kinds validators take
+    accept: list = field(default_factory=lambda: ["dense", "topk"])  # delta kinds validators take (dense, topk, lora)
     compress: str = "dense"  # participants' default: dense | topk:FRACTION[,bits:B][,chunk:C]
 
 

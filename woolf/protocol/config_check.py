@@ -61,7 +61,8 @@ _KEYS = (
     ("workload.follow_every", lambda x: x < 0, "use an integer >= 0 (0: do not follow)"),
     ("workload.max_steps", lambda x: x <= 0, "use an integer > 0"),
     *((f"limits.{name}", lambda x: x <= 0, "use an integer > 0")
-      for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio")),
+      for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio",
+                   "max_lora_rank")),  # max_lora_rank: issue 33
 )
 _AUTHOR = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?")
 _FORGE_KEYS = (

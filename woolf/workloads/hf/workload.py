@@ -38,6 +38,7 @@ from woolf.errors import (
     TrainingFailed,
     UsageError,
 )
+from woolf.protocol.lora_spec import parse_lora
 from woolf.workloads.base import Progress, TrainData, apply_follow
 from woolf.workloads.features import (
     BIND,
@@ -46,6 +47,7 @@ from woolf.workloads.features import (
     FOLLOW,
     GLOBAL_STEP,
     IN_PLACE,
+    LORA,
     STATE_DIR,
 )
 from woolf.workloads.hf.modeldir import (
@@ -68,13 +70,14 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 class Transformers(TextCorpus):
     name = "transformers"
-    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND, IN_PLACE, DISTRIBUTED})
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND, IN_PLACE, DISTRIBUTED, LORA})
 
     def __init__(self, model: str = MODEL_DIR, files: dict | None = None, dtype: str = "float32",
                  transformers: str = "", context: int = 128, batch_size: int = 8, grad_accum: int = 1,
                  lr: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, autocast: str = "",
                  eval_batch: int = 8, benchmark_bytes: int = 32768, shard_files: int = 8,
-                 checkpoint_dtype: str = "", checkpointing: bool = False, compile: bool = False):
+                 checkpoint_dtype: str = "", checkpointing: bool = False, compile: bool = False,
+                 lora: str = ""):
         files = dict(files or {})
         where = "ledger/woolf.toml: workload.params"
         missing = [n for n in REQUIRED if n not in files]
@@ -91,6 +94,10 @@ class Transformers(TextCorpus):
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}.{key} = {value!r}", hint="use true or false")
         self.checkpointing, self.compile = checkpointing, compile
+        try:  # issue 33: the ledger's default LoRA training (`woolf train --lora` overrides it)
+            self.lora = parse_lora(lora) if isinstance(lora, str) else parse_lora("?")
+        except ValueError as exc:
+            raise ConfigError(f"{where}.lora = {lora!r}: {exc}") from None
         for key, value in (("context", context), ("batch_size", batch_size), ("grad_accum", grad_accum),
                            ("eval_batch", eval_batch), ("benchmark_bytes", benchmark_bytes)):
             if not isinstance(value, int) or value <= 0:
@@ -348,6 +355,13 @@ class Transformers(TextCorpus):
         if keep and (par is None or par.rank == 0):
             save_optimizer(opt, model, state_dir, self.fingerprint())
         return losses, secs, resumed, amp
+
+    def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
+                   progress: Progress | None = None):
+        """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (issue 33, hf/lora.py)."""
+        from woolf.workloads.hf.lora import train_lora  # deferred: peft
+
+        return train_lora(self, weights, data, steps, spec, device, seed, progress)
 
     # -- evaluation --------------------------------------------------------------
     @torch.no_grad()
