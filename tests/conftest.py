@@ -81,10 +81,13 @@ _E2E = Path(__file__).parent / "e2e"
 
 
 def pytest_collection_modifyitems(items):
-    """Everything under tests/e2e/ is marked e2e: `pytest -m "not e2e"` is the suite less those."""
+    """Everything under tests/e2e/ is marked e2e: `pytest -m "not e2e"` is the suite less those. They
+    run first, so pytest-xdist starts the longest tests early and the short ones fill in behind them
+    (in collection order one of them would start last and keep one worker busy alone)."""
     for item in items:
         if _E2E in item.path.parents:
             item.add_marker(pytest.mark.e2e)
+    items.sort(key=lambda item: _E2E not in item.path.parents)  # stable: file order otherwise kept
 
 
 @dataclass

@@ -73,3 +73,8 @@ class RaceLostError(WoolfError):
 
 class Rejected(WoolfError):
     """A PR fails a check; the message is the verdict's reason (the validator turns it into one)."""
+
+
+class TrainingFailed(WoolfError):
+    """Training stopped before its end (a process of a torchrun group died, a device ran out of
+    memory); nothing from the run was saved or submitted."""

@@ -67,10 +67,31 @@ def test_bf16_masters_smoke(tmp_path):
 
 def test_gpu_check_dry_run(tmp_path):
     pytest.importorskip("transformers")
-    _run(tmp_path, "gpu_check.py", "--dry-run")
-    (row,) = json.loads((tmp_path / "gpu_check.json").read_text())["rows"]
+    _run(tmp_path, "gpu_check.py", "--cpu-smoke", "--prs", "1")
+    result = json.loads((tmp_path / "gpu_check.json").read_text())
+    (train,), (ledger,) = result["train"], result["ledger"]
+    assert "error" not in train and "error" not in ledger, (train, ledger)
+    assert train["plain_loop"]["tokens_per_second"] > 0 and train["workload"]["tokens_per_second"] > 0
+    assert train["workload"]["mfu"] > 0 and ledger["floor"]["seconds"] > 0
+    assert [p["state"] for p in ledger["validate"]["per_pr"]] == ["merged"]
+    assert ledger["evaluation_precision"]["differences"] == {"float32": 0.0}
+
+
+def test_gpu_lora_dry_run(tmp_path):
+    pytest.importorskip("peft")
+    _run(tmp_path, "gpu_lora.py", "--dry-run", "--out", "gpu_lora.json")
+    row = json.loads((tmp_path / "gpu_lora.json").read_text())["row"]
     assert "error" not in row, row
-    assert row["train"]["tokens_per_second"] > 0 and row["cpu_vs_device_loss"]["difference"] == 0.0
+    assert row["pr"]["kind"] == "lora" and row["validate"]["state"] == "merged"
+
+
+def test_lora_memory_smoke(tmp_path):
+    pytest.importorskip("peft")
+    _run(tmp_path, "lora_memory.py", "--dry-run", "--out", "lora.json")
+    data = json.loads((tmp_path / "lora.json").read_text())
+    assert data["bytes_1b"]["ratio"] < 0.011 and data["bytes_1b"]["attention_only"]["ratio"] < 0.005
+    assert [r["command"] for r in data["memory"]["rows"]] == ["train full", "train lora16", "submit full",
+                                                              "submit lora", "validate"]
 
 
 def test_peak_memory_smoke(tmp_path):

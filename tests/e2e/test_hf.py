@@ -8,19 +8,18 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from tests.conftest import run_cli  # noqa: E402
 from tests.workloads import test_hf  # noqa: E402
 from woolf.ledger.ledger import Ledger  # noqa: E402
 
 gpt2_dir, _copy = test_hf.gpt2_dir, test_hf._copy  # the module's fixture: a tiny local model directory
 
 
-def test_cli_init_and_refusal(tmp_path, gpt2_dir):
+def test_cli_init_and_refusal(tmp_path, gpt2_dir, cli):
     bad = _copy(gpt2_dir, tmp_path / "bad")
     (bad / "tokenizer.json").unlink()
-    r = run_cli("init", "led", "--unsigned", "--workload", "transformers", "--weights", str(bad), cwd=tmp_path)
+    r = cli("init", "led", "--unsigned", "--workload", "transformers", "--weights", str(bad), cwd=tmp_path)
     assert r.returncode == 2 and "no tokenizer.json" in r.stderr and "Traceback" not in r.stderr
-    r = run_cli("init", "led", "--unsigned", "--workload", "transformers", "--weights", str(gpt2_dir), "--json",
+    r = cli("init", "led", "--unsigned", "--workload", "transformers", "--weights", str(gpt2_dir), "--json",
                 cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["version"] == 0

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import run_cli
 from tests.crafting import craft_pr
 from tests.validator.test_scoring import _noise, _trained
 from woolf.validator import Validator
 
 
-def test_leaderboard_and_credit_commands_on_a_real_ledger(network):
+def test_leaderboard_and_credit_commands_on_a_real_ledger(network, cli):
     val = network.clone("val")
     for who in ("alice", "bob", "alice"):
         craft_pr(val, tensors=_trained(val, who), who=who)
@@ -20,16 +19,16 @@ def test_leaderboard_and_credit_commands_on_a_real_ledger(network):
     craft_pr(val, tensors=_noise(val, seed=5), meta_patch={"contributor": "ＡＬＩＣＥ"})
     [v] = Validator(val, device="cpu", name="v1").run()
     assert not v.accepted and v.scores is None
-    out = run_cli("leaderboard", "--json", cwd=val.root)
+    out = cli("leaderboard", "--json", cwd=val.root)
     assert out.returncode == 0, out.stderr
     rows = {r["contributor"]: r for r in json.loads(out.stdout)["rows"]}
     assert rows["alice"]["merged"] == 2 and rows["alice"]["rejected"] == 0 and rows["bob"]["merged"] == 1
     assert "ＡＬＩＣＥ" not in rows
     assert all(rows[w]["ordinal"] is not None for w in ("alice", "bob"))
-    out = run_cli("credit", "--json", "--since", "1", cwd=val.root)
+    out = cli("credit", "--json", "--since", "1", cwd=val.root)
     data = json.loads(out.stdout)
     assert out.returncode == 0 and data["versions"] == 2 and {r["contributor"] for r in data["rows"]} == {"alice", "bob"}
-    human = run_cli("credit", cwd=val.root)
+    human = cli("credit", cwd=val.root)
     assert human.returncode == 0 and "alice" in human.stdout and "total loss improvement" in human.stdout
     from woolf.report.build import build_report
 

@@ -67,13 +67,13 @@ def test_a_rejection_publishes_the_hidden_loss_rounded():
     assert published(hidden, None, accepted=False) is None
 
 
-def test_woolf_init_makes_the_hidden_benchmark_the_easy_path(tmp_path):
+def test_woolf_init_makes_the_hidden_benchmark_the_easy_path(tmp_path, cli):
     """Issue 25: `woolf init --hidden-benchmark FILE` pins it; without it, init says how."""
-    from tests.conftest import key_for, run_cli
+    from tests.conftest import key_for
 
     secret = tmp_path / "held-out.txt"
     secret.write_bytes(b"a held-out text only validators hold\n" * 20)
-    proc = run_cli("init", str(tmp_path / "a"), "--storage", str(tmp_path / "s"), "--key", str(key_for("work")),
+    proc = cli("init", str(tmp_path / "a"), "--storage", str(tmp_path / "s"), "--key", str(key_for("work")),
                    "--hidden-benchmark", str(secret), "--set", "workload.params.d_model=32",
                    "--set", "workload.params.n_layer=1", "--set", "workload.params.context=32", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -82,6 +82,6 @@ def test_woolf_init_makes_the_hidden_benchmark_the_easy_path(tmp_path):
     cfg = Ledger.open(tmp_path / "a").config.benchmark
     assert cfg.hidden_sha256 == hashlib.sha256(secret.read_bytes()).hexdigest() and cfg.hidden_size == 740
     assert "the gate is the hidden benchmark" in proc.stdout
-    plain = run_cli("init", str(tmp_path / "b"), "--storage", str(tmp_path / "s2"), "--key", str(key_for("work")),
+    plain = cli("init", str(tmp_path / "b"), "--storage", str(tmp_path / "s2"), "--key", str(key_for("work")),
                     "--set", "workload.params.d_model=32", "--set", "workload.params.n_layer=1", cwd=tmp_path)
     assert plain.returncode == 0 and "--hidden-benchmark FILE" in " ".join(plain.stdout.split())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import run_cli
 from tests.crafting import craft_pr, push, refused
 from tests.hostile_corpus import delta, push_ref
 from woolf.forges.local import LocalForge
@@ -32,7 +31,7 @@ def _task_commits(led, reason: str | None, subject_tail: str = "") -> tuple[str,
     return rec.id, c1, c2
 
 
-def test_f2_f9_task_records_with_separators_or_escapes_are_refused_and_skipped(network):
+def test_f2_f9_task_records_with_separators_or_escapes_are_refused_and_skipped(network, cli):
     mallory, alice = network.clone("mallory"), network.clone("alice")
     split_id, split, _ = _task_commits(mallory, None, " \x1e boom")
     assert refused(push(mallory, f"{split}:{task_ref(split_id)}"), "a control character")
@@ -48,14 +47,14 @@ def test_f2_f9_task_records_with_separators_or_escapes_are_refused_and_skipped(n
     found, bad = read_tasks(alice.git)
     assert sorted(found) == [ok_id]
     assert sorted(r for r, why in bad if "control character" in why) == sorted([task_ref(split_id), task_ref(esc_id)])
-    listing = run_cli("tasks", "--all", "--json", cwd=alice.root)
+    listing = cli("tasks", "--all", "--json", cwd=alice.root)
     assert listing.returncode == 0, listing.stderr[-2000:]
     assert [t["id"] for t in json.loads(listing.stdout)["tasks"]] == [ok_id]
-    shown = run_cli("tasks", "--all", cwd=alice.root)
+    shown = cli("tasks", "--all", cwd=alice.root)
     assert shown.returncode == 0 and "\x1b" not in shown.stdout + shown.stderr, shown.stderr[-2000:]
 
 
-def test_f3_f1_bad_contributor_names_are_rejected_and_history_reads_on(network):
+def test_f3_f1_bad_contributor_names_are_rejected_and_history_reads_on(network, cli):
     mallory, val = network.clone("mallory"), network.clone("val")
     names = ("mallory\x1eboom", "mallory\nWoolf-Vote: accept")
     bad = [craft_pr(mallory, tensors=delta(mallory, seed=i), meta_patch={"contributor": n}) for i, n in enumerate(names)]
@@ -64,7 +63,7 @@ def test_f3_f1_bad_contributor_names_are_rejected_and_history_reads_on(network):
     msg = format_message(f"woolf: rejected {forged}", {"Woolf-Verdict": "rejected", "Woolf-Submission": forged,
                          "Woolf-Reason": "split \x1e here \x1f and here", "Woolf-Contributor": "mallory\x1ex"})
     push_ref(mallory, mallory.git.commit_tree(f"{head}^{{tree}}", msg, [head]), f"{layout.PR_PREFIX}/{forged}/verdict")
-    proc = run_cli("validate", "--all", "--json", "--device", "cpu", cwd=val.root)
+    proc = cli("validate", "--all", "--json", "--device", "cpu", cwd=val.root)
     assert proc.returncode == 0, proc.stderr[-2000:]
     verdicts = {v["id"]: v for v in json.loads(proc.stdout)}
     for sub_id in bad:
@@ -73,19 +72,19 @@ def test_f3_f1_bad_contributor_names_are_rejected_and_history_reads_on(network):
         assert pr.state == "rejected" and pr.contributor is None
     observer = network.clone("observer")
     for cmd in (["leaderboard", "--json"], ["report", "--json"], ["pr", "list"], ["log"]):
-        out = run_cli(*cmd, cwd=observer.root)
+        out = cli(*cmd, cwd=observer.root)
         assert out.returncode == 0, (cmd, out.stderr[-2000:])
 
 
-def test_f12_f9_pr_show_and_validate_print_attacker_text_as_text(network):
+def test_f12_f9_pr_show_and_validate_print_attacker_text_as_text(network, cli):
     mallory, val = network.clone("mallory"), network.clone("val")
     message = f"[/x] [bold]hi[/bold]\n          state merged\n        version 7 {EVIL}"
     shown_pr = craft_pr(mallory, tensors=delta(mallory, seed=1), meta_patch={"message": message})
     escaping = craft_pr(mallory, tensors=delta(mallory, seed=2), extra_files={f"notes/{EVIL}.txt": b"x"})
-    out = run_cli("pr", "show", shown_pr, cwd=val.root)
+    out = cli("pr", "show", shown_pr, cwd=val.root)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "[/x] [bold]hi[/bold]" in out.stdout and "\x1b" not in out.stdout
     assert [ln.split()[:2] for ln in out.stdout.splitlines() if ln.split()[:1] == ["state"]] == [["state", "open"]]
-    proc = run_cli("validate", "--all", "--device", "cpu", cwd=val.root)
+    proc = cli("validate", "--all", "--device", "cpu", cwd=val.root)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert escaping in proc.stdout and "touches" in proc.stdout and "\x1b" not in proc.stdout + proc.stderr

@@ -163,6 +163,8 @@ def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) ->
         imported = import_model_dir(weights, cfg.limits)  # refuses anything but a checked model directory
         cfg.workload.params = {**imported.params, **cfg.workload.params}
         model_files = imported.files
+        if "delta.accept" not in (o.overrides or {}) and "lora" not in cfg.delta.accept:  # issue 33
+            cfg.delta.accept = [*cfg.delta.accept, "lora"]
     elif weights is not None and Path(weights).is_dir():
         raise UsageError(f"--weights {weights} is a directory", hint="a Hugging Face model directory needs "
                          "--workload transformers; other workloads take one .safetensors file")

@@ -75,7 +75,9 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
     who, timer, reverts, cspec, parts = o.who, o.timer, o.reverts, o.cspec, o.parts
     record = o.record or {}
     cfg = ledger.config
-    streamed = isinstance(delta, StreamedDelta)  # computed, checked and written tensor by tensor
+    own = getattr(delta, "declared", None)  # issue 33: a file that writes itself as its kind (storage/lora.py)
+    streamed = isinstance(delta, StreamedDelta) or own is not None  # written by its own write()
+    declared = own or (cspec.declared() if cspec else {"kind": "dense"})
     if not o.prechecked and not streamed:
         check_delta(delta, "the delta is all zeros: it would change nothing")
     sub_id = new_id(who)
@@ -104,9 +106,11 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
     meta = {
         "schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
         "base_commit": base.commit, "message": o.message,
-        "delta": {**(cspec.declared() if cspec else {"kind": "dense"}), "sha256": sha, "md5": md5, "size": size},
+        "delta": {**declared, "sha256": sha, "md5": md5, "size": size},
         "training": record.get("training"), "metrics": record.get("metrics"),
     }
+    if record.get("recipe"):  # issue 34: how the delta was trained (protocol/recipe.py), signed with the PR
+        meta["recipe"] = record["recipe"]
     if o.delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where
         meta["delta"]["url"] = f"{o.delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"
     if reverts is not None:

@@ -33,7 +33,7 @@ from woolf.storage.sparse import load_delta
 
 def open_delta(path: Path, declared: dict, spec: dict, limits: LimitsConfig, label: str = "delta"):
     """A merged delta's file: a dense one read tensor by tensor (LazyTensors), a compressed one expanded
-    (storage/sparse.py load_delta)."""
+    (storage/sparse.py load_delta), a lora one (issue 33) a LoraTensors whose targets expand when read."""
     if declared.get("kind") == "dense":
         return LazyTensors.open(path, limits, expect=spec, label=label)
     return load_delta(path, declared, spec, limits, label)

@@ -1,7 +1,7 @@
 """Follow the ledger while training: move local progress onto each newer version (rebase).
 
 Usage:
-    follow = Follower(ledger, head, base_weights)
+    follow = Follower(ledger, head, base_weights)   # or None: read from the ledger when needed
     shift = follow()          # None, or {name: new_version - old_base} to add to the local weights
     follow.base               # the version the delta is now relative to (submit against it)
 
@@ -28,9 +28,17 @@ from woolf.ledger.trust import require_trusted_head
 
 
 class Follower:
-    def __init__(self, ledger, head, base_weights: dict[str, torch.Tensor]):
-        self.ledger, self.base, self.base_weights = ledger, head, base_weights
+    def __init__(self, ledger, head, base_weights: dict[str, torch.Tensor] | None = None):
+        self.ledger, self.base, self._base_weights = ledger, head, base_weights
         self.rebases = 0
+
+    @property
+    def base_weights(self) -> dict[str, torch.Tensor]:
+        """The base's weights: given, or read from the ledger when first needed (a workload that
+        trains in place has written over the ones it was given)."""
+        if self._base_weights is None:
+            self._base_weights = self.ledger.load_weights(self.base)
+        return self._base_weights
 
     def __call__(self) -> dict[str, torch.Tensor] | None:
         try:
@@ -46,6 +54,6 @@ class Follower:
                 or set(new) != set(self.base_weights):
             return None  # not the model being trained (another workload on main): keep training here
         shift = {k: new[k].to(torch.float32) - self.base_weights[k].to(torch.float32) for k in new}
-        self.base, self.base_weights = newest, new
+        self.base, self._base_weights = newest, new
         self.rebases += 1
         return shift

@@ -22,8 +22,12 @@ from woolf.core.policy import decide
 from woolf.core.scale import delta_scale
 from woolf.core.staleness import attenuation
 from woolf.errors import UsageError
+from woolf.ledger.recipes import global_step
 from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
+from woolf.participant.distributed import Group, broadcast, fault_check, join, leave
+from woolf.participant.lora import lora_spec, train_lora
+from woolf.participant.recipe import declare, snapshot_start
 from woolf.participant.state import (
     auto_steps,
     record_speed,
@@ -37,7 +41,15 @@ from woolf.storage.weights import (
     save_atomic,
     spec_of,
 )
-from woolf.workloads.features import FINGERPRINT, FOLLOW, GLOBAL_STEP, STATE_DIR, features_of
+from woolf.workloads.features import (
+    DISTRIBUTED,
+    FINGERPRINT,
+    FOLLOW,
+    GLOBAL_STEP,
+    IN_PLACE,
+    STATE_DIR,
+    features_of,
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,7 @@ class TrainOptions:
     follow: bool = True  # follow main's newer versions while training (workload.follow_every)
     task: bool = True  # with an origin, train as a task: shard reserved, heartbeats, settled
     take: str | None = None  # train the shard of this expired, cancelled or failed task
+    lora: str | None = None  # "r=R[,alpha=A][,targets=..]": LoRA adapters (issue 33); None: workload.params.lora
 
 
 def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
@@ -69,43 +82,80 @@ def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
     it runs, cancelled on Ctrl-C, failed on an error; ``take`` trains the shard of an expired
     task. ``task=False`` skips all that.
     """
-    import torch  # deferred: torch
-
     from woolf.workloads.base import resolve_device  # deferred: loads torch
 
     o = replace(options, **kwargs) if options is not None else TrainOptions(**kwargs)
     who = contributor_id(o.contributor, ledger.git)
     if isinstance(o.steps, int) and o.steps <= 0:
         raise UsageError(f"--steps must be a positive number of steps or 'auto', got {o.steps}")
-    head = ledger.head() if o.offline else ledger.pull()
+    group = join(resolve_device(o.device))  # under torchrun: this rank's place (distributed.py)
+    try:
+        return _train(ledger, o, who, group)
+    finally:
+        leave(group)
+
+
+def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
+    """``train`` on this process: alone, or one rank of a torchrun group (rank 0 does the ledger's work)."""
+    import torch  # deferred: torch
+
+    from woolf.workloads.base import resolve_device  # deferred: loads torch
+
+    lead = group is None or group.rank == 0
+    head = (ledger.head() if o.offline else ledger.pull()) if lead else None
+    commit = broadcast(head.commit if lead else None, group)  # the others wait for rank 0's pull
+    head = head or ledger.head()
+    if head.commit != commit:
+        raise UsageError(f"rank {group.rank}: local main is {head.commit[:12]}, rank 0 trains from {commit[:12]}",
+                         hint="every process of one run must use the same clone")
     require_trusted_head(ledger, head)  # config and weights came from maintainer and validator keys
     cfg = ledger.config
     wl = ledger.workload()
-    fingerprint = wl.fingerprint() if FINGERPRINT in features_of(wl) else cfg.workload.name
-    if o.fresh:
+    features = features_of(wl)
+    if group and DISTRIBUTED not in features:
+        raise UsageError(f"workload {cfg.workload.name!r} cannot train on several processes",
+                         hint="run `woolf train` without --nproc or torchrun")
+    lora = lora_spec(ledger, o.lora)  # issue 33: None trains every parameter
+    if lora is not None and group:
+        raise UsageError("--lora trains on one process", hint="run `woolf train --lora ...` without --nproc")
+    fingerprint = wl.fingerprint() if FINGERPRINT in features else cfg.workload.name
+    if o.fresh and lead:
         shutil.rmtree(state_dir(ledger), ignore_errors=True)
     steps = (auto_steps(ledger, fingerprint, state_dir(ledger)) if o.steps == "auto"
              else (o.steps or cfg.workload.steps))
-    task = reserve_for_training(ledger, who, head, steps, o.take) if o.task else None
+    steps = broadcast(steps, group)
+    task = reserve_for_training(ledger, who, head, steps, o.take) if o.task and lead else None
     data = o.data
     if o.take and not data and not cfg.workload.command:  # an expired task's shard: its owner's
-        owner, version = take_shard_data(task.rec.shard)
+        owner, version = take_shard_data(broadcast(task.rec.shard if task else None, group))
         data = ("shard", owner, version)
     with task.running() if task else contextlib.nullcontext():
-        device = resolve_device(o.device)
+        device = group.device if group else resolve_device(o.device)
         base = ledger.load_weights(head)
         out = work_dir(ledger)
         out.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(o.seed)
+        bench = ledger.benchmark()
+        # the version's own recorded metrics, when it has them (validators evaluated it already)
+        before = head.metrics if head.metrics and cfg.policy.metric in head.metrics else None
         if cfg.workload.command:
             trained, summary = _train_by_command(ledger, head, base, data, steps, o.seed, out)
         else:
             train_data = (wl.default_data(data[1], data[2]) if isinstance(data, tuple)
                           else wl.data_from_path(data) if data
                           else wl.default_data(who, head.version))
-            extra, follower = _train_keywords(ledger, features_of(wl), o, head, base)
-            trained, summary = wl.train(base, train_data, steps, device=device, seed=o.seed,
-                                        progress=o.progress, **extra)
+            extra, follower = _train_keywords(ledger, features, o, head, base, group) if lora is None else ({}, None)
+            start = snapshot_start(ledger, out, extra.get("state_dir")) if lead else None  # issue 34: the
+            recipe_head = head                                                           # recipe's optimizer start
+            if extra.get("in_place") and before is None and lead:  # base is trained where it is: measure it first
+                before = wl.evaluate(base, bench, device)
+            if lora is not None:  # issue 33: adapters over the frozen version; the factors are the delta
+                trained, summary = train_lora(ledger, wl, base, train_data, steps, lora, device, o.seed, o.progress)
+            else:
+                trained, summary = wl.train(base, train_data, steps, device=device, seed=o.seed,
+                                            progress=_progress(o.progress, group), **extra)
+            if not lead:
+                return {"rank": group.rank, "base_version": head.version, "training": summary}
             summary["files"] = len(train_data.files)
             if follower is not None:  # one last look: the delta is relative to the newest version
                 shift = follower()
@@ -113,45 +163,71 @@ def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
                     trained = {k: (v.to(torch.float32) + shift[k]).to(v.dtype)
                                for k, v in trained.items()}
                 summary["followed"] = follower.rebases
-                head, base = follower.base, follower.base_weights
+                if follower.rebases:
+                    head, base, before = follower.base, follower.base_weights, None
+            recipe = declare(ledger, wl, recipe_head, data, steps, o.seed, device, summary, extra, start, who,
+                             task.rec.id if task else None)  # issue 34: how this delta was trained
+            recipe.update(base_version=head.version, base_commit=head.commit,  # followed: the last base
+                          nproc=group.world if group else 1)
         record_speed(fingerprint, summary, state_dir(ledger))
-        bench = ledger.benchmark()
-        # the version's own recorded metrics, when it has them (validators evaluated it already)
-        before = head.metrics if head.metrics and cfg.policy.metric in head.metrics else None
-        metrics = {"before": before or wl.evaluate(base, bench, device),
-                   "after": wl.evaluate(trained, bench, device)}
-        save_atomic(trained, out / "trained.safetensors")
-        gate = _predicted_gate(cfg, wl, base, trained, metrics, bench, device)
+        metrics = {"before": before or wl.evaluate(base, bench, device)}
+        del base  # trained in place, or no longer needed: one model less while evaluating
+        metrics["after"] = wl.evaluate(trained, bench, device)
+        save_atomic(trained, out / "trained.safetensors", hashed=True)  # written from the tensors' memory
+        gate = _predicted_gate(cfg, wl, lambda: ledger.weights_path(head), trained, metrics, bench, device)
         record = {"base_version": head.version, "base_commit": head.commit, "contributor": who,
                   "training": summary, "metrics": metrics, "seed": o.seed,
-                  "task": task.rec.id if task else None, "gate": gate}
+                  "task": task.rec.id if task else None, "lora": lora.text() if lora else None,
+                  "gate": gate}
+        if not cfg.workload.command:
+            record["recipe"] = recipe  # issue 34 (an external command's training declares none)
         write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
     return {**record, "weights": str(out / "trained.safetensors")}
 
 
-def _predicted_gate(cfg, wl, base, trained, metrics: dict, bench: bytes, device) -> dict:
+def _predicted_gate(cfg, wl, base_path, trained: dict, metrics: dict, bench: bytes, device) -> dict:
     """What the gate would say of the merge a validator makes of this result at staleness 0:
     base + alpha_base * f(0) * delta, not the whole delta (issue 38: a joiner told "the gate would
     reject" was merged). Under a momentum rule the merge also carries the rule's state, which
     only the validator knows; the prediction is the delta's own share. ``metrics["merged"]`` is
-    the candidate's evaluation, where the scale is not 1."""
+    the candidate's evaluation, where the scale is not 1. ``trained`` is already saved: the merge
+    is built in its place, the base read a tensor at a time from the version's file, ``base_path()``
+    (one model in memory, as in training)."""
+    from safetensors import safe_open  # deferred: torch
+
     from woolf.core.merge import apply_delta  # deferred: torch
 
     scale = delta_scale(cfg.merge.alpha_base, attenuation(cfg.merge.staleness, 0))
     judged = metrics["after"]
     if scale != 1.0:
-        merged = {}
-        for name in base:  # one tensor's delta at a time: no second model-sized copy
-            delta = trained[name].float() - base[name].float()
-            merged[name] = apply_delta({name: base[name]}, {name: delta}, scale)[name]
-        judged = metrics["merged"] = wl.evaluate(merged, bench, device)
+        with safe_open(str(base_path()), framework="pt") as base:
+            for name in list(trained):  # one tensor's delta at a time: no second model-sized copy
+                old = base.get_tensor(name)
+                delta = trained[name].float() - old.float()
+                trained[name] = apply_delta({name: old}, {name: delta}, scale)[name]
+        judged = metrics["merged"] = wl.evaluate(trained, bench, device)
     gate = decide(cfg.policy, metrics["before"], judged)
     return {"passes": gate.accepted, "reason": gate.reason, "scale": scale, "rule": cfg.merge.rule}
 
 
-def _train_keywords(ledger, features: frozenset[str], o: TrainOptions, head, base) -> tuple:
+def _progress(progress, group: Group | None):
+    """Rank 0 reports progress; every rank checks the tests' fault hook (distributed.py)."""
+    if group is None:
+        return progress
+    rank = group.rank
+
+    def report(step: int, total: int, loss: float) -> None:
+        fault_check(rank, step)
+        if progress is not None and rank == 0:
+            progress(step, total, loss)
+
+    return report
+
+
+def _train_keywords(ledger, features: frozenset[str], o: TrainOptions, head, base, group) -> tuple:
     """What the workload's train() gets beyond the base protocol, by its declared features;
-    and the Follower, when it follows main."""
+    and the Follower, when it follows main (one process only). A workload that trains in place
+    gets ``in_place=True``: the base loaded for it is its memory (one model, not two)."""
     from woolf.participant.follow import Follower  # deferred: loads torch, yaml
 
     cfg = ledger.config
@@ -159,10 +235,13 @@ def _train_keywords(ledger, features: frozenset[str], o: TrainOptions, head, bas
     if STATE_DIR in features:
         extra["state_dir"] = state_dir(ledger) / "optimizer"
     if GLOBAL_STEP in features:  # the ledger's progress, for LR schedules
-        extra["global_step"] = head.version * cfg.workload.steps
+        extra["global_step"] = global_step(ledger, head)  # the one formula (ledger/recipes.py): recipes declare it
+    if IN_PLACE in features:
+        extra["in_place"] = True
     follower = None
-    if o.follow and cfg.workload.follow_every and FOLLOW in features and not o.offline:
-        follower = Follower(ledger, head, base)
+    if o.follow and cfg.workload.follow_every and FOLLOW in features and not o.offline and group is None:
+        # trained in place, the base is read again from the ledger when main first moves
+        follower = Follower(ledger, head, None if IN_PLACE in features else base)
         extra.update(follow=follower, follow_every=cfg.workload.follow_every)
     return extra, follower
 

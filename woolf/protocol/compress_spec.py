@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KINDS = ("dense", "topk")
+KINDS = ("dense", "topk", "lora")  # lora: factor pairs (woolf/storage/lora.py), not a compression
 BITS = (2, 4, 8)
 MIN_CHUNK, MAX_CHUNK = 16, 32768
 DEFAULT_CHUNK = 256

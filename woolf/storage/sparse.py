@@ -3,6 +3,7 @@
 Usage:
     bound = size_bound(declared, model_spec)                  # most bytes a delta of this kind can be
     delta = load_delta(path, declared, model_spec, limits)    # {name: tensor in the model's dtype}
+    # a lora delta (woolf/storage/lora.py) comes back as a LoraTensors: read lazily, each target expanded
     save_delta(delta, path, spec)                             # dense (spec None) or compressed parts
 
 ``declared`` is submission.json's ``delta`` object. A top-k file's header must
@@ -41,6 +42,8 @@ def size_bound(declared: dict, model_spec: dict) -> int | None:
     """The most bytes a delta of this declared kind can take for this model (None: dense, no bound here)."""
     from woolf.core.compress import parts_bytes  # deferred: loads torch
 
+    if declared.get("kind") == "lora":  # issue 33: bounded by limits.max_delta_bytes, checked when opened
+        return None
     spec = declared_spec(declared)
     return None if spec is None else 8 + HEADER_SLACK + parts_bytes(spec, model_spec)
 
@@ -49,6 +52,12 @@ def load_delta(path: Path, declared: dict, model_spec: dict, limits: LimitsConfi
                label: str = "delta", finite: bool = True, on_block=None) -> dict:
     """``finite=False``: a dense delta is not scanned for NaN/Inf here (the caller's norm proves it).
     ``on_block``: every byte of the file as it is read (weights.load_checked), to hash it on the way."""
+    if declared.get("kind") == "lora":  # issue 33: a LoraTensors, each target expanded when it is read
+        from woolf.storage.lora import LoraTensors  # deferred: loads torch
+
+        if on_block is not None:
+            raise ValueError("a lora delta is hashed before it is opened")
+        return LoraTensors.open(path, limits, expect=model_spec, label=label)
     spec = declared_spec(declared, label)
     if spec is None:
         return load_checked(path, limits, expect=model_spec, label=label, finite=finite, on_block=on_block)

@@ -170,7 +170,8 @@ def load_checked(
     return tensors
 
 
-_TRUSTED = LimitsConfig(max_delta_bytes=1 << 50, max_header_bytes=1 << 30, max_tensors=1 << 24)
+_TRUSTED = LimitsConfig(max_delta_bytes=1 << 50, max_header_bytes=1 << 30, max_tensors=1 << 24,
+                        max_lora_rank=1 << 30)  # lora: the rank a ledger allowed when it merged
 
 
 def load_trusted(path: Path, numpy: bool = False, on_block=None) -> dict:

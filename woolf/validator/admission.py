@@ -25,7 +25,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _META_KEYS = {"schema", "id", "contributor", "base_version", "base_commit", "message", "delta",
-              "training", "metrics", "reverts"}
+              "training", "metrics", "reverts", "recipe"}  # recipe: issue 34 (protocol/recipe.py)
 
 
 @dataclass
@@ -57,8 +57,8 @@ def _kind(d: dict, accept: list[str]) -> None:
 
     if d["kind"] not in accept:
         raise Rejected(f"delta kind {d['kind'][:40]!r} is not accepted by this ledger (delta.accept: {', '.join(accept)})")
-    if d["kind"] == "dense" and set(d) & {"chunk", "k", "bits"}:
-        raise Rejected("a dense delta declares no chunk, k or bits")
+    if d["kind"] in ("dense", "lora") and set(d) & {"chunk", "k", "bits"}:  # lora: issue 33
+        raise Rejected(f"a {d['kind']} delta declares no chunk, k or bits")
     if d["kind"] == "topk":
         try:
             spec_from_declared(d)

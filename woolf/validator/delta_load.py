@@ -14,6 +14,7 @@ import torch
 
 from woolf.errors import IntegrityError, InvalidWeightsError, Rejected, StorageError
 from woolf.storage.lazy import LazyTensors
+from woolf.storage.lora import LoraTensors
 from woolf.storage.sparse import load_delta as load_delta_file
 from woolf.validator.admission import Admitted
 from woolf.validator.context import ValidatorContext
@@ -25,7 +26,7 @@ def load_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> dict[str, t
     cfg = ctx.ledger.config
     check_declared(adm.meta["delta"], expect_spec, cfg.limits)  # issue 37: dense ones too (validator/intake.py)
     declared = adm.meta["delta"]
-    if declared.get("kind") == "dense":
+    if declared.get("kind") in ("dense", "lora"):  # lora (issue 33): expanded one target at a time
         return _lazy_delta(ctx, adm, expect_spec)
 
     def read(path, on_block):  # hashed as it is loaded when this clone has not hashed it yet
@@ -80,7 +81,8 @@ def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensor
     path, _, _ = _fetch_delta(ctx, adm)
     delta, problem = None, None
     try:
-        delta = LazyTensors.open(path, ctx.ledger.config.limits, expect=expect_spec, label="delta")
+        opener = LoraTensors if adm.meta["delta"].get("kind") == "lora" else LazyTensors  # issue 33
+        delta = opener.open(path, ctx.ledger.config.limits, expect=expect_spec, label="delta")
     except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
         problem = exc.message
     _match_sha256(ctx, adm, path, problem)

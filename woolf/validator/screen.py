@@ -36,6 +36,7 @@ from woolf.ledger.verdicts import merged_records
 from woolf.protocol.signatures import signatures
 from woolf.protocol.signers import signers_text
 from woolf.storage.lazy import LazyTensors
+from woolf.storage.lora import LoraTensors
 from woolf.storage.pointer import Pointer
 from woolf.storage.sparse import load_delta
 from woolf.storage.weights import spec_of
@@ -139,6 +140,8 @@ def _load(ledger, state: ValidatorState, pointer: Pointer, key: str, spec,
                                            deadline=cfg.forge.delta_timeout)
         if declared.get("kind") == "dense" and pointer.size > CACHE_BYTES:  # compared tensor by tensor, not kept
             return LazyTensors.open(path, cfg.limits, expect=spec, label="delta")
+        if declared.get("kind") == "lora":  # issue 33: its product, one target at a time, never kept
+            return LoraTensors.open(path, cfg.limits, expect=spec, label="delta")
         delta = load_delta(path, declared, spec, cfg.limits, "delta")
     except WoolfError as exc:
         log.info("copy check: delta %s unreadable (%s)", key[:16], exc.message)

@@ -24,9 +24,12 @@ FOLLOW = "follow"  # train(..., follow=callable, follow_every=int): move with ma
 FINGERPRINT = "fingerprint"  # fingerprint() -> str: names the architecture (speed, optimizer state)
 BIND = "bind"  # bind(read): takes the model files the ledger keeps in git (transformers)
 DATA_PARALLEL = "data_parallel"  # train_data_parallel(weights, datas, steps, device, seed)
+IN_PLACE = "in_place"  # train(..., in_place=True): may train in the given tensors' memory (one model, not two)
+DISTRIBUTED = "distributed"  # train() runs on every rank of a torchrun process group (workloads/parallel.py)
+LORA = "lora"  # train_lora(weights, data, steps, spec, device, seed, progress) -> (factors, summary): issue 33
 
-_TRAIN_KEYWORDS = (STATE_DIR, GLOBAL_STEP, FOLLOW)
-_METHODS = {FINGERPRINT: "fingerprint", BIND: "bind", DATA_PARALLEL: "train_data_parallel"}
+_TRAIN_KEYWORDS = (STATE_DIR, GLOBAL_STEP, FOLLOW, IN_PLACE)
+_METHODS = {FINGERPRINT: "fingerprint", BIND: "bind", DATA_PARALLEL: "train_data_parallel", LORA: "train_lora"}
 
 
 def features_of(wl) -> frozenset[str]:

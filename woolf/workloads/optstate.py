@@ -9,7 +9,7 @@ DiLoCo keeps each worker's AdamW moments across rounds while its weights are
 replaced by the new global version; restarting Adam on every contribution
 makes early steps noisy (its bias correction treats every round as step 1).
 The file is safetensors (``<key>/<param name>`` per tensor, never pickle) with
-the workload's fingerprint in its metadata. A file that does not fit the
+the workload's fingerprint in its metadata, written from the tensors' own memory. A file that does not fit the
 current model (another workload or size, a corrupted file) is renamed aside
 with a warning in the returned text, never mixed in.
 """
@@ -21,9 +21,8 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save
 
-from woolf.storage.files import write_bytes_atomic
+from woolf.storage.weights import save_atomic
 
 FILE = "optimizer.safetensors"
 
@@ -41,9 +40,8 @@ def save_optimizer(opt: torch.optim.Optimizer, model: torch.nn.Module, state_dir
             if torch.is_tensor(value):
                 tensors[f"{key}/{names[p]}"] = value.detach().to("cpu").contiguous()
     meta = {"fingerprint": fingerprint, "optimizer": type(opt).__name__}
-    state_dir = Path(state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(save(tensors, metadata=meta), state_dir / FILE)
+    # written tensor by tensor from their own memory (storage/writer.py), never as one bytes object
+    save_atomic(tensors, Path(state_dir) / FILE, metadata=meta, hashed=True)
 
 
 def _set_aside(path: Path, why: str) -> str:

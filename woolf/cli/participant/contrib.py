@@ -57,15 +57,36 @@ def step_rate(steps: int, seconds: float) -> str:
               help="Random seed of this training run (batch order, dropout).")
 @click.option("--offline", is_flag=True, help="Do not pull first; train from the local main.")
 @click.option("--take", metavar="TASK", help="Train the shard of an expired, cancelled or failed task (woolf tasks).")
+@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Train on N processes of this machine under torchrun (DDP; FSDP2 when the model does "
+                   "not fit one device): one per GPU, or N CPU processes (gloo). Each takes 1/N of every "
+                   "global batch, so the result is one process's (docs/workloads.md, several GPUs).")
+@click.option("--lora", metavar="SPEC", envvar="WOOLF_LORA",
+              help="r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=1]: train LoRA "
+                   "adapters over the frozen version (transformers workload) and submit the factors; 'off' turns "
+                   "the ledger's workload.params.lora off [env: WOOLF_LORA].")
 @contributor_option
 @json_option
 @pass_app
-def train(app: App, steps, fresh, data, device, seed, offline, take, contributor, as_json):
+def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora, contributor, as_json):
     """Pull the newest version and train from it; keeps the result in .woolf/work."""
     from woolf.participant import TrainOptions  # deferred: fast --help
     from woolf.participant import train as do_train  # deferred: fast --help
+    from woolf.participant.distributed import launch, rank_of  # deferred: fast --help
 
     ledger = app.ledger()
+    if nproc > 1:  # N copies of this command under torchrun; rank 0 prints what one process would
+        argv = ["-C", str(ledger.root), "train", "--device", device, "--seed", str(seed)]
+        for flag, value in (("--steps", steps), ("--data", data), ("--take", take), ("--contributor", contributor),
+                            ("--lora", lora)):  # --lora: refused on several processes, in one line
+            argv += [flag, str(value)] if value is not None else []
+        argv += [flag for flag, on in (("--fresh", fresh), ("--offline", offline), ("--json", as_json)) if on]
+        launch(argv, nproc, device)
+        return
+    if rank_of() > 0:  # another rank of a torchrun group: it trains its share and prints nothing
+        do_train(ledger, TrainOptions(steps=steps, data=data, device=device, seed=seed, offline=offline,
+                                      contributor=contributor, fresh=fresh, take=take, lora=lora))
+        return
     _say_contributor_fallback(app, ledger, contributor)
     with Progress(TextColumn("training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=app.err,
@@ -83,7 +104,7 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, contributor
             bar.update(task, completed=step, total=total, info=f"loss {loss:.3f}  {rate}")
 
         options = TrainOptions(steps=steps, data=data, device=device, seed=seed, offline=offline,
-                               contributor=contributor, progress=progress, fresh=fresh, take=take)
+                               contributor=contributor, progress=progress, fresh=fresh, take=take, lora=lora)
         try:
             result = do_train(ledger, options)
             state["done"] = True
@@ -117,6 +138,10 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, contributor
         app.console.print("next: `woolf train` again (more --steps, another --seed or --data), "
                           "or `woolf submit` to let the validators judge it anyway")
         return
+    if result.get("lora"):
+        lo = result["training"].get("lora", {})
+        app.console.print(f"LoRA {result['lora']}: {lo.get('targets')} target tensors, {lo.get('bytes')} bytes "
+                          f"to send ({lo.get('bytes', 0) / max(lo.get('dense_bytes', 1), 1):.2%} of a dense delta)")
     app.console.print("next: `woolf submit`")
 
 

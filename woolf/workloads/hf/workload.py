@@ -19,8 +19,11 @@ eval mode, over fixed non-overlapping windows, so it is deterministic on CPU.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
+import os
+import resource
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,9 +31,25 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from woolf.errors import ConfigError, IntegrityError, InvalidWeightsError, UsageError
+from woolf.errors import (
+    ConfigError,
+    IntegrityError,
+    InvalidWeightsError,
+    TrainingFailed,
+    UsageError,
+)
+from woolf.protocol.lora_spec import parse_lora
 from woolf.workloads.base import Progress, TrainData, apply_follow
-from woolf.workloads.features import BIND, FINGERPRINT, FOLLOW, GLOBAL_STEP, STATE_DIR
+from woolf.workloads.features import (
+    BIND,
+    DISTRIBUTED,
+    FINGERPRINT,
+    FOLLOW,
+    GLOBAL_STEP,
+    IN_PLACE,
+    LORA,
+    STATE_DIR,
+)
 from woolf.workloads.hf.modeldir import (
     MODEL_DIR,
     REQUIRED,
@@ -41,7 +60,9 @@ from woolf.workloads.hf.modeldir import (
     max_positions,
     transformers_version,
 )
+from woolf.workloads.hf.training import LossTap, assign, batch_rows
 from woolf.workloads.optstate import load_optimizer, save_optimizer
+from woolf.workloads.parallel import Parallel
 from woolf.workloads.textcommon import TextCorpus
 
 AUTOCAST = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -50,13 +71,14 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 class Transformers(TextCorpus):
     name = "transformers"
-    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND})
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND, IN_PLACE, DISTRIBUTED, LORA})
 
     def __init__(self, model: str = MODEL_DIR, files: dict | None = None, dtype: str = "float32",
                  transformers: str = "", context: int = 128, batch_size: int = 8, grad_accum: int = 1,
                  lr: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, autocast: str = "",
                  eval_batch: int = 8, benchmark_bytes: int = 32768, shard_files: int = 8,
-                 checkpoint_dtype: str = "", optimizer_warmup: int = 0):
+                 checkpoint_dtype: str = "", checkpointing: bool = False, compile: bool = False,
+                 lora: str = "", optimizer_warmup: int = 0):
         files = dict(files or {})
         where = "ledger/woolf.toml: workload.params"
         missing = [n for n in REQUIRED if n not in files]
@@ -73,6 +95,14 @@ class Transformers(TextCorpus):
             if value not in DTYPES:
                 raise ConfigError(f"{where}.{key} = {value!r}", hint=f"use one of {', '.join(DTYPES)}")
         self.checkpoint_dtype = checkpoint_dtype or dtype
+        for key, value in (("checkpointing", checkpointing), ("compile", compile)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}.{key} = {value!r}", hint="use true or false")
+        self.checkpointing, self.compile = checkpointing, compile
+        try:  # issue 33: the ledger's default LoRA training (`woolf train --lora` overrides it)
+            self.lora = parse_lora(lora) if isinstance(lora, str) else parse_lora("?")
+        except ValueError as exc:
+            raise ConfigError(f"{where}.lora = {lora!r}: {exc}") from None
         if not isinstance(optimizer_warmup, int) or isinstance(optimizer_warmup, bool) or optimizer_warmup < 0:
             raise ConfigError(f"{where}.optimizer_warmup = {optimizer_warmup!r}", hint="use an integer >= 0")
         self.optimizer_warmup = optimizer_warmup  # over each AdamW's own first steps (textcommon.py)
@@ -161,18 +191,16 @@ class Transformers(TextCorpus):
         return {k: v.to(getattr(torch, self.dtype)).clone().contiguous()
                 for k, v in canonical(self.model(seed)).items()}
 
-    def _load(self, weights: dict[str, torch.Tensor], device: str) -> torch.nn.Module:
-        model = self.model()  # reused: copy_ below crosses devices, then it moves as a whole
+    def _load(self, weights: dict[str, torch.Tensor], device: str, copy: bool = False) -> torch.nn.Module:
+        """The model with ``weights`` as its parameters (training.py: ``assign``; shared, not copied,
+        unless ``copy`` or they need another dtype or device)."""
+        model = self.model()
         names = set(canonical(model))
         if set(weights) != names:
             raise InvalidWeightsError("weights are not this model's: "
                                       f"missing {sorted(names - set(weights))[:4]}, "
                                       f"unexpected {sorted(set(weights) - names)[:4]}")
-        with torch.no_grad():
-            state = model.state_dict()
-            for name, tensor in weights.items():
-                state[name].copy_(tensor)  # tied copies share the tensor, so they follow
-        return model.to(device)
+        return assign(model, weights, device, copy)
 
     # -- data --------------------------------------------------------------------
 
@@ -202,36 +230,122 @@ class Transformers(TextCorpus):
 
     def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0,
               progress: Progress | None = None, state_dir: Path | None = None, global_step: int = 0,
-              follow=None, follow_every: int = 0):
-        """``steps`` AdamW steps of ``grad_accum`` micro-batches each; the same contract as charlm's."""
+              follow=None, follow_every: int = 0, in_place: bool = False):
+        """``steps`` AdamW steps of ``grad_accum`` micro-batches each; the same contract as charlm's.
+
+        ``in_place``: the given tensors become the parameters and are trained where they are
+        (the caller's dict then holds the trained weights; float32 on the CPU: no copy at all).
+        Under torchrun (woolf/workloads/parallel.py) every rank runs this with the same
+        arguments and takes its rows of each global batch; rank 0 returns the weights, the
+        others ``{}``.
+        """
         ids = self.tokens(data.texts)
         if len(ids) < self.context + 2:
             raise UsageError(f"training data has {len(ids)} tokens; one window needs {self.context + 2}")
-        gen = torch.Generator().manual_seed(seed)
-        model = self._load(weights, device).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        resumed = load_optimizer(opt, model, state_dir, self.fingerprint()) if state_dir else "fresh"
-        done = int(next(iter(opt.state.values()), {}).get("step", 0)) if opt.state else 0
+        par = Parallel.current()
+        if par and self.batch_size < par.world:
+            raise UsageError(f"workload.params.batch_size = {self.batch_size} rows cannot be shared by "
+                             f"{par.world} processes", hint=f"use at most {self.batch_size} processes")
+        if par and follow is not None:
+            raise UsageError("following main while training is not supported on several processes",
+                             hint="set workload.follow_every = 0, or train on one process")
+        model = self._load(weights, device, copy=not in_place).train()
+        names = list(canonical(model))
+        sharded = bool(par) and self._sharded(names, model, device)
+        if self.checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        try:
+            losses, secs, resumed, amp = self._fit(model, ids, steps, device, seed, progress, state_dir,
+                                                   global_step, follow, follow_every, par, sharded)
+            state = par.full_state(model, sharded) if par else dict(model.state_dict())
+        except (torch.OutOfMemoryError, RuntimeError) as exc:
+            if not isinstance(exc, torch.OutOfMemoryError) and "can't allocate memory" not in str(exc):
+                raise
+            raise self._out_of_memory(device, len(names) and sum(w.numel() for w in weights.values())) from None
+        finally:
+            if self.checkpointing and not sharded:
+                model.gradient_checkpointing_disable()
+            if par:
+                self._model = None  # wrapped (DDP hooks) or sharded: the next call builds a fresh one
+        dtype = getattr(torch, self.dtype)
+        out = {k: state[k].detach().to("cpu", dtype, copy=not in_place) for k in names} if state else {}
+        del state
+        tail = losses[-max(1, steps // 5):]
+        return out, {"steps": steps, "seconds": round(secs, 3), "train_loss": sum(tail) / len(tail),
+                     "tokens": steps * self.grad_accum * self.batch_size * self.context, "data": data.source,
+                     "optimizer": resumed, "device": device, "processes": par.world if par else 1,
+                     "sharded": sharded, "checkpointing": self.checkpointing,
+                     "autocast": str(amp).replace("torch.", "") if amp else "off"}
+
+    def _out_of_memory(self, device: str, params: int) -> TrainingFailed:
+        """One line: where memory ran out, the peak measured, and what to lower."""
+        if torch.device(device).type == "cuda":
+            peak = f"{torch.cuda.max_memory_allocated(torch.device(device)) / 2**30:.2f} GiB of device memory"
+            torch.cuda.empty_cache()
+        else:
+            peak = f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB of RSS"
+        return TrainingFailed(
+            f"out of memory training on {device} at a peak of {peak} ({params / 1e6:.1f}M parameters, "
+            f"batch_size {self.batch_size}, context {self.context}, grad_accum {self.grad_accum}); "
+            "nothing was saved",
+            hint="lower workload.params.batch_size (raise grad_accum to keep the batch) or context, "
+                 "set workload.params.checkpointing = true, or spread the model over GPUs (--nproc N: FSDP2)")
+
+    def _sharded(self, names: list[str], model: torch.nn.Module, device: str) -> bool:
+        """FSDP2 instead of DDP: when WOOLF_FSDP=1, or on CUDA when the weights, gradients and AdamW's
+        moments (16 bytes per parameter) would take more than 80% of one device."""
+        if os.environ.get("WOOLF_FSDP") == "1":
+            return True
+        if torch.device(device).type != "cuda":
+            return False
+        n = sum(p.numel() for p in model.parameters())
+        return 16 * n > 0.8 * torch.cuda.get_device_properties(torch.device(device)).total_memory
+
+    def _fit(self, model, ids, steps, device, seed, progress, state_dir, global_step, follow, follow_every,
+             par, sharded):
+        """The loop; returns (losses, seconds, how the optimizer started, autocast dtype). The optimizer
+        and the gradients are gone when it returns."""
         kind = torch.device(device).type
+        net = par.wrap(model, device, sharded, frozenset(getattr(model, "_no_split_modules", None) or ())) \
+            if par else model
+        fwd = torch.compile(net) if self.compile else net
+        opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=self.weight_decay,
+                                fused=True if kind == "cuda" else None)
+        keep = state_dir is not None and not sharded  # a sharded optimizer's state is not kept
+        resumed = load_optimizer(opt, model, state_dir, self.fingerprint()) if keep else \
+            ("fresh" if not sharded else "fresh (sharded: not kept)")
+        done = int(next(iter(opt.state.values()), {}).get("step", 0)) if opt.state else 0  # optimizer warm-up
         amp = AUTOCAST[self.autocast]
         if amp is torch.float16 and kind != "cuda":
             amp = None  # fp16 autocast is for GPUs; a CPU participant trains in float32
         scaler = torch.amp.GradScaler("cuda") if amp is torch.float16 else None
-        t0, losses = time.perf_counter(), []
+        gen = torch.Generator().manual_seed(seed)
+        rows = batch_rows(len(ids), self.context, steps * self.grad_accum, self.batch_size, gen)
+        mine = par.share(self.batch_size) if par else slice(None)
+        rows, tokens = rows[:, mine].contiguous().to(device), ids.to(device)
+        span = torch.arange(self.context + 1, device=device)
+        share = (mine.stop - mine.start) / self.batch_size * (par.world if par else 1) if par else 1.0
+        tap = LossTap(steps, device)
+        t0 = time.perf_counter()
         for step in range(1, steps + 1):
             for group in opt.param_groups:
                 group["lr"] = self.lr_at(global_step + step - 1) * self._opt_factor(done + step - 1)
             opt.zero_grad(set_to_none=True)
-            total = 0.0
-            for _ in range(self.grad_accum):
-                ix = torch.randint(len(ids) - self.context - 1, (self.batch_size,), generator=gen)
-                x = torch.stack([ids[i : i + self.context] for i in ix]).to(device)
-                y = torch.stack([ids[i + 1 : i + 1 + self.context] for i in ix]).to(device)
-                with torch.autocast(kind, dtype=amp or torch.float32, enabled=amp is not None):
-                    logits = model(input_ids=x).logits
-                loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1)) / self.grad_accum
-                (scaler.scale(loss) if scaler else loss).backward()
-                total += loss.item()
+            total = torch.zeros((), device=device)
+            for m in range(self.grad_accum):
+                window = tokens[rows[(step - 1) * self.grad_accum + m][:, None] + span]
+                quiet = par and not sharded and m < self.grad_accum - 1
+                with net.no_sync() if quiet else contextlib.nullcontext(), \
+                        torch.autocast(kind, dtype=amp or torch.float32, enabled=amp is not None):
+                    logits = fwd(input_ids=window[:, :-1]).logits
+                    loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]),
+                                           window[:, 1:].reshape(-1)) / self.grad_accum
+                    # each rank's mean weighted by its share of the rows; DDP averages over ranks
+                    (scaler.scale(loss * share) if scaler else loss * share).backward()
+                total += loss.detach() * share / (par.world if par else 1)
+                del logits, loss
+            if par:
+                torch.distributed.all_reduce(total)
             if scaler:
                 scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -240,18 +354,23 @@ class Transformers(TextCorpus):
                 scaler.update()
             else:
                 opt.step()
-            losses.append(total)
+            tap.put(step, total)
             apply_follow(model, follow, follow_every, step, steps)
             if progress:
-                progress(step, steps, losses[-1])
+                progress(step, steps, tap.latest())
+        opt.zero_grad(set_to_none=True)  # the gradients go before anything is written
+        losses = tap.all()
         secs = time.perf_counter() - t0
-        if state_dir:
+        if keep and (par is None or par.rank == 0):
             save_optimizer(opt, model, state_dir, self.fingerprint())
-        out = {k: v.to("cpu", getattr(torch, self.dtype)).clone().contiguous() for k, v in canonical(model).items()}
-        tail = losses[-max(1, steps // 5):]
-        return out, {"steps": steps, "seconds": round(secs, 3), "train_loss": sum(tail) / len(tail),
-                     "tokens": steps * self.grad_accum * self.batch_size * self.context, "data": data.source,
-                     "optimizer": resumed, "device": device, "autocast": str(amp).replace("torch.", "") if amp else "off"}
+        return losses, secs, resumed, amp
+
+    def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
+                   progress: Progress | None = None):
+        """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (issue 33, hf/lora.py)."""
+        from woolf.workloads.hf.lora import train_lora  # deferred: peft
+
+        return train_lora(self, weights, data, steps, spec, device, seed, progress)
 
     # -- evaluation --------------------------------------------------------------
     @torch.no_grad()

@@ -106,14 +106,14 @@ def test_optimizer_state_persists_across_contributions(network):
     assert not [f for f in pr_files if "state" in f or "optimizer" in f]
 
 
-def test_state_of_another_model_is_set_aside_with_a_warning(network, tmp_path):
+def test_state_of_another_model_is_set_aside_with_a_warning(network, tmp_path, cli):
     from woolf.workloads.charlm import CharLM
 
     alice = network.clone("alice")
     state = alice.root / ".woolf" / "state" / "optimizer"
     other = CharLM(d_model=16, n_layer=1, context=16, batch_size=2)
     other.train(other.genesis(), other.default_data("x", 0), 1, state_dir=state)
-    r = run_cli("train", "--steps", "2", "--offline", cwd=alice.root)
+    r = cli("train", "--steps", "2", "--offline", cwd=alice.root)
     assert r.returncode == 0, r.stderr
     assert "warning" in r.stderr and "set aside" in r.stderr
     assert len(list(state.glob("optimizer.safetensors.set-aside-*"))) == 1
@@ -283,10 +283,10 @@ def test_interrupted_train_says_an_earlier_result_is_waiting(network):
     assert "earlier result (trained from version 0) is still waiting" in " ".join(err.split()), err
 
 
-def test_train_warns_when_the_gate_would_reject_the_result(make_net):
+def test_train_warns_when_the_gate_would_reject_the_result(make_net, cli):
     net = make_net(**{"policy.min_improvement": "5"})  # a gain of 5 nats: no 3-step run makes it
     alice = net.clone("alice")
-    r = run_cli("train", "--offline", "--steps", "3", cwd=alice.root, env={"COLUMNS": "200"})
+    r = cli("train", "--offline", "--steps", "3", cwd=alice.root, env={"COLUMNS": "200"})
     assert r.returncode == 0, r.stderr
     assert "gate would reject this result" in " ".join(r.stderr.split()), r.stderr
     assert "+5.0000" in r.stderr and "woolf train` again" in r.stdout

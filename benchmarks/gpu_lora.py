@@ -1,0 +1,117 @@
+"""A LoRA contribution on a 24 GB budget: GPT-2 1.5B train -> submit -> validate on CUDA (issue 33, benchmarks §17).
+
+Usage:
+    python benchmarks/gpu_lora.py                          # GPT-2 1.5B, r = 16, device capped at 24 GiB
+    python benchmarks/gpu_lora.py --size 774M --rank 8 --steps 10
+    python benchmarks/gpu_lora.py --dry-run                # the CPU smoke path: a tiny model, no GPU needed
+
+The device is capped at ``--cap-gib`` (default 24) with ``torch.cuda.set_per_process_memory_fraction``,
+as a participant's consumer GPU would be. Random GPT-2 weights saved in bf16 (``gpu_check.build_model``;
+nothing downloaded), a ledger of float32 masters, then ``woolf train --lora r=R`` (peft adapters over the
+version frozen in bf16), ``woolf submit`` (the factor file), ``Validator(device="cuda")`` merging it.
+Recorded: peak device memory of training and of validation, training tokens/s, the PR's bytes against
+the dense float32 delta. (``gpu_check.py --lora SPEC`` times the workload's LoRA loop beside the others.)
+Not run on a GPU yet: none was lent to the session that wrote it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine, write_json  # noqa: E402
+from gpu_check import SIZES, _git, build_model  # noqa: E402
+
+
+def one_size_lora(root: Path, name: str, device: str, steps: int, context: int, batch: int, bench_bytes: int,
+                  rank: int) -> dict:
+    """``--lora``: train -> submit -> validate of a LoRA contribution (see the module docstring)."""
+    import torch
+
+    from woolf.ledger.ledger import Ledger
+    from woolf.participant import submit, train
+    from woolf.storage.lora import dense_bytes
+    from woolf.storage.weights import TRUSTED_LIMITS, read_spec
+    from woolf.validator import Validator
+
+    layers, width, vocab = SIZES[name]
+    model = build_model(root, layers, width, vocab, context)
+    Ledger.init(root / "work", storage=str(root / "storage"), workload="transformers", weights=model,
+                overrides={"policy.min_improvement": "-1e9", "scoring.min_effect": "0",
+                           "workload.params.context": str(context), "workload.params.batch_size": str(batch),
+                           "workload.params.benchmark_bytes": str(bench_bytes), "workload.params.lr": "1e-4"})
+    _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
+    for who in ("alice", "val"):
+        _git("clone", "-q", str(root / "hub.git"), str(root / who), cwd=root)
+        _git("config", "user.name", who, cwd=root / who)
+    alice, val = Ledger.open(root / "alice"), Ledger.open(root / "val")
+    spec = read_spec(alice.weights_path(alice.head("refs/remotes/origin/main")), TRUSTED_LIMITS)
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t = train(alice, steps=steps, contributor="alice", device=device, lora=f"r={rank}")
+    train_peak = round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None
+    pr = submit(alice, contributor="alice")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    (verdict,) = Validator(val, device=device).run()
+    validate_s = time.perf_counter() - t0
+    s = t["training"]
+    return {"size": name, "lora": t["lora"], "device": device, "params": sum(math.prod(x) for _, x in spec.values()),
+            "train": {"steps": steps, "tokens": s["tokens"], "seconds": s["seconds"],
+                      "tokens_per_second": s["tokens"] / max(s["seconds"], 1e-9), "lora": s.get("lora"),
+                      "peak_device_mib": train_peak},
+            "pr": {"kind": pr["delta_kind"], "bytes": pr["delta_size"], "dense_f32_bytes": dense_bytes(spec),
+                   "ratio": pr["delta_size"] / dense_bytes(spec)},
+            "validate": {"state": verdict.state, "reason": verdict.reason, "seconds": round(validate_s, 2),
+                         "peak_device_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
+                         "device_recorded": verdict.device}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", default="1.5B", help=f"one of {', '.join(SIZES)}")
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--benchmark-bytes", type=int, default=65536)
+    ap.add_argument("--cap-gib", type=float, default=24.0)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dry-run", action="store_true", help="the CPU smoke path: a tiny model, 2 steps")
+    ap.add_argument("--out", default="gpu_lora.json")
+    a = ap.parse_args()
+    if a.dry_run:
+        a.size, a.device, a.steps, a.context, a.batch, a.benchmark_bytes, a.rank = "tiny", "cpu", 2, 32, 2, 3000, 4
+    import torch
+
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device here: run with --dry-run for the CPU smoke path")
+    if a.device == "cuda":  # a 24 GB consumer card, on whatever GPU was lent
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, a.cap_gib * 2**30 / total))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    result = {"machine": machine(), "args": vars(a), "cap_gib": a.cap_gib,
+              "gpu": torch.cuda.get_device_name(0) if a.device == "cuda" else None}
+    with tempfile.TemporaryDirectory(prefix="woolf-gpu-lora-") as tmp:
+        t0 = time.perf_counter()
+        try:
+            result["row"] = one_size_lora(Path(tmp), a.size, a.device, a.steps, a.context, a.batch,
+                                          a.benchmark_bytes, a.rank)
+        except Exception as exc:  # noqa: BLE001 - out of memory under the cap: recorded, not fatal
+            result["row"] = {"size": a.size, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+        result["wall_seconds"] = round(time.perf_counter() - t0, 1)
+    print(result["row"], flush=True)
+    print(f"wrote {write_json(a.out, result)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""The lora delta file (woolf/storage/lora.py): every rejection before any arithmetic, lazily expanded reads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from woolf.core.lora import expand
+from woolf.core.merge_rules import Rule
+from woolf.errors import InvalidWeightsError
+from woolf.ledger.transition import merge_in_place, open_delta, streamable
+from woolf.protocol.config import LimitsConfig
+from woolf.storage.lora import LoraFile, LoraTensors, factor_tensors
+from woolf.storage.weights import spec_of
+
+pytestmark = pytest.mark.unit
+
+MODEL = {"a.weight": torch.randn(8, 6), "a.bias": torch.zeros(8), "b.weight": torch.randn(4, 8),
+         "emb": torch.randn(10, 4).to(torch.bfloat16)}
+
+
+def _factors(r=2):
+    g = torch.Generator().manual_seed(1)
+    return {"a.weight": (torch.randn(r, 6, generator=g), torch.randn(8, r, generator=g), 2.0)}
+
+
+def _write(tmp_path, tensors):
+    p = tmp_path / "d.safetensors"
+    save_file(tensors, str(p))
+    return p
+
+
+def _open(path, **limits):
+    return LoraTensors.open(path, LimitsConfig(**limits), expect=spec_of(MODEL), label="delta")
+
+
+def test_reads_expand_targets_and_leave_others_minus_zero(tmp_path):
+    path = tmp_path / "f.safetensors"
+    LoraFile(_factors(), spec_of(MODEL), max_rank=8).write(path)
+    d = _open(path)
+    A, B, s = _factors()["a.weight"]
+    assert d.targets == {"a.weight": 2} and set(d) == set(MODEL)
+    assert torch.equal(d["a.weight"], expand(A, B, s))
+    z = d["b.weight"]
+    assert z.shape == (4, 8) and not z.any() and bool(torch.signbit(z).all())
+    cur = {k: v.clone() for k, v in MODEL.items() if k != "emb"}
+    cur["b.weight"][0, 0] = -0.0
+    d2 = LoraTensors.open(path, LimitsConfig(), expect=spec_of(cur))
+    assert streamable(Rule(), cur, d2)
+    before = {k: v.clone() for k, v in cur.items()}
+    merge_in_place(Rule(), cur, d2, 0.5)
+    for name in ("a.bias", "b.weight"):  # untargeted: bit for bit, -0.0 included
+        assert torch.equal(cur[name].view(torch.int32), before[name].view(torch.int32))
+    assert not torch.equal(cur["a.weight"], before["a.weight"])
+    assert open_delta(path, {"kind": "lora"}, spec_of(cur), LimitsConfig()).targets == {"a.weight": 2}
+
+
+def _reject(tmp_path, tensors, msg, **limits):
+    with pytest.raises(InvalidWeightsError, match=msg) as err:
+        _open(_write(tmp_path, tensors), **limits)
+    assert "\n" not in err.value.message
+
+
+def test_every_rejection_names_the_tensor_and_the_rule(tmp_path):
+    good = factor_tensors(_factors())
+    drop = lambda k: {n: t for n, t in good.items() if n != k}  # noqa: E731
+    _reject(tmp_path, drop("a.weight.lora_B"), r"tensor 'a.weight': half a factor pair \(a.weight.lora_B is missing\)")
+    _reject(tmp_path, drop("a.weight.lora_A"), r"tensor 'a.weight': half a factor pair")
+    _reject(tmp_path, drop("a.weight.lora_scale"), r"tensor 'a.weight': no scale")
+    _reject(tmp_path, {**good, "a.weight.lora_A": torch.randn(2, 5)}, r"tensor 'a.weight': .*do not match the target")
+    _reject(tmp_path, {**good, "a.weight.lora_B": torch.randn(7, 2)}, r"tensor 'a.weight': .*do not match the target")
+    renamed = {k.replace("a.weight", "nope.weight"): v for k, v in good.items()}
+    _reject(tmp_path, renamed, r"tensor 'nope.weight': a LoRA target naming no tensor of the model")
+    _reject(tmp_path, good, r"tensor 'a.weight': rank 2 is above limits.max_lora_rank 1", max_lora_rank=1)
+    for bad in (float("nan"), float("inf"), 1e6, -1.0, 0.0):
+        _reject(tmp_path, {**good, "a.weight.lora_scale": torch.tensor([bad])}, r"tensor 'a.weight': LoRA scale")
+    _reject(tmp_path, {**good, "a.weight.lora_A": good["a.weight.lora_A"].double()},
+            r"tensor 'a.weight': factor A is float64; LoRA factors must be float32 or bfloat16")
+    _reject(tmp_path, {**good, "a.weight.lora_B": good["a.weight.lora_B"].half()},
+            r"tensor 'a.weight': factor B is float16")
+    _reject(tmp_path, {**good, "a.weight.lora_scale": torch.tensor([2.0], dtype=torch.float64)},
+            r"tensor 'a.weight': lora_scale must be float32 of shape \[1\]")
+    _reject(tmp_path, {**good, "a.bias.lora_A": torch.randn(1, 1), "a.bias.lora_B": torch.randn(8, 1),
+                       "a.bias.lora_scale": torch.tensor([1.0])}, r"tensor 'a.bias': a LoRA target must be a 2-D")
+    _reject(tmp_path, {"emb.lora_A": torch.randn(1, 4), "emb.lora_B": torch.randn(10, 1),
+                       "emb.lora_scale": torch.tensor([1.0])}, r"tensor 'emb': LoRA targets float32 weights")
+    _reject(tmp_path, {**good, "a.weight": torch.randn(8, 6)}, r"tensor 'a.weight' is not a LoRA factor")
+    _reject(tmp_path, {"x": torch.zeros(1)}, r"is not a LoRA factor")
+
+
+def test_lora_file_refuses_what_it_would_send(tmp_path):
+    f = _factors()
+    A, B, _ = f["a.weight"]
+    with pytest.raises(InvalidWeightsError, match="factor A holds NaN"):
+        LoraFile({"a.weight": (A * float("nan"), B, 2.0)}, spec_of(MODEL), 8)
+    with pytest.raises(InvalidWeightsError, match="every factor pair is zero"):
+        LoraFile({"a.weight": (A, B * 0, 2.0)}, spec_of(MODEL), 8)
+    with pytest.raises(InvalidWeightsError, match="LoRA scale"):
+        LoraFile({"a.weight": (A, B, float("inf"))}, spec_of(MODEL), 8)

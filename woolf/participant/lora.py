@@ -1,0 +1,102 @@
+"""A participant's LoRA contribution: adapters trained over the frozen version, sent as factor pairs (issue 33).
+
+Usage (contribute.train and submit.submit call these when LoRA is asked for):
+    spec = lora_spec(ledger, "r=4")                   # --lora, else workload.params.lora; None: full training
+    trained, summary = train_lora(ledger, wl, base, data, steps, spec, device, seed, progress)
+        # -> .woolf/work/lora.safetensors (the factors) and the trained weights base + B·A·scale
+    pr = submit_lora(ledger, record, who, base, options)   # the factor file is the PR's delta, never a product
+
+The trained weights that `train` keeps and evaluates are what the validator computes from the
+factors (woolf/core/lora.py's expansion added to the float32 base), so the metrics a
+participant sees are those of its delta merged at scale 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from woolf.errors import UsageError
+from woolf.forges import forge_for
+from woolf.ledger.submission import SubmitDeltaOptions, submit_delta
+from woolf.participant.feedback import remember
+from woolf.participant.state import mark_submitted, work_dir
+from woolf.protocol.lora_spec import LoraSpec, parse_lora
+from woolf.storage.weights import TRUSTED_LIMITS, read_spec, spec_of
+from woolf.workloads.features import LORA, features_of
+
+FACTORS = "lora.safetensors"
+
+
+def lora_spec(ledger, text: str | None) -> LoraSpec | None:
+    """``--lora TEXT`` (``off`` turns a ledger default off), else ``workload.params.lora``; None: no LoRA."""
+    if text is None:
+        text = ledger.config.workload.params.get("lora", "")
+        if not isinstance(text, str):
+            raise UsageError(f"workload.params.lora = {text!r}: use text such as \"r=16,alpha=32\"")
+    try:
+        spec = parse_lora(text)
+    except ValueError as exc:
+        raise UsageError(f"--lora {text}: {exc}", hint="e.g. --lora r=16,alpha=32,targets=q_proj+v_proj") from None
+    if spec is None:
+        return None
+    if ledger.config.workload.command:
+        raise UsageError("--lora trains in-process; this ledger trains with an external command (workload.command)")
+    wl = ledger.workload()
+    if LORA not in features_of(wl):
+        raise UsageError(f"the {ledger.config.workload.name} workload does not train LoRA adapters",
+                         hint="LoRA needs the transformers workload (woolf init --workload transformers); "
+                              "drop --lora here")
+    if "lora" not in ledger.config.delta.accept:
+        raise UsageError(f"this ledger does not accept lora deltas (delta.accept: {', '.join(ledger.config.delta.accept)})",
+                         hint="drop --lora, or ask the maintainer to add lora to delta.accept")
+    if spec.r > ledger.config.limits.max_lora_rank:
+        raise UsageError(f"--lora r={spec.r} is above this ledger's limits.max_lora_rank "
+                         f"{ledger.config.limits.max_lora_rank}")
+    return spec
+
+
+def train_lora(ledger, wl, base: dict, data, steps: int, spec: LoraSpec, device: str, seed: int,
+               progress) -> tuple[dict, dict]:
+    """(trained weights = base + each target's expansion, summary); the factors written to the work area."""
+    import torch  # deferred: torch
+
+    from woolf.core.lora import expand  # deferred: loads torch
+    from woolf.storage.lora import LoraFile  # deferred: loads torch
+
+    factors, summary = wl.train_lora(base, data, steps, spec, device=device, seed=seed, progress=progress)
+    delta = LoraFile(factors, spec_of(base), ledger.config.limits.max_lora_rank)  # checked as a validator would
+    out = work_dir(ledger) / FACTORS
+    delta.write(out)
+    trained = dict(base)
+    for target, (A, B, _) in sorted(factors.items()):  # the scale as the file carries it (float32)
+        s = float(delta.tensors[f"{target}.lora_scale"][0])
+        trained[target] = torch.add(base[target], expand(A, B, s))
+    summary["lora"] = {**summary.get("lora", {}), "file": FACTORS, "bytes": out.stat().st_size,
+                       "dense_bytes": sum(4 * t.numel() for t in base.values() if t.is_floating_point())}
+    return trained, summary
+
+
+def submit_lora(ledger, record: dict, who: str, base, o) -> dict:
+    """The work area's factor file as a `lora` PR on ``base`` (options ``o``: SubmitOptions)."""
+    from woolf.storage.lora import LoraFile, LoraTensors  # deferred: loads torch
+
+    cfg = ledger.config
+    if o.compress not in (None, "dense"):
+        raise UsageError("--compress does not apply to a LoRA contribution: its factors are sent as they are")
+    if "lora" not in cfg.delta.accept:
+        raise UsageError(f"this ledger does not accept lora deltas (delta.accept: {', '.join(cfg.delta.accept)})")
+    path = work_dir(ledger) / FACTORS
+    if not path.exists():
+        raise UsageError(f"{path} is missing", hint="`woolf train --lora ...` again")
+    spec = read_spec(ledger.weights_path(base), TRUSTED_LIMITS, f"version {base.version}")
+    opened = LoraTensors.open(Path(path), cfg.limits, expect=spec, label="lora delta")
+    try:
+        factors = {t: (A, B, s) for t, A, B, s in opened.factor_pairs()}
+    finally:
+        opened.close()
+    result = submit_delta(ledger, LoraFile(factors, spec, cfg.limits.max_lora_rank), base, SubmitDeltaOptions(
+        who=who, message=o.message, the_forge=forge_for(ledger, o.forge), record=record,
+        delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, prechecked=True))
+    mark_submitted(ledger, result["id"])
+    remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
+    return {**result, "error_feedback": ""}

@@ -1,0 +1,93 @@
+"""How a participant asks for LoRA training: ``r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=D][,ckpt=1]``.
+
+Usage:
+    spec = parse_lora("r=16,alpha=32,targets=c_attn+c_proj")   # LoraSpec(r=16, alpha=32.0, ...)
+    parse_lora("off") is None                                  # no LoRA (a ledger default turned off)
+    spec.scale                                                 # alpha / r, what the delta file carries
+
+``woolf train --lora ...`` and the ledger default ``workload.params.lora`` take this text.
+``targets`` are module names as peft matches them (``target_modules``: a name's last
+component, e.g. c_attn, q_proj); none given: peft's default for the architecture.
+``dtype``: the frozen base's compute dtype, ``auto`` (bf16 on a GPU, float32 on a CPU),
+``bf16`` or ``fp32``. ``ckpt=1``: gradient checkpointing (activations recomputed in the
+backward pass: less memory, more compute). Standard library only (the config check may run without torch).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+DTYPES = ("auto", "bf16", "fp32")
+_TARGET = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
+_SYNTAX = "expected r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=0|1], e.g. r=16,alpha=32"
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    r: int = 8  # rank of every factor pair
+    alpha: float = 0.0  # scale numerator; 0: alpha = 2r (scale 2)
+    targets: tuple = ()  # peft target_modules; (): peft's default for the architecture
+    dropout: float = 0.0  # lora_dropout
+    dtype: str = "auto"  # the frozen base's compute dtype
+    checkpointing: bool = False  # gradient checkpointing
+
+    @property
+    def scale(self) -> float:
+        return (self.alpha or 2.0 * self.r) / self.r
+
+    def text(self) -> str:
+        parts = [f"r={self.r}", f"alpha={self.alpha or 2 * self.r:g}"]
+        if self.targets:
+            parts.append("targets=" + "+".join(self.targets))
+        if self.dropout:
+            parts.append(f"dropout={self.dropout:g}")
+        if self.dtype != "auto":
+            parts.append(f"dtype={self.dtype}")
+        if self.checkpointing:
+            parts.append("ckpt=1")
+        return ",".join(parts)
+
+
+def _number(text: str, key: str, kind):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ValueError(f"{key}={text!r} is not a number ({_SYNTAX})") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{key}={text!r} is not finite")
+    return value
+
+
+def parse_lora(text: str) -> LoraSpec | None:
+    """The spec, or None for ``off``/``none``/empty; ValueError with a one-line reason otherwise."""
+    text = (text or "").strip()
+    if text.lower() in ("", "off", "none"):
+        return None
+    fields: dict[str, str] = {}
+    for item in text.split(","):
+        key, sep, value = item.strip().partition("=")
+        if not sep or key in fields or key not in ("r", "alpha", "targets", "dropout", "dtype", "ckpt"):
+            raise ValueError(f"{text[:80]!r}: {_SYNTAX}")
+        fields[key] = value.strip()
+    if "r" not in fields:
+        raise ValueError(f"{text[:80]!r}: the rank r is required ({_SYNTAX})")
+    r = _number(fields["r"], "r", int)
+    alpha = _number(fields.get("alpha", "0"), "alpha", float)
+    dropout = _number(fields.get("dropout", "0"), "dropout", float)
+    targets = tuple(t for t in fields.get("targets", "").split("+") if t)
+    dtype = fields.get("dtype", "auto")
+    if not 1 <= r <= 4096:
+        raise ValueError(f"r={r}: use a rank in [1, 4096]")
+    if alpha < 0 or not (alpha or 2 * r) / r <= 1024:
+        raise ValueError(f"alpha={alpha:g}: use alpha >= 0 with alpha/r <= 1024")
+    if not 0 <= dropout < 1:
+        raise ValueError(f"dropout={dropout:g}: use a probability in [0, 1)")
+    if bad := [t for t in targets if not _TARGET.match(t)]:
+        raise ValueError(f"targets: {bad[0][:40]!r} is not a module name (letters, digits, _ and .)")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r}: use one of {', '.join(DTYPES)}")
+    if fields.get("ckpt", "0") not in ("0", "1"):
+        raise ValueError(f"ckpt={fields['ckpt']!r}: use 0 or 1")
+    return LoraSpec(r, alpha, targets, dropout, dtype, fields.get("ckpt", "0") == "1")
