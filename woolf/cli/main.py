@@ -34,6 +34,7 @@ Environment:
   WOOLF_TRUST_COMMAND  1: run an unsigned ledger's workload.command
   WOOLF_SOURCE         pinned GoodWoolf source for ci/install.sh (woolf init --woolf-source)
   WOOLF_CACHE          where `woolf demo` keeps its pretrained genesis (default ~/.cache/goodwoolf)
+  WOOLF_LORA           r=R[,alpha=A,...]: `woolf train --lora` (LoRA adapters; 'off' for none)
   WOOLF_FSDP           1: `woolf train --nproc N` shards the model with FSDP2 (default: when it does not fit one GPU)
 """
 
