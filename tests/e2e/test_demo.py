@@ -101,7 +101,7 @@ def test_report_renders_in_headless_chromium(demo_run, tmp_path):
         assert f'id="{table}"' in html or f"id='{table}'" in html
     assert "nan" not in html.split('id="versions"')[1]  # genesis shows its recorded loss
     assert "best participant alone" in html and "synchronous data parallel" in html
-    assert "best version" in html and "Benchmark loss of every merged version" in html  # words, captions
+    assert "best version" in html and "Benchmark loss (nats/byte) of every merged version" in html  # words, captions
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     assert len(images) == 4  # loss, contributors, staleness, ratings over time
     assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)

@@ -206,7 +206,7 @@ def test_this_clones_key_must_be_a_validators(make_main, name):
     with pytest.raises(UsageError) as info:
         require_validator_key(led, led.head())
     assert info.value.message == f"the key {key_for(name)} is not a validator key in ledger/allowed_signers"
-    assert info.value.hint == "ask a maintainer to add it: `woolf signers add NAME --role validator --key KEY.pub`"
+    assert info.value.hint.startswith("ask a maintainer to add it: `woolf signers add NAME --role validator --key KEY.pub`")
 
 
 def test_a_signed_ledger_needs_a_key_unless_a_forge_ci_job_only_evaluates(make_main):

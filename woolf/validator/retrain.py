@@ -39,6 +39,7 @@ from pathlib import Path
 
 from woolf.errors import IntegrityError, Rejected, StorageError, WoolfError
 from woolf.ledger.benchmark import hidden_benchmark
+from woolf.ledger.tasks import fetch_tasks
 from woolf.protocol import layout
 from woolf.protocol.receipts import MAX_RECEIPTS, RECEIPTS
 from woolf.protocol.recipe import (
@@ -243,6 +244,9 @@ def _taken(ledger, recipe: dict, contributor: str) -> tuple[str, int] | None:
         return None
     try:
         rec = read_tasks(ledger.git)[0].get(task)
+        if rec is None:  # a validator's pass fetches main and the PRs, not the task records: fetch them once
+            fetch_tasks(ledger)
+            rec = read_tasks(ledger.git)[0].get(task)
     except WoolfError:
         return None
     if rec is None or rec[0].contributor != contributor or rec[0].shard != f"{data.get('owner')}@v{data.get('version')}":
