@@ -26,6 +26,10 @@ skipped) and the result file (``--out``, under benchmarks/results/) written afte
    memory; the same version's loss evaluated on the CPU, on the device in float32, with TF32
    matmuls and under bf16 autocast, each difference set against ``validators.epsilon``.
 
+4. re-training across devices (issue 34, benchmarks/retrain_devices.py): a charlm recipe trained
+   on the device and re-trained on the CPU, and the reverse: the relative distance
+   ``validators.retrain_tolerance`` (0.02 by default) must allow.
+
 ``--cpu-smoke`` (alias ``--dry-run``) runs every stage on the CPU with a 2-layer model and a
 small matmul, to prove the script where no GPU is lent; its numbers mean nothing.
 """
@@ -391,7 +395,22 @@ def main() -> None:
         result[stage].append(row)
         path = write_json(a.out, result)  # after every stage: a cut-short run keeps what it measured
         print(f"{stage} {name}: {json.dumps(row)[:600]}", flush=True)
+    path = write_json(a.out, {**result, "retrain_across_devices": retrain_stage(a)})
     print(f"wrote {path}")
+
+
+def retrain_stage(a) -> list[dict] | dict:
+    """Issue 34: a charlm recipe trained on the device and re-trained on the CPU, and the reverse: the
+    relative distance validators.retrain_tolerance (0.02) must allow (benchmarks/retrain_devices.py;
+    seconds on an H200; the CPU smoke compares the CPU with itself)."""
+    from retrain_devices import cross_device
+
+    try:
+        if a.smoke:
+            return cross_device("cpu", "cpu", 1, 2)
+        return cross_device(a.device, "cpu") + cross_device("cpu", a.device)
+    except Exception as exc:  # noqa: BLE001 - recorded, like every stage
+        return {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from woolf.core.scale import f32
+from woolf.protocol.recipe import RETRAIN_PREFIX
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,12 @@ def learned_nothing(state: str, reason: str | None) -> bool:
     return state != "merged" and isinstance(reason, str) and reason.startswith(LEARNED_NOTHING)
 
 
+def retrain_failed(state: str, reason: str | None) -> bool:
+    """A rejection for its re-training (woolf/validator/retrain.py, issue 34): its delta is not what its
+    recipe trains, so its scores say nothing about work done; it ranks with the deltas that learned nothing."""
+    return state != "merged" and isinstance(reason, str) and reason.startswith(RETRAIN_PREFIX)
+
+
 def rank_score(state: str, scores: dict | None, reason: str | None = None, noise: float | None = None) -> float:
     """One verdict's outcome in its rating window: when it was measured (merged or not: a gate rejection
     is often staleness, not cheating), its assigned-minus-random ``difference`` in units of the window's
@@ -160,7 +167,7 @@ def rank_score(state: str, scores: dict | None, reason: str | None = None, noise
     A clip to +-5 made every honest delta of a continued-training demo 5.0 (their differences are 5-15
     noise widths), and openskill's Plackett-Luce gives players tied at the top less than the one ranked
     below them (ranks 5, 5, -11, -30: mu 25.9, 25.9, 26.6, 23.6): the free-rider rose above both."""
-    if learned_nothing(state, reason):
+    if learned_nothing(state, reason) or retrain_failed(state, reason):
         return UNSCORED
     diff = scores.get("difference") if isinstance(scores, dict) else None
     if not isinstance(diff, (int, float)) or isinstance(diff, bool) or not math.isfinite(diff):

@@ -9,6 +9,11 @@ Kinds (the contributor id is the kind):
     overfitter   trains on the public benchmark file in git
     noise        sends random deltas of plausible norm (the median of recent merged deltas)
     flooder      opens many small PRs (3 steps each) every round
+    lazy         trains half the steps its recipe declares on its own shard, and doubles the delta to look whole
+
+The free-rider, the overfitter and the lazy one declare the recipe an honest participant would (their own
+shard, the steps and seed, a fresh optimizer: woolf/participant/recipe.py), so that a validator that
+re-trains them (validators.retrain_rate, woolf/validator/retrain.py) finds the delta is not what it says.
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ from woolf.demo.kinds import KINDS
 from woolf.errors import WoolfError
 from woolf.forges.local import LocalForge
 from woolf.ledger.ledger import Ledger
+from woolf.ledger.recipes import fresh_recipe, global_step
 from woolf.ledger.verdicts import merged_records
 from woolf.protocol import layout
 from woolf.workloads.base import TrainData
+from woolf.workloads.features import GLOBAL_STEP, features_of
 
 FLOOD = 6  # PRs per flooder round
 
@@ -39,8 +46,11 @@ def demo_settings(pretrained: bool) -> dict[str, str]:
     deltas); continuing a pretrained model, one that helps random data as much as its own did not train on
     what it was given and is refused before the benchmark (uniqueness = reject: every honest delta of the
     quick demo beat random data, by 0.012-0.30 nats, the free-rider and overfitter by -0.009 to +0.026,
-    benchmarks/RESULTS.md §7). From scratch honest deltas are often marked, so uniqueness only marks there."""
-    out = {"queue.max_open_per_contributor": "4", "scoring.min_assigned": "0.01"}
+    benchmarks/RESULTS.md §7). From scratch honest deltas are often marked, so uniqueness only marks there.
+    Every PR is re-trained from its recipe (validators.retrain_rate = 1; a quick demo's 15 steps re-train in
+    well under a second): a delta not trained as declared is rejected (`retrain:`)."""
+    out = {"queue.max_open_per_contributor": "4", "scoring.min_assigned": "0.01",
+           "validators.retrain_rate": "1"}  # issue 34: every PR re-trained from its recipe (validator/retrain.py)
     return {**out, "scoring.uniqueness": "reject"} if pretrained else out
 
 
@@ -48,7 +58,7 @@ def _event(**kw) -> None:
     print(json.dumps({"t": round(time.time(), 3), **kw}), flush=True)
 
 
-def _submit(ledger, name: str, base, weights: dict, note: str) -> str:
+def _submit(ledger, name: str, base, weights: dict, note: str, recipe: dict | None = None) -> str:
     from woolf.participant import SubmitOptions, submit  # deferred: loads numpy, yaml
     from woolf.storage.weights import save_atomic  # deferred: loads numpy
 
@@ -56,7 +66,7 @@ def _submit(ledger, name: str, base, weights: dict, note: str) -> str:
         path = Path(tmp) / "w.safetensors"
         save_atomic(weights, path, durable=False)
         options = SubmitOptions(weights=path, base_version=base.version, contributor=name,
-                                message=note)
+                                message=note, recipe=recipe)
         return submit(ledger, options)["id"]
 
 
@@ -66,8 +76,25 @@ def _head(ledger):
 
 
 def _trained(ledger, wl, base, data, steps: int, seed: int) -> dict:
-    new, _ = wl.train(ledger.load_weights(base), data, steps, seed=seed)
+    torch.manual_seed(seed)
+    new, _ = wl.train(ledger.load_weights(base), data, steps, seed=seed, **_global_step(ledger, wl, base))
     return new
+
+
+def _global_step(ledger, wl, base) -> dict:
+    return {"global_step": global_step(ledger, base)} if GLOBAL_STEP in features_of(wl) else {}
+
+
+def _claimed(ledger, name: str, base, steps: int, seed: int) -> dict:
+    """The recipe an honest participant would declare: its own shard, ``steps``, ``seed``, a fresh optimizer."""
+    return fresh_recipe(ledger, base, name, steps, seed)
+
+
+def _lazy(ledger, wl, name: str, base, steps: int, seed: int) -> dict:
+    """Half of ``steps`` on its own shard, the delta doubled: the size of a whole contribution, half the work."""
+    w = ledger.load_weights(base)
+    half = _trained(ledger, wl, base, wl.default_data(name, base.version), max(1, steps // 2), seed)
+    return {k: (w[k].float() + 2 * (half[k].float() - w[k].float())).to(w[k].dtype) for k in w}
 
 
 def _copy(ledger, name: str, rng: random.Random):
@@ -109,12 +136,18 @@ def adversary(clone: Path, name: str, rounds: int, steps: int, seed: int, pause:
     for r in range(rounds):
         try:
             base = _head(ledger)
+            claimed = _claimed(ledger, name, base, steps, seed + r)  # what it says it did
             if name == "free-rider":
                 data = wl.default_data(f"~other:{name}:{r}", base.version)
-                ids = [_submit(ledger, name, base, _trained(ledger, wl, base, data, steps, seed + r), "my shard")]
+                ids = [_submit(ledger, name, base, _trained(ledger, wl, base, data, steps, seed + r), "my shard",
+                               claimed)]
             elif name == "overfitter":
                 data = TrainData([ledger.benchmark("refs/remotes/origin/main")], "benchmark")
-                ids = [_submit(ledger, name, base, _trained(ledger, wl, base, data, steps, seed + r), "my shard")]
+                ids = [_submit(ledger, name, base, _trained(ledger, wl, base, data, steps, seed + r), "my shard",
+                               claimed)]
+            elif name == "lazy":
+                ids = [_submit(ledger, name, base, _lazy(ledger, wl, name, base, steps, seed + r), "my shard",
+                               claimed)]
             elif name == "noise":
                 ids = [_submit(ledger, name, base, _noise(ledger, base, rng), "trained hard")]
             elif name == "flooder":

@@ -64,6 +64,7 @@ class PullRequest:
     def to_json(self) -> dict:
         data = asdict(self)
         data.pop("submission")
+        data["recipe"] = (self.submission or {}).get("recipe") if isinstance(self.submission, dict) else None  # issue 34
         data["metrics"] = {"before": self.metrics_before, "after": self.metrics_after}
         return data
 

@@ -109,6 +109,8 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
         "delta": {**declared, "sha256": sha, "md5": md5, "size": size},
         "training": record.get("training"), "metrics": record.get("metrics"),
     }
+    if record.get("recipe"):  # issue 34: how the delta was trained (protocol/recipe.py), signed with the PR
+        meta["recipe"] = record["recipe"]
     if o.delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where
         meta["delta"]["url"] = f"{o.delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"
     if reverts is not None:

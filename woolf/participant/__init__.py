@@ -3,7 +3,8 @@
 Modules: train.py (train), submit.py (submit), lora.py (LoRA contributions, issue 33), state.py (the clone's private work and state
 areas, measured speed), residual.py (compression error feedback), feedback.py (what the last
 verdict means for local state), follow.py (following main while training), distributed.py
-(`woolf train --nproc N` and torchrun: the process group, rank 0's ledger work). Reserving a task and
+(`woolf train --nproc N` and torchrun: the process group, rank 0's ledger work), recipe.py (the
+recipe train declares and submit sends, issue 34). Reserving a task and
 recording its PR are ledger/tasks.py.
 Imports no other role.
 

@@ -20,6 +20,7 @@ from woolf.forges import forge_for
 from woolf.ledger.submission import SubmitDeltaOptions, check_delta, submit_delta
 from woolf.participant.feedback import clear_residual, remember, settle
 from woolf.participant.lora import submit_lora
+from woolf.participant.recipe import publish
 from woolf.participant.residual import compress_with_feedback, compression_spec, keep_residual
 from woolf.participant.state import (
     mark_submitted,
@@ -53,6 +54,7 @@ class SubmitOptions:
     error_feedback: bool | None = None  # add what earlier PRs did not get merged; None: config's
     compress: str | None = None  # "dense" or "topk:..." (protocol/compress_spec.py); None: config's
     compress_feedback: bool = True  # keep what top-k dropped for the next delta
+    recipe: dict | None = None  # with weights: the recipe they were trained by (protocol/recipe.py); None: train's
 
 
 def _trained(ledger) -> tuple[dict, Path, int]:
@@ -113,6 +115,8 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
     timer = Timer()
     feedback = cfg.workload.error_feedback if o.error_feedback is None else o.error_feedback
     streamed = _streamed_delta(ledger, base, Path(weights), timer) if cspec is None and not feedback else None
+    record = publish(ledger, {**record, **({"recipe": o.recipe} if o.recipe else {})},  # issue 34: the recipe,
+                     transform=_transform(cspec, feedback), remote=o.delta_remote)  # its start state uploaded
     if streamed is not None:  # a dense float32 delta: computed, checked and written tensor by tensor
         result = submit_delta(ledger, streamed, base, SubmitDeltaOptions(
             who=who, message=o.message, the_forge=forge_for(ledger, o.forge), timer=timer, record=record,
@@ -172,6 +176,13 @@ def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
     if feedback_note:
         clear_residual(ledger, result["id"])  # it is part of this PR's delta now
     return {**result, "error_feedback": feedback_note}
+
+
+def _transform(cspec, feedback: bool) -> str | None:
+    """What the sent delta has that the trained one has not (the recipe says so: it cannot be re-trained)."""
+    if feedback:
+        return "error feedback"
+    return f"compressed {cspec.declared()['kind']}" if cspec is not None else None
 
 
 def _streamed_delta(ledger, base, weights: Path, timer: Timer):

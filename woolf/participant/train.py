@@ -20,10 +20,12 @@ from pathlib import Path
 
 from woolf.core.policy import decide
 from woolf.errors import UsageError
+from woolf.ledger.recipes import global_step
 from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
 from woolf.participant.distributed import Group, broadcast, fault_check, join, leave
 from woolf.participant.lora import lora_spec, train_lora
+from woolf.participant.recipe import declare, snapshot_start
 from woolf.participant.state import (
     auto_steps,
     record_speed,
@@ -141,6 +143,8 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
                           else wl.data_from_path(data) if data
                           else wl.default_data(who, head.version))
             extra, follower = _train_keywords(ledger, features, o, head, base, group) if lora is None else ({}, None)
+            start = snapshot_start(ledger, out, extra.get("state_dir")) if lead else None  # issue 34: the
+            recipe_head = head                                                           # recipe's optimizer start
             if extra.get("in_place") and before is None and lead:  # base is trained where it is: measure it first
                 before = wl.evaluate(base, bench, device)
             if lora is not None:  # issue 33: adapters over the frozen version; the factors are the delta
@@ -159,6 +163,10 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
                 summary["followed"] = follower.rebases
                 if follower.rebases:
                     head, base, before = follower.base, follower.base_weights, None
+            recipe = declare(ledger, wl, recipe_head, data, steps, o.seed, device, summary, extra, start, who,
+                             task.rec.id if task else None)  # issue 34: how this delta was trained
+            recipe.update(base_version=head.version, base_commit=head.commit,  # followed: the last base
+                          nproc=group.world if group else 1)
         record_speed(fingerprint, summary, state_dir(ledger))
         metrics = {"before": before or wl.evaluate(base, bench, device)}
         del base  # trained in place, or no longer needed: one model less while evaluating
@@ -169,6 +177,8 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
                   "training": summary, "metrics": metrics, "seed": o.seed,
                   "task": task.rec.id if task else None, "lora": lora.text() if lora else None,
                   "gate": {"passes": gate.accepted, "reason": gate.reason}}
+        if not cfg.workload.command:
+            record["recipe"] = recipe  # issue 34 (an external command's training declares none)
         write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
     return {**record, "weights": str(out / "trained.safetensors")}
 
@@ -198,7 +208,7 @@ def _train_keywords(ledger, features: frozenset[str], o: TrainOptions, head, bas
     if STATE_DIR in features:
         extra["state_dir"] = state_dir(ledger) / "optimizer"
     if GLOBAL_STEP in features:  # the ledger's progress, for LR schedules
-        extra["global_step"] = head.version * cfg.workload.steps
+        extra["global_step"] = global_step(ledger, head)  # the one formula (ledger/recipes.py): recipes declare it
     if IN_PLACE in features:
         extra["in_place"] = True
     follower = None

@@ -98,6 +98,7 @@ def check_config(cfg: LedgerConfig, source: str) -> None:
     v = cfg.validators
     if not 0 <= v.epsilon < 1e6 or v.vote_timeout <= 0 or not 0 <= v.flag_rate <= 1:
         bad("validators", "epsilon in [0, 1e6), vote_timeout > 0, flag_rate in [0, 1]", dataclasses.asdict(v))
+    _check_retrain(cfg, bad)  # issue 34
     if not 1 <= cfg.tasks.lease <= 7 * 86400:
         bad("tasks.lease", "use seconds in [1, 604800]", cfg.tasks.lease)
     _check_scoring(cfg, bad)
@@ -150,3 +151,16 @@ def _check_scoring(cfg: LedgerConfig, bad) -> None:
     if not 0 <= cfg.limits.min_delta_norm_ratio < cfg.limits.max_delta_norm_ratio:
         bad("limits.min_delta_norm_ratio", "use a number >= 0 below max_delta_norm_ratio",
             cfg.limits.min_delta_norm_ratio)
+
+
+def _check_retrain(cfg: LedgerConfig, bad) -> None:
+    """Re-training's keys (issue 34, woolf/validator/retrain.py)."""
+    v, lim = cfg.validators, cfg.limits
+    if not 0 <= v.retrain_rate <= 1:
+        bad("validators.retrain_rate", "use a share in [0, 1]", v.retrain_rate)
+    if not 0 < v.retrain_tolerance < 1e6:
+        bad("validators.retrain_tolerance", "use a relative distance > 0", v.retrain_tolerance)
+    if lim.max_batch <= 0:
+        bad("limits.max_batch", "use an integer > 0", lim.max_batch)
+    if not 0 < lim.max_retrain_seconds <= 7 * 86400:
+        bad("limits.max_retrain_seconds", "use seconds in (0, 604800]", lim.max_retrain_seconds)

@@ -70,6 +70,7 @@ TRAILERS: dict[str, Trailer] = {
     "Woolf-Shard": _t("text", "task", "whose data, from which version: owner@vN"),
     "Woolf-Steps": _t("int", "task", "the training steps reserved"),
     "Woolf-Lease": _t("float", "task", "seconds the reservation holds without a heartbeat"),
+    "Woolf-Retrain": _t("json", "version verdict vote", "re-training from the PR's recipe: drawn?, matched?, distance"),
     "Woolf-Receipt": _t("int", "receipt", "the hub's receipt number, consecutive from 1"),
     "Woolf-Received": _t("json", "receipt", "the PR ids whose heads one push created, in order"),
     "Woolf-Signed": _t("json", "receipt", "those of them signed by the key of the contributor they name"),

@@ -22,7 +22,9 @@ like 195% and -95% when regressions nearly cancelled the gains.
 from __future__ import annotations
 
 from woolf.core.ratings import match_size, rate
-from woolf.ledger.verdicts import merged_records, verdict_history
+from woolf.errors import WoolfError
+from woolf.ledger.verdicts import merged_records, rejected_records, verdict_history
+from woolf.protocol.recipe import RETRAIN_FLAG
 
 RATING_WINDOW = 8  # merges around each one whose median caps its credit (typical_gains)
 
@@ -44,6 +46,7 @@ def leaderboard(ledger, forge=None, window: int | None = None, history=None) -> 
                                                 "_diffs": []})
         row[rec.state] = row.get(rec.state, 0) + 1
         row["flagged"] += bool(rec.flags)
+        row["retrain_failed"] = row.get("retrain_failed", 0) + (RETRAIN_FLAG in rec.flags)  # issue 34
         if rec.state == "merged":
             row["improvement"] += rec.improvement(policy.metric, policy.direction) or 0.0
         d = (rec.scores or {}).get("difference")
@@ -66,6 +69,13 @@ CREDIT_RULE = ("credit: each merged version's benchmark improvement or regressio
                "merges net hurt gets 0%)")
 
 
+def _rejected(ledger) -> list:
+    try:
+        return rejected_records(ledger)
+    except WoolfError:  # no forge to read rejections from: credit is merged versions only
+        return []
+
+
 def typical_gains(gains: list[float], near: int = RATING_WINDOW) -> list[float | None]:
     """For each merge (in version order), the median improvement of the ``near`` merges nearest it (itself
     included), over those that improved; None when none of them did."""
@@ -82,6 +92,7 @@ def credit(ledger, since: int | None = None, records=None) -> dict:
     "versions": n, "since": since, "rule": CREDIT_RULE}; each row's "share" in [0, 1] (None: no positive
     net credit)."""
     policy = ledger.config.policy
+    given = records is not None
     records = merged_records(ledger) if records is None else records
     merges = sorted(((rec, rec.improvement(policy.metric, policy.direction)) for rec in records
                      if rec.version is not None), key=lambda rg: rg[0].version)
@@ -104,6 +115,11 @@ def credit(ledger, since: int | None = None, records=None) -> dict:
     positive = sum(max(0.0, r["credited"]) for r in rows.values())
     for row in rows.values():
         row["share"] = max(0.0, row["credited"]) / positive if positive > 0 else None
+    for rec in (_rejected(ledger) if not given else []):  # issue 34: failed re-trainings, shown
+        if RETRAIN_FLAG in rec.flags and rec.contributor:
+            rows.setdefault(rec.contributor, {"contributor": rec.contributor, "credited": 0.0, "improvement": 0.0,
+                                              "versions": 0, "regressions": 0, "share": None})
+            rows[rec.contributor]["retrain_failed"] = rows[rec.contributor].get("retrain_failed", 0) + 1
     ordered = sorted(rows.values(), key=lambda r: (-r["credited"], -r["improvement"], r["contributor"]))
     return {"rows": ordered, "total": total, "improvement": raw, "versions": counted, "since": since,
             "metric": policy.metric, "rule": CREDIT_RULE}

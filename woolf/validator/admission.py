@@ -25,7 +25,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _META_KEYS = {"schema", "id", "contributor", "base_version", "base_commit", "message", "delta",
-              "training", "metrics", "reverts"}
+              "training", "metrics", "reverts", "recipe"}  # recipe: issue 34 (protocol/recipe.py)
 
 
 @dataclass

@@ -35,6 +35,7 @@ from woolf.timing import Timer
 from woolf.validator.admission import Admitted, admit
 from woolf.validator.context import ValidatorContext
 from woolf.validator.delta_load import load_delta
+from woolf.validator.retrain import recipe_reason, retrain_check
 from woolf.validator.score import judge, judge_scores, score_delta, verdict_fields
 from woolf.validator.screen import check_queue, screen_delta
 from woolf.validator.state import MergedDeltas
@@ -150,6 +151,9 @@ def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer) -
     with timer("checks"):
         adm: Admitted = admit(ctx.ledger, pr, main, merged_deltas(ctx, main))
         check_queue(ctx.ledger, ctx.forge, ctx.state, pr)  # over its contributor's open-PR limit: rejected unread
+        reason = recipe_reason(ctx.ledger, adm)  # issue 34: the recipe's rules, before any weights are read
+        if reason:
+            raise Rejected(reason)
     verdict.base_version, verdict.staleness = adm.base.version, adm.staleness
     verdict.contributor = pr.contributor  # the forge's claim: None when a keyed name is not signed by its key
     verdict.attenuation = attenuation(cfg.merge.staleness, adm.staleness)
@@ -161,6 +165,9 @@ def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer) -
         with timer("scoring"):  # assigned vs random shard; a delta that learned nothing is refused here
             verdict.scores = score_delta(ctx.ledger, ctx.device, adm, main, current, delta, wl, spent)
         verdict.reason = judge_scores(ctx.ledger.config, verdict) or ""
+        if not verdict.reason:  # issue 34: a drawn PR re-trained from its recipe (validator/retrain.py)
+            with timer("retrain"):
+                verdict.reason = retrain_check(ctx.ledger, ctx.device, adm, delta, verdict, pr.head) or ""
         return verdict.reason
 
     # in_place: main's metrics are measured before the merge, which may then write the candidate
@@ -232,6 +239,7 @@ def verdict_trailers(ctx: ValidatorContext, v: Verdict, timer: Timer) -> dict:
         "Woolf-Validator": ctx.name, "Woolf-Timings": dict(timer),
         "Woolf-Device": v.device,  # None (omitted) when nothing was evaluated
         **verdict_fields(v, ctx.ledger.config),
+        "Woolf-Retrain": v.retrain,  # issue 34: whether this validator re-trained the PR, and how it compared
     }
 
 

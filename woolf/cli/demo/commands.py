@@ -37,7 +37,7 @@ from woolf.cli.app import App, json_option, pass_app
               help="continued-*: genesis is a charlm pretrained on the corpus (built once, cached); scratch-*: "
                    "random weights. *-domain: each participant its own part of the corpus; *-iid: a shared pool.")
 @click.option("--adversaries", default="", metavar="KIND,...",
-              help="Add cheating participants: free-rider, copycat, overfitter, noise, flooder (comma-separated).")
+              help="Add cheating participants: free-rider, copycat, overfitter, noise, flooder, lazy (comma-separated).")
 @json_option
 @pass_app
 def demo(app: App, participants, rounds, validators, steps, directory, force, quick, quorum, dishonest, settings,

@@ -39,10 +39,10 @@ def leaderboard(app: App, window, as_json):
         app.emit_json(data)
         return
     app.table(["contributor", "ordinal", "mu", "sigma", "merged", "rejected", "marked", "improvement",
-               "assigned-random"],
+               "assigned-random", "retrain-failed"],
               [[r["contributor"], _f(r["ordinal"], "{:.2f}"), _f(r["mu"], "{:.2f}"), _f(r["sigma"], "{:.2f}"),
                 str(r["merged"]), str(r["rejected"]), str(r["flagged"]), _f(r["improvement"], "{:+.4f}"),
-                _f(r["mean_difference"], "{:+.4f}")] for r in data["rows"]])
+                _f(r["mean_difference"], "{:+.4f}"), str(r.get("retrain_failed", 0))] for r in data["rows"]])
     app.console.print(f"{data['verdicts']} verdicts in {len(data['timeline'])} rated windows of {window}")
     from woolf.report.story import MARKED_AND_RANDOM  # deferred: fast --help
 
@@ -68,9 +68,9 @@ def credit(app: App, since, as_json):
     if as_json:
         app.emit_json(data)
         return
-    app.table(["contributor", "share", "credited", "improvement", "versions", "regressions"],
+    app.table(["contributor", "share", "credited", "improvement", "versions", "regressions", "retrain-failed"],
               [[r["contributor"], _f(r["share"], "{:.1%}"), _f(r["credited"], "{:+.4f}"), _f(r["improvement"], "{:+.4f}"),
-                str(r["versions"]), str(r["regressions"])] for r in data["rows"]])
+                str(r["versions"]), str(r["regressions"]), str(r.get("retrain_failed", 0))] for r in data["rows"]])
     app.console.print(f"total {data['metric']} improvement {data['improvement']:+.4f} over {data['versions']} versions"
                       + (f" after version {since}" if since is not None else "") + f", {data['total']:+.4f} credited")
     app.console.print(data["rule"][0].upper() + data["rule"][1:] + ".")
