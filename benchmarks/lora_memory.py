@@ -5,6 +5,7 @@ Usage:
     python benchmarks/lora_memory.py --steps 2 --rank 8 --out lora_memory.json
     python benchmarks/lora_memory.py --bytes-only          # the 1B factor file alone (no training)
     python benchmarks/lora_memory.py --dry-run             # a tiny model: proves the script in a minute
+    python benchmarks/lora_memory.py --compare-expand --layers 6 --width 512   # validate: expand per use vs once
     python benchmarks/lora_memory.py --only-lora "r=16;r=16,ckpt=1" --out lora_memory_v2.json   # LoRA rows alone
 
 Memory: a ledger of random GPT-2 weights (float32 masters, a 512-token tokenizer trained
@@ -49,10 +50,10 @@ def _git(*args, cwd):
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=_env())
 
 
-def timed(name: str, args: list[str], cwd: Path) -> dict:
+def timed(name: str, args: list[str], cwd: Path, env: dict | None = None) -> dict:
     cmd = ["nice", "-n", "5", "/usr/bin/time", "-v", sys.executable, "-m", "woolf", *args]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=_env())
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env={**_env(), **(env or {})})
     secs = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{name} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
@@ -91,7 +92,16 @@ def memory(root: Path, a) -> dict:
                                              "--lora", f"r={a.rank}"], root))
     rows.append(timed("submit full", ["-C", str(root / "full"), "submit", "--contributor", "full", "--json"], root))
     rows.append(timed("submit lora", ["-C", str(root / "lora"), "submit", "--contributor", "lora", "--json"], root))
+    if a.compare_expand:  # the same queue judged first with each use expanding the LoRA product again
+        subprocess.run(["cp", "-a", str(root / "hub.git"), str(root / "hub_each.git")], check=True)
+        _git("clone", "-q", str(root / "hub_each.git"), str(root / "val_each"), cwd=root)
+        _git("config", "user.name", "val", cwd=root / "val_each")
+        rows.append(timed("validate (expand each use)", ["-C", str(root / "val_each"), "validate", "--all",
+                                                         "--device", "cpu", "--json"], root,
+                          {"WOOLF_LORA_EXPAND": "each"}))
     rows.append(timed("validate", ["-C", str(root / "val"), "validate", "--all", "--device", "cpu", "--json"], root))
+    if a.compare_expand:
+        return {"params": params, "layers": a.layers, "width": a.width, "rank": a.rank, "rows": rows}
     full, lora = rows[0]["peak_rss_mib"], rows[1]["peak_rss_mib"]
     dense, small = rows[2]["result"]["delta_size"], rows[3]["result"]["delta_size"]
     return {"params": params, "layers": a.layers, "width": a.width, "vocab": a.vocab, "steps": a.steps,
@@ -154,6 +164,8 @@ def main() -> None:
     ap.add_argument("--bytes-only", action="store_true", help="only the 1B factor file")
     ap.add_argument("--dry-run", action="store_true", help="a tiny model, 2 steps")
     ap.add_argument("--only-lora", default="", metavar="SPEC;SPEC", help="only `train --lora SPEC` rows")
+    ap.add_argument("--compare-expand", action="store_true",
+                    help="validate the same queue twice: each use expanding the LoRA product again, then once per PR")
     ap.add_argument("--out", default="lora_memory.json")
     a = ap.parse_args()
     if a.dry_run:
@@ -161,9 +173,10 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     result = {"machine": machine(), "args": vars(a)}
     with tempfile.TemporaryDirectory(prefix="woolf-lora-") as tmp:
-        result["bytes_1b"] = bytes_1b(Path(tmp), 16)
-        print("1B bytes:", result["bytes_1b"], flush=True)
-        write_json(a.out, result)
+        if not a.compare_expand:
+            result["bytes_1b"] = bytes_1b(Path(tmp), 16)
+            print("1B bytes:", result["bytes_1b"], flush=True)
+            write_json(a.out, result)
         if not a.bytes_only:
             result["memory"] = memory(Path(tmp), a)
     print(f"wrote {write_json(a.out, result)}")

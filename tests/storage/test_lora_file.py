@@ -98,3 +98,34 @@ def test_lora_file_refuses_what_it_would_send(tmp_path):
         LoraFile({"a.weight": (A, B * 0, 2.0)}, spec_of(MODEL), 8)
     with pytest.raises(InvalidWeightsError, match="LoRA scale"):
         LoraFile({"a.weight": (A, B, float("inf"))}, spec_of(MODEL), 8)
+
+
+def test_expand_once_reads_the_same_bits_and_frees_its_file(tmp_path, monkeypatch):
+    import woolf.storage.lora as lora_mod
+    from woolf.core.scores import content_sha256
+
+    path = tmp_path / "f.safetensors"
+    factors = {**_factors(), "b.weight": (torch.randn(3, 8), torch.randn(4, 3), 0.5)}
+    LoraFile(factors, spec_of(MODEL), max_rank=8).write(path)
+    each = _open(path)
+    want = {k: each[k] for k in each}
+    calls = []
+    monkeypatch.setattr(lora_mod, "expand", lambda *a: calls.append(1) or expand(*a))
+    work = tmp_path / "work"
+    work.mkdir()
+    once = _open(path)
+    once.expand_once(work)
+    assert len(calls) == 2 and list(work.iterdir()) == []  # each target once, into a file with no name
+    for _ in range(3):  # read again and again: no more arithmetic, the same bits
+        got = {k: once[k] for k in once}
+        assert set(got) == set(want)
+        assert all(torch.equal(got[k].view(torch.uint8), want[k].view(torch.uint8)) for k in want)
+    assert len(calls) == 2
+    assert content_sha256(once) == content_sha256(each)  # the replay hash is what it was
+    once.clip(0.25)
+    each.clip(0.25)
+    assert all(torch.equal(once[k], each[k]) for k in each)
+    assert len(calls) == 2 + 2 * 2  # only the unexpanded mapping did arithmetic again (hash, clip)
+    fh = once._expanded[0]
+    once.close()
+    assert fh.closed

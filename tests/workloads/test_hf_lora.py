@@ -51,7 +51,21 @@ def _send(ledger, who, factors, base_version=0, raw=None) -> dict:
     return submit_delta(ledger, f, base, SubmitDeltaOptions(who=who, the_forge=forge_for(ledger, None)))
 
 
-def test_lora_train_submit_validate_audit_rebuild_and_every_check(tmp_path, wide_dir):
+def _open_expansions(directory) -> list[str]:
+    """This process's open files that are unnamed (deleted or O_TMPFILE) in ``directory``."""
+    fds = "/proc/self/fd"
+    found = []
+    for fd in os.listdir(fds):
+        try:
+            target = os.readlink(f"{fds}/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(directory)) and ("(deleted)" in target or "/#" in target):
+            found.append(target)
+    return found
+
+
+def test_lora_train_submit_validate_audit_rebuild_and_every_check(tmp_path, wide_dir, monkeypatch):
     net = hf_network(tmp_path, wide_dir, **{"storage.snapshot_every": "50", "scoring.uniqueness": "off"})
     assert "lora" in net.work.config.delta.accept  # `woolf init --workload transformers` accepts it
     alice, bob, val = net.clone("alice"), net.clone("bob"), net.clone("val")
@@ -67,10 +81,15 @@ def test_lora_train_submit_validate_audit_rebuild_and_every_check(tmp_path, wide
     # bob copies alice's factors rescaled (A*c, B/c): the same product, other bytes
     rescaled = {t: (A * 3.0, B / 3.0, s) for t, (A, B, s) in factors.items()}
     b = _send(bob, "bob", rescaled)
+    expanded, expand_once = [], LoraTensors.expand_once  # each PR's product: expanded once, then read back
+    monkeypatch.setattr(LoraTensors, "expand_once", lambda self, d: expanded.append(d) or expand_once(self, d))
     verdicts = Validator(val, device="cpu").run()
     by = {v.id: v for v in verdicts}
     assert by[a["id"]].state == "merged", by[a["id"]].reason
     assert by[b["id"]].state == "rejected" and by[b["id"]].reason.startswith("a copy of merged PR " + a["id"])
+    assert len(expanded) == 2 and not list(expanded[0].glob(".lora-expanded*"))  # the rejected one too; no name
+    if os.path.isdir("/proc/self/fd"):  # merged or rejected, the expansion's disk is freed after the verdict
+        assert _open_expansions(expanded[0]) == []
 
     v1 = val.load_weights(val.show(1))
     targets = set(factors)

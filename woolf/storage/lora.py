@@ -6,6 +6,9 @@ Usage:
     delta["h.0.attn.c_attn.weight"]   # the float32 update scale·B·A (core/lora.py's arithmetic of record)
     delta["wte.weight"]               # an untargeted tensor: -0.0 everywhere (the merge leaves it bit for bit)
     delta.targets                      # {target: rank}
+    delta.expand_once(work_dir)        # the validator (validator/delta_load.py): every target expanded now,
+                                       # once, into an anonymous file; later reads read that file
+
 
 A lora file is safetensors with, for each target tensor T of the model (shape rows x cols):
 ``T.lora_A`` (r x cols), ``T.lora_B`` (rows x r), both float32 or bfloat16, and ``T.lora_scale``
@@ -15,6 +18,17 @@ reading a target expands its pair; reading any other tensor gives zeros of the t
 (-0.0 for floating tensors: ``cur + s * -0.0`` is ``cur`` bit for bit, +0.0 would turn a -0.0
 weight into +0.0). One target's expansion is in memory at a time, never the whole update.
 
+``expand_once(directory)``: a PR's delta is read a dozen times while it is judged (norms, the
+replay hash, the copy screen, scoring, the merge), and each read of a target would expand it
+again (O(r*rows*cols) float64 work against the file's O(r*(rows+cols))). So the validator expands
+every target once, one at a time, into a float32 safetensors file created in ``directory`` with
+no name (``tempfile.TemporaryFile``: O_TMPFILE on Linux, unlinked at once elsewhere): it is never
+uploaded, nothing else can open it, and the system frees it when the mapping is closed or
+collected, or the process dies, whatever path the verdict took. Later reads of a target read
+its bytes back: the same bits as expanding again (the arithmetic of record is unchanged), the
+same content hash, a disk cost of the targets' float32 size. Untargeted tensors stay -0.0
+synthesised on read. Called only after ``open``'s checks (and the caller's sha256) passed.
+
 Rules (each refusal one line naming the tensor and the rule, before any data but the scales is
 read): every name is a factor of a target; the target names a tensor of the model; both halves
 and the scale are there; the target is a 2-D float32 tensor; A and B are float32/bfloat16 with
@@ -23,7 +37,10 @@ shapes r x cols and rows x r; 1 <= r <= limits.max_lora_rank; the scale is finit
 
 from __future__ import annotations
 
+import json
 import math
+import struct
+import tempfile
 from pathlib import Path
 
 import torch
@@ -88,6 +105,7 @@ class LoraTensors(LazyTensors):
 
     targets: dict[str, int]
     scales: dict[str, float]
+    _expanded = None  # (file, data start, {target: (begin, end)}) after expand_once
 
     @classmethod
     def open(cls, path: Path, limits: LimitsConfig, expect: dict | None = None,
@@ -122,8 +140,56 @@ class LoraTensors(LazyTensors):
             raise InvalidWeightsError(f"{self.label}: the file changed while it was read")
         return t
 
+    def expand_once(self, directory: Path) -> None:
+        """Every target expanded now, one at a time, into an anonymous float32 safetensors file in
+        ``directory``; later reads of a target read it back (module docstring). OSError (a full disk):
+        nothing changes, reads expand as before."""
+        if self._expanded is not None:
+            return
+        offsets, at = {}, 0
+        for name in sorted(self.targets):
+            size = 4 * math.prod(self.spec[name][1])
+            offsets[name], at = (at, at + size), at + size
+        head = json.dumps({n: {"dtype": "F32", "shape": list(self.spec[n][1]), "data_offsets": list(offsets[n])}
+                           for n in sorted(offsets)}, separators=(",", ":")).encode()
+        head += b" " * (-len(head) % 8)
+        fh = tempfile.TemporaryFile(dir=directory, prefix=".lora-expanded.")  # noqa: SIM115 - kept open
+        try:
+            fh.write(struct.pack("<Q", len(head)) + head)
+            for name in sorted(offsets):
+                fh.write(self._expand(name).reshape(-1).view(torch.uint8).numpy())
+            fh.flush()
+        except BaseException:
+            fh.close()
+            raise
+        self._expanded = (fh, 8 + len(head), offsets)
+
+    def _expand(self, name: str) -> torch.Tensor:
+        return expand(self._factor(f"{name}.lora_A"), self._factor(f"{name}.lora_B"), self.scales[name])
+
+    def _read_expanded(self, name: str) -> torch.Tensor:
+        fh, start, offsets = self._expanded
+        t = torch.empty(self.spec[name][1], dtype=torch.float32)
+        begin, end = offsets[name]
+        fh.seek(start + begin)
+        if end > begin and fh.readinto(memoryview(t.reshape(-1).view(torch.uint8).numpy())) != end - begin:
+            raise InvalidWeightsError(f"{self.label}: the expanded update changed while it was read")
+        return t
+
+    def close(self) -> None:
+        super().close()
+        if self._expanded is not None:
+            self._expanded[0].close()
+
+    def __del__(self):
+        super().__del__()
+        if self._expanded is not None:
+            self._expanded[0].close()
+
     def raw(self, name: str) -> torch.Tensor:
         dtype, shape = self.spec[name]
+        if name in self.targets and self._expanded is not None:
+            return self._read_expanded(name)
         if name in self.targets:
             return expand(self._factor(f"{name}.lora_A"), self._factor(f"{name}.lora_B"), self.scales[name])
         t = torch.zeros(shape, dtype=torch_dtypes()[dtype])

@@ -4,10 +4,17 @@ Usage:
     delta = load_delta(ctx, adm, model_spec)   # LazyTensors (dense) or a dict (topk, expanded); raises Rejected
 
 ``ctx`` is the validator's ValidatorContext (woolf/validator/context.py); only its ledger is read.
+
+A lora delta (issue 33), once its factor file passed every check and its sha256, is expanded once
+(storage/lora.py ``expand_once``) into an anonymous file beside the object in the store's cache:
+every later use reads the dense update back instead of expanding it again. The environment
+variable ``WOOLF_LORA_EXPAND=each`` turns this off (benchmarks/lora_memory.py measures both).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import replace
 
 import torch
@@ -19,6 +26,8 @@ from woolf.storage.sparse import load_delta as load_delta_file
 from woolf.validator.admission import Admitted
 from woolf.validator.context import ValidatorContext
 from woolf.validator.intake import check_declared, download_budget
+
+log = logging.getLogger(__name__)
 
 
 def load_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
@@ -86,4 +95,9 @@ def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensor
     except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
         problem = exc.message
     _match_sha256(ctx, adm, path, problem)
+    if isinstance(delta, LoraTensors) and os.environ.get("WOOLF_LORA_EXPAND", "once") != "each":
+        try:  # checked and hashed: expanded now, once, not at each of its uses
+            delta.expand_once(path.parent)
+        except OSError as exc:  # e.g. a full disk: each use expands it again (slower, the same bits)
+            log.warning("lora delta: not expanded ahead (%s); each use expands it", exc)
     return delta
