@@ -25,8 +25,6 @@ from woolf.storage.lora import LoraFile, LoraTensors, dense_bytes  # noqa: E402
 from woolf.storage.weights import read_spec, spec_of  # noqa: E402
 from woolf.validator import Validator  # noqa: E402
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def wide_dir(tmp_path_factory):
