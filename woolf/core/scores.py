@@ -37,14 +37,13 @@ class Similarity:
         return abs(self.cosine) >= threshold or self.copied_share >= 0.5
 
 
-def _f32(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to(torch.float32).reshape(-1)
-
-
-def similarity(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], threshold: float) -> Similarity:
+def similarity(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], threshold: float,
+               dtype: torch.dtype = torch.float32) -> Similarity:
+    """Cosine of the whole deltas and the copied share, tensor by tensor in ``dtype`` (float64 for
+    sketches: core/sketch.py)."""
     dot = na = nb = copied = 0.0
     for name in sorted(set(a) & set(b)):
-        x, y = _f32(a[name]), _f32(b[name])
+        x, y = (t.detach().to(dtype).reshape(-1) for t in (a[name], b[name]))
         if x.numel() != y.numel() or not a[name].is_floating_point():
             continue
         d, xx, yy = float(x @ y), float(x @ x), float(y @ y)

@@ -17,11 +17,10 @@ tensor of any size is sketched in bounded memory.
 from __future__ import annotations
 
 import hashlib
-import math
 
 import torch
 
-from woolf.core.scores import Similarity
+from woolf.core.scores import Similarity, similarity
 
 WIDTH = 64  # buckets per tensor
 BLOCK = 1 << 20  # elements hashed at once
@@ -56,18 +55,7 @@ def sketch(delta: dict, seed: bytes, width: int = WIDTH) -> dict[str, torch.Tens
 
 def estimate(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], threshold: float) -> Similarity:
     """Similarity (cosine, copied share) estimated from two sketches made with the same seed."""
-    dot = na = nb = copied = 0.0
-    for name in sorted(set(a) & set(b)):
-        x, y = a[name].to(torch.float64), b[name].to(torch.float64)
-        if x.numel() != y.numel():
-            continue
-        d, xx, yy = float(x @ y), float(x @ x), float(y @ y)
-        dot, na, nb = dot + d, na + xx, nb + yy
-        if xx > 0 and yy > 0 and abs(d) / math.sqrt(xx * yy) >= threshold:
-            copied += xx
-    if na <= 0 or nb <= 0 or not math.isfinite(dot + na + nb):
-        return Similarity(0.0, 0.0)
-    return Similarity(dot / math.sqrt(na * nb), copied / na)
+    return similarity(a, b, threshold, dtype=torch.float64)
 
 
 def matrix(sk: dict[str, torch.Tensor]) -> torch.Tensor:
