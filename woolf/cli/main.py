@@ -35,6 +35,7 @@ Environment:
   WOOLF_SOURCE         pinned GoodWoolf source for ci/install.sh (woolf init --woolf-source)
   WOOLF_CACHE          where `woolf demo` keeps its pretrained genesis (default ~/.cache/goodwoolf)
   WOOLF_LORA           r=R[,alpha=A,...]: `woolf train --lora` (LoRA adapters; 'off' for none)
+  WOOLF_LORA_EXPAND    each: the validator expands a LoRA delta per use, not once per PR (benchmarks)
   WOOLF_FSDP           1: `woolf train --nproc N` shards the model with FSDP2 (default: when it does not fit one GPU)
 """
 
