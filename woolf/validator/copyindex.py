@@ -105,12 +105,7 @@ def _pointer(d, spec, limits):
         return None
 
 
-def indexed_candidates(ledger, state, adm, earlier: list, mine: tuple, spec, load) -> list:
-    """[(PR, pointer, declared delta)] of the ``earlier`` open PRs that may be copies of this PR's
-    delta (``mine``: (delta, content sha256)), most similar first; each read once per validator
-    (``load(ledger, state, pointer, sha256, spec, declared)``: screen._load)."""
-    index = copy_index(state)
-    delta, content = mine
+def _prune(index: CopyIndex, state, adm, earlier: list) -> None:
     snapshot = getattr(state, "open_snapshot", None) or earlier
     if len(index.entries) > 2 * len(snapshot) + 256:  # PRs settled since the queue was read: their entries go
         keep = {adm.meta["delta"]["sha256"]}
@@ -119,13 +114,39 @@ def indexed_candidates(ledger, state, adm, earlier: list, mine: tuple, spec, loa
             if isinstance(d, dict) and isinstance(d.get("sha256"), str):
                 keep.add(d["sha256"])
         index.prune(keep)
+
+
+def _judged(ledger, state, adm, sources: list, mine: tuple, spec, load) -> list:
+    """Of ``sources`` [(item, pointer, declared delta, key)], the items whose entries may be copies of
+    this PR's delta (``mine``: (delta, content sha256)), most similar first, at most MAX_EXACT."""
+    index = copy_index(state)
+    delta, content = mine
     me = index.add(adm.meta["delta"]["sha256"], delta, content)
     items = []
+    for item, ptr, d, key in sources:
+        entry = index.entry(key, lambda: load(ledger, state, ptr, key, spec, d))  # noqa: B023
+        items.append((item, entry))
+    return index.candidates(me, items, ledger.config.scoring.copy_threshold)
+
+
+def indexed_candidates(ledger, state, adm, earlier: list, mine: tuple, spec, load) -> list:
+    """[(PR, pointer, declared delta)] of the ``earlier`` open PRs that may be copies of this PR's
+    delta (``mine``: (delta, content sha256)), most similar first; each read once per validator
+    (``load(ledger, state, pointer, sha256, spec, declared)``: screen._load)."""
+    index = copy_index(state)
+    _prune(index, state, adm, earlier)
+    sources = []
     for p in earlier:
         d = (p.submission or {}).get("delta")
         ptr = _pointer(d, spec, ledger.config.limits)
-        if ptr is None:
-            continue
-        entry = index.entry(d["sha256"], lambda: load(ledger, state, ptr, d["sha256"], spec, d))  # noqa: B023
-        items.append(((p, ptr, d), entry))
-    return index.candidates(me, items, ledger.config.scoring.copy_threshold)
+        if ptr is not None:
+            sources.append(((p, ptr, d), ptr, d, d["sha256"]))
+    return _judged(ledger, state, adm, sources, mine, spec, load)
+
+
+def merged_candidates(ledger, state, adm, merged: list, mine: tuple, spec, load) -> list:
+    """Of ``merged`` [(item, pointer, declared delta, key)] (recent merged deltas; key: the delta's
+    sha256), the items that may be copies of this PR's delta, most similar first (issue 35: a merged
+    delta is sketched once per validator, usually when it was judged as a PR, not read per PR). Their
+    own MAX_EXACT: open PRs withdrawn later can never crowd a merged original out of the exact look."""
+    return _judged(ledger, state, adm, merged, mine, spec, load)
