@@ -16,13 +16,14 @@ An unreadable delta is remembered as such (it protects nothing: it would be reje
 
 from __future__ import annotations
 
+import math
 import secrets
 from dataclasses import dataclass
 
 import torch
 
 from woolf.core.scores import content_sha256
-from woolf.core.sketch import estimate_many, matrix, sketch
+from woolf.core.sketch import estimate_many, matrix, sketch, sketch_tensor
 from woolf.errors import WoolfError
 from woolf.storage.pointer import Pointer
 from woolf.validator.intake import declared_bound
@@ -42,17 +43,32 @@ class CopyIndex:
     def __init__(self, seed: bytes | None = None):
         self.seed = seed or secrets.token_bytes(32)
         self.entries: dict[str, Entry | None] = {}  # delta sha256 -> its entry (None: unreadable)
+        self.ahead: dict[str, dict] = {}  # delta sha256 -> its sketch, made by norm_and_sketch (at most one)
 
-    def _entry(self, delta, content: str | None = None) -> Entry:
-        sk = sketch(delta, self.seed)
+    def _entry(self, delta, content: str | None = None, sk: dict | None = None) -> Entry:
+        sk = sketch(delta, self.seed) if sk is None else sk
         return Entry(content or content_sha256(delta), tuple(sorted(sk)), matrix(sk))
 
     def add(self, key: str, delta, content: str | None = None) -> Entry:
-        """This PR's own entry (its delta is in memory already)."""
+        """This PR's own entry (its delta is in memory already, or its sketch was made ahead)."""
         entry = self.entries.get(key)
         if entry is None:
-            entry = self.entries[key] = self._entry(delta, content)
+            entry = self.entries[key] = self._entry(delta, content, self.ahead.pop(key, None))
         return entry
+
+    def norm_and_sketch(self, key: str, delta) -> float:
+        """core.scores.norm of ``delta`` (the same sum in the same order) and its sketch, from one read of
+        each tensor (a delta read from its file reads it again at each use): ``add(key, ...)`` takes the
+        sketch (issue 35). The sketch is of the delta as read, before any clip, as every other entry is."""
+        self.ahead.clear()  # one PR's at a time: a PR refused before its copy check leaves nothing behind
+        total, sk = 0.0, {}
+        for name in sorted(delta.keys()):
+            t = delta[name]
+            if t.is_floating_point():
+                total += float(torch.linalg.vector_norm(t, dtype=torch.float32)) ** 2
+                sk[name] = sketch_tensor(t, self.seed, name)
+        self.ahead[key] = sk
+        return math.sqrt(total)
 
     def entry(self, key: str, load) -> Entry | None:
         """The entry of the delta ``key``; ``load()`` reads it (None when unreadable) the first time."""

@@ -24,10 +24,12 @@ from woolf.ledger.benchmark import gate_benchmark, published, published_reason
 from woolf.ledger.transition import parent_state, streamable, transition
 from woolf.ledger.trust import require_validator
 from woolf.protocol.rules.submitter import check_submitter
+from woolf.storage.lazy import LazyTensors
 from woolf.storage.weights import check_finite, spec_of
 from woolf.timing import Timer
 from woolf.validator.admission import Admitted, admit
 from woolf.validator.context import ValidatorContext
+from woolf.validator.copyindex import copy_index
 from woolf.validator.delta_load import load_delta
 from woolf.validator.resident import give_back, take_main
 from woolf.validator.retrain import recipe_reason, retrain_check
@@ -86,7 +88,7 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
             state = parent_state(ctx.ledger, main, current_spec, f"outer state of version {main.version}")
             delta = load_delta(ctx, adm, current_spec)
         with timer("checks"):
-            norms = _check_norm(ctx, current, delta, model_norm)
+            norms = _check_norm(ctx, adm, current, delta, model_norm)
             model_norm = norms[1]
             adm.screened = screen_delta(ctx.ledger, ctx.forge, ctx.state, adm, main, current, delta,
                                         norms)  # no-op, norm guard, replay, copies
@@ -200,13 +202,18 @@ def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer) -
     return verdict, step
 
 
-def _check_norm(ctx: ValidatorContext, current, delta, model_norm: float | None = None) -> tuple[float, float]:
+def _check_norm(ctx: ValidatorContext, adm: Admitted, current, delta,
+                model_norm: float | None = None) -> tuple[float, float]:
     """(norm of the delta, norm of the model), float32-accumulated (scores.norm: plenty for a ratio,
     nothing big allocated); scoring's screen reuses them instead of two more passes. ``model_norm``:
-    the model's, measured already (a resident main's)."""
+    the model's, measured already (a resident main's). A delta read from its file is sketched for the
+    copy index in the same read (issue 35: one read of its tensors for both)."""
     limit = ctx.ledger.config.limits.max_delta_norm_ratio
     w = norm(current) if model_norm is None else model_norm
-    n = norm(delta)
+    if isinstance(delta, LazyTensors):
+        n = copy_index(ctx.state).norm_and_sketch(adm.meta["delta"]["sha256"], delta)
+    else:
+        n = norm(delta)
     if not math.isfinite(n):  # NaN/Inf, or finite values whose squares overflow: the exact check decides
         try:
             check_finite(delta, "delta")
