@@ -3,10 +3,11 @@
 Usage:
     from woolf.cli import participant; participant.TITLE, participant.COMMANDS   # cli/main.py, cli/help.py
 
-Modules: contrib.py (train, submit, pr), sync.py (pull, status), tasks.py (tasks).
+Modules: contrib.py (train, submit), prs.py (pr), sync.py (pull, status), tasks.py (tasks).
 """
 
-from woolf.cli.participant.contrib import pr, submit, train
+from woolf.cli.participant.contrib import submit, train
+from woolf.cli.participant.prs import pr
 from woolf.cli.participant.sync import pull, status
 from woolf.cli.participant.tasks import tasks
 
