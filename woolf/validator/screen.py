@@ -165,13 +165,10 @@ def _earlier(ledger, forge, state: ValidatorState, adm: Admitted, spec, delta, c
     except (WoolfError, BlobTooLargeError) as exc:
         log.info("copy check: merged deltas unreadable (%s)", getattr(exc, "message", exc))
         pointers = {}
-    merged = []
-    for rec in recs:
-        if rec.version in pointers:
-            ptr, declared = pointers[rec.version]
-            key = rec.delta_sha256 or ptr.md5
-            merged.append(((rec, ptr, declared, key), ptr, declared, key))
     # issue 35: merged deltas through the copy index too (a sketch each, read once per validator)
+    keyed = [(r, *pointers[r.version], r.delta_sha256 or pointers[r.version][0].md5) for r in recs
+             if r.version in pointers]  # (record, pointer, declared, key): the item and what reads it
+    merged = [(k, k[1], k[2], k[3]) for k in keyed]
     for rec, ptr, declared, key in merged_candidates(ledger, state, adm, merged, (delta, content), spec, _load):
         d = _load(ledger, state, ptr, key, spec, declared)
         if d is not None:
