@@ -147,7 +147,7 @@ def one_b(root: Path, a) -> dict:
     sets = {"policy.min_improvement": "-1e9", "scoring.min_effect": "0", "scoring.enabled": "false",
             "workload.params.context": str(a.context), "workload.params.batch_size": str(a.batch),
             "workload.params.benchmark_bytes": str(a.benchmark_bytes), "workload.params.eval_batch": "4",
-            "workload.params.lr": "1e-4"}
+            "workload.params.lr": "1e-4", "limits.max_delta_bytes": str(16 * 2**30)}  # a 2.4 GB checkpoint
     rows = [timed("init", ["init", str(root / "work"), "--storage", str(root / "storage"), "--workload",
                            "transformers", "--weights", str(model), "--unsigned", "--json",
                            *[x for k, v in sets.items() for x in ("--set", f"{k}={v}")]], root)]

@@ -206,7 +206,8 @@ def _predicted_gate(cfg, wl, base_path, trained: dict, metrics: dict, bench: byt
             for name in list(trained):  # one tensor's delta at a time: no second model-sized copy
                 old = base.get_tensor(name)
                 delta = trained[name].float() - old.float()
-                trained[name] = apply_delta({name: old}, {name: delta}, scale)[name]
+                trained[name].copy_(apply_delta({name: old}, {name: delta}, scale)[name])  # in place: the
+                # evaluation model holds these tensors (a new one would keep the old alive: a second model)
         judged = metrics["merged"] = wl.evaluate(trained, bench, device)
     gate = decide(cfg.policy, metrics["before"], judged)
     return {"passes": gate.accepted, "reason": gate.reason, "scale": scale, "rule": cfg.merge.rule}

@@ -86,26 +86,29 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
                seed: int = 0, progress=None) -> tuple[dict, dict]:
     """({target tensor: (A, B, scale)}, summary) after ``steps`` AdamW steps on the adapters alone.
 
-    ``weights`` is cast IN PLACE to the compute dtype where it differs (the caller reads the
-    version's weights again for arithmetic of record: woolf/participant/lora.py)."""
+    ``weights`` is consumed: cast IN PLACE to the compute dtype where it differs, and emptied when
+    the model lives on another device (the caller reads the version's weights again for the
+    arithmetic of record: woolf/participant/lora.py)."""
     ids = wl.tokens(data.texts)
     if len(ids) < wl.context + 2:
         raise UsageError(f"training data has {len(ids)} tokens; one window needs {wl.context + 2}")
     gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)  # the adapters' initialisation
     dtype = compute_dtype(spec, device)
     wl._model = None  # the evaluation model's hold on the weights goes (rebuilt, uninitialised, when needed)
     for name in sorted(weights):  # in place, one tensor at a time: never the masters beside a cast model
         if weights[name].is_floating_point() and weights[name].dtype != dtype:
             weights[name] = weights[name].to(dtype)
     model = _frozen_model(wl, weights, device, dtype)
+    if torch.device(device).type != "cpu":
+        weights.clear()  # the model holds its own copies on the device: the host's go (the caller reads again)
     owner = {id(p): n for n, p in model.named_parameters(remove_duplicate=True) if n in weights}
     if spec.checkpointing:  # activations recomputed in the backward pass: less memory, ~30% more compute
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     cfg = LoraConfig(r=spec.r, lora_alpha=spec.alpha or 2 * spec.r, lora_dropout=spec.dropout,
                      target_modules=list(spec.targets) or None, bias="none")
     try:
-        model = get_peft_model(model, cfg)
+        torch.manual_seed(seed)  # the adapters' initialisation: from the seed alone (the model is built
+        model = get_peft_model(model, cfg)  # uninitialised: nothing else draws from the generator)
     except ValueError as exc:  # peft: target modules not found, or no default for this architecture
         raise UsageError(f"--lora {spec.text()}: {str(exc).splitlines()[0][:200]}",
                          hint="name the model's linear modules: --lora r=8,targets=q_proj+v_proj") from None
