@@ -14,7 +14,7 @@ pytest.importorskip("peft")
 from safetensors.torch import load_file  # noqa: E402
 
 from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
-from woolf.participant import submit, train  # noqa: E402
+from woolf.participant import SubmitOptions, TrainOptions, submit, train  # noqa: E402
 from woolf.validator import Validator  # noqa: E402
 
 
@@ -36,11 +36,11 @@ def test_lora_after_loss_is_the_validators_loss_of_the_merged_version(tmp_path, 
                                             "policy.min_improvement": "-1e9"})
     alice, val = net.clone("alice"), net.clone("val")
     v0 = alice.load_weights(alice.show(0))
-    rec = train(alice, steps=3, contributor="alice", device="cpu", lora=f"r=4,dtype={dtype}")
+    rec = train(alice, TrainOptions(steps=3, contributor="alice", device="cpu", lora=f"r=4,dtype={dtype}"))
     assert rec["training"]["lora"]["dtype"] == {"fp32": "float32", "bf16": "bfloat16"}[dtype]
     trained = load_file(rec["weights"])
     assert {k: t.dtype for k, t in trained.items()} == {k: t.dtype for k, t in v0.items()}  # masters, not bf16
-    pr = submit(alice, contributor="alice")
+    pr = submit(alice, SubmitOptions(contributor="alice"))
     [v] = Validator(val, device="cpu").run()
     assert v.id == pr["id"] and v.state == "merged", v.reason
     v1 = val.load_weights(val.show(1))
