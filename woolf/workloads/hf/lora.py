@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from peft import LoraConfig, get_peft_model
 from peft.tuners.lora import Linear as LoraLinear
 from peft.tuners.lora import LoraLayer
+from transformers import PreTrainedModel
 
 from woolf.errors import UsageError
 from woolf.protocol.lora_spec import LoraSpec
@@ -41,7 +42,7 @@ def compute_dtype(spec: LoraSpec, device: str) -> torch.dtype:
     return torch.float32
 
 
-def _frozen_model(wl, weights: dict, device: str, dtype: torch.dtype) -> torch.nn.Module:
+def _frozen_model(wl, weights: dict, device: str, dtype: torch.dtype) -> PreTrainedModel:
     """The architecture with ``weights`` as its parameters in ``dtype`` on ``device``, frozen. A tensor
     already in ``dtype`` on ``device`` IS the parameter (no copy); the model is built uninitialised
     (``no_init_weights``: its own random weights would touch a second model's worth of memory)."""

@@ -30,8 +30,8 @@ def uninitialised(config, dtype) -> torch.nn.Module:
     are never touched, so they cost no memory until the weights are assigned). Modules that hold only
     non-persistent buffers (rotary frequencies) are initialised as from_config would: they are
     computed, never assigned; tied parameters are tied."""
-    from transformers import AutoModelForCausalLM
-    from transformers.initialization import no_init_weights
+    from transformers import AutoModelForCausalLM  # deferred: transformers
+    from transformers.initialization import no_init_weights  # deferred: transformers
 
     with no_init_weights():
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
