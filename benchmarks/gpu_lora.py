@@ -48,7 +48,8 @@ def one_size_lora(root: Path, name: str, device: str, steps: int, context: int, 
     Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="transformers", weights=model,
                 overrides={"policy.min_improvement": "-1e9", "scoring.min_effect": "0",
                            "workload.params.context": str(context), "workload.params.batch_size": str(batch),
-                           "workload.params.benchmark_bytes": str(bench_bytes), "workload.params.lr": "1e-4"}))
+                           "workload.params.benchmark_bytes": str(bench_bytes), "workload.params.lr": "1e-4",
+                           "limits.max_delta_bytes": str(16 * 2**30)}))  # 1.5B: a 3.1 GB bf16 checkpoint
     _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
     for who in ("alice", "val"):
         _git("clone", "-q", str(root / "hub.git"), str(root / who), cwd=root)

@@ -7,6 +7,7 @@ Usage:
     python benchmarks/lora_memory.py --dry-run             # a tiny model: proves the script in a minute
     python benchmarks/lora_memory.py --compare-expand --layers 6 --width 512   # validate: expand per use vs once
     python benchmarks/lora_memory.py --only-lora "r=16;r=16,ckpt=1" --out lora_memory_v2.json   # LoRA rows alone
+    python benchmarks/lora_memory.py --one-b "r=16;r=16,dtype=bf16" --out lora_memory_1b.json  # the 1.2B Llama
 
 Memory: a ledger of random GPT-2 weights (float32 masters, a 512-token tokenizer trained
 locally; nothing downloaded); two clones of its hub train the same steps from version 0,
@@ -14,6 +15,11 @@ each a whole `python -m woolf train` process under `/usr/bin/time -v` (maximum R
 full-parameter (AdamW, float32), one `--lora r=R` (peft adapters, frozen float32 base on the
 CPU). Both `woolf submit`; the validator merges the LoRA PR (`woolf validate --all`, its RSS
 too). Reported: each command's peak RSS, the LoRA/full ratio, the bytes each PR stored.
+
+1B (``--one-b SPEC;SPEC``): a Llama-shaped 1.2B model (the shapes below) with random weights saved
+as a bf16 checkpoint, imported by `woolf init` (float32 masters), then each `woolf train --lora
+SPEC` from version 0 in its own clone under `/usr/bin/time -v`: 1 step of batch 1 x context 32
+(CPU matmuls at 1B are slow; the memory is what is measured). Rows run one after another.
 
 Bytes: a real lora file for a Llama-shaped 1B model (hidden 2048, 16 layers, MLP 8192,
 vocab 32000, untied head; targets q/k/v/o/gate/up/down) with r = 16 random factors, written by
@@ -34,12 +40,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
-from gpu_check import build_model  # noqa: E402
+from gpu_check import _tiny, build_model  # noqa: E402
 
 from woolf.ledger.create import CreateOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_1B = {"hidden": 2048, "layers": 16, "mlp": 8192, "vocab": 32000, "kv": 2048}
+TINY_LLAMA = {"hidden": 256, "layers": 2, "mlp": 512, "vocab": 1024, "kv": 256}  # --one-b --dry-run
 
 
 def _env() -> dict:
@@ -112,8 +119,60 @@ def memory(root: Path, a) -> dict:
             "bytes": {"dense_pr": dense, "lora_pr": small, "ratio": round(small / dense, 5)}}
 
 
-def llama_1b_spec() -> tuple[dict, list[str]]:
-    c = LLAMA_1B
+def build_llama(root: Path, context: int, dims: dict) -> Path:
+    """A Llama-shaped directory (``dims``: LLAMA_1B, 1.2B): random weights saved in bf16, the local tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+
+    c, out, mod = dims, root / "model", _tiny()
+    tok = mod.make_tokenizer(512)
+    eos = tok.token_to_id(mod.SPECIAL)
+    config = LlamaConfig(hidden_size=c["hidden"], num_hidden_layers=c["layers"], intermediate_size=c["mlp"],
+                         vocab_size=c["vocab"], num_attention_heads=c["hidden"] // 128, num_key_value_heads=c["hidden"] // 128,
+                         max_position_embeddings=max(context, 128), tie_word_embeddings=False,
+                         bos_token_id=eos, eos_token_id=eos)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)  # 2.4 GB, never float32 here
+    model.save_pretrained(out)
+    del model
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=mod.SPECIAL, bos_token=mod.SPECIAL).save_pretrained(out)
+    return out
+
+
+def one_b(root: Path, a) -> dict:
+    """``--one-b``: `woolf init` of the bf16 1.2B checkpoint, then each `woolf train --lora SPEC` (see the docstring)."""
+    import gc
+
+    dims = TINY_LLAMA if a.dry_run else LLAMA_1B
+    model = build_llama(root, a.context, dims)
+    gc.collect()
+    sets = {"policy.min_improvement": "-1e9", "scoring.min_effect": "0", "scoring.enabled": "false",
+            "workload.params.context": str(a.context), "workload.params.batch_size": str(a.batch),
+            "workload.params.benchmark_bytes": str(a.benchmark_bytes), "workload.params.eval_batch": "4",
+            "workload.params.lr": "1e-4", "limits.max_delta_bytes": str(16 * 2**30)}  # a 2.4 GB checkpoint
+    rows = [timed("init", ["init", str(root / "work"), "--storage", str(root / "storage"), "--workload",
+                           "transformers", "--weights", str(model), "--unsigned", "--json",
+                           *[x for k, v in sets.items() for x in ("--set", f"{k}={v}")]], root)]
+    _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
+    for i, text in enumerate(a.one_b.split(";")):
+        _git("clone", "-q", str(root / "hub.git"), str(root / f"lora{i}"), cwd=root)
+        _git("config", "user.name", "lora", cwd=root / f"lora{i}")
+        rows.append(timed(f"train {text}", ["-C", str(root / f"lora{i}"), "train", "--steps", str(a.steps),
+                                            "--device", "cpu", "--json", "--contributor", "lora",
+                                            "--lora", text], root))
+        for r in rows[-1:]:
+            r["result"] = {k: r["result"].get(k) for k in ("training", "metrics", "lora", "gate")} \
+                if isinstance(r["result"], dict) else r["result"]
+    import math
+
+    spec, _ = llama_1b_spec(dims)
+    return {"model": "Llama-shaped " + json.dumps(dims) + ", bf16 checkpoint, float32 masters",
+            "params": sum(math.prod(x) for _, x in spec.values()), "steps": a.steps, "context": a.context,
+            "batch": a.batch, "rows": rows}
+
+
+def llama_1b_spec(dims: dict | None = None) -> tuple[dict, list[str]]:
+    c = dims or LLAMA_1B
     h, m = c["hidden"], c["mlp"]
     spec = {"model.embed_tokens.weight": ("F32", (c["vocab"], h)), "lm_head.weight": ("F32", (c["vocab"], h)),
             "model.norm.weight": ("F32", (h,))}
@@ -166,15 +225,23 @@ def main() -> None:
     ap.add_argument("--bytes-only", action="store_true", help="only the 1B factor file")
     ap.add_argument("--dry-run", action="store_true", help="a tiny model, 2 steps")
     ap.add_argument("--only-lora", default="", metavar="SPEC;SPEC", help="only `train --lora SPEC` rows")
+    ap.add_argument("--one-b", default="", metavar="SPEC;SPEC",
+                    help="the Llama-shaped 1.2B bf16 checkpoint: `train --lora SPEC` rows (1 step, batch 1 x 32)")
     ap.add_argument("--compare-expand", action="store_true",
                     help="validate the same queue twice: each use expanding the LoRA product again, then once per PR")
     ap.add_argument("--out", default="lora_memory.json")
     a = ap.parse_args()
-    if a.dry_run:
+    if a.one_b:  # 1 step of 1 x 32 (a dry run: the tiny Llama)
+        a.steps, a.context, a.batch, a.benchmark_bytes = 1, 32, 1, 1500
+    elif a.dry_run:
         a.layers, a.width, a.vocab, a.steps, a.context, a.batch, a.benchmark_bytes = 2, 64, 1024, 2, 32, 2, 3000
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     result = {"machine": machine(), "args": vars(a)}
     with tempfile.TemporaryDirectory(prefix="woolf-lora-") as tmp:
+        if a.one_b:
+            result["one_b"] = one_b(Path(tmp), a)
+            print(f"wrote {write_json(a.out, result)}")
+            return
         if not a.compare_expand:
             result["bytes_1b"] = bytes_1b(Path(tmp), 16)
             print("1B bytes:", result["bytes_1b"], flush=True)

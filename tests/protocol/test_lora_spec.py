@@ -10,8 +10,10 @@ pytestmark = pytest.mark.unit
 
 
 def test_parse_and_text_round_trip():
-    spec = parse_lora("r=16,alpha=32,targets=q_proj+v_proj,dropout=0.05,dtype=bf16,ckpt=1")
-    assert spec == LoraSpec(16, 32.0, ("q_proj", "v_proj"), 0.05, "bf16", True)
+    spec = parse_lora("r=16,alpha=32,targets=q_proj+v_proj,dropout=0.05,dtype=bf16,ckpt=0")
+    assert spec == LoraSpec(16, 32.0, ("q_proj", "v_proj"), 0.05, "bf16", False)
+    assert spec.text().endswith(",ckpt=0")
+    assert parse_lora("r=4").checkpointing and parse_lora("r=4,ckpt=1") == parse_lora("r=4")  # on by default
     assert parse_lora(spec.text()) == spec and spec.scale == 2.0
     assert parse_lora("r=4").scale == 2.0 and parse_lora("r=4").text() == "r=4,alpha=8"
     for off in ("", "off", "none", "OFF"):

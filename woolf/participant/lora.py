@@ -2,13 +2,17 @@
 
 Usage (contribute.train and submit.submit call these when LoRA is asked for):
     spec = lora_spec(ledger, "r=4")                   # --lora, else workload.params.lora; None: full training
-    trained, summary = train_lora(ledger, wl, base, data, steps, spec, device, seed, progress)
+    trained, summary = train_lora(ledger, wl, head, base, data, steps, spec, device, seed, progress)
         # -> .woolf/work/lora.safetensors (the factors) and the trained weights base + B·A·scale
+        #    (base is consumed: evaluate it first)
     pr = submit_lora(ledger, record, who, base, options)   # the factor file is the PR's delta, never a product
 
 The trained weights that `train` keeps and evaluates are what the validator computes from the
-factors (woolf/core/lora.py's expansion added to the float32 base), so the metrics a
-participant sees are those of its delta merged at scale 1.
+factors (woolf/core/lora.py's expansion added to the version's weights), so the metrics a
+participant sees are those of its delta merged at scale 1, evaluated as a validator evaluates it.
+Memory (issue 33): one model at a time. The frozen model's parameters ARE the loaded weights
+(cast to the compute dtype in place when it differs: bf16 on a GPU), the evaluation model is
+built uninitialised and assigned the same tensors, and only the targets get new tensors.
 """
 
 from __future__ import annotations
@@ -55,25 +59,37 @@ def lora_spec(ledger, text: str | None) -> LoraSpec | None:
     return spec
 
 
-def train_lora(ledger, wl, base: dict, data, steps: int, spec: LoraSpec, device: str, seed: int,
+def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, device: str, seed: int,
                progress) -> tuple[dict, dict]:
-    """(trained weights = base + each target's expansion, summary); the factors written to the work area."""
+    """(trained weights = base + each target's expansion, summary); the factors written to the work area.
+
+    ``base`` (version ``head``'s weights, as ``ledger.load_weights`` gave them) is consumed: the
+    dict comes back as the trained weights, its untargeted tensors the base's own. Memory is one
+    model: in the compute dtype while training (the base cast to it tensor by tensor when it
+    differs, e.g. bf16: 2 bytes per parameter), then the version's weights read again for the
+    "after" evaluation. Nothing else holds a model-sized copy; evaluate the base BEFORE this.
+    """
     import torch  # deferred: torch
 
     from woolf.core.lora import expand  # deferred: loads torch
     from woolf.storage.lora import LoraFile  # deferred: loads torch
 
+    spec_in = spec_of(base)
+    # the workload casts ``base`` in place to its compute dtype when it differs (tensor by tensor)
     factors, summary = wl.train_lora(base, data, steps, spec, device=device, seed=seed, progress=progress)
-    delta = LoraFile(factors, spec_of(base), ledger.config.limits.max_lora_rank)  # checked as a validator would
+    cast = spec_of(base) != spec_in
+    delta = LoraFile(factors, spec_in, ledger.config.limits.max_lora_rank)  # checked as a validator would
     out = work_dir(ledger) / FACTORS
     delta.write(out)
-    trained = dict(base)
+    if cast:  # the arithmetic of record is on the version's own weights: read them again
+        base.clear()
+        base.update(ledger.load_weights(head))
     for target, (A, B, _) in sorted(factors.items()):  # the scale as the file carries it (float32)
         s = float(delta.tensors[f"{target}.lora_scale"][0])
-        trained[target] = torch.add(base[target], expand(A, B, s))
+        base[target] = torch.add(base[target], expand(A, B, s))  # the new tensor; the old one is freed
     summary["lora"] = {**summary.get("lora", {}), "file": FACTORS, "bytes": out.stat().st_size,
                        "dense_bytes": sum(4 * t.numel() for t in base.values() if t.is_floating_point())}
-    return trained, summary
+    return base, summary
 
 
 def submit_lora(ledger, record: dict, who: str, base, o) -> dict:

@@ -146,10 +146,12 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
             extra, follower = _train_keywords(ledger, features, o, head, base, group) if lora is None else ({}, None)
             start = snapshot_start(ledger, out, extra.get("state_dir")) if lead else None  # issue 34: the
             recipe_head = head                                                           # recipe's optimizer start
-            if extra.get("in_place") and before is None and lead:  # base is trained where it is: measure it first
+            if (extra.get("in_place") or lora is not None) and before is None and lead:  # base is trained where it is:
+                # measure it first (a LoRA run consumes base too: participant/lora.py)
                 before = wl.evaluate(base, bench, device)
             if lora is not None:  # issue 33: adapters over the frozen version; the factors are the delta
-                trained, summary = train_lora(ledger, wl, base, train_data, steps, lora, device, o.seed, o.progress)
+                trained, summary = train_lora(ledger, wl, head, base, train_data, steps, lora, device, o.seed,
+                                              o.progress)
             else:
                 trained, summary = wl.train(base, train_data, steps, device=device, seed=o.seed,
                                             progress=_progress(o.progress, group), **extra)
@@ -203,7 +205,8 @@ def _predicted_gate(cfg, wl, base_path, trained: dict, metrics: dict, bench: byt
             for name in list(trained):  # one tensor's delta at a time: no second model-sized copy
                 old = base.get_tensor(name)
                 delta = trained[name].float() - old.float()
-                trained[name] = apply_delta({name: old}, {name: delta}, scale)[name]
+                trained[name].copy_(apply_delta({name: old}, {name: delta}, scale)[name])  # in place: the
+                # evaluation model holds these tensors (a new one would keep the old alive: a second model)
         judged = metrics["merged"] = wl.evaluate(trained, bench, device)
     gate = decide(cfg.policy, metrics["before"], judged)
     return {"passes": gate.accepted, "reason": gate.reason, "scale": scale, "rule": cfg.merge.rule}

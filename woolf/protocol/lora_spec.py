@@ -1,4 +1,4 @@
-"""How a participant asks for LoRA training: ``r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=D][,ckpt=1]``.
+"""How a participant asks for LoRA training: ``r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=D][,ckpt=0]``.
 
 Usage:
     spec = parse_lora("r=16,alpha=32,targets=c_attn+c_proj")   # LoraSpec(r=16, alpha=32.0, ...)
@@ -9,8 +9,10 @@ Usage:
 ``targets`` are module names as peft matches them (``target_modules``: a name's last
 component, e.g. c_attn, q_proj); none given: peft's default for the architecture.
 ``dtype``: the frozen base's compute dtype, ``auto`` (bf16 on a GPU, float32 on a CPU),
-``bf16`` or ``fp32``. ``ckpt=1``: gradient checkpointing (activations recomputed in the
-backward pass: less memory, more compute). Standard library only (the config check may run without torch).
+``bf16`` or ``fp32``. ``ckpt``: gradient checkpointing, on by default (activations recomputed in
+the backward pass: ~30% more compute for a fraction of the activations' memory, the numbers
+unchanged; at 152M on the CPU it is what keeps a LoRA run under 2 GiB: benchmarks/RESULTS.md §17);
+``ckpt=0`` keeps every activation instead. Standard library only (the config check may run without torch).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 DTYPES = ("auto", "bf16", "fp32")
 _TARGET = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
-_SYNTAX = "expected r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=0|1], e.g. r=16,alpha=32"
+_SYNTAX = "expected r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=1|0], e.g. r=16,alpha=32"
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class LoraSpec:
     targets: tuple = ()  # peft target_modules; (): peft's default for the architecture
     dropout: float = 0.0  # lora_dropout
     dtype: str = "auto"  # the frozen base's compute dtype
-    checkpointing: bool = False  # gradient checkpointing
+    checkpointing: bool = True  # gradient checkpointing (ckpt=0: off)
 
     @property
     def scale(self) -> float:
@@ -45,8 +47,8 @@ class LoraSpec:
             parts.append(f"dropout={self.dropout:g}")
         if self.dtype != "auto":
             parts.append(f"dtype={self.dtype}")
-        if self.checkpointing:
-            parts.append("ckpt=1")
+        if not self.checkpointing:
+            parts.append("ckpt=0")
         return ",".join(parts)
 
 
@@ -88,6 +90,6 @@ def parse_lora(text: str) -> LoraSpec | None:
         raise ValueError(f"targets: {bad[0][:40]!r} is not a module name (letters, digits, _ and .)")
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: use one of {', '.join(DTYPES)}")
-    if fields.get("ckpt", "0") not in ("0", "1"):
+    if fields.get("ckpt", "1") not in ("0", "1"):
         raise ValueError(f"ckpt={fields['ckpt']!r}: use 0 or 1")
-    return LoraSpec(r, alpha, targets, dropout, dtype, fields.get("ckpt", "0") == "1")
+    return LoraSpec(r, alpha, targets, dropout, dtype, fields.get("ckpt", "1") == "1")

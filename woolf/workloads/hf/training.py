@@ -1,11 +1,14 @@
 """The transformers workload's training loop: one model in memory, no per-step host syncs, torchrun-aware.
 
 Usage:
+    model = uninitialised(config, torch.float32)          # the architecture, its parameters never written
     model = assign(model, weights, device, copy=False)   # the model's parameters ARE the given tensors
     rows = batch_rows(len(ids), context, steps * grad_accum, batch_size, generator)   # all batches, drawn once
     tap = LossTap(steps, device); tap.put(step, loss); tap.latest()   # read without waiting on the device
 
-Memory (issue 35): the weights given are the parameters (no second copy of the model, no
+Memory (issue 35): a model whose parameters are about to be assigned is built uninitialised
+(issue 33: transformers' random initialisation would touch a second model's worth of memory);
+the weights given are the parameters (no second copy of the model, no
 checkpoint kept beside it); gradients are set to None once the last step is taken; the
 optimizer state is written to its file tensor by tensor and dropped before the trained
 weights are handed back (on the CPU, in float32, they are the parameters themselves).
@@ -20,6 +23,23 @@ for the host; the loss is copied to pinned memory without blocking and read when
 from __future__ import annotations
 
 import torch
+
+
+def uninitialised(config, dtype) -> torch.nn.Module:
+    """``AutoModelForCausalLM.from_config`` without writing its parameters (``no_init_weights``: the pages
+    are never touched, so they cost no memory until the weights are assigned). Modules that hold only
+    non-persistent buffers (rotary frequencies) are initialised as from_config would: they are
+    computed, never assigned; tied parameters are tied."""
+    from transformers import AutoModelForCausalLM  # deferred: transformers
+    from transformers.initialization import no_init_weights  # deferred: transformers
+
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.tie_weights()  # init_weights, skipped, ties them too (lm_head IS the embedding where tied)
+    for module in model.modules():
+        if module._non_persistent_buffers_set and not any(True for _ in module.parameters(recurse=False)):
+            model._init_weights(module)
+    return model
 
 
 def assign(model: torch.nn.Module, weights: dict[str, torch.Tensor], device: str, copy: bool) -> torch.nn.Module:

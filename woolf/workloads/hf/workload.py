@@ -60,7 +60,7 @@ from woolf.workloads.hf.modeldir import (
     max_positions,
     transformers_version,
 )
-from woolf.workloads.hf.training import LossTap, assign, batch_rows
+from woolf.workloads.hf.training import LossTap, assign, batch_rows, uninitialised
 from woolf.workloads.optstate import load_optimizer, save_optimizer
 from woolf.workloads.parallel import Parallel
 from woolf.workloads.textcommon import TextCorpus
@@ -171,16 +171,15 @@ class Transformers(TextCorpus):
         return self._tok
 
     def model(self, seed: int | None = None) -> torch.nn.Module:
-        """A float32 instance of the architecture (one per workload object, reused)."""
+        """A float32 instance of the architecture (one per workload object, reused). Unseeded it is left
+        uninitialised (its parameters are always assigned: ``_load``), so it touches no memory."""
         from transformers import AutoModelForCausalLM  # deferred: transformers
 
-        if seed is not None or self._model is None:
-            if seed is not None:
-                torch.manual_seed(seed)
-            m = AutoModelForCausalLM.from_config(self.config, dtype=torch.float32)
-            if seed is not None:
-                return m
-            self._model = m
+        if seed is not None:
+            torch.manual_seed(seed)
+            return AutoModelForCausalLM.from_config(self.config, dtype=torch.float32)
+        if self._model is None:
+            self._model = uninitialised(self.config, torch.float32)
         return self._model
 
     def fingerprint(self) -> str:

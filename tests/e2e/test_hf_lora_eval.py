@@ -1,0 +1,80 @@
+"""What a LoRA participant is told is what the validator finds (issue 33, memory item): the "after" loss
+of `woolf train --lora` is the loss of the merged version, and training holds one model.
+
+A tiny local GPT-2 (examples/make_tiny_model.py): nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("peft")
+
+from safetensors.torch import load_file  # noqa: E402
+
+from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
+from woolf.participant import SubmitOptions, TrainOptions, submit, train  # noqa: E402
+from woolf.validator import Validator  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def wide_dir(tmp_path_factory):
+    return tiny.make_tiny_model(tmp_path_factory.mktemp("models") / "wide", width=128, heads=4)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int32) if t.dtype == torch.float32 else t
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_lora_after_loss_is_the_validators_loss_of_the_merged_version(tmp_path, wide_dir, dtype):
+    """fp32: the frozen model's tensors are the version's, merged where they are; bf16: the base is
+    cast to bf16 for training and the version's float32 weights read again for the arithmetic of record.
+    Either way the trained weights are the validator's merge bit for bit, and so is the loss."""
+    net = hf_network(tmp_path, wide_dir, **{"scoring.uniqueness": "off", "scoring.min_effect": "0",
+                                            "policy.min_improvement": "-1e9"})
+    alice, val = net.clone("alice"), net.clone("val")
+    v0 = alice.load_weights(alice.show(0))
+    rec = train(alice, TrainOptions(steps=3, contributor="alice", device="cpu", lora=f"r=4,dtype={dtype}"))
+    assert rec["training"]["lora"]["dtype"] == {"fp32": "float32", "bf16": "bfloat16"}[dtype]
+    trained = load_file(rec["weights"])
+    assert {k: t.dtype for k, t in trained.items()} == {k: t.dtype for k, t in v0.items()}  # masters, not bf16
+    pr = submit(alice, SubmitOptions(contributor="alice"))
+    [v] = Validator(val, device="cpu").run()
+    assert v.id == pr["id"] and v.state == "merged", v.reason
+    v1 = val.load_weights(val.show(1))
+    changed = {k for k in v0 if not torch.equal(_bits(v1[k]), _bits(v0[k]))}
+    assert changed and all(".attn.c_attn." in k for k in changed)
+    for name in v1:  # what `train` kept and evaluated is the validator's merge, bit for bit
+        assert torch.equal(_bits(trained[name]), _bits(v1[name])), name
+    assert rec["metrics"]["after"]["loss"] == val.show(1).metrics["loss"]
+    assert rec["metrics"]["before"]["loss"] == val.show(0).metrics["loss"]
+    assert rec["gate"]["passes"]
+
+
+def test_the_evaluation_model_is_built_without_touching_its_memory(wide_dir):
+    """transformers' random initialisation of a model whose parameters are then assigned wrote a
+    second model's worth of memory (the 152M LoRA run's peak: RESULTS §17); built uninitialised
+    it costs nothing until the weights are assigned, and it computes exactly what an initialised one does."""
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    from woolf.workloads.hf.modeldir import canonical
+    from woolf.workloads.hf.training import assign, uninitialised
+
+    def rss_mib() -> float:
+        with open("/proc/self/status") as fh:
+            return int(next(line for line in fh if line.startswith("VmRSS:")).split()[1]) / 1024
+
+    config = GPT2Config(n_layer=4, n_embd=512, n_head=8, vocab_size=32000, n_positions=64)  # 45M params
+    size = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters()) * 4 / 2**20
+    before = rss_mib()
+    model = uninitialised(config, torch.float32)
+    assert rss_mib() - before < size / 4, (rss_mib() - before, size)
+    torch.manual_seed(0)
+    ref = AutoModelForCausalLM.from_config(config).eval()
+    weights = {k: v.clone() for k, v in canonical(ref).items()}
+    model = assign(model, weights, "cpu", copy=False).eval()
+    x = torch.randint(0, 32000, (2, 16))
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=x).logits, ref(input_ids=x).logits)
