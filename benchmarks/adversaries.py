@@ -30,6 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 
+from woolf.demo.run import DemoOptions
+
 KINDS = ["free-rider", "copycat", "overfitter", "noise", "flooder"]
 
 
@@ -42,10 +44,10 @@ def one_run(args, adversaries: list[str]) -> dict:
     from woolf.ledger.verdicts import verdict_history
 
     with tempfile.TemporaryDirectory(prefix="woolf-adv-") as tmp:
-        res = run_demo(Path(tmp) / "hub", participants=args.participants, rounds=args.rounds,
+        res = run_demo(Path(tmp) / "hub", DemoOptions(participants=args.participants, rounds=args.rounds,
                        validators=args.validators, steps=args.steps, console=Console(quiet=True),
                        report=False, adversaries=adversaries, settings=args.settings,
-                       pretrain_steps=args.pretrain_steps)
+                       pretrain_steps=args.pretrain_steps))
         obs = Ledger.open(Path(tmp) / "hub" / "clones" / "observer")
         obs.main_ref = "refs/remotes/origin/main"  # the observer clone never pulls: its main is genesis
         obs.fetch()
