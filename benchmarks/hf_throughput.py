@@ -77,7 +77,7 @@ def merge(root: Path, layers: int, width: int, vocab: int) -> dict:
     from transformers import AutoModelForCausalLM, GPT2Config
 
     from woolf.ledger.ledger import Ledger
-    from woolf.participant import submit
+    from woolf.participant import SubmitOptions, submit
     from woolf.validator import Validator
 
     mod = _tiny()
@@ -103,7 +103,7 @@ def merge(root: Path, layers: int, width: int, vocab: int) -> dict:
     tpath = root / "trained.safetensors"
     save_file(trained, tpath)
     del trained
-    t_submit, _ = timed(submit, p, weights=tpath, base_version=0, contributor="p")
+    t_submit, _ = timed(submit, p, SubmitOptions(weights=tpath, base_version=0, contributor="p"))
     v = Validator(Ledger.open(root / "m" / "v"), device="cpu")
     t_validate, verdicts = timed(v.run)
     [verdict] = verdicts

@@ -129,7 +129,7 @@ def child(op: str, root: Path, repeat: int) -> dict:
     if op == "submit":
         from safetensors.torch import load_file, save_file
 
-        from woolf.participant import submit
+        from woolf.participant import SubmitOptions, submit
         from woolf.workloads.base import load_workload
 
         p = Ledger.open(root / "p")
@@ -143,7 +143,7 @@ def child(op: str, root: Path, repeat: int) -> dict:
         rss0 = peak_rss_mib()
         for _ in range(repeat):  # each a new PR from the same trained file
             os.sync()
-            secs, result = timed(submit, p, weights=tpath, base_version=0, contributor="p")
+            secs, result = timed(submit, p, SubmitOptions(weights=tpath, base_version=0, contributor="p"))
             if not out["runs"] or secs < min(out["runs"]):
                 out.update(breakdown=result["timings"])
             out["runs"].append(secs)

@@ -77,7 +77,7 @@ def history(n: int) -> dict:
 
 def queue(n_prs: int) -> dict:
     from woolf.ledger.ledger import Ledger
-    from woolf.participant import submit
+    from woolf.participant import SubmitOptions, submit
     from woolf.storage.weights import save_atomic
     from woolf.validator import Validator
     from woolf.workloads.base import load_workload
@@ -102,7 +102,7 @@ def queue(n_prs: int) -> dict:
             trained, _ = wl.train(base, wl.default_data(f"p{i}", 0), 1)
             path = root / "trained.safetensors"
             save_atomic(trained, path)
-            s, _ = timed(submit, p, weights=path, base_version=0, contributor=f"p{i % 10}")
+            s, _ = timed(submit, p, SubmitOptions(weights=path, base_version=0, contributor=f"p{i % 10}"))
             sub_secs += s
         v = Validator(Ledger.open(root / "v"), device="cpu")
         total, verdicts = timed(v.run)
