@@ -107,3 +107,33 @@ def test_a_file_cut_short_or_replaced_after_open_is_never_read_as_other_bytes(tm
     lazy = LazyTensors.open(path, LIMITS, expect=spec_of(delta))
     os.replace(_file(tmp_path, _model(5, 1e-2), "planted.safetensors"), path)
     assert all(torch.equal(lazy[k], delta[k]) for k in delta)  # what was opened (and hashed), not the plant
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
+def test_read_hashed_gives_the_files_bytes_and_the_content_hash_in_one_read(tmp_path, monkeypatch, chunk):
+    """issue 35: the replay check's content sha256 comes from the read that hashes the file: the same
+    value as content_sha256 whatever the chunking (tensors across chunks, empty and scalar tensors);
+    None when the file does not keep its tensors in name order (the screen then hashes them itself)."""
+    import hashlib
+
+    import woolf.storage.lazy as lazy
+    from woolf.storage.lazy import read_hashed
+
+    monkeypatch.setattr(lazy, "CHUNK", chunk)
+    g = torch.Generator().manual_seed(3)
+    tensors = {"a.w": torch.randn(33, 5, generator=g), "b": torch.zeros(0), "c": torch.tensor(2.5),
+               "d.bias": torch.randn(17, generator=g), "zz": torch.zeros(0, 3)}
+    path = tmp_path / "d.safetensors"
+    save_file(tensors, str(path))
+    seen = hashlib.sha256()
+    content = read_hashed(path, LIMITS, seen.update)
+    assert seen.hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()  # every byte, in order
+    assert content == content_sha256(tensors) == content_sha256(LazyTensors.open(path, LIMITS))
+    mixed = {"a": torch.randn(4, generator=g).to(torch.float16), "b": torch.randn(4, generator=g)}
+    save_file(mixed, str(path))  # safetensors puts the float32 tensor first: not name order
+    assert read_hashed(path, LIMITS, lambda b: None) is None
+    assert read_hashed(path, LIMITS, None) is None  # nothing to hash: not read at all
+    path.write_bytes(b"\xff" * 16)
+    with pytest.raises(InvalidWeightsError):
+        read_hashed(path, LIMITS, lambda b: None)

@@ -67,3 +67,24 @@ def test_sketches_estimate_cosines_and_a_secret_seed_decides_the_buckets():
     index.prune({"a", "s"})
     assert set(index.entries) == {"a", "s"}
     assert CopyIndex().seed != CopyIndex().seed  # drawn per validator: nobody can aim at the buckets
+
+
+@pytest.mark.unit
+def test_a_sketch_is_its_definition_row_by_row(monkeypatch):
+    """issue 35: element c of row r (rows of WIDTH, per block) goes to bucket (c + shift_r) mod WIDTH with
+    sign_r, both from one draw per row; blocks and a partial last row included (a slow reference)."""
+    import woolf.core.sketch as sk
+
+    monkeypatch.setattr(sk, "BLOCK", 256)
+    t = torch.randn(1000, generator=torch.Generator().manual_seed(1)).to(torch.float64)  # 3 blocks + 232
+    seed, w = b"k" * 32, sk.WIDTH
+    want = torch.zeros(w, dtype=torch.float64)
+    for b, start in enumerate(range(0, t.numel(), sk.BLOCK)):
+        block = t[start:start + sk.BLOCK]
+        r = torch.randint(0, 2 * w, (-(-block.numel() // w),), generator=sk._generator(seed, "x", b))
+        for i, x in enumerate(block.tolist()):
+            row, col = divmod(i, w)
+            want[(col + int(r[row]) % w) % w] += x * (1 if int(r[row]) // w else -1)
+    got = sk.sketch_tensor(t, seed, "x")
+    assert torch.allclose(got.to(torch.float64), want, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(sk.sketch_tensor(t, b"j" * 32, "x"), got)  # another seed, other buckets

@@ -6,6 +6,12 @@ Usage (the validator's delta, woolf/validator/delta_load.py; a merged one, woolf
     norm(delta); content_sha256(delta)   # any code that iterates a dict of tensors works unchanged
     delta.clip(scale)           # later reads come back times ``scale`` (scores.clip_delta's arithmetic)
     delta.dtype_of(name)        # from the header, no read
+    content = read_hashed(path, limits, on_block)   # every byte to on_block, and the tensors' content sha256
+
+``read_hashed`` is the one pass over a dense delta's bytes (issue 35): storage's md5 and sha256 of
+the file (``on_block``, storage/dvcstore.py fetch_object) and core.scores.content_sha256 of its
+tensors (the replay check's) from the same read, when the file keeps its tensors in name order
+(safetensors' writers do, for tensors of one dtype); else the content is hashed on its own later.
 
 Bytes only: how a delta is merged (in place, tensor by tensor) is ledger/transition.py's.
 
@@ -21,6 +27,7 @@ the caller holds it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,6 +48,7 @@ class LazyTensors(Mapping):
         self.path, self.spec, self._offsets, self._start, self.label = Path(path), spec, offsets, start, label
         self._fh = fh
         self.scale: float | None = None
+        self.content: str | None = None  # core.scores.content_sha256 of its tensors, when read_hashed made it
 
     @classmethod
     def open(cls, path: Path, limits: LimitsConfig, expect: dict | None = None,
@@ -103,3 +111,62 @@ class LazyTensors(Mapping):
         if t.dtype == torch.float32:  # clip_delta's one rounded multiply, into the tensor's own memory
             return torch.mul(t, s, out=t)
         return torch.mul(t.to(torch.float32), s).to(t.dtype).contiguous()
+
+
+CHUNK = 8 << 20
+
+
+def _content_plan(spec: dict, offsets: dict, start: int) -> list | None:
+    """[(first byte, end, prefix)] of each tensor in name order, as content_sha256 frames them; None
+    when the file does not hold them in that order (then they cannot be hashed as they stream by)."""
+    plan, end, names = [], 0, torch_dtypes()
+    for name in sorted(spec):
+        begin, stop = offsets[name]
+        if begin != end:
+            return None
+        end = stop
+        dtype, shape = spec[name]
+        plan.append((start + begin, start + stop, f"{name}\0{names[dtype]}\0{tuple(shape)}\0".encode()))
+    return plan
+
+
+def _feed(h, plan: list, i: int, block: bytes, pos: int) -> int:
+    """The part of ``block`` (at file offset ``pos``) that is tensor bytes into ``h``, each tensor's
+    prefix where it begins; the index of the first tensor not finished."""
+    stop, view = pos + len(block), memoryview(block)
+    while i < len(plan):
+        begin, end, prefix = plan[i]
+        if begin >= stop:
+            break
+        if begin >= pos:
+            h.update(prefix)
+        lo, hi = max(begin, pos), min(end, stop)
+        if hi > lo:
+            h.update(view[lo - pos:hi - pos])
+        if end > stop:
+            break
+        i += 1
+    return i
+
+
+def read_hashed(path: Path, limits: LimitsConfig, on_block, label: str = "delta") -> str | None:
+    """Every byte of ``path`` to ``on_block`` in one read, and core.scores.content_sha256 of its tensors
+    from the same bytes (None: they are not in name order, or ``on_block`` is None: nothing to hash).
+    Raises InvalidWeightsError (before any byte goes to ``on_block``) for a header that is not safetensors."""
+    if on_block is None:
+        return None
+    spec, offsets, start, _ = header(path, limits, label)
+    plan = _content_plan(spec, offsets, start)
+    h = hashlib.sha256() if plan is not None else None
+    i = pos = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK):
+            on_block(block)
+            if h is not None:
+                i = _feed(h, plan, i, block, pos)
+            pos += len(block)
+    if h is None:
+        return None
+    for _, _, prefix in plan[i:]:  # zero-size tensors at the very end
+        h.update(prefix)
+    return h.hexdigest()

@@ -40,6 +40,7 @@ from woolf.timing import Timer
 from woolf.validator import Verdict
 from woolf.validator.admission import admit
 from woolf.validator.context import context_of
+from woolf.validator.publish import merge
 from woolf.validator.quorum import requeued, vote_one, voter
 from woolf.validator.recheck import own_rejection, rescored_candidate
 from woolf.validator.state import Fixed
@@ -47,7 +48,6 @@ from woolf.validator.step import (
     evaluate,
     fresh,
     gate_reference,
-    merge,
     merged_deltas,
     verdict_trailers,
 )

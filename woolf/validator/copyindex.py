@@ -16,13 +16,14 @@ An unreadable delta is remembered as such (it protects nothing: it would be reje
 
 from __future__ import annotations
 
+import math
 import secrets
 from dataclasses import dataclass
 
 import torch
 
 from woolf.core.scores import content_sha256
-from woolf.core.sketch import estimate_many, matrix, sketch
+from woolf.core.sketch import estimate_many, matrix, sketch, sketch_tensor
 from woolf.errors import WoolfError
 from woolf.storage.pointer import Pointer
 from woolf.validator.intake import declared_bound
@@ -42,17 +43,32 @@ class CopyIndex:
     def __init__(self, seed: bytes | None = None):
         self.seed = seed or secrets.token_bytes(32)
         self.entries: dict[str, Entry | None] = {}  # delta sha256 -> its entry (None: unreadable)
+        self.ahead: dict[str, dict] = {}  # delta sha256 -> its sketch, made by norm_and_sketch (at most one)
 
-    def _entry(self, delta, content: str | None = None) -> Entry:
-        sk = sketch(delta, self.seed)
+    def _entry(self, delta, content: str | None = None, sk: dict | None = None) -> Entry:
+        sk = sketch(delta, self.seed) if sk is None else sk
         return Entry(content or content_sha256(delta), tuple(sorted(sk)), matrix(sk))
 
     def add(self, key: str, delta, content: str | None = None) -> Entry:
-        """This PR's own entry (its delta is in memory already)."""
+        """This PR's own entry (its delta is in memory already, or its sketch was made ahead)."""
         entry = self.entries.get(key)
         if entry is None:
-            entry = self.entries[key] = self._entry(delta, content)
+            entry = self.entries[key] = self._entry(delta, content, self.ahead.pop(key, None))
         return entry
+
+    def norm_and_sketch(self, key: str, delta) -> float:
+        """core.scores.norm of ``delta`` (the same sum in the same order) and its sketch, from one read of
+        each tensor (a delta read from its file reads it again at each use): ``add(key, ...)`` takes the
+        sketch (issue 35). The sketch is of the delta as read, before any clip, as every other entry is."""
+        self.ahead.clear()  # one PR's at a time: a PR refused before its copy check leaves nothing behind
+        total, sk = 0.0, {}
+        for name in sorted(delta.keys()):
+            t = delta[name]
+            if t.is_floating_point():
+                total += float(torch.linalg.vector_norm(t, dtype=torch.float32)) ** 2
+                sk[name] = sketch_tensor(t, self.seed, name)
+        self.ahead[key] = sk
+        return math.sqrt(total)
 
     def entry(self, key: str, load) -> Entry | None:
         """The entry of the delta ``key``; ``load()`` reads it (None when unreadable) the first time."""
@@ -105,12 +121,7 @@ def _pointer(d, spec, limits):
         return None
 
 
-def indexed_candidates(ledger, state, adm, earlier: list, mine: tuple, spec, load) -> list:
-    """[(PR, pointer, declared delta)] of the ``earlier`` open PRs that may be copies of this PR's
-    delta (``mine``: (delta, content sha256)), most similar first; each read once per validator
-    (``load(ledger, state, pointer, sha256, spec, declared)``: screen._load)."""
-    index = copy_index(state)
-    delta, content = mine
+def _prune(index: CopyIndex, state, adm, earlier: list) -> None:
     snapshot = getattr(state, "open_snapshot", None) or earlier
     if len(index.entries) > 2 * len(snapshot) + 256:  # PRs settled since the queue was read: their entries go
         keep = {adm.meta["delta"]["sha256"]}
@@ -119,13 +130,39 @@ def indexed_candidates(ledger, state, adm, earlier: list, mine: tuple, spec, loa
             if isinstance(d, dict) and isinstance(d.get("sha256"), str):
                 keep.add(d["sha256"])
         index.prune(keep)
+
+
+def _judged(ledger, state, adm, sources: list, mine: tuple, spec, load) -> list:
+    """Of ``sources`` [(item, pointer, declared delta, key)], the items whose entries may be copies of
+    this PR's delta (``mine``: (delta, content sha256)), most similar first, at most MAX_EXACT."""
+    index = copy_index(state)
+    delta, content = mine
     me = index.add(adm.meta["delta"]["sha256"], delta, content)
     items = []
+    for item, ptr, d, key in sources:
+        entry = index.entry(key, lambda: load(ledger, state, ptr, key, spec, d))  # noqa: B023
+        items.append((item, entry))
+    return index.candidates(me, items, ledger.config.scoring.copy_threshold)
+
+
+def indexed_candidates(ledger, state, adm, earlier: list, mine: tuple, spec, load) -> list:
+    """[(PR, pointer, declared delta)] of the ``earlier`` open PRs that may be copies of this PR's
+    delta (``mine``: (delta, content sha256)), most similar first; each read once per validator
+    (``load(ledger, state, pointer, sha256, spec, declared)``: screen._load)."""
+    index = copy_index(state)
+    _prune(index, state, adm, earlier)
+    sources = []
     for p in earlier:
         d = (p.submission or {}).get("delta")
         ptr = _pointer(d, spec, ledger.config.limits)
-        if ptr is None:
-            continue
-        entry = index.entry(d["sha256"], lambda: load(ledger, state, ptr, d["sha256"], spec, d))  # noqa: B023
-        items.append(((p, ptr, d), entry))
-    return index.candidates(me, items, ledger.config.scoring.copy_threshold)
+        if ptr is not None:
+            sources.append(((p, ptr, d), ptr, d, d["sha256"]))
+    return _judged(ledger, state, adm, sources, mine, spec, load)
+
+
+def merged_candidates(ledger, state, adm, merged: list, mine: tuple, spec, load) -> list:
+    """Of ``merged`` [(item, pointer, declared delta, key)] (recent merged deltas; key: the delta's
+    sha256), the items that may be copies of this PR's delta, most similar first (issue 35: a merged
+    delta is sketched once per validator, usually when it was judged as a PR, not read per PR). Their
+    own MAX_EXACT: open PRs withdrawn later can never crowd a merged original out of the exact look."""
+    return _judged(ledger, state, adm, merged, mine, spec, load)

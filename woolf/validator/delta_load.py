@@ -20,7 +20,7 @@ from dataclasses import replace
 import torch
 
 from woolf.errors import IntegrityError, InvalidWeightsError, Rejected, StorageError
-from woolf.storage.lazy import LazyTensors
+from woolf.storage.lazy import LazyTensors, read_hashed
 from woolf.storage.lora import LoraTensors
 from woolf.storage.sparse import load_delta as load_delta_file
 from woolf.validator.admission import Admitted
@@ -87,14 +87,19 @@ def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensor
     """A dense delta, hashed, then read tensor by tensor whenever it is used (storage/lazy.py): the
     checks, the screen, scoring and the merge each hold one of its tensors at a time, never it all.
     Its file is opened before it is hashed: what is read later is the inode that was hashed."""
-    path, _, _ = _fetch_delta(ctx, adm)
-    delta, problem = None, None
+    lora, limits = adm.meta["delta"].get("kind") == "lora", ctx.ledger.config.limits
+    # issue 35: a dense delta's content sha256 (the replay check's) from the read that hashes the file
+    path, content, problem = _fetch_delta(ctx, adm, None if lora else (
+        lambda p, on_block: read_hashed(p, limits, on_block)))
+    delta = None
     try:
-        opener = LoraTensors if adm.meta["delta"].get("kind") == "lora" else LazyTensors  # issue 33
-        delta = opener.open(path, ctx.ledger.config.limits, expect=expect_spec, label="delta")
+        opener = LoraTensors if lora else LazyTensors  # issue 33
+        delta = opener.open(path, limits, expect=expect_spec, label="delta")
     except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
-        problem = exc.message
+        problem = problem or exc.message
     _match_sha256(ctx, adm, path, problem)
+    if not lora:
+        delta.content = content
     if isinstance(delta, LoraTensors) and os.environ.get("WOOLF_LORA_EXPAND", "once") != "each":
         try:  # checked and hashed: expanded now, once, not at each of its uses
             delta.expand_once(path.parent)

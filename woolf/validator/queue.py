@@ -36,9 +36,10 @@ from woolf.protocol.signers import signers_text
 from woolf.timing import Timer
 from woolf.validator.context import ValidatorContext
 from woolf.validator.intake import Deferred, Pass, evict_rejected, signed_arrived
+from woolf.validator.publish import merge
 from woolf.validator.quorum import vote_one
 from woolf.validator.state import Pending, ValidatorState
-from woolf.validator.step import evaluate, fresh, merge, merged_deltas, verdict_trailers
+from woolf.validator.step import evaluate, fresh, merged_deltas, verdict_trailers
 from woolf.validator.verdict import Verdict
 from woolf.workloads.base import resolve_device
 

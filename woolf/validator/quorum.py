@@ -50,8 +50,9 @@ from woolf.protocol.votes import make_vote, push_vote, read_votes, vote_ref
 from woolf.storage.writer import sha256_of
 from woolf.timing import Timer
 from woolf.validator.context import ValidatorContext
+from woolf.validator.publish import merge
 from woolf.validator.state import Fixed, Judged, Round, Unpushed
-from woolf.validator.step import evaluate, fresh, merge, verdict_trailers
+from woolf.validator.step import evaluate, fresh, verdict_trailers
 from woolf.validator.verdict import Verdict, failpoint
 
 log = logging.getLogger("woolf.validator")

@@ -41,7 +41,7 @@ from woolf.storage.pointer import Pointer
 from woolf.storage.sparse import load_delta
 from woolf.storage.weights import spec_of
 from woolf.validator.admission import Admitted
-from woolf.validator.copyindex import indexed_candidates
+from woolf.validator.copyindex import indexed_candidates, merged_candidates
 from woolf.validator.standing import standing_bound
 from woolf.validator.state import MergedContents, OverLimit, ValidatorState
 
@@ -165,11 +165,12 @@ def _earlier(ledger, forge, state: ValidatorState, adm: Admitted, spec, delta, c
     except (WoolfError, BlobTooLargeError) as exc:
         log.info("copy check: merged deltas unreadable (%s)", getattr(exc, "message", exc))
         pointers = {}
-    for rec in recs:
-        if rec.version not in pointers:
-            continue
-        ptr, declared = pointers[rec.version]
-        d = _load(ledger, state, ptr, rec.delta_sha256 or ptr.md5, spec, declared)
+    # issue 35: merged deltas through the copy index too (a sketch each, read once per validator)
+    keyed = [(r, *pointers[r.version], r.delta_sha256 or pointers[r.version][0].md5) for r in recs
+             if r.version in pointers]  # (record, pointer, declared, key): the item and what reads it
+    merged = [(k, k[1], k[2], k[3]) for k in keyed]
+    for rec, ptr, declared, key in merged_candidates(ledger, state, adm, merged, (delta, content), spec, _load):
+        d = _load(ledger, state, ptr, key, spec, declared)
         if d is not None:
             yield f"merged PR {rec.id} (version {rec.version})", d, rec.id
     snapshot = open_snapshot(forge, state)
@@ -255,7 +256,7 @@ def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, curr
     if cfg.limits.min_delta_norm_ratio > 0 and n <= cfg.limits.min_delta_norm_ratio * max(w, 1e-12):
         raise Rejected(f"the delta is a no-op (norm {n:.3g}, {n / max(w, 1e-12):.3g}x the model's, under "
                        f"limits.min_delta_norm_ratio {cfg.limits.min_delta_norm_ratio:g}); it would change nothing")
-    content = content_sha256(delta)
+    content = getattr(delta, "content", None) or content_sha256(delta)  # issue 35: from the load's read
     recent = merged_records(ledger, limit=max(sc.copy_window, sc.norm_window))
     norms = per_contributor([(r.contributor, r.delta_norm) for r in recent], sc.norm_window)
     what, least = f"the median norm of the last {len(norms or ())} contributors' merged deltas", 2

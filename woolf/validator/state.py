@@ -96,6 +96,15 @@ class MergedDeltas:
 
 
 @dataclass(frozen=True)
+class Resident:
+    """Main's weights kept in memory between PRs (issue 35): the version this validator merged last."""
+
+    commit: str  # the version's commit: used only while main's head is still that commit
+    weights: dict  # {name: tensor}: what this validator wrote, hashed and pushed as that version
+    norm: float | None = None  # their norm (scores.norm), once measured
+
+
+@dataclass(frozen=True)
 class MergedContents:
     main: str  # main's commit they were read at
     contents: dict[str, tuple[int, str]]  # tensor content sha256 -> (version, PR id) of every merged delta
@@ -142,6 +151,9 @@ class ValidatorState:
     # issue 37: the copy index (woolf/validator/copyindex.py): content hash and sketch of every delta the
     # copy check read, by delta sha256, with its secret seed; made on first use
     copy_index: object | None = None
+    # issue 35: main's weights as this validator merged them last (publish.merge sets it after the push;
+    # step.candidate takes it when main's head is still that commit, else drops it and reads main)
+    resident: Resident | None = None
     # quorum: PR id -> this validator's judgment, until the PR is settled or no longer open; at most
     # quorum.KEEP_STEPS of the other PRs keep their candidate in memory (remember)
     judged: dict[str, Judged] = field(default_factory=dict)

@@ -1,9 +1,8 @@
-"""One PR through the pipeline: checks, the merge rule, the gate, upload, and the atomic push.
+"""One PR through the pipeline: checks, the merge rule and the gate (its upload and push: publish.py).
 
 Usage (plain functions over the validator's ValidatorContext, woolf/validator/context.py):
     pr, main = fresh(ctx, sub_id)                            # as the forge and origin have them now
     verdict, step = evaluate(ctx, pr, main, timer)           # Verdict, and the merge Step if accepted
-    merge(ctx, pr, main, verdict, step, timer)               # upload, then one atomic push
     current, step = candidate(ctx, adm, main, att, timer)    # the checks and the merge alone (ci.py)
     gate_reference(ctx, before); verdict_trailers(ctx, verdict, timer); merged_deltas(ctx, main)
 """
@@ -24,22 +23,20 @@ from woolf.errors import (
 from woolf.ledger.benchmark import gate_benchmark, published, published_reason
 from woolf.ledger.transition import parent_state, streamable, transition
 from woolf.ledger.trust import require_validator
-from woolf.protocol import layout
 from woolf.protocol.rules.submitter import check_submitter
-from woolf.protocol.trailers import format_message
-from woolf.storage.files import hashes_of_file
-from woolf.storage.outer_state import save_state
-from woolf.storage.pointer import Pointer
-from woolf.storage.weights import check_finite, save_atomic, spec_of
+from woolf.storage.lazy import LazyTensors
+from woolf.storage.weights import check_finite, spec_of
 from woolf.timing import Timer
 from woolf.validator.admission import Admitted, admit
 from woolf.validator.context import ValidatorContext
+from woolf.validator.copyindex import copy_index
 from woolf.validator.delta_load import load_delta
+from woolf.validator.resident import give_back, take_main
 from woolf.validator.retrain import recipe_reason, retrain_check
 from woolf.validator.score import judge, judge_scores, score_delta, verdict_fields
 from woolf.validator.screen import check_queue, screen_delta
 from woolf.validator.state import MergedDeltas
-from woolf.validator.verdict import Verdict, failpoint
+from woolf.validator.verdict import Verdict
 from woolf.workloads.base import describe_device
 
 log = logging.getLogger("woolf.validator")
@@ -84,14 +81,20 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
     """
     cfg = ctx.ledger.config
     with timer("load"):
-        current = ctx.ledger.load_weights(main)  # sha256-verified (hashed as read, if new here)
-        current_spec = spec_of(current)
-        state = parent_state(ctx.ledger, main, current_spec, f"outer state of version {main.version}")
-        delta = load_delta(ctx, adm, current_spec)
-    with timer("checks"):
-        norms = _check_norm(ctx, current, delta)
-        adm.screened = screen_delta(ctx.ledger, ctx.forge, ctx.state, adm, main, current, delta,
-                                    norms)  # no-op, norm guard, replay, copies
+        current, model_norm = take_main(ctx, main)
+    try:  # a rejection by the checks leaves main's weights untouched: they stay resident
+        with timer("load"):
+            current_spec = spec_of(current)
+            state = parent_state(ctx.ledger, main, current_spec, f"outer state of version {main.version}")
+            delta = load_delta(ctx, adm, current_spec)
+        with timer("checks"):
+            norms = _check_norm(ctx, adm, current, delta, model_norm)
+            model_norm = norms[1]
+            adm.screened = screen_delta(ctx.ledger, ctx.forge, ctx.state, adm, main, current, delta,
+                                        norms)  # no-op, norm guard, replay, copies
+    except Rejected:
+        give_back(ctx, main, current, model_norm)
+        raise
     spent: list = []  # scoring wrote into current's memory: main's weights are read again
     if before_merge is not None:
         if adm.base.commit != main.commit:  # scoring reads the stale PR's base version: main's weights
@@ -199,25 +202,18 @@ def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer) -
     return verdict, step
 
 
-def _verify_stored(ctx: ValidatorContext, pr, main) -> None:
-    """The delta and main's weights (and outer state) are whole in the ledger's storage before a push names them.
-
-    An object deleted meanwhile (storage is not append-only, or someone erred)
-    is uploaded again from this validator's verified cache; without a copy the
-    merge stops with a StorageError and the PR stays in the queue.
-    """
-    d = pr.submission["delta"]
-    ctx.ledger.store.ensure_remote(Pointer(d["md5"], d["size"], "delta.safetensors"))
-    ctx.ledger.store.ensure_remote(ctx.ledger.pointer(main.commit))
-    if ctx.ledger.git.show_bytes(f"{main.commit}:{layout.STATE_POINTER}") is not None:
-        ctx.ledger.store.ensure_remote(ctx.ledger.pointer(main.commit, layout.STATE_POINTER))
-
-
-def _check_norm(ctx: ValidatorContext, current, delta) -> tuple[float, float]:
+def _check_norm(ctx: ValidatorContext, adm: Admitted, current, delta,
+                model_norm: float | None = None) -> tuple[float, float]:
     """(norm of the delta, norm of the model), float32-accumulated (scores.norm: plenty for a ratio,
-    nothing big allocated); scoring's screen reuses them instead of two more passes."""
+    nothing big allocated); scoring's screen reuses them instead of two more passes. ``model_norm``:
+    the model's, measured already (a resident main's). A delta read from its file is sketched for the
+    copy index in the same read (issue 35: one read of its tensors for both)."""
     limit = ctx.ledger.config.limits.max_delta_norm_ratio
-    w, n = norm(current), norm(delta)
+    w = norm(current) if model_norm is None else model_norm
+    if isinstance(delta, LazyTensors):
+        n = copy_index(ctx.state).norm_and_sketch(adm.meta["delta"]["sha256"], delta)
+    else:
+        n = norm(delta)
     if not math.isfinite(n):  # NaN/Inf, or finite values whose squares overflow: the exact check decides
         try:
             check_finite(delta, "delta")
@@ -241,54 +237,3 @@ def verdict_trailers(ctx: ValidatorContext, v: Verdict, timer: Timer) -> dict:
         **verdict_fields(v, ctx.ledger.config),
         "Woolf-Retrain": v.retrain,  # issue 34: whether this validator re-trained the PR, and how it compared
     }
-
-
-def merge(ctx: ValidatorContext, pr, main, verdict: Verdict, step: Step, timer: Timer, extra: dict | None = None,
-          also=None) -> None:
-    """Upload the candidate (and outer state), then one atomic push of the version and the verdict.
-
-    ``extra``: more trailers (the quorum's `Woolf-Votes`); ``also``: more ref updates in the
-    same push (the quorum's last vote; woolf/validator/quorum.py)."""
-    cfg = ctx.ledger.config
-    rule = Rule.from_config(cfg.merge)
-    work = ctx.ledger.root / layout.WORK / "validator"
-    files: dict[str, bytes | None] = {}
-    with timer("upload"):
-        tmp = work / f"candidate-{pr.id}.safetensors"
-        md5, sha = save_atomic(step.candidate, tmp, durable=False, hashed=True)
-        files[layout.POINTER] = ctx.ledger.store.put(tmp, "model.safetensors", md5=md5, sha256=sha).render()
-        state_sha = None
-        if step.state is not None:
-            tmp = work / f"outer-{pr.id}.safetensors"
-            save_state(step.state, tmp)
-            smd5, state_sha = hashes_of_file(tmp)
-            files[layout.STATE_POINTER] = ctx.ledger.store.put(
-                tmp, "outer.safetensors", md5=smd5, sha256=state_sha).render()
-        elif ctx.ledger.git.show_bytes(f"{main.commit}:{layout.STATE_POINTER}") is not None:
-            files[layout.STATE_POINTER] = None  # the config switched to a rule without state
-        if "url" in pr.submission["delta"]:  # a fork's delta joins the ledger's own storage
-            ctx.ledger.store.upload_cached(Pointer(pr.submission["delta"]["md5"],
-                                                    pr.submission["delta"]["size"], "delta.safetensors"))
-        _verify_stored(ctx, pr, main)
-    failpoint("after-upload")
-    verdict.version = main.version + 1
-    fields = {"Woolf-Version": verdict.version, "Woolf-Submission": pr.id,
-              "Woolf-Reason": verdict.reason, "Woolf-Alpha": cfg.merge.alpha_base,
-              "Woolf-Staleness-Function": cfg.merge.staleness.kind,
-              "Woolf-Rule": rule.kind, "Woolf-Rule-Params": rule.params() or None,
-              "Woolf-Delta-Sha256": pr.submission["delta"]["sha256"],
-              "Woolf-Weights-Sha256": sha, "Woolf-State-Sha256": state_sha,
-              "Woolf-Metrics-Probe": verdict.metrics.get("probe"),
-              "Woolf-Reverts": (pr.submission.get("reverts") or {}).get("version"),  # admission checked it
-              **verdict_trailers(ctx, verdict, timer), **(extra or {})}
-    how = "buffered" if not step.applied else f"attenuation {verdict.attenuation:.3f}"
-    message = format_message(
-        f"woolf: version {verdict.version} from {verdict.contributor} "
-        f"(staleness {verdict.staleness}, {how})", fields)
-    commit = ctx.ledger.git.commit_tree_with(main.commit, files, message,
-                                              parents=[main.commit, pr.head])
-    failpoint("before-push")
-    with timer("push"):
-        ctx.forge.merge(pr, commit, main.commit, also=also)
-    failpoint("after-push")
-    verdict.timings = dict(timer)
