@@ -4,7 +4,8 @@ and the scoring overhead per PR against the benchmark evaluation, measured in th
 Usage:
     python benchmarks/adversaries.py                      # the demo's defaults, 3 runs of each
     python benchmarks/adversaries.py --quick --runs 1     # 2 participants x 4 rounds x 15 steps, 1 validator
-    python benchmarks/adversaries.py --participants 2 --rounds 1 --steps 5 --validators 1 --runs 1  # smoke
+    python benchmarks/adversaries.py --participants 2 --rounds 1 --steps 5 --validators 1 --runs 1 \
+        --pretrain-steps 40 --set workload.params.d_model=32   # smoke (tests/e2e/test_benchmarks.py)
 
 Per run pair: the share of honest PRs merged without adversaries and with them (target:
 with >= 0.9 x without), every adversary's merged / rejected / marked counts and rating,
@@ -45,7 +46,8 @@ def one_run(args, adversaries: list[str]) -> dict:
     with tempfile.TemporaryDirectory(prefix="woolf-adv-") as tmp:
         res = run_demo(Path(tmp) / "hub", DemoOptions(participants=args.participants, rounds=args.rounds,
                        validators=args.validators, steps=args.steps, console=Console(quiet=True),
-                       report=False, adversaries=adversaries))
+                       report=False, adversaries=adversaries, settings=args.settings,
+                       pretrain_steps=args.pretrain_steps))
         obs = Ledger.open(Path(tmp) / "hub" / "clones" / "observer")
         obs.main_ref = "refs/remotes/origin/main"  # the observer clone never pulls: its main is genesis
         obs.fetch()
@@ -98,7 +100,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", default="adversaries.json")
     ap.add_argument("--only-adversarial", action="store_true", help="no clean run: ratings only, half the time")
+    ap.add_argument("--pretrain-steps", type=int, default=None,
+                    help="central steps of the pretrained genesis (None: the demo's; a smoke test's own is short)")
+    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config key of the demo ledger, as `woolf demo --set`")
     args = ap.parse_args()
+    args.settings = dict(item.split("=", 1) for item in args.settings)
     if args.quick:
         args.participants, args.validators, args.rounds, args.steps = 2, 1, 4, 15
     pairs = []

@@ -30,6 +30,10 @@ from woolf.participant import SubmitOptions, TrainOptions, submit, train
 from woolf.protocol.signers import signer_line
 
 torch.set_num_threads(1)
+# ... and every process a test starts (woolf commands, validators, examples, benchmarks' children) trains
+# and evaluates tiny models on one thread: two xdist workers on two cores, each child spinning a second
+# OpenMP thread, spent CPU waiting for each other (a child that asks for threads still gets them)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 # The tests' own raw git commits need an identity on a machine with no ~/.gitconfig (a fresh CI box);
 # the product's commits name theirs themselves, and strip GIT_* from what they inherit (clean_env).

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
 from woolf.cli.main import main
 from woolf.forges.local import LocalForge
 from woolf.ledger.ledger import Ledger
@@ -106,7 +105,7 @@ def test_version_and_help(capsys):
     assert "validate" in capsys.readouterr().out
 
 
-def test_first_hour_bad_inputs_are_clear_errors(network, tmp_path):
+def test_first_hour_bad_inputs_are_clear_errors(network, tmp_path, cli):
     """-C to nowhere, init over a file, negative counts, a storage share that vanished: no traceback."""
     import shutil
 
@@ -120,9 +119,9 @@ def test_first_hour_bad_inputs_are_clear_errors(network, tmp_path):
              (["demo", "--steps", "0", "--dir", str(tmp_path / "d")], "x>=1"),
              (["demo", "--rounds", "-1", "--dir", str(tmp_path / "d")], "x>=1")]
     for args, needle in cases:
-        r = run_cli(*args, cwd=tmp_path)
+        r = cli(*args, cwd=tmp_path)
         assert r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
-    r = run_cli("log", cwd=tmp_path, env={"WOOLF_DIR": str(tmp_path / "nowhere")})
+    r = cli("log", cwd=tmp_path, env={"WOOLF_DIR": str(tmp_path / "nowhere")})
     assert r.returncode != 0 and "does not exist" in r.stderr and "Traceback" not in r.stderr
     # an unmounted local storage share is never silently recreated by submit
     alice = network.clone("alice")
@@ -134,11 +133,11 @@ def test_first_hour_bad_inputs_are_clear_errors(network, tmp_path):
     assert not storage.exists()
 
 
-def test_uncommitted_config_edits_are_named_not_silently_ignored(network):
+def test_uncommitted_config_edits_are_named_not_silently_ignored(network, cli):
     alice = network.clone("alice")
     cfg = alice.root / "ledger" / "woolf.toml"
     cfg.write_text(cfg.read_text() + "\nthis is not toml [\n")
-    r = run_cli("log", cwd=alice.root)
+    r = cli("log", cwd=alice.root)
     assert r.returncode == 0 and "not on main and are ignored" in r.stderr
 
 

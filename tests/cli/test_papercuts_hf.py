@@ -18,7 +18,6 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from tests.conftest import run_cli  # noqa: E402
 from woolf.errors import UsageError  # noqa: E402
 from woolf.ledger.ledger import Ledger  # noqa: E402
 
@@ -49,15 +48,15 @@ def instruct_dir(tmp_path_factory) -> Path:
     return out
 
 
-def _init(tmp_path: Path, model: Path, *extra: str):
-    return run_cli("init", "led", "--unsigned", "--workload", "transformers", "--weights", str(model), *SMALL,
-                   *extra, cwd=tmp_path)
+def _init(cli, tmp_path: Path, model: Path, *extra: str):
+    return cli("init", "led", "--unsigned", "--workload", "transformers", "--weights", str(model), *SMALL,
+               *extra, cwd=tmp_path)
 
 
-def test_an_instruct_models_files_are_kept_pinned_exported_and_answer_apply_chat_template(tmp_path, instruct_dir):
+def test_an_instruct_models_files_are_kept_pinned_exported_and_answer_apply_chat_template(tmp_path, instruct_dir, cli):
     from transformers import AutoTokenizer
 
-    r = _init(tmp_path, instruct_dir)
+    r = _init(cli, tmp_path, instruct_dir)
     assert r.returncode == 0, r.stderr
     assert "left out of the ledger" in r.stderr and "README.md" in r.stderr  # init names what it leaves out
     files = Ledger.open(tmp_path / "led").config.workload.params["files"]
@@ -65,7 +64,7 @@ def test_an_instruct_models_files_are_kept_pinned_exported_and_answer_apply_chat
               "preprocessor_config.json", "tokenizer_config.json", "generation_config.json"}
     assert needed <= set(files), sorted(files)
     assert "README.md" not in files
-    r = run_cli("export", "0", str(tmp_path / "out"), cwd=tmp_path / "led")
+    r = cli("export", "0", str(tmp_path / "out"), cwd=tmp_path / "led")
     assert r.returncode == 0, r.stderr
     assert "woolf-export.json" in r.stdout  # the export lists every file it wrote (item 11)
     out = tmp_path / "out"
@@ -75,10 +74,10 @@ def test_an_instruct_models_files_are_kept_pinned_exported_and_answer_apply_chat
     assert got == want and "<|assistant|>hi there" in got
 
 
-def test_a_pinned_chat_template_that_changes_is_refused(tmp_path, instruct_dir):
+def test_a_pinned_chat_template_that_changes_is_refused(tmp_path, instruct_dir, cli):
     from woolf.errors import IntegrityError
 
-    assert _init(tmp_path, instruct_dir).returncode == 0
+    assert _init(cli, tmp_path, instruct_dir).returncode == 0
     led = Ledger.open(tmp_path / "led")
     (led.root / "ledger/model/chat_template.jinja").write_text("{{ 'pwned' }}")
     wl = led.config.workload
@@ -90,11 +89,11 @@ def test_a_pinned_chat_template_that_changes_is_refused(tmp_path, instruct_dir):
 
 
 @pytest.mark.parametrize("name", ["tokenizer_config.json", "preprocessor_config.json", "generation_config.json"])
-def test_a_model_file_that_loads_code_is_refused(tmp_path, instruct_dir, name):
+def test_a_model_file_that_loads_code_is_refused(tmp_path, instruct_dir, name, cli):
     bad = Path(shutil.copytree(instruct_dir, tmp_path / "bad"))
     raw = json.loads((bad / name).read_text()) if (bad / name).is_file() else {}
     (bad / name).write_text(json.dumps({**raw, "auto_map": {"AutoTokenizer": ["evil.Tok", None]}}))
-    r = _init(tmp_path, bad)
+    r = _init(cli, tmp_path, bad)
     assert r.returncode == 2 and "'auto_map' loads code" in r.stderr and name in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "led").exists()
 
@@ -132,9 +131,9 @@ def test_a_sentence_encoder_is_refused_as_an_encoder_not_a_causal_lm(tmp_path):
     assert "ForCausalLM" in text  # what would work
 
 
-def test_an_export_follows_the_users_umask(tmp_path, instruct_dir):
+def test_an_export_follows_the_users_umask(tmp_path, instruct_dir, cli):
     """Item 10: the directory was 0700 (mkdtemp), unlike save_pretrained's."""
-    assert _init(tmp_path, instruct_dir).returncode == 0
+    assert _init(cli, tmp_path, instruct_dir).returncode == 0
     old = os.umask(0o022)
     try:
         from woolf.ledger.export import export_version
@@ -148,14 +147,15 @@ def test_an_export_follows_the_users_umask(tmp_path, instruct_dir):
         assert stat.S_IMODE(p.stat().st_mode) == 0o644, p.name
 
 
-def test_the_report_of_a_transformers_ledger_says_per_token_and_draws_no_reference_lines(tmp_path, instruct_dir):
+def test_the_report_of_a_transformers_ledger_says_per_token_and_draws_no_reference_lines(tmp_path, instruct_dir,
+                                                                                         cli):
     """Item 9: the loss axis said nats/byte for a per-token loss; the caption named reference lines
     that only a demo's report draws."""
     from tests.conftest import git
     from woolf.hub.create import init_hub
     from woolf.report.build import build_report
 
-    assert _init(tmp_path, instruct_dir).returncode == 0
+    assert _init(cli, tmp_path, instruct_dir).returncode == 0
     init_hub(tmp_path / "hub.git", tmp_path / "led")
     git("clone", "-q", str(tmp_path / "hub.git"), str(tmp_path / "mine"), cwd=tmp_path)  # a hub clone's report
     page = build_report(Ledger.open(tmp_path / "mine"), tmp_path / "report")["html"].read_text()

@@ -6,19 +6,18 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
 from woolf.participant import TrainOptions
 from woolf.participant.state import work_dir
 from woolf.validator import Validator
 
 
-def test_the_gate_warning_predicts_with_the_merge_the_validator_makes(make_net):
+def test_the_gate_warning_predicts_with_the_merge_the_validator_makes(make_net, cli):
     """The whole delta improves the benchmark by far more than 1e-4; alpha_base 1e-6 of it does not.
     Before, `train` judged the whole delta ("passes") while the validator rejected the merge."""
     net = make_net(**{"merge.alpha_base": "0.000001", "policy.min_improvement": "0.0001",
                       "workload.params.lr": "0.01"})
     alice = net.clone("alice")
-    r = run_cli("train", "--offline", "--steps", "5", cwd=alice.root, env={"COLUMNS": "300"})
+    r = cli("train", "--offline", "--steps", "5", cwd=alice.root, env={"COLUMNS": "300"})
     assert r.returncode == 0, r.stderr
     record = json.loads((work_dir(alice) / "trained.json").read_text())
     m = record["metrics"]
@@ -28,7 +27,7 @@ def test_the_gate_warning_predicts_with_the_merge_the_validator_makes(make_net):
     assert "gate would reject this result as a validator merges it" in text
     assert "alpha_base x f(0) = 1e-06 of the delta" in text, text
     assert "merged as a validator would at staleness 0" in " ".join(r.stdout.split())
-    run_cli("submit", cwd=alice.root).check_returncode()
+    cli("submit", cwd=alice.root).check_returncode()
     [verdict] = Validator(net.clone("val"), device="cpu").run()
     assert verdict.state == "rejected"  # what train predicted
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SMALL, key_for, run_cli
+from tests.conftest import SMALL, key_for
 from woolf.ledger.change import set_signer
 from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger
@@ -31,24 +31,24 @@ def test_a_pretrained_charlm_genesis_warms_each_optimizer_up_by_default(tmp_path
 
 
 @pytest.mark.unit
-def test_a_workload_typo_is_blamed_on_the_option(tmp_path):
-    r = run_cli("init", "led", "--unsigned", "--workload", "charml", cwd=tmp_path)
+def test_a_workload_typo_is_blamed_on_the_option(tmp_path, cli):
+    r = cli("init", "led", "--unsigned", "--workload", "charml", cwd=tmp_path)
     assert r.returncode == 2 and "--workload 'charml' is neither built in" in r.stderr, r.stderr
     assert "woolf.toml" not in r.stderr and not (tmp_path / "led").exists()
 
 
-def test_log_diff_leaderboard_credit_and_config_set_say_what_they_mean(network, tmp_path):
+def test_log_diff_leaderboard_credit_and_config_set_say_what_they_mean(network, tmp_path, cli):
     work = network.work
     set_signer(work, "newval", Path(f"{key_for('newval')}.pub").read_text(), ["validator"])  # version 1
-    r = run_cli("log", cwd=work.root, env={"COLUMNS": "200"})
+    r = cli("log", cwd=work.root, env={"COLUMNS": "200"})
     assert r.returncode == 0 and "(signers change)" in r.stdout, r.stdout
-    r = run_cli("diff", "0", "1", "--top", "3", cwd=work.root, env={"COLUMNS": "200"})
+    r = cli("diff", "0", "1", "--top", "3", cwd=work.root, env={"COLUMNS": "200"})
     assert r.returncode == 0, r.stderr
     n = len(work.load_weights(work.show(0)))
     assert f"{n} of {n} tensors unchanged" in r.stdout and "tensor " not in r.stdout, r.stdout
-    r = run_cli("config", "set", "policy.min_improvement=abc", cwd=work.root)
+    r = cli("config", "set", "policy.min_improvement=abc", cwd=work.root)
     assert r.returncode == 3 and "--set" not in r.stderr and "woolf config set" in r.stderr, r.stderr
-    r = run_cli("leaderboard", cwd=work.root, env={"COLUMNS": "200"})
+    r = cli("leaderboard", cwd=work.root, env={"COLUMNS": "200"})
     assert r.returncode == 0 and "None" not in r.stdout and "rated windows of" in r.stdout, r.stdout
     words = " ".join(r.stdout.split())
     assert "rating and credit measure different things" in words
@@ -56,11 +56,11 @@ def test_log_diff_leaderboard_credit_and_config_set_say_what_they_mean(network, 
     from woolf.validator import Validator
 
     Validator(network.clone("val"), device="cpu").run()
-    r = run_cli("credit", cwd=network.clone("carol").root, env={"COLUMNS": "200"})
+    r = cli("credit", cwd=network.clone("carol").root, env={"COLUMNS": "200"})
     assert r.returncode == 0 and "rating and credit measure different things" in " ".join(r.stdout.split())
 
 
-def test_bisect_that_finds_nothing_bad_exits_0_and_says_so(network, tmp_path):
+def test_bisect_that_finds_nothing_bad_exits_0_and_says_so(network, tmp_path, cli):
     alice = network.clone("alice")
     network.train_submit(alice, "alice", steps=3)
     from woolf.validator import Validator
@@ -69,7 +69,7 @@ def test_bisect_that_finds_nothing_bad_exits_0_and_says_so(network, tmp_path):
     mine = network.clone("mine")
     bench = tmp_path / "bench.txt"
     bench.write_text("def f(x):\n    return x + 1\n" * 200)
-    r = run_cli("bisect", "--benchmark", str(bench), "--threshold", "100", cwd=mine.root)
+    r = cli("bisect", "--benchmark", str(bench), "--threshold", "100", cwd=mine.root)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "nothing is bad" in r.stdout and "--threshold 100" in r.stdout, r.stdout
 
@@ -97,12 +97,12 @@ def test_demo_words_count_right_and_the_wall_time_shows_the_genesis_build():
     assert "PR being validated" in _interrupted([], watch=True, idle=False)
 
 
-def test_demo_quorum_error_counts_right(tmp_path):
-    r = run_cli("demo", "--quick", "--validators", "1", "--quorum", "2", "--dir", str(tmp_path / "d"), cwd=tmp_path)
+def test_demo_quorum_error_counts_right(tmp_path, cli):
+    r = cli("demo", "--quick", "--validators", "1", "--quorum", "2", "--dir", str(tmp_path / "d"), cwd=tmp_path)
     assert r.returncode == 2 and "(1 validator)" in r.stderr and "2 honest validators" in r.stderr, r.stderr
 
 
-def test_export_prints_every_file_it_wrote(network, tmp_path):
-    r = run_cli("export", "0", str(tmp_path / "o"), cwd=network.work.root)
+def test_export_prints_every_file_it_wrote(network, tmp_path, cli):
+    r = cli("export", "0", str(tmp_path / "o"), cwd=network.work.root)
     assert r.returncode == 0 and "woolf-export.json" in r.stdout, r.stderr
     assert json.loads((tmp_path / "o" / "woolf-export.json").read_text())["version"] == 0

@@ -7,24 +7,24 @@ import json
 import shutil
 from pathlib import Path
 
-from tests.conftest import git, run_cli
+from tests.conftest import git
 from woolf.validator import Validator
 
 ROOT_DIR = Path(__file__).parents[2]
 
 
-def test_log_in_a_validators_clone_shows_the_versions_it_merged(network):
+def test_log_in_a_validators_clone_shows_the_versions_it_merged(network, cli):
     alice, val = network.clone("alice"), network.clone("val")
     network.train_submit(alice, "alice", steps=3)
     (verdict,) = Validator(val, device="cpu").run()
     assert verdict.accepted
-    r = run_cli("log", "--json", cwd=val.root)
+    r = cli("log", "--json", cwd=val.root)
     assert r.returncode == 0, r.stderr
     assert [v["version"] for v in json.loads(r.stdout)] == [1, 0]
     assert "1 version(s) behind" in r.stderr and "woolf pull" in r.stderr
 
 
-def test_a_repository_carrying_a_ledger_config_but_no_versions_is_not_a_ledger(tmp_path):
+def test_a_repository_carrying_a_ledger_config_but_no_versions_is_not_a_ledger(tmp_path, cli):
     src = tmp_path / "src"
     src.mkdir()
     git("init", "-q", "-b", "main", cwd=src)
@@ -33,10 +33,10 @@ def test_a_repository_carrying_a_ledger_config_but_no_versions_is_not_a_ledger(t
     git("add", ".", cwd=src)
     git("-c", "user.name=dev", "-c", "user.email=dev@example.com", "commit", "-qm", "source", cwd=src)
     for cmd in ("status", "log"):
-        r = run_cli(cmd, cwd=src)
+        r = cli(cmd, cwd=src)
         assert r.returncode == 2 and "is not a ledger" in r.stderr and "woolf init" in r.stderr, (cmd, r.stderr)
 
 
-def test_log_inside_the_bare_hub_says_it_is_the_hub_and_to_clone_it(network):
-    r = run_cli("log", cwd=network.hub)
+def test_log_inside_the_bare_hub_says_it_is_the_hub_and_to_clone_it(network, cli):
+    r = cli("log", cwd=network.hub)
     assert r.returncode == 2 and "ledger's hub" in r.stderr and "git clone" in r.stderr, r.stderr

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import git
+from tests.conftest import SMALL, git
 from woolf.audit.recompute import audit
 from woolf.demo.hub import prepare_dir
 from woolf.demo.run import DemoOptions, run_demo
@@ -30,7 +30,6 @@ def demo_run(tmp_path_factory):
 
 
 def test_default_demo_continues_a_pretrained_genesis_each_participant_on_its_own_data(tmp_path, monkeypatch):
-    from tests.conftest import SMALL
     from woolf.workloads.base import load_workload
 
     monkeypatch.setenv("WOOLF_CACHE", str(tmp_path / "cache"))
@@ -117,8 +116,11 @@ def test_ctrl_c_stops_children_and_leaves_a_usable_hub(tmp_path):
     import time
 
     hub = tmp_path / "hub"
-    # many rounds, so that the network is surely still running when Ctrl-C comes
+    # many rounds, so that the network is surely still running when Ctrl-C comes; one participant and one
+    # validator (two children to stop) of the tests' tiny model
+    sets = [x for k, v in SMALL.items() if k != "workload.steps" for x in ("--set", f"{k}={v}")]
     proc = subprocess.Popen([sys.executable, "-m", "woolf", "demo", "--quick", "--steps", "15", "--rounds", "50",
+                             "--participants", "1", "--validators", "1", *sets,
                              "--regime", "scratch-iid", "--dir", str(hub)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     deadline = time.time() + 120

@@ -36,15 +36,16 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
     return cos, float(b.norm() / a.norm())
 
 
-def test_two_gloo_processes_end_where_one_does(tmp_path, still_model):
-    """--nproc 2 (DDP), torchrun by hand, and FSDP2 (WOOLF_FSDP=1) each end where one process does."""
+def test_two_gloo_processes_end_where_one_does(tmp_path, still_model, cli):
+    """--nproc 2 (DDP), torchrun by hand, and FSDP2 (WOOLF_FSDP=1) each end where one process does (that
+    one trains in this process: the reference run's process is not what is tested)."""
     net = hf_network(tmp_path, still_model)
     base = net.work.load_weights(net.work.head())
     data = tmp_path / "text.txt"
     data.write_bytes((Path(json.__file__).read_bytes() + Path(torch.__file__).read_bytes()) * 2)
     one, two, by_hand, sharded = net.clone("alice"), net.clone("bob"), net.clone("carol"), net.clone("dave")
     args = ("train", "--steps", "4", "--device", "cpu", "--data", str(data), "--json")
-    single = run_cli(*args, cwd=one.root, env=CPU)
+    single = cli(*args, cwd=one.root, env=CPU)
     assert single.returncode == 0, single.stderr[-3000:]
     double = run_cli(*args, "--nproc", "2", cwd=two.root, env=CPU, timeout=900)
     assert double.returncode == 0, double.stderr[-3000:]

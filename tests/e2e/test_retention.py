@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 
-from tests.conftest import run_cli
 from woolf.audit.recompute import audit
 from woolf.ledger.retention.gc import collect, survey
 from woolf.validator import Validator
@@ -16,7 +15,7 @@ def _object(net, ledger, number):
     return net.root / "storage" / "files" / "md5" / ptr.md5[:2] / ptr.md5[2:]
 
 
-def test_gc_keeps_snapshots_and_newest_and_rebuilds_the_rest(make_net):
+def test_gc_keeps_snapshots_and_newest_and_rebuilds_the_rest(make_net, cli):
     net = make_net(**{"policy.min_improvement": "-10", "storage.snapshot_every": "2"})
     alice, val = net.clone("alice"), net.clone("val")
     for i, how in enumerate(["topk:0.05,bits:2", "dense", "topk:0.05,bits:4", "topk:0.1,bits:8"]):
@@ -28,7 +27,7 @@ def test_gc_keeps_snapshots_and_newest_and_rebuilds_the_rest(make_net):
     assert before["reclaimable"]["count"] == 2 and before["deltas"]["count"] == 4
     assert before["removed"]["count"] == 0 and before["missing"]["count"] == 0
 
-    dry = json.loads(run_cli("gc", "--dry-run", "--json", cwd=val.root).stdout)
+    dry = json.loads(cli("gc", "--dry-run", "--json", cwd=val.root).stdout)
     assert [r["version"] for r in dry["removed"]] == [1, 3] and dry["dry_run"]
     assert _object(net, val, 1).exists()
     done = collect(val)
@@ -36,13 +35,13 @@ def test_gc_keeps_snapshots_and_newest_and_rebuilds_the_rest(make_net):
     assert not _object(net, val, 1).exists() and not _object(net, val, 3).exists()
     for n in (0, 2, 4):  # plain `dvc pull` of a snapshot or the newest still finds its object
         assert _object(net, val, n).exists()
-    after = json.loads(run_cli("storage", "--json", cwd=val.root).stdout)
+    after = json.loads(cli("storage", "--json", cwd=val.root).stdout)
     assert after["reclaimable"]["count"] == 0 and after["removed"]["count"] == 2
     assert after["stored_bytes"] == before["stored_bytes"] - before["reclaimable"]["bytes"]
     assert collect(val)["removed"] == []  # nothing left to do
 
     carol = net.clone("carol")  # a fresh clone: nothing cached
-    proc = run_cli("checkout", "3", "-o", str(net.root / "v3.safetensors"), cwd=carol.root)
+    proc = cli("checkout", "3", "-o", str(net.root / "v3.safetensors"), cwd=carol.root)
     assert proc.returncode == 0, proc.stderr
     assert "rebuilt from version 2 and 1 merged deltas" in proc.stderr
     sha = hashlib.sha256((net.root / "v3.safetensors").read_bytes()).hexdigest()
@@ -81,7 +80,7 @@ def test_gc_keeps_snapshots_and_newest_and_rebuilds_the_rest(make_net):
     sha = hashlib.sha256(dave.weights_path(dave.show(3)).read_bytes()).hexdigest()
     assert sha == dave.show(3).weights_sha256
     erin = net.clone("erin")  # `woolf storage` from a clone that has cached none of it
-    proc = run_cli("storage", "--json", cwd=erin.root)
+    proc = cli("storage", "--json", cwd=erin.root)
     assert json.loads(proc.stdout)["tampered"]["count"] == 2, proc.stdout
-    proc = run_cli("storage", cwd=erin.root)
+    proc = cli("storage", cwd=erin.root)
     assert "is not its bytes (planted or tampered)" in " ".join(proc.stderr.split())

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import git, run_cli
+from tests.conftest import git
 from tests.crafting import craft_pr, push, refused
 from tests.hostile_corpus import delta, push_ref
 from woolf.audit.recompute import audit
@@ -50,7 +50,7 @@ def _verdict(led, sub_id: str, fields: dict, body: str = "") -> str:
     return led.git.commit_tree(f"{head}^{{tree}}", msg, [head])  # signed with carol's own key
 
 
-def test_f14_a_hostile_withdrawal_never_stops_listing_or_validation(network):
+def test_f14_a_hostile_withdrawal_never_stops_listing_or_validation(network, cli):
     carol, alice, val = network.clone("carol"), network.clone("alice"), network.clone("val")
     big, deep, huge, honest = (craft_pr(carol, tensors=delta(carol, seed=s), who="carol") for s in (1, 2, 3, 4))
     ref = f"{layout.PR_PREFIX}/{{}}/verdict"
@@ -66,7 +66,7 @@ def test_f14_a_hostile_withdrawal_never_stops_listing_or_validation(network):
     for sub_id, commit in ((big, bad_big), (deep, bad_deep), (huge, bad_huge)):
         push_ref(carol, commit, ref.format(sub_id))
     good = craft_pr(alice, tensors=delta(alice, seed=5), who="alice")
-    listing = run_cli("pr", "list", "--json", cwd=val.root)
+    listing = cli("pr", "list", "--json", cwd=val.root)
     assert listing.returncode == 0, listing.stderr[-2000:]
     prs = {p["id"]: p for p in json.loads(listing.stdout)}
     assert prs[big]["state"] == "withdrawn" and prs[big]["staleness"] is None

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.conftest import SMALL, git, make_network, run_cli
+from tests.conftest import SMALL, git, make_network
 from tests.crafting import force_ref
 from woolf.core.merge import compute_delta
 from woolf.errors import ForgeError, InvalidWeightsError, StorageError, UsageError
@@ -123,7 +123,7 @@ def test_state_of_another_model_is_set_aside_with_a_warning(network, tmp_path, c
     assert result["training"]["optimizer"].startswith("set aside (unreadable")
 
 
-def test_steps_auto_sizes_contributions_from_measured_speed(make_net):
+def test_steps_auto_sizes_contributions_from_measured_speed(make_net, cli):
     net = make_net(**{"workload.auto_seconds": "0.5", "workload.max_steps": "400"})
     alice = net.clone("alice")
     first = train(alice, TrainOptions(steps="auto", contributor="alice"))
@@ -131,10 +131,10 @@ def test_steps_auto_sizes_contributions_from_measured_speed(make_net):
     rate = first["training"]["steps"] / first["training"]["seconds"]
     second = train(alice, TrainOptions(steps="auto", contributor="alice"))
     assert second["training"]["steps"] == max(1, min(400, round(rate * 0.5)))
-    r = run_cli("train", "--steps", "sometimes", cwd=alice.root)
+    r = cli("train", "--steps", "sometimes", cwd=alice.root)
     assert r.returncode == 2 and "neither a number of steps nor 'auto'" in r.stderr
     for bad in ("0", "-5"):
-        r = run_cli("train", "--steps", bad, cwd=alice.root)
+        r = cli("train", "--steps", bad, cwd=alice.root)
         assert r.returncode == 2 and "not a positive number" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -166,9 +166,9 @@ def _no_prs(net):
     return git("for-each-ref", layout.PR_PREFIX, cwd=net.hub) == ""
 
 
-def test_submit_with_nothing_trained(network, capsys):
+def test_submit_with_nothing_trained(network, capsys, cli):
     alice = network.clone("alice")
-    r = run_cli("submit", cwd=alice.root)
+    r = cli("submit", cwd=alice.root)
     assert r.returncode == 2 and "nothing trained" in r.stderr
     assert _no_prs(network)
 
@@ -254,12 +254,12 @@ def test_withdraw(network):
 
 # -- the work area: one result, one PR ------------------------------------------------------
 
-def test_submitting_the_same_result_twice_is_refused(network):
+def test_submitting_the_same_result_twice_is_refused(network, cli):
     alice = network.clone("alice")
     first = network.train_submit(alice, "alice", steps=3)
     with pytest.raises(UsageError, match=f"submitted already, as PR {first['id']}"):
         submit(alice, SubmitOptions(contributor="alice"))
-    r = run_cli("submit", cwd=alice.root)
+    r = cli("submit", cwd=alice.root)
     assert r.returncode == 2 and "submitted already" in r.stderr and "woolf train" in r.stderr, r.stderr
     assert len(LocalForge.for_ledger(alice).list()) == 1
     second = network.train_submit(alice, "alice", steps=3, seed=1)  # a new result goes as before

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 
-from tests.conftest import run_cli
 from tests.crafting import craft_pr
 from tests.hostile_corpus import delta, new_id, push_ref, storage_object
 from woolf.audit.recompute import audit
@@ -52,7 +51,7 @@ def test_queue_order_is_when_the_forge_received_the_pr(network):
     assert verdicts[0].id == early and verdicts[0].accepted
 
 
-def test_verdict_without_trailers_is_quarantined_not_raced(network):
+def test_verdict_without_trailers_is_quarantined_not_raced(network, cli):
     val = network.clone("val")
     sub = craft_pr(val, tensors=delta(val))
     bare = val.git.commit_tree_with(val.head().commit, {}, "no trailers\n", parents=[])
@@ -60,7 +59,7 @@ def test_verdict_without_trailers_is_quarantined_not_raced(network):
     assert Validator(val, device="cpu").run() == []  # before: 8 lost races, exit 8
     pr = LocalForge.for_ledger(val).get(sub)
     assert pr.state == "quarantined" and "no Woolf-Verdict" in pr.reason
-    proc = run_cli("pr", "list", "--state", "quarantined", "--json", cwd=val.root)
+    proc = cli("pr", "list", "--state", "quarantined", "--json", cwd=val.root)
     assert proc.returncode == 0 and [p["id"] for p in json.loads(proc.stdout)] == [sub]
 
 

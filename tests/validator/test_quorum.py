@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.conftest import key_for, run_cli
+from tests.conftest import key_for
 from tests.crafting import craft_pr, force_ref, push, random_delta, refused
 from woolf.audit.recompute import audit
 from woolf.demo.dishonest import DishonestValidator
@@ -84,7 +84,7 @@ def test_quorum_of_two_merges_only_when_two_agree_and_audit_checks_the_votes(mak
     assert report.ok, report.problems
 
 
-def test_dishonest_validator_alone_merges_nothing(make_net):
+def test_dishonest_validator_alone_merges_nothing(make_net, cli):
     net = make_net(**{"validators.quorum": "2", "policy.min_improvement": "5"})  # honest gate: reject
     alice = net.clone("alice")
     sub = net.train_submit(alice, "alice")["id"]
@@ -99,7 +99,7 @@ def test_dishonest_validator_alone_merges_nothing(make_net):
     pr = LocalForge.for_ledger(obs).get(sub)
     assert pr.state == "rejected"
     assert audit(net.clone("auditor")).ok
-    proc = run_cli("validators", "--json", cwd=obs.root)
+    proc = cli("validators", "--json", cwd=obs.root)
     assert proc.returncode == 0, proc.stderr
     rows = {r["name"]: r for r in json.loads(proc.stdout)["validators"]}
     assert rows["v3"]["flagged"] and rows["v3"]["disagreed"] == 1 and rows["v3"]["votes"] == 1
