@@ -5,8 +5,9 @@ Usage:
     w0 = wl.genesis(seed=0)
     w1, summary = wl.train(w0, wl.default_data("alice", 0), steps=60)
     CharLM(domains=["p1", "p2", "p3"]).default_data("p2", 0)   # p2's own third of the corpus (charlm_data.py)
+    factors, summary = wl.train_lora(w0, data, 15, parse_lora("r=4"))   # LoRA with peft (charlm_lora.py)
     wl.evaluate(w1, wl.benchmark_bytes())          # {"loss": nats per byte, "bpb": bits per byte}
-    wl.FEATURES    # state_dir, global_step, follow, fingerprint, data_parallel (features.py)
+    wl.FEATURES    # state_dir, global_step, follow, fingerprint, data_parallel, lora (features.py)
 
 Sized so that a useful contribution takes seconds on two CPU cores.
 """
@@ -21,11 +22,19 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from woolf.errors import UsageError
+from woolf.errors import ConfigError, UsageError
+from woolf.protocol.lora_spec import parse_lora
 from woolf.workloads import corpus
 from woolf.workloads.base import Progress, TrainData, apply_follow
 from woolf.workloads.charlm_data import check_domains, domain_shard
-from woolf.workloads.features import DATA_PARALLEL, FINGERPRINT, FOLLOW, GLOBAL_STEP, STATE_DIR
+from woolf.workloads.features import (
+    DATA_PARALLEL,
+    FINGERPRINT,
+    FOLLOW,
+    GLOBAL_STEP,
+    LORA,
+    STATE_DIR,
+)
 from woolf.workloads.optstate import load_optimizer, save_optimizer
 from woolf.workloads.textcommon import TextCorpus
 
@@ -64,9 +73,12 @@ class TinyGPT(nn.Module):
         return self.head(self.ln(x))
 
 
+LORA_TARGETS = ("qkv", "proj", "mlp.0", "mlp.2")  # LoRA's default targets: every linear layer of the blocks
+
+
 class CharLM(TextCorpus):
     name = "charlm"
-    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL})
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL, LORA})
     # what `woolf init --weights CHECKPOINT` sets for a pretrained genesis (ledger/create.py): a fresh
     # AdamW's first steps undo pretraining (first train 2.032 -> 2.050-2.079 without; benchmarks/RESULTS.md)
     PRETRAINED_DEFAULTS = {"optimizer_warmup": 60}
@@ -74,7 +86,7 @@ class CharLM(TextCorpus):
     def __init__(self, d_model: int = 64, n_layer: int = 2, n_head: int = 4, context: int = 64,
                  batch_size: int = 16, lr: float = 3e-3, benchmark_bytes: int = 32768,
                  shard_files: int = 8, warmup_steps: int = 0, domains: list[str] | None = None,
-                 optimizer_warmup: int = 0):
+                 optimizer_warmup: int = 0, lora: str = ""):
         self.d_model, self.n_layer, self.n_head, self.context = d_model, n_layer, n_head, context
         self.batch_size, self.lr = batch_size, lr
         self.benchmark_size, self.shard_files = benchmark_bytes, shard_files
@@ -83,6 +95,10 @@ class CharLM(TextCorpus):
         if not isinstance(optimizer_warmup, int) or isinstance(optimizer_warmup, bool) or optimizer_warmup < 0:
             raise UsageError(f"workload.params.optimizer_warmup must be an integer >= 0, got {optimizer_warmup!r}")
         self.optimizer_warmup = optimizer_warmup  # linear warm-up over each AdamW's own first steps
+        try:  # issue 33: the ledger's default LoRA training (`woolf train --lora` overrides it; charlm_lora.py)
+            self.lora = parse_lora(lora) if isinstance(lora, str) else parse_lora("?")
+        except ValueError as exc:
+            raise ConfigError(f"workload.params.lora = {lora!r}: {exc}") from None
 
     def model(self) -> TinyGPT:
         return TinyGPT(self.d_model, self.n_layer, self.n_head, self.context)
@@ -157,6 +173,13 @@ class CharLM(TextCorpus):
         return out, {"steps": steps, "seconds": round(secs, 3), "train_loss": sum(tail) / len(tail),
                      "tokens": steps * self.batch_size * self.context, "data": data.source,
                      "optimizer": resumed}
+
+    def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
+                   progress: Progress | None = None):
+        """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (charlm_lora.py)."""
+        from woolf.workloads.charlm_lora import train_lora  # deferred: peft
+
+        return train_lora(self, weights, data, steps, spec, device, seed, progress)
 
     def train_data_parallel(self, weights, datas: list[TrainData], steps: int, device: str = "cpu",
                             seed: int = 0):
