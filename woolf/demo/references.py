@@ -53,13 +53,14 @@ def _shards(wl, name: str, rounds: int) -> TrainData:
     return TrainData(texts, f"shards:{name}@v0..{rounds - 1}", files)
 
 
-def alone_lora(wl, genesis: dict, data: TrainData, rounds: int, steps: int, device: str = "cpu") -> dict:
+def alone_lora(wl, genesis: dict, data: TrainData, rounds: int, steps: int, device: str = "cpu",
+               seed: int = 0) -> dict:
     """A participant alone with LoRA: ``rounds`` contributions, each one's product merged at scale 1."""
     from woolf.core.lora import expand  # deferred: torch
 
     weights = dict(genesis)
     for r in range(rounds):
-        factors, _ = wl.train_lora(weights, data, steps, wl.lora, device=device, seed=r)
+        factors, _ = wl.train_lora(weights, data, steps, wl.lora, device=device, seed=seed * 1000 + r)
         for target, (A, B, scale) in sorted(factors.items()):
             s = float(torch.tensor(scale, dtype=torch.float32))  # the scale as a factor file carries it
             weights[target] = torch.add(weights[target], expand(A, B, s))

@@ -295,7 +295,8 @@ def _check_lora(lora: str | None, overrides: dict[str, str]) -> str:
         return ""
     cfg = apply_overrides(LedgerConfig(), overrides)
     spec = parse_lora(lora)
-    if LORA not in features_of(load_workload(cfg.workload)):
+    params = {k: v for k, v in cfg.workload.params.items() if k != "lora"}  # a workload without LoRA has no lora
+    if LORA not in features_of(load_workload(replace(cfg.workload, params=params))):
         raise UsageError(f"--lora: the {cfg.workload.name} workload does not train LoRA adapters",
                          hint="use the demo's charlm workload, or drop --lora")
     if spec.r > cfg.limits.max_lora_rank:
