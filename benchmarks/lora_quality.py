@@ -22,6 +22,10 @@ defaults: a merge may raise the benchmark by at most 0.02). Arms, each at the sa
   shards) and ``alone-lora-R`` (its contributions' products added at scale 1, round by round), and
   synchronous data parallel (dense, the bound).
 
+``--ramp-ablation``: also ``lora-R-ramp60``, LoRA with the dense contributions' own learning-rate
+ramp (the whole 60-step ``optimizer_warmup`` of a fresh optimizer) instead of charlm_lora.py's ramp
+over a third of the contribution's steps.
+
 Seeds change every training seed (batches, adapter initialisation); genesis and data are fixed.
 Results: benchmarks/results/lora_quality.json (or --out).
 """
@@ -47,6 +51,7 @@ from woolf.core.staleness import attenuation  # noqa: E402
 from woolf.demo.references import _shards, alone_lora  # noqa: E402
 from woolf.protocol.config import PolicyConfig, StalenessConfig  # noqa: E402
 from woolf.protocol.lora_spec import parse_lora  # noqa: E402
+from woolf.workloads import charlm_lora  # noqa: E402
 from woolf.workloads.charlm import CharLM  # noqa: E402
 from woolf.workloads.charlm_pretrained import PRETRAIN_STEPS, pretrained_genesis  # noqa: E402
 
@@ -124,6 +129,7 @@ def main() -> None:
     ap.add_argument("--ranks", default="4,16")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--ramp-ablation", action="store_true", help="also LoRA with the dense 60-step ramp")
     ap.add_argument("--out", default="lora_quality.json")
     args = ap.parse_args()
     if args.smoke:
@@ -142,6 +148,14 @@ def main() -> None:
         run = {"seed": seed, "ledger": {}}
         for arm, lora in [("dense", None), *((f"lora-{r}", r) for r in ranks)]:
             run["ledger"][arm] = ledger(wl, names, genesis, bench, args.rounds, args.steps, seed, lora)
+        for r in ranks if args.ramp_ablation else ():
+            shipped = charlm_lora._lr_factor
+            charlm_lora._lr_factor = lambda wl, step, steps: min(1.0, (step + 1) / wl.optimizer_warmup)
+            try:
+                run["ledger"][f"lora-{r}-ramp60"] = ledger(wl, names, genesis, bench, args.rounds, args.steps,
+                                                           seed, r)
+            finally:
+                charlm_lora._lr_factor = shipped
         run["references"] = references(wl, names, genesis, bench, args.rounds, args.steps, seed, ranks)
         runs.append(run)
         print(f"seed {seed}: " + "  ".join(f"{k} {v['final_loss']:.4f} ({v['merged']}/{v['judged']})"

@@ -75,10 +75,32 @@ def test_demo_lora_values_and_the_ledger_keys_they_set():
         lora_settings("r=4,alpha=8", {"delta.accept": '["dense"]'})
 
 
-def test_demo_lora_rank_above_the_ledger_limit_or_a_workload_without_lora_is_refused_before_building(tmp_path):
+def test_demo_lora_rank_above_the_ledger_limit_or_a_workload_without_lora_is_refused_before_building(tmp_path,
+                                                                                                     monkeypatch):
     with pytest.raises(UsageError, match=r"--lora r=8 is above limits.max_lora_rank 4"):
         run_demo(tmp_path / "a", quick=True, lora="8", settings={"limits.max_lora_rank": "4"})
     with pytest.raises(UsageError, match="the synthetic workload does not train LoRA adapters"):
         run_demo(tmp_path / "b", quick=True, lora="4", regime="scratch-iid",
                  settings={"workload.name": "synthetic"})
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    import importlib.util
+
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else find(name, *a))
+    with pytest.raises(UsageError, match="--lora trains adapters with peft, which is not installed"):
+        run_demo(tmp_path / "c", quick=True, lora="4")
+    assert not any((tmp_path / d).exists() for d in "abc")
+
+
+def test_the_lora_quality_benchmark_runs(tmp_path):
+    import json
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "WOOLF_BENCH_RESULTS": str(tmp_path), "WOOLF_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "lora_quality.py"), "--smoke"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads((tmp_path / "lora_quality.json").read_text())
+    assert {"ledger dense", "ledger lora-2", "alone-lora-2 best", "data parallel (dense)"} <= set(out["summary"])
+    assert out["factor_values_per_pr"]["2"] < out["dense_values_per_pr"]

@@ -15,6 +15,7 @@ a storage directory, left on disk for every other command to use.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -293,6 +294,9 @@ def _check_lora(lora: str | None, overrides: dict[str, str]) -> str:
     Returns the targets in words ("" without LoRA)."""
     if lora is None:
         return ""
+    if importlib.util.find_spec("peft") is None:  # the workers would each die of the ImportError
+        raise UsageError("--lora trains adapters with peft, which is not installed", hint="pip install 'peft>=0.21' "
+                         "(it comes with the hf extra: pip install -e '.[hf]')")
     cfg = apply_overrides(LedgerConfig(), overrides)
     spec = parse_lora(lora)
     params = {k: v for k, v in cfg.workload.params.items() if k != "lora"}  # a workload without LoRA has no lora
