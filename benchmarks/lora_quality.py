@@ -48,7 +48,7 @@ from woolf.core.lora import expand  # noqa: E402
 from woolf.core.merge_rules import Rule, merge_step  # noqa: E402
 from woolf.core.policy import decide  # noqa: E402
 from woolf.core.staleness import attenuation  # noqa: E402
-from woolf.demo.references import _shards, alone_lora  # noqa: E402
+from woolf.demo.references import alone_lora, shards_of  # noqa: E402
 from woolf.protocol.config import PolicyConfig, StalenessConfig  # noqa: E402
 from woolf.protocol.lora_spec import parse_lora  # noqa: E402
 from woolf.workloads import charlm_lora  # noqa: E402
@@ -103,7 +103,7 @@ def ledger(wl, names, genesis, bench, rounds: int, steps: int, seed: int, lora: 
 def references(wl, names, genesis, bench, rounds: int, steps: int, seed: int, ranks: list[int]) -> dict:
     out = {}
     for name in names:
-        shards = _shards(wl, name, rounds)
+        shards = shards_of(wl, name, rounds)
         dense, _ = wl.train(genesis, shards, rounds * steps, seed=seed)
         out.setdefault("alone", {})[name] = wl.evaluate(dense, bench)["loss"]
         for r in ranks:
@@ -111,7 +111,7 @@ def references(wl, names, genesis, bench, rounds: int, steps: int, seed: int, ra
             w = alone_lora(wl, genesis, shards, rounds, steps, seed=seed)
             out.setdefault(f"alone-lora-{r}", {})[name] = wl.evaluate(w, bench)["loss"]
         wl.lora = None
-    dp = wl.train_data_parallel(genesis, [_shards(wl, n, rounds) for n in names], rounds * steps, seed=seed)
+    dp = wl.train_data_parallel(genesis, [shards_of(wl, n, rounds) for n in names], rounds * steps, seed=seed)
     out["parallel"] = wl.evaluate(dp, bench)["loss"]
     return out
 
@@ -149,13 +149,13 @@ def main() -> None:
         for arm, lora in [("dense", None), *((f"lora-{r}", r) for r in ranks)]:
             run["ledger"][arm] = ledger(wl, names, genesis, bench, args.rounds, args.steps, seed, lora)
         for r in ranks if args.ramp_ablation else ():
-            shipped = charlm_lora._lr_factor
-            charlm_lora._lr_factor = lambda wl, step, steps: min(1.0, (step + 1) / wl.optimizer_warmup)
+            shipped = charlm_lora.lr_factor
+            charlm_lora.lr_factor = lambda wl, step, steps: min(1.0, (step + 1) / wl.optimizer_warmup)
             try:
                 run["ledger"][f"lora-{r}-ramp60"] = ledger(wl, names, genesis, bench, args.rounds, args.steps,
                                                            seed, r)
             finally:
-                charlm_lora._lr_factor = shipped
+                charlm_lora.lr_factor = shipped
         run["references"] = references(wl, names, genesis, bench, args.rounds, args.steps, seed, ranks)
         runs.append(run)
         print(f"seed {seed}: " + "  ".join(f"{k} {v['final_loss']:.4f} ({v['merged']}/{v['judged']})"

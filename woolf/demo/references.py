@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from woolf.core.lora import expand
 from woolf.ledger.benchmark import gate_benchmark
 from woolf.workloads.base import TrainData, load_workload
 from woolf.workloads.features import DATA_PARALLEL, features_of
@@ -44,7 +45,7 @@ class References:
     baseline_loss: float | None = None  # centralized, sequential
 
 
-def _shards(wl, name: str, rounds: int) -> TrainData:
+def shards_of(wl, name: str, rounds: int) -> TrainData:
     texts, files = [], []
     for r in range(rounds):
         shard = wl.default_data(name, r)
@@ -56,8 +57,6 @@ def _shards(wl, name: str, rounds: int) -> TrainData:
 def alone_lora(wl, genesis: dict, data: TrainData, rounds: int, steps: int, device: str = "cpu",
                seed: int = 0) -> dict:
     """A participant alone with LoRA: ``rounds`` contributions, each one's product merged at scale 1."""
-    from woolf.core.lora import expand  # deferred: torch
-
     weights = dict(genesis)
     for r in range(rounds):
         factors, _ = wl.train_lora(weights, data, steps, wl.lora, device=device, seed=seed * 1000 + r)
@@ -72,13 +71,13 @@ def _run(task: tuple) -> tuple[str, float | None]:
     torch.set_num_threads(1)
     wl = load_workload(workload_cfg)
     if kind == "alone" and getattr(wl, "lora", None) is not None:  # as it contributes: LoRA, round by round
-        weights = alone_lora(wl, genesis, _shards(wl, name, rounds), rounds, steps, device)
+        weights = alone_lora(wl, genesis, shards_of(wl, name, rounds), rounds, steps, device)
     elif kind == "alone":  # one continuous run over all of its shards: the strongest lone baseline
-        weights, _ = wl.train(genesis, _shards(wl, name, rounds), rounds * steps, device=device, seed=0)
+        weights, _ = wl.train(genesis, shards_of(wl, name, rounds), rounds * steps, device=device, seed=0)
     elif kind == "parallel":
         if DATA_PARALLEL not in features_of(wl):
             return kind, None
-        weights = wl.train_data_parallel(genesis, [_shards(wl, n, rounds) for n in names],
+        weights = wl.train_data_parallel(genesis, [shards_of(wl, n, rounds) for n in names],
                                          rounds * steps, device=device)
     else:
         texts, files = [], []

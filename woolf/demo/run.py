@@ -3,6 +3,7 @@
 Usage:
     result = run_demo(Path("woolf-demo"), participants=3, rounds=8, validators=2, console=Console())
     result = run_demo(Path("woolf-demo"), DemoOptions(quick=True, adversaries=["copycat"]))
+    result = run_demo(Path("woolf-demo"), DemoOptions(quick=True, lora="4"))  # LoRA PRs of rank 4 (demo/lora.py)
     result.final_loss < result.genesis_loss
 
 run_demo takes a DemoOptions, or its fields as keywords (unknown ones: TypeError), or both.

@@ -123,12 +123,12 @@ class CharLM(TextCorpus):
             raise UsageError(f"--data {path}: not enough text to train on (need {self.context + 2}+ bytes)")
         return TrainData(texts, str(p), [str(f) for f in files])
 
-    def _load(self, weights, device):
+    def load_model(self, weights, device):
         m = self.model()
         m.load_state_dict(weights, strict=True)
         return m.to(device)
 
-    def _batches(self, data: TrainData, gen: torch.Generator):
+    def batches(self, data: TrainData, gen: torch.Generator):
         text = torch.frombuffer(bytearray(b"\n".join(data.texts)), dtype=torch.uint8).long()
         if len(text) < self.context + 2:
             raise UsageError("training data is shorter than one context window")
@@ -146,8 +146,8 @@ class CharLM(TextCorpus):
         (woolf/participant/follow.py), every ``follow_every`` steps the local weights move by whatever the
         ledger's main moved since (``follow()`` returns that shift, or None)."""
         gen = torch.Generator().manual_seed(seed)
-        batches = self._batches(data, gen)
-        model = self._load(weights, device).train()
+        batches = self.batches(data, gen)
+        model = self.load_model(weights, device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=0.0)
         resumed = load_optimizer(opt, model, state_dir, self.fingerprint()) if state_dir else "fresh"
         done = int(next(iter(opt.state.values()), {}).get("step", 0)) if opt.state else 0
@@ -185,8 +185,8 @@ class CharLM(TextCorpus):
                             seed: int = 0):
         """Synchronous data parallel: each step averages the gradients of one batch per worker
         (each from its own data), then one AdamW step; the bound for parallel training."""
-        gens = [self._batches(d, torch.Generator().manual_seed(seed * 1009 + i)) for i, d in enumerate(datas)]
-        model = self._load(weights, device).train()
+        gens = [self.batches(d, torch.Generator().manual_seed(seed * 1009 + i)) for i, d in enumerate(datas)]
+        model = self.load_model(weights, device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=0.0)
         for step in range(steps):
             for group in opt.param_groups:
@@ -204,7 +204,7 @@ class CharLM(TextCorpus):
 
     @torch.no_grad()
     def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
-        model = self._load(weights, device).eval()
+        model = self.load_model(weights, device).eval()
         data = torch.frombuffer(bytearray(benchmark), dtype=torch.uint8).long()
         n = (len(data) - 1) // self.context
         x = data[: n * self.context].view(n, self.context)

@@ -58,7 +58,7 @@ def _factors(model, owner: dict[int, str]) -> dict:
     return out
 
 
-def _lr_factor(wl, step: int, steps: int) -> float:
+def lr_factor(wl, step: int, steps: int) -> float:
     """The workload's ramp for a fresh optimizer, over at most a third of this contribution's steps."""
     ramp = min(wl.optimizer_warmup, max(1, steps // 3)) if wl.optimizer_warmup else 0
     return (step + 1) / ramp if step < ramp else 1.0
@@ -69,9 +69,9 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     """({target tensor: (A, B, scale)}, summary) after ``steps`` AdamW steps on the adapters alone."""
     _check(spec)
     gen = torch.Generator().manual_seed(seed)
-    batches = wl._batches(data, gen)
+    batches = wl.batches(data, gen)
     torch.manual_seed(seed)  # the adapters' initialisation
-    model = wl._load(weights, device)
+    model = wl.load_model(weights, device)
     model.requires_grad_(False)
     owner = {id(p): n for n, p in model.named_parameters()}
     targets = list(spec.targets or DEFAULT_TARGETS)
@@ -88,7 +88,7 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     t0, losses = time.perf_counter(), []
     for step in range(1, steps + 1):
         for group in opt.param_groups:
-            group["lr"] = wl.lr_at(step - 1) * _lr_factor(wl, step - 1, steps)
+            group["lr"] = wl.lr_at(step - 1) * lr_factor(wl, step - 1, steps)
         x, y = (t.to(device) for t in next(batches))
         loss = F.cross_entropy(model(x).view(-1, 256), y.view(-1))
         opt.zero_grad(set_to_none=True)
