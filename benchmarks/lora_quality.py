@@ -162,6 +162,17 @@ def main() -> None:
                                            for k, v in run["ledger"].items())
               + "  " + "  ".join(f"{k} {min(v.values()) if isinstance(v, dict) else v:.4f}"
                                  for k, v in run["references"].items()) + f"  [{time.time() - t0:.0f}s]", flush=True)
+        out = {"machine": machine(), "settings": vars(args), "genesis_loss": genesis_loss,
+               "factor_values_per_pr": factor_values, "dense_values_per_pr": dense_values,
+               "cpu_seconds": round(time.process_time(), 1), "wall_seconds": round(time.time() - t0, 1),
+               "summary": summarize(runs), "runs": runs}
+        path = write_json(args.out, out)  # after every seed: a run stopped early keeps what it measured
+    for k, v in out["summary"].items():
+        print(f"{k:<28} {v['mean']:.4f} ± {v['sd']:.4f}")
+    print(path)
+
+
+def summarize(runs: list[dict]) -> dict:
     summary = {f"ledger {k}": stats([r["ledger"][k]["final_loss"] for r in runs]) for k in runs[0]["ledger"]}
     for k in runs[0]["references"]:
         if k == "parallel":
@@ -169,13 +180,7 @@ def main() -> None:
         else:
             summary[f"{k} best"] = stats([min(r["references"][k].values()) for r in runs])
             summary[f"{k} mean"] = stats([statistics.mean(r["references"][k].values()) for r in runs])
-    for k, v in summary.items():
-        print(f"{k:<28} {v['mean']:.4f} ± {v['sd']:.4f}")
-    out = {"machine": machine(), "settings": vars(args), "genesis_loss": genesis_loss,
-           "factor_values_per_pr": factor_values, "dense_values_per_pr": dense_values,
-           "cpu_seconds": round(time.process_time(), 1), "wall_seconds": round(time.time() - t0, 1),
-           "summary": summary, "runs": runs}
-    print(write_json(args.out, out))
+    return summary
 
 
 if __name__ == "__main__":
