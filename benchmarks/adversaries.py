@@ -29,6 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 
+from woolf.demo.run import DemoOptions
+
 KINDS = ["free-rider", "copycat", "overfitter", "noise", "flooder"]
 
 
@@ -41,9 +43,9 @@ def one_run(args, adversaries: list[str]) -> dict:
     from woolf.ledger.verdicts import verdict_history
 
     with tempfile.TemporaryDirectory(prefix="woolf-adv-") as tmp:
-        res = run_demo(Path(tmp) / "hub", participants=args.participants, rounds=args.rounds,
+        res = run_demo(Path(tmp) / "hub", DemoOptions(participants=args.participants, rounds=args.rounds,
                        validators=args.validators, steps=args.steps, console=Console(quiet=True),
-                       report=False, adversaries=adversaries)
+                       report=False, adversaries=adversaries))
         obs = Ledger.open(Path(tmp) / "hub" / "clones" / "observer")
         obs.main_ref = "refs/remotes/origin/main"  # the observer clone never pulls: its main is genesis
         obs.fetch()

@@ -28,15 +28,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 from hf_throughput import _tiny  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+from woolf.participant import SubmitOptions, TrainOptions
+
 
 def _ledger(root: Path, model: Path, overrides: dict):
     from woolf.git.repo import clean_env
     from woolf.ledger.ledger import Ledger
 
-    work = Ledger.init(root / "work", storage=str(root / "storage"), workload="transformers", weights=model,
+    work = Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="transformers", weights=model,
                        overrides={"policy.min_improvement": "-1e9", "workload.params.context": "32",
                                   "workload.params.batch_size": "4", "workload.params.benchmark_bytes": "3000",
-                                  **overrides})
+                                  **overrides}))
     hub = root / "hub.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(work.root), str(hub)], check=True, env=clean_env())
     subprocess.run(["git", "remote", "add", "origin", str(hub)], cwd=work.root, check=True, env=clean_env())
@@ -55,8 +58,8 @@ def _one_merge(root: Path, model: Path, steps: int, lr: float, extra: dict) -> d
         subprocess.run(["git", "clone", "-q", str(hub), str(root / name)], check=True, env=clean_env())
         subprocess.run(["git", "config", "user.name", name], cwd=root / name, check=True, env=clean_env())
         clones[name] = Ledger.open(root / name)
-    train(clones["alice"], steps=steps, contributor="alice", device="cpu", seed=0)
-    submit(clones["alice"], contributor="alice")
+    train(clones["alice"], TrainOptions(steps=steps, contributor="alice", device="cpu", seed=0))
+    submit(clones["alice"], SubmitOptions(contributor="alice"))
     (verdict,) = Validator(clones["val"], device="cpu").run()
     assert verdict.state == "merged", verdict.reason
     val = clones["val"]

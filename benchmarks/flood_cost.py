@@ -31,6 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+
 SMALL = {"workload.params.d_model": "32", "workload.params.n_layer": "1", "workload.params.context": "32",
          "workload.params.benchmark_bytes": "4096"}
 
@@ -45,9 +47,9 @@ def build(root: Path, small: bool) -> None:
     create_key(root / "keys" / "maintainer", "maintainer")
     _, vpub = create_key(root / "keys" / "v", "v")
     _, apub = create_key(root / "keys" / "alice", "alice")
-    Ledger.init(root / "work", storage=str(root / "storage"), overrides=SMALL if small else {},
+    Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), overrides=SMALL if small else {},
                 signing_key=root / "keys" / "maintainer", signer="maintainer",
-                extra_signers=[signer_line("v", vpub, ["validator"]), signer_line("alice", apub)])
+                extra_signers=[signer_line("v", vpub, ["validator"]), signer_line("alice", apub)]))
     init_hub(root / "hub.git", root / "work")
     for name in ("mallory", "obs", "v", "alice"):
         subprocess.run(["git", "clone", "-q", str(root / "hub.git"), str(root / name)], check=True, env=clean_env())

@@ -53,6 +53,9 @@ from common import machine, write_json  # noqa: E402
 from hf_throughput import _tiny  # noqa: E402
 from validator_floor import hashing  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+from woolf.participant import SubmitOptions, TrainOptions
+
 SIZES = {"tiny": (2, 64, 1024), "124M": (12, 768, 50257), "355M": (24, 1024, 50257),
          "774M": (36, 1280, 50257), "1.5B": (48, 1600, 50257)}
 # rough seconds per stage on an H200 per 1e8 parameters, plus a fixed part: what decides a skip
@@ -248,13 +251,13 @@ def ledger_stage(root: Path, name: str, a) -> dict:
     layers, width, vocab = SIZES[name]
     model = build_model(root, layers, width, vocab, a.context)
     t0 = time.perf_counter()
-    work = Ledger.init(root / "work", storage=str(root / "storage"), workload="transformers", weights=model,
+    work = Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="transformers", weights=model,
                        overrides={"policy.min_improvement": "-1e9", "scoring.min_effect": "0",
                                   "workload.params.context": str(a.context),
                                   "workload.params.batch_size": str(a.batch),
                                   "workload.params.autocast": "bf16" if a.device == "cuda" else "",
                                   "workload.params.benchmark_bytes": str(a.benchmark_bytes),
-                                  "workload.params.lr": "1e-5"})
+                                  "workload.params.lr": "1e-5"}))
     init_s = time.perf_counter() - t0
     shutil.rmtree(model)
     obj = max((p for p in (root / "storage").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
@@ -283,9 +286,9 @@ def _prs_and_pass(root: Path, a) -> dict:
         _git("clone", "-q", str(root / "hub.git"), str(root / who), cwd=root)
         _git("config", "user.name", who, cwd=root / who)
         led = Ledger.open(root / who)
-        train(led, steps=2, contributor=who, device=a.device, seed=i)
+        train(led, TrainOptions(steps=2, contributor=who, device=a.device, seed=i))
         t0 = time.perf_counter()
-        submit(led, contributor=who)
+        submit(led, SubmitOptions(contributor=who))
         submits.append(round(time.perf_counter() - t0, 2))
         shutil.rmtree(root / who)
     _git("clone", "-q", str(root / "hub.git"), str(root / "val"), cwd=root)

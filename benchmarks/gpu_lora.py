@@ -28,6 +28,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 from gpu_check import SIZES, _git, build_model  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+from woolf.participant import SubmitOptions, TrainOptions
+
 
 def one_size_lora(root: Path, name: str, device: str, steps: int, context: int, batch: int, bench_bytes: int,
                   rank: int) -> dict:
@@ -42,10 +45,10 @@ def one_size_lora(root: Path, name: str, device: str, steps: int, context: int, 
 
     layers, width, vocab = SIZES[name]
     model = build_model(root, layers, width, vocab, context)
-    Ledger.init(root / "work", storage=str(root / "storage"), workload="transformers", weights=model,
+    Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="transformers", weights=model,
                 overrides={"policy.min_improvement": "-1e9", "scoring.min_effect": "0",
                            "workload.params.context": str(context), "workload.params.batch_size": str(batch),
-                           "workload.params.benchmark_bytes": str(bench_bytes), "workload.params.lr": "1e-4"})
+                           "workload.params.benchmark_bytes": str(bench_bytes), "workload.params.lr": "1e-4"}))
     _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
     for who in ("alice", "val"):
         _git("clone", "-q", str(root / "hub.git"), str(root / who), cwd=root)
@@ -56,9 +59,9 @@ def one_size_lora(root: Path, name: str, device: str, steps: int, context: int, 
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    t = train(alice, steps=steps, contributor="alice", device=device, lora=f"r={rank}")
+    t = train(alice, TrainOptions(steps=steps, contributor="alice", device=device, lora=f"r={rank}"))
     train_peak = round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None
-    pr = submit(alice, contributor="alice")
+    pr = submit(alice, SubmitOptions(contributor="alice"))
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()

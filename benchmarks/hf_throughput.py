@@ -30,6 +30,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, peak_rss_mib, timed, write_json  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -49,8 +51,8 @@ def _git(*args, cwd):
 def _ledger(root: Path, model: Path, overrides: dict):
     from woolf.ledger.ledger import Ledger
 
-    work = Ledger.init(root / "work", storage=str(root / "storage"), workload="transformers", weights=model,
-                       overrides={"policy.min_improvement": "-1e9", **overrides})
+    work = Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="transformers", weights=model,
+                       overrides={"policy.min_improvement": "-1e9", **overrides}))
     _git("clone", "-q", "--bare", str(work.root), str(root / "hub.git"), cwd=root)
     return work
 

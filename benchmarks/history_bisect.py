@@ -31,6 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, timed, write_json  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+from woolf.participant import SubmitOptions, TrainOptions
+
 GREEK = ("Η γρήγορη καφέ αλεπού πηδάει πάνω από τον τεμπέλη σκύλο. Ένα, δύο, τρία, τέσσερα. "
          "Σήμερα ο ουρανός είναι καθαρός και η θάλασσα ήρεμη. Τα παιδιά παίζουν στην αυλή. ")
 
@@ -68,8 +71,8 @@ def build(root: Path, n: int, poison: int, genesis_steps: int):
     from woolf.storage.pointer import Pointer
 
     t0 = time.perf_counter()
-    led = Ledger.init(root / "long", storage=str(root / "storage"), weights=_genesis(root, genesis_steps),
-                      overrides={"merge.max_staleness": "1000000"})
+    led = Ledger.init(root / "long", CreateOptions(storage=str(root / "storage"), weights=_genesis(root, genesis_steps),
+                      overrides={"merge.max_staleness": "1000000"}))
     v0 = led.head()
     w = load_file(str(led.weights_path(v0)))
     g = torch.Generator().manual_seed(1)
@@ -140,14 +143,14 @@ def revert_exactness(rule: str, steps: int = 10) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="woolf-revert-") as tmp:
         root = Path(tmp)
-        Ledger.init(root / "work", storage=str(root / "storage"), overrides={**TINY, "merge.rule": rule})
+        Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), overrides={**TINY, "merge.rule": rule}))
         _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
         for name in ("p", "v"):
             _git("clone", "-q", str(root / "hub.git"), str(root / name), cwd=root)
         p, v = Ledger.open(root / "p"), Validator(Ledger.open(root / "v"), device="cpu", name="v")
         for seed, who in enumerate(("alice", "bob")):
-            train(p, steps=steps, contributor=who, seed=seed, device="cpu")
-            submit(p, contributor=who)
+            train(p, TrainOptions(steps=steps, contributor=who, seed=seed, device="cpu"))
+            submit(p, SubmitOptions(contributor=who))
             assert v.run()[0].accepted
         revert(p, 2, contributor="carol")
         (verdict,) = v.run()

@@ -42,6 +42,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, timed, write_json  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+
 
 def peak_rss_mib() -> float:
     """This process's own high-water mark (VmHWM; ru_maxrss would keep the parent's across exec)."""
@@ -65,8 +67,8 @@ def _git(*args, cwd):
 def setup(root: Path, n_params: int) -> None:
     from woolf.ledger.ledger import Ledger
 
-    Ledger.init(root / "work", storage=str(root / "storage"), workload="synthetic",
-                overrides={"workload.params.n_params": str(n_params), "policy.min_improvement": "-1e9"})
+    Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="synthetic",
+                overrides={"workload.params.n_params": str(n_params), "policy.min_improvement": "-1e9"}))
     _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
     for name in ("p", "v", "q", "r", "a", "c"):
         _git("clone", "-q", str(root / "hub.git"), str(root / name), cwd=root)

@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 from gpu_check import build_model  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_1B = {"hidden": 2048, "layers": 16, "mlp": 8192, "vocab": 32000, "kv": 2048}
 
@@ -69,10 +71,10 @@ def memory(root: Path, a) -> dict:
     from woolf.ledger.ledger import Ledger
 
     model = build_model(root, a.layers, a.width, a.vocab, a.context)
-    Ledger.init(root / "work", storage=str(root / "storage"), workload="transformers", weights=model,
+    Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="transformers", weights=model,
                 overrides={"policy.min_improvement": "-1e9", "scoring.min_effect": "0", "scoring.enabled": "false",
                            "workload.params.context": str(a.context), "workload.params.batch_size": str(a.batch),
-                           "workload.params.benchmark_bytes": str(a.benchmark_bytes), "workload.params.lr": "1e-4"})
+                           "workload.params.benchmark_bytes": str(a.benchmark_bytes), "workload.params.lr": "1e-4"}))
     _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
     for who in ("full", "lora", "val"):
         _git("clone", "-q", str(root / "hub.git"), str(root / who), cwd=root)

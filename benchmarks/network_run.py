@@ -23,6 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, machine, write_json  # noqa: E402
 
+from woolf.demo.run import DemoOptions
+
 
 def one_run(args, settings: dict) -> dict:
     from rich.console import Console
@@ -32,10 +34,10 @@ def one_run(args, settings: dict) -> dict:
     from woolf.ledger.ledger import Ledger
 
     with tempfile.TemporaryDirectory(prefix="woolf-net-") as tmp:
-        res = run_demo(Path(tmp) / "hub", participants=args.participants, rounds=args.rounds,
+        res = run_demo(Path(tmp) / "hub", DemoOptions(participants=args.participants, rounds=args.rounds,
                        validators=args.validators, steps=args.steps, console=Console(quiet=True),
                        report=False, settings=settings, regime=args.regime,
-                       **({} if args.wait_verdict is None else {"wait_verdict": args.wait_verdict}))
+                       **({} if args.wait_verdict is None else {"wait_verdict": args.wait_verdict})))
         obs = Ledger.open(Path(tmp) / "hub" / "clones" / "observer")
         obs.fetch()
         obs.main_ref = "refs/remotes/origin/main"

@@ -28,6 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+from woolf.participant import SubmitOptions
+
 SMALL = {"workload.params.d_model": "32", "workload.params.n_layer": "1", "workload.params.context": "32",
          "workload.params.benchmark_bytes": "4096"}
 
@@ -45,8 +48,8 @@ def build(root: Path, quorum: int, small: bool):
         _, pub = create_key(root / "keys" / name, name)
         lines.append(signer_line(name, pub, ["validator"]))
     overrides = {"policy.min_improvement": "-1e9", "validators.quorum": str(quorum), **(SMALL if small else {})}
-    Ledger.init(root / "work", storage=str(root / "storage"), overrides=overrides,
-                signing_key=root / "keys" / "maintainer", signer="maintainer", extra_signers=lines)
+    Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), overrides=overrides,
+                signing_key=root / "keys" / "maintainer", signer="maintainer", extra_signers=lines))
     init_hub(root / "hub.git", root / "work")
     for name in ("p", "v1", "v2"):
         subprocess.run(["git", "clone", "-q", str(root / "hub.git"), str(root / name)], check=True, env=clean_env())
@@ -70,7 +73,7 @@ def prepare(root: Path, quorum: int, prs: int, small: bool):
         trained = {k: t + torch.randn(t.shape, generator=g).to(t.dtype) * 1e-3 for k, t in base.items()}
         path = root / f"t{i}.safetensors"
         save_file(trained, path)
-        submit(p, weights=path, base_version=0, contributor="p")
+        submit(p, SubmitOptions(weights=path, base_version=0, contributor="p"))
     v1, v2 = Validator(l1, device="cpu", name="v1"), Validator(l2, device="cpu", name="v2")
     return v1, v2, sorted(pr.id for pr in v2.forge.list(state="open"))
 

@@ -35,6 +35,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+from woolf.participant import SubmitOptions, TrainOptions
+
 
 def _git(*args, cwd):
     from woolf.git.repo import clean_env
@@ -71,15 +74,15 @@ def main() -> None:
     n = int(args.params)
     root = Path(tempfile.mkdtemp(prefix="woolf-retention-"))
     try:
-        Ledger.init(root / "work", storage=str(root / "storage"), workload="synthetic",
+        Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="synthetic",
                     overrides={"workload.params.n_params": str(n), "policy.min_improvement": "-1e9",
-                               "storage.snapshot_every": str(args.snapshot_every), "workload.steps": "1"})
+                               "storage.snapshot_every": str(args.snapshot_every), "workload.steps": "1"}))
         _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
         p, v = _clone(root, "p"), _clone(root, "v")
         sizes, t0, reclaimed = [], time.time(), 0
         for i in range(args.versions):
-            train(p, steps=1, contributor="p", seed=i, device="cpu")
-            sizes.append(submit(p, contributor="p", compress=args.compress)["delta_size"])
+            train(p, TrainOptions(steps=1, contributor="p", seed=i, device="cpu"))
+            sizes.append(submit(p, SubmitOptions(contributor="p", compress=args.compress))["delta_size"])
             [verdict] = Validator(v, device="cpu").run()
             assert verdict.accepted, verdict.reason
             if i == 0:

@@ -32,6 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+from woolf.participant import SubmitOptions, TrainOptions
+
 SMALL = {"d_model": 32, "n_layer": 1, "context": 32, "batch_size": 8, "benchmark_bytes": 4096, "shard_files": 2}
 DEMO = {"d_model": 64, "n_layer": 2, "context": 64, "batch_size": 16}  # charlm's defaults: the quick demo's model
 
@@ -84,7 +87,7 @@ def _network(root: Path, overrides: dict):
     settings = {**{f"workload.params.{k}": str(v) for k, v in SMALL.items()}, "workload.steps": "20",
                 "policy.min_improvement": "-10", "validators.retrain_rate": "1", "scoring.copy_threshold": "0.9999",
                 **overrides}
-    work = Ledger.init(root / "work", storage=str(root / "storage"), overrides=settings)
+    work = Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), overrides=settings))
     init_hub(root / "hub.git", work.root)
     subprocess.run(["git", "remote", "add", "origin", str(root / "hub.git")], cwd=work.root, check=True)
     return root / "hub.git"
@@ -116,8 +119,8 @@ def _end_to_end(prs: int, steps: int) -> dict:
         for i in range(prs):
             who = people[i % len(people)]
             name = f"p{i % len(people)}"
-            trained = train(who, steps=steps, contributor=name, seed=1000 + i, device="cpu")
-            submit(who, contributor=name)
+            trained = train(who, TrainOptions(steps=steps, contributor=name, seed=1000 + i, device="cpu"))
+            submit(who, SubmitOptions(contributor=name))
             [verdict] = v.run()
             r = verdict.retrain or {}
             rows.append({"pr": i, "who": name, "state": verdict.state, "reason": verdict.reason[:120],

@@ -21,6 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, timed, write_json  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+
 
 def _git(*args, cwd, input=None):
     from woolf.git.repo import clean_env
@@ -32,8 +34,8 @@ def _git(*args, cwd, input=None):
 def build_history(root: Path, n: int):
     from woolf.ledger.ledger import Ledger
 
-    led = Ledger.init(root / "long", storage=str(root / "storage"), workload="synthetic",
-                      overrides={"workload.params.n_params": "1000"})
+    led = Ledger.init(root / "long", CreateOptions(storage=str(root / "storage"), workload="synthetic",
+                      overrides={"workload.params.n_params": "1000"}))
     v0 = led.head()
     stream = []
     for i in range(1, n + 1):
@@ -82,12 +84,12 @@ def queue(n_prs: int) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="woolf-queue-") as tmp:
         root = Path(tmp)
-        Ledger.init(root / "work", storage=str(root / "storage"), workload="synthetic",
+        Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="synthetic",
                     overrides={"workload.params.n_params": "10000", "policy.min_improvement": "-1e9",
                                "merge.max_staleness": str(n_prs + 10),
                                # one synthetic step from the same base gives every PR nearly the same
                                # delta (cosine 0.995): the copy check would take them for copies
-                               "scoring.copy_threshold": "1.0"})
+                               "scoring.copy_threshold": "1.0"}))
         _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
         for name in ("p", "v"):
             _git("clone", "-q", str(root / "hub.git"), str(root / name), cwd=root)

@@ -27,6 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+from woolf.participant import SubmitOptions
+
 SMALL = {"workload.params.d_model": "32", "workload.params.n_layer": "1", "workload.params.context": "32",
          "workload.params.benchmark_bytes": "4096"}
 
@@ -45,7 +48,7 @@ def build(root: Path, signed: bool, small: bool):
         _, vpub = create_key(root / "keys" / "v", "v")
         signing = {"signing_key": root / "keys" / "maintainer", "signer": "maintainer",
                    "extra_signers": [signer_line("v", vpub, ["validator"])]}
-    Ledger.init(root / "work", storage=str(root / "storage"), overrides=overrides, **signing)
+    Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), overrides=overrides, **signing))
     if signed:
         init_hub(root / "hub.git", root / "work")
     else:
@@ -72,7 +75,7 @@ def one_run(root: Path, signed: bool, prs: int, small: bool) -> list[dict]:
         trained = {k: t + torch.randn(t.shape, generator=g).to(t.dtype) * 1e-3 for k, t in base.items()}
         path = root / f"t{i}.safetensors"
         save_file(trained, path)
-        submit(p, weights=path, base_version=0, contributor="p")
+        submit(p, SubmitOptions(weights=path, base_version=0, contributor="p"))
     val = Validator(v, device="cpu", name="v")
     out = []
     for pr in sorted(val.forge.list(state="open"), key=lambda x: x.id):

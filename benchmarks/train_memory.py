@@ -27,6 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -50,8 +52,8 @@ def build(root: Path, layers: int, width: int, vocab: int, context: int, batch: 
                  "workload.params.batch_size": str(batch), "workload.params.benchmark_bytes": "2048"}
     if checkpointing:
         overrides["workload.params.checkpointing"] = "true"
-    work = Ledger.init(root / "work", storage=str(root / "storage"), workload="transformers", weights=model,
-                       overrides=overrides)
+    work = Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="transformers", weights=model,
+                       overrides=overrides))
     params = sum(v.numel() for v in work.load_weights(work.head()).values())
     _git("clone", "-q", "--bare", str(work.root), str(root / "hub.git"), cwd=root)
     _git("clone", "-q", str(root / "hub.git"), str(root / "alice"), cwd=root)

@@ -33,6 +33,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 
+from woolf.ledger.create import CreateOptions
+from woolf.participant import SubmitOptions, TrainOptions
+
 OWN = ("fetch", "load", "checks", "merge", "upload", "push")
 
 
@@ -93,12 +96,12 @@ def run(root: Path, params: int, tensors: int, prs: int, shards: int = 8) -> dic
     from woolf.validator import Validator
 
     model_bytes = params // tensors * tensors * 4
-    work = Ledger.init(root / "work", storage=str(root / "storage"), workload="synthetic",
+    work = Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="synthetic",
                        overrides={"workload.params.n_params": str(params), "workload.params.n_tensors": str(tensors),
                                   "policy.min_improvement": "-1e9", "scoring.enabled": "false",
                                   # noise dominates each delta: PRs are not copies of each other
                                   "workload.params.step_size": "1e-8",
-                                  "limits.max_delta_bytes": str(max(2 << 30, 2 * model_bytes))})
+                                  "limits.max_delta_bytes": str(max(2 << 30, 2 * model_bytes))}))
     _git("clone", "-q", "--bare", str(work.root), str(root / "hub.git"), cwd=root)
     obj = max((p for p in (root / "storage").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
     floors = [floor(obj, root / "floor.tmp")]
@@ -107,8 +110,8 @@ def run(root: Path, params: int, tensors: int, prs: int, shards: int = 8) -> dic
         _git("clone", "-q", str(root / "hub.git"), str(root / who), cwd=root)
         _git("config", "user.name", who, cwd=root / who)
         led = Ledger.open(root / who)
-        train(led, steps=1, contributor=who, device="cpu", seed=i)
-        submit(led, contributor=who)
+        train(led, TrainOptions(steps=1, contributor=who, device="cpu", seed=i))
+        submit(led, SubmitOptions(contributor=who))
     _git("clone", "-q", str(root / "hub.git"), str(root / "val"), cwd=root)
     _git("config", "user.name", "val", cwd=root / "val")
     t0 = time.perf_counter()

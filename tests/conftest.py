@@ -26,7 +26,7 @@ from woolf.git.keys import configure, create_key
 from woolf.git.repo import Git, clean_env
 from woolf.hub.create import init_hub
 from woolf.ledger.ledger import Ledger
-from woolf.participant import submit, train
+from woolf.participant import SubmitOptions, TrainOptions, submit, train
 from woolf.protocol.signers import signer_line
 
 torch.set_num_threads(1)
@@ -108,8 +108,8 @@ class Network:
         return Ledger.open(dest)
 
     def train_submit(self, ledger: Ledger, who: str, steps: int = 20, seed: int = 0, **kw) -> dict:
-        train(ledger, steps=steps, contributor=who, seed=seed, device="cpu")
-        return submit(ledger, contributor=who, **kw)
+        train(ledger, TrainOptions(steps=steps, contributor=who, seed=seed, device="cpu"))
+        return submit(ledger, SubmitOptions(contributor=who, **kw))
 
 
 def signing_for(signed: bool) -> dict:

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from woolf.git.repo import Git
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger
 from woolf.protocol import layout
 from woolf.protocol.config import parse_config
@@ -48,7 +49,7 @@ def template(settings: dict[str, str], signing: dict) -> Path:
     if key not in _TEMPLATES:
         tpl = _DIR / f"t{len(_TEMPLATES)}"
         tpl.mkdir()
-        Ledger.init(tpl / "work", storage=str(tpl / "storage"), overrides=genesis, **signing)
+        Ledger.init(tpl / "work", CreateOptions(storage=str(tpl / "storage"), overrides=genesis, **signing))
         _TEMPLATES[key] = tpl
     return _TEMPLATES[key]
 

@@ -11,6 +11,7 @@ from tests.crafting import craft_pr
 from tests.hostile_corpus import delta
 from tests.ledger_template import template
 from woolf.audit.recompute import audit
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger
 from woolf.protocol.signatures import signatures
 from woolf.protocol.signers import SIGNERS_PATH
@@ -31,8 +32,8 @@ def _files(root):
 @pytest.mark.parametrize("overrides,signed", SETTINGS)
 def test_a_restored_ledger_is_what_init_builds_at_its_path(tmp_path, overrides, signed):
     settings = {**SMALL, **overrides}
-    fresh = Ledger.init(tmp_path / "a" / "work", storage=str(tmp_path / "a" / "storage"), overrides=settings,
-                        **signing_for(signed))
+    fresh = Ledger.init(tmp_path / "a" / "work", CreateOptions(storage=str(tmp_path / "a" / "storage"), overrides=settings,
+                        **signing_for(signed)))
     restored = make_network(tmp_path / "b", signed=signed, **overrides).work
     assert restored.store.remote_url() == str(tmp_path / "b" / "storage")
     new, old = restored.git.ls_tree("main"), fresh.git.ls_tree("main")

@@ -11,6 +11,7 @@ from tests.conftest import run_cli
 from woolf.cli.main import main
 from woolf.forges.local import LocalForge
 from woolf.ledger.ledger import Ledger
+from woolf.participant import SubmitOptions, TrainOptions
 
 
 def _json(capsys, *args):
@@ -125,11 +126,11 @@ def test_first_hour_bad_inputs_are_clear_errors(network, tmp_path):
     assert r.returncode != 0 and "does not exist" in r.stderr and "Traceback" not in r.stderr
     # an unmounted local storage share is never silently recreated by submit
     alice = network.clone("alice")
-    train(alice, steps=3, contributor="alice")
+    train(alice, TrainOptions(steps=3, contributor="alice"))
     storage = network.root / "storage"
     shutil.move(storage, network.root / "unmounted")
     with pytest.raises(Exception, match="does not exist"):
-        submit(alice, contributor="alice")
+        submit(alice, SubmitOptions(contributor="alice"))
     assert not storage.exists()
 
 

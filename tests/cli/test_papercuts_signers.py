@@ -17,6 +17,7 @@ from woolf.git.keys import configure
 from woolf.git.repo import Git
 from woolf.hub.create import init_hub
 from woolf.ledger.change import set_signer
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger
 
 
@@ -39,8 +40,8 @@ def _run(env: dict, *args, cwd):
 
 def test_key_create_prints_a_signers_add_line_that_works_where_the_maintainer_is_the_os_user(tmp_path):
     me = getpass.getuser()  # the maintainer's name is the OS user's, as for `root` in a container
-    work = Ledger.init(tmp_path / "work", storage=str(tmp_path / "storage"), overrides=SMALL,
-                       signing_key=key_for("work"), signer=me)
+    work = Ledger.init(tmp_path / "work", CreateOptions(storage=str(tmp_path / "storage"), overrides=SMALL,
+                       signing_key=key_for("work"), signer=me))
     init_hub(tmp_path / "hub.git", work.root)
     git("remote", "add", "origin", str(tmp_path / "hub.git"), cwd=work.root)
     env = _no_identity(tmp_path)

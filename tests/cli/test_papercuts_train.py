@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.conftest import run_cli
+from woolf.participant import TrainOptions
 from woolf.participant.state import work_dir
 from woolf.validator import Validator
 
@@ -36,7 +37,7 @@ def test_at_alpha_one_the_prediction_is_the_trained_weights_and_costs_no_evaluat
     from woolf.participant import train
 
     alice = network.clone("alice")
-    record = train(alice, steps=2, contributor="alice", device="cpu")
+    record = train(alice, TrainOptions(steps=2, contributor="alice", device="cpu"))
     assert "merged" not in record["metrics"] and record["gate"]["scale"] == 1.0
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import SMALL, key_for, run_cli
 from woolf.ledger.change import set_signer
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger
 
 
@@ -19,13 +20,13 @@ def _sets(overrides: dict) -> list[str]:
 def test_a_pretrained_charlm_genesis_warms_each_optimizer_up_by_default(tmp_path):
     """Item 7: `woolf init --weights CHECKPOINT` (the README's "Start your own" route) regressed on
     its first train without the optimizer warm-up the demo sets."""
-    first = Ledger.init(tmp_path / "first", storage=str(tmp_path / "s1"), overrides=SMALL)
+    first = Ledger.init(tmp_path / "first", CreateOptions(storage=str(tmp_path / "s1"), overrides=SMALL))
     assert "optimizer_warmup" not in first.config.workload.params  # random genesis: nothing to protect
     checkpoint = first.weights_path(first.show(0))
-    second = Ledger.init(tmp_path / "second", storage=str(tmp_path / "s2"), overrides=SMALL, weights=checkpoint)
+    second = Ledger.init(tmp_path / "second", CreateOptions(storage=str(tmp_path / "s2"), overrides=SMALL, weights=checkpoint))
     assert second.config.workload.params["optimizer_warmup"] == 60
-    third = Ledger.init(tmp_path / "third", storage=str(tmp_path / "s3"), weights=checkpoint,
-                        overrides={**SMALL, "workload.params.optimizer_warmup": "5"})
+    third = Ledger.init(tmp_path / "third", CreateOptions(storage=str(tmp_path / "s3"), weights=checkpoint,
+                        overrides={**SMALL, "workload.params.optimizer_warmup": "5"}))
     assert third.config.workload.params["optimizer_warmup"] == 5  # --set wins
 
 

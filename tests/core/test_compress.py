@@ -13,7 +13,7 @@ from woolf.audit.recompute import audit
 from woolf.core.compress import CompressSpec, check_parts, compress, expand, parse_spec, parts_spec
 from woolf.errors import UsageError
 from woolf.forges.local import LocalForge
-from woolf.participant import submit, train
+from woolf.participant import SubmitOptions, TrainOptions, submit, train
 from woolf.participant.state import state_dir
 from woolf.protocol import layout
 from woolf.validator import Validator
@@ -139,14 +139,14 @@ def test_topk_pr_merges_audits_and_carries_its_residual(make_net):
     assert merged.keys() == base.keys() and any(not torch.equal(merged[k], base[k]) for k in base)
     # a dense file is the model's size; this one is far smaller
     assert first["delta_size"] * 4 < alice.pointer(alice.show(0).commit).size
-    train(alice, steps=5, contributor="alice")
-    second = submit(alice, contributor="alice")
+    train(alice, TrainOptions(steps=5, contributor="alice"))
+    second = submit(alice, SubmitOptions(contributor="alice"))
     assert "carried the compression residual" in second["error_feedback"]
     Validator(val, device="cpu").run()
     report = audit(val)
     assert report.ok, report.problems
     # --fresh discards it with the rest of the participant's state
-    train(alice, steps=5, contributor="alice", fresh=True)
+    train(alice, TrainOptions(steps=5, contributor="alice", fresh=True))
     assert not residual_path.exists()
 
 
@@ -158,7 +158,7 @@ def test_residual_that_does_not_fit_is_set_aside(make_net, capsys):
     path = state_dir(alice) / "compress" / "residual.safetensors"
     path.parent.mkdir(parents=True)
     path.write_bytes(save({"not.this.model": torch.zeros(3)}))
-    train(alice, steps=5, contributor="alice")
+    train(alice, TrainOptions(steps=5, contributor="alice"))
     assert main(["-C", str(alice.root), "submit", "--compress", "topk:0.05,bits:2", "--contributor", "alice"]) == 0
     out = capsys.readouterr()
     assert "topk delta" in out.out and "set aside (its tensors are not this model's)" in out.err

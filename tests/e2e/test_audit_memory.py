@@ -18,6 +18,7 @@ import torch
 
 from tests.conftest import Network, git
 from tests.crafting import craft_pr
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger
 from woolf.validator import Validator
 
@@ -42,9 +43,9 @@ print(json.dumps({"base": base, "peak": rss(), "ok": report.ok, "checked": repor
 
 
 def test_audit_recomputes_a_merge_holding_one_model(tmp_path):
-    work = Ledger.init(tmp_path / "work", storage=str(tmp_path / "storage"), workload="synthetic",
+    work = Ledger.init(tmp_path / "work", CreateOptions(storage=str(tmp_path / "storage"), workload="synthetic",
                        overrides={"workload.params.n_params": str(N_PARAMS), "policy.min_improvement": "-1e9",
-                                  "scoring.min_effect": "0"})
+                                  "scoring.min_effect": "0"}))
     git("clone", "-q", "--bare", str(work.root), str(tmp_path / "hub.git"), cwd=tmp_path)
     net = Network(tmp_path, work, tmp_path / "hub.git")
     val, alice = net.clone("val"), net.clone("alice")

@@ -12,7 +12,7 @@ from tests.e2e.test_github import github_ledger
 from woolf.errors import UsageError
 from woolf.ledger.ledger import Ledger
 from woolf.ledger.verdicts import merged_records
-from woolf.participant import submit, train
+from woolf.participant import SubmitOptions, TrainOptions, submit, train
 from woolf.validator import Validator
 from woolf.validator.ci import apply_record, evaluate_pr
 
@@ -26,8 +26,8 @@ def gh_world(tmp_path, monkeypatch):
             f"['remote \"mine\"']\n    url = {tmp_path / 'alice-storage'}\n")
         git("clone", "-q", str(hub), str(tmp_path / "val"), cwd=tmp_path)
         alice = Ledger.open(tmp_path / "alice")
-        train(alice, steps=20, contributor="alice")
-        sub = submit(alice, contributor="alice", delta_url_base=store.url, delta_remote="mine")
+        train(alice, TrainOptions(steps=20, contributor="alice"))
+        sub = submit(alice, SubmitOptions(contributor="alice", delta_url_base=store.url, delta_remote="mine"))
         val = Ledger.open(tmp_path / "val")
         record = evaluate_pr(Validator(val, device="cpu", forge_kind="github"), "1")
         assert record["accepted"] and record["id"] == sub["id"], record["reason"]

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import git
 from woolf.audit.recompute import audit
 from woolf.demo.hub import prepare_dir
-from woolf.demo.run import run_demo
+from woolf.demo.run import DemoOptions, run_demo
 from woolf.errors import UsageError
 from woolf.ledger.ledger import Ledger
 
@@ -25,7 +25,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def demo_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo") / "hub"
     # from random weights, so that learning is plainly visible (the default regime is tested below)
-    result = run_demo(root, participants=2, rounds=2, validators=2, steps=15, quick=True, regime="scratch-iid")
+    result = run_demo(root, DemoOptions(participants=2, rounds=2, validators=2, steps=15, quick=True, regime="scratch-iid"))
     return root, result
 
 
@@ -34,8 +34,8 @@ def test_default_demo_continues_a_pretrained_genesis_each_participant_on_its_own
     from woolf.workloads.base import load_workload
 
     monkeypatch.setenv("WOOLF_CACHE", str(tmp_path / "cache"))
-    r = run_demo(tmp_path / "hub", participants=2, rounds=1, validators=1, steps=5, quick=True,
-                 settings=dict(SMALL), pretrain_steps=40)
+    r = run_demo(tmp_path / "hub", DemoOptions(participants=2, rounds=1, validators=1, steps=5, quick=True,
+                 settings=dict(SMALL), pretrain_steps=40))
     assert r.regime == "continued-domain" and "its own data, continuing a pretrained model" in r.regime_words
     ledger = Ledger.open(tmp_path / "hub" / "clones" / "observer")
     wl = load_workload(ledger.config.workload)
@@ -81,9 +81,9 @@ def test_demo_refuses_foreign_dir_and_bad_counts(tmp_path):
         prepare_dir(tmp_path)
     assert (tmp_path / "precious.txt").read_text() == "keep me"
     with pytest.raises(UsageError, match="at least one participant"):
-        run_demo(tmp_path / "x", participants=0)
+        run_demo(tmp_path / "x", DemoOptions(participants=0))
     with pytest.raises(UsageError, match="at least one participant"):
-        run_demo(tmp_path / "x", validators=0)
+        run_demo(tmp_path / "x", DemoOptions(validators=0))
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")

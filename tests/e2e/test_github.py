@@ -25,8 +25,9 @@ from woolf.errors import ForgeError, RaceLostError
 from woolf.forges import forge_for
 from woolf.forges.github import GitHubForge
 from woolf.forges.github_api import GitHubAPI
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger
-from woolf.participant import submit, train
+from woolf.participant import SubmitOptions, TrainOptions, submit, train
 from woolf.validator import Validator
 
 TOKEN = "ghp_test_token"
@@ -94,10 +95,10 @@ def github_ledger(tmp_path, monkeypatch, overrides: dict, **signing):
     with GitHubServer(spec, TOKEN, {"owner/ledger": hub, "alice/ledger": fork}) as gh, \
             StorageServer(tmp_path / "alice-storage") as store:
         (tmp_path / "alice-storage").mkdir()
-        Ledger.init(tmp_path / "work", storage=str(tmp_path / "storage"), overrides={
+        Ledger.init(tmp_path / "work", CreateOptions(storage=str(tmp_path / "storage"), overrides={
             **SMALL, "forge.kind": "github", "forge.repo": "owner/ledger", "forge.api_url": gh.url,
             "forge.delta_schemes": '["https", "http"]', "policy.min_improvement": "-10", **overrides},
-            **signing)
+            **signing))
         git("clone", "-q", "--bare", str(tmp_path / "work"), str(hub), cwd=tmp_path)
         git("clone", "-q", "--bare", str(hub), str(fork), cwd=tmp_path)
         yield gh, store, hub, fork
@@ -119,16 +120,16 @@ def world(tmp_path, monkeypatch):
 
 def test_fork_pr_validated_merged_and_rejected(world):
     gh, alice, val, root = world["gh"], world["alice"], world["val"], world["root"]
-    train(alice, steps=5, contributor="alice")
-    sub = submit(alice, contributor="alice", delta_url_base=world["store"].url, delta_remote="mine")
+    train(alice, TrainOptions(steps=5, contributor="alice"))
+    sub = submit(alice, SubmitOptions(contributor="alice", delta_url_base=world["store"].url, delta_remote="mine"))
     assert sub["number"] == 1
     assert not (root / "storage" / "files" / "md5" / sub["delta_sha256"][:2]).exists()
     # a second PR whose delta is absurdly large: rejected with its reason
     w = alice.load_weights(alice.head())
     bad = root / "bad.safetensors"
     bad.write_bytes(save({k: v + 1000.0 for k, v in w.items()}))
-    sub2 = submit(alice, weights=bad, base_version=0, contributor="alice", delta_url_base=world["store"].url,
-                  delta_remote="mine")
+    sub2 = submit(alice, SubmitOptions(weights=bad, base_version=0, contributor="alice", delta_url_base=world["store"].url,
+                  delta_remote="mine"))
     verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
     assert verdicts[sub["id"]].accepted and verdicts[sub["id"]].version == 1
     assert not verdicts[sub2["id"]].accepted and "delta norm" in verdicts[sub2["id"]].reason
@@ -192,8 +193,8 @@ def test_delta_urls_are_read_with_limits(world):
 
 def test_head_change_between_evaluation_and_merge_merges_nothing(world):
     val, alice = world["val"], world["alice"]
-    train(alice, steps=3, contributor="alice")
-    sub = submit(alice, contributor="alice", delta_url_base=world["store"].url, delta_remote="mine")
+    train(alice, TrainOptions(steps=3, contributor="alice"))
+    sub = submit(alice, SubmitOptions(contributor="alice", delta_url_base=world["store"].url, delta_remote="mine"))
     forge = forge_for(val)
     val.fetch()
     pr = forge.get(sub["id"])
@@ -264,11 +265,11 @@ def test_ci_split_evaluate_then_apply(world, tmp_path, capsys):
     from woolf.cli.main import main
 
     alice, val = world["alice"], world["val"]
-    train(alice, steps=3, contributor="alice")
-    first = submit(alice, contributor="alice", delta_url_base=world["store"].url, delta_remote="mine")
-    second = submit(alice, weights=alice.root / ".woolf" / "work" / "trained.safetensors", base_version=0,
+    train(alice, TrainOptions(steps=3, contributor="alice"))
+    first = submit(alice, SubmitOptions(contributor="alice", delta_url_base=world["store"].url, delta_remote="mine"))
+    second = submit(alice, SubmitOptions(weights=alice.root / ".woolf" / "work" / "trained.safetensors", base_version=0,
                     contributor="alice", delta_url_base=world["store"].url, delta_remote="mine",
-                    message="same weights, a second PR")
+                    message="same weights, a second PR"))
     main_before = git("rev-parse", "main", cwd=world["hub"])
     verdict = tmp_path / "verdict.json"
     # the unprivileged job: evaluate PR #1 by number, write the record, change nothing
@@ -298,8 +299,8 @@ def test_quorum_votes_show_per_validator_and_the_merge_waits_for_two(world):
 
     gh, alice, val, root = world["gh"], world["alice"], world["val"], world["root"]
     set_config(val, {"validators.quorum": "2"})
-    train(alice, steps=5, contributor="alice")
-    sub = submit(alice, contributor="alice", delta_url_base=world["store"].url, delta_remote="mine")
+    train(alice, TrainOptions(steps=5, contributor="alice"))
+    sub = submit(alice, SubmitOptions(contributor="alice", delta_url_base=world["store"].url, delta_remote="mine"))
     git("clone", "-q", str(world["hub"]), str(root / "val2"), cwd=root)
     assert Validator(val, device="cpu", name="v1").run() == []  # one vote is no quorum
     head = gh.pulls["owner/ledger"][sub["number"]]["head_sha"]

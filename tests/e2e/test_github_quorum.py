@@ -23,7 +23,7 @@ from woolf.forges.github import GitHubForge
 from woolf.git.keys import configure
 from woolf.git.repo import Git
 from woolf.ledger.ledger import Ledger
-from woolf.participant import submit, train
+from woolf.participant import SubmitOptions, TrainOptions, submit, train
 from woolf.protocol.signers import signers_text
 from woolf.protocol.trailers import parse_message
 from woolf.protocol.votes import read_votes
@@ -46,9 +46,9 @@ def signed_world(tmp_path, monkeypatch, request):
             f"['remote \"mine\"']\n    url = {tmp_path / 'alice-storage'}\n")
 
         def pr(message: str, seed: int) -> dict:
-            train(clones["alice"], steps=3, contributor="alice", seed=seed)
-            return submit(clones["alice"], contributor="alice", delta_url_base=store.url, delta_remote="mine",
-                          message=message)
+            train(clones["alice"], TrainOptions(steps=3, contributor="alice", seed=seed))
+            return submit(clones["alice"], SubmitOptions(contributor="alice", delta_url_base=store.url, delta_remote="mine",
+                          message=message))
 
         yield {"gh": gh, "hub": hub, "root": tmp_path, "pr": pr, **clones}
         assert gh.errors == [], "\n".join(gh.errors)

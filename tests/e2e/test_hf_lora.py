@@ -19,7 +19,7 @@ from woolf.errors import UsageError  # noqa: E402
 from woolf.forges import forge_for  # noqa: E402
 from woolf.ledger.retention.gc import collect  # noqa: E402
 from woolf.ledger.submission import SubmitDeltaOptions, submit_delta  # noqa: E402
-from woolf.participant import submit, train  # noqa: E402
+from woolf.participant import SubmitOptions, TrainOptions, submit, train  # noqa: E402
 from woolf.participant.state import work_dir  # noqa: E402
 from woolf.storage.lora import LoraFile, LoraTensors, dense_bytes  # noqa: E402
 from woolf.storage.weights import read_spec, spec_of  # noqa: E402
@@ -67,11 +67,11 @@ def test_lora_train_submit_validate_audit_rebuild_and_every_check(tmp_path, wide
     net = hf_network(tmp_path, wide_dir, **{"storage.snapshot_every": "50", "scoring.uniqueness": "off"})
     assert "lora" in net.work.config.delta.accept  # `woolf init --workload transformers` accepts it
     alice, bob, val = net.clone("alice"), net.clone("bob"), net.clone("val")
-    trained = train(alice, steps=4, contributor="alice", device="cpu", lora="r=4,targets=c_attn+c_fc")
+    trained = train(alice, TrainOptions(steps=4, contributor="alice", device="cpu", lora="r=4,targets=c_attn+c_fc"))
     assert trained["lora"] == "r=4,alpha=8,targets=c_attn+c_fc"
     assert trained["training"]["lora"]["targets"] == 4  # 2 layers x (c_attn, c_fc)
     factors = _factors(alice)
-    a = submit(alice, contributor="alice")
+    a = submit(alice, SubmitOptions(contributor="alice"))
     assert a["delta_kind"] == "lora"
     v0 = val.load_weights(val.show(0))
     assert a["delta_size"] <= 0.05 * dense_bytes(spec_of(v0))  # factors, never a dense product
@@ -114,8 +114,8 @@ def test_lora_train_submit_validate_audit_rebuild_and_every_check(tmp_path, wide
         torch.set_num_threads(threads)
 
     # a second LoRA merge on top, then gc: version 1's weights are rebuilt from 0 and its factors
-    train(alice, steps=3, contributor="alice", device="cpu", lora="r=2", seed=1)
-    d = submit(alice, contributor="alice")
+    train(alice, TrainOptions(steps=3, contributor="alice", device="cpu", lora="r=2", seed=1))
+    d = submit(alice, SubmitOptions(contributor="alice"))
     [v] = Validator(val, device="cpu").run()
     assert v.id == d["id"] and v.accepted, v.reason
     assert [r["version"] for r in collect(val)["removed"]] == [1]
@@ -173,7 +173,7 @@ def test_lora_rejections_before_any_arithmetic_and_the_queue_goes_on(tmp_path, g
     assert "lora" not in net2.work.config.delta.accept
     eve, val2 = net2.clone("eve"), net2.clone("val")
     with pytest.raises(UsageError, match="does not accept lora deltas"):
-        train(eve, steps=1, contributor="eve", device="cpu", lora="r=2")
+        train(eve, TrainOptions(steps=1, contributor="eve", device="cpu", lora="r=2"))
     pr = _send(eve, "eve", ok)["id"]
     [v] = Validator(val2, device="cpu").run()
     assert v.id == pr and v.state == "rejected" and "delta kind 'lora' is not accepted" in v.reason
@@ -183,7 +183,7 @@ def test_charlm_refuses_lora_with_a_clear_message(make_net):
     net = make_net(**{"delta.accept": "[\"dense\", \"topk\", \"lora\"]"})
     alice = net.clone("alice")
     with pytest.raises(UsageError, match="the charlm workload does not train LoRA adapters"):
-        train(alice, steps=1, contributor="alice", device="cpu", lora="r=2")
+        train(alice, TrainOptions(steps=1, contributor="alice", device="cpu", lora="r=2"))
 
 
 def test_workload_params_lora_is_checked():

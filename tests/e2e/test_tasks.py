@@ -19,7 +19,7 @@ from woolf.errors import UsageError
 from woolf.forges.local import LocalForge
 from woolf.git.repo import clean_env
 from woolf.ledger.tasks import list_tasks
-from woolf.participant import train
+from woolf.participant import SubmitOptions, TrainOptions, train
 from woolf.protocol.tasks import task_ref
 from woolf.protocol.trailers import format_message
 from woolf.protocol.votes import vote_ref
@@ -69,18 +69,18 @@ def test_killed_participant_lease_expires_by_origin_time_and_its_shard_is_taken(
     # nobody's clock is read: until the origin sees a newer commit, the lease still looks live
     time.sleep(3.5)
     with pytest.raises(UsageError, match="its shard is not free"):
-        train(bob, steps=2, contributor="bob", seed=1, device="cpu", take=first["id"])
+        train(bob, TrainOptions(steps=2, contributor="bob", seed=1, device="cpu", take=first["id"]))
     # bob trains his own shard: his records move the origin's clock, and alice's lease has run out
-    train(bob, steps=2, contributor="bob", seed=2, device="cpu")
+    train(bob, TrainOptions(steps=2, contributor="bob", seed=2, device="cpu"))
     view = _task_of(bob, "alice")
     assert view["state"] == "expired" and "no heartbeat" in view["detail"]
-    done = train(bob, steps=2, contributor="bob", seed=1, device="cpu", take=view["id"])
+    done = train(bob, TrainOptions(steps=2, contributor="bob", seed=1, device="cpu", take=view["id"]))
     mine = next(v for v in list_tasks(bob)[0] if v["id"] == done["task"])
     assert mine["shard"] == "alice@v0" and mine["contributor"] == "bob"
     # nothing else is blocked: bob's PR merges
     from woolf.participant import submit
 
-    sub = submit(bob, contributor="bob")["id"]
+    sub = submit(bob, SubmitOptions(contributor="bob"))["id"]
     [verdict] = Validator(net.clone("val"), device="cpu").run()
     assert verdict.id == sub and verdict.accepted
     settled = next(v for v in list_tasks(bob)[0] if v["id"] == done["task"])
@@ -102,7 +102,7 @@ def test_ctrl_c_cancels_the_task(make_net):
 def test_hub_refuses_clock_jumps_and_rewritten_leases(make_net):
     net = make_net(**{"tasks.lease": "60"})
     alice, mallory = net.clone("alice"), net.clone("mallory")
-    train(alice, steps=1, contributor="alice", device="cpu")
+    train(alice, TrainOptions(steps=1, contributor="alice", device="cpu"))
     [view] = list_tasks(alice)[0]
     tip = view["tip"]
     list_tasks(mallory)  # fetches the task refs into mallory's clone
@@ -139,8 +139,8 @@ def test_validator_killed_mid_vote_storage_down_and_a_pr_without_quorum_expires(
     alice = net.clone("alice")
     from woolf.participant import submit
 
-    train(alice, steps=2, contributor="alice", device="cpu")
-    sub = submit(alice, contributor="alice")["id"]
+    train(alice, TrainOptions(steps=2, contributor="alice", device="cpu"))
+    sub = submit(alice, SubmitOptions(contributor="alice"))["id"]
     # v1 is killed right after its vote is pushed: the vote stands, nothing else is left behind
     v1 = net.clone("v1")
     proc = subprocess.run([sys.executable, "-m", "woolf", "validate", "--all", "--device", "cpu"], cwd=v1.root,
@@ -162,8 +162,8 @@ def test_validator_killed_mid_vote_storage_down_and_a_pr_without_quorum_expires(
     [verdict] = v2.run()  # storage is back: v2's vote and v1's make the quorum
     assert verdict.accepted and verdict.version == 1
     # a second PR gets one vote: one validator below the quorum never expires it (issue 25, breach 1)
-    train(alice, steps=2, contributor="alice", device="cpu", seed=3)
-    late = submit(alice, contributor="alice")["id"]
+    train(alice, TrainOptions(steps=2, contributor="alice", device="cpu", seed=3))
+    late = submit(alice, SubmitOptions(contributor="alice"))["id"]
     v3 = Validator(net.clone("v3"), device="cpu")
     assert v3.run() == []
     pr = LocalForge.for_ledger(v3.ledger).get(late)

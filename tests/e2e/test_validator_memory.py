@@ -23,6 +23,7 @@ from tests.conftest import Network, git
 from tests.crafting import craft_pr
 from tests.hostile_corpus import _sparse, header_file, storage_object
 from woolf.forges.local import LocalForge
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger
 
 N_PARAMS = 24_000_000  # float32: 96 MB of weights (smaller, torch's code pages faulted in on first use dominate)
@@ -55,9 +56,9 @@ def _delta(led, scale, seed=0):
 
 
 def test_peak_memory_hostile_then_honest(tmp_path):
-    work = Ledger.init(tmp_path / "work", storage=str(tmp_path / "storage"), workload="synthetic",
+    work = Ledger.init(tmp_path / "work", CreateOptions(storage=str(tmp_path / "storage"), workload="synthetic",
                        overrides={"workload.params.n_params": str(N_PARAMS), "policy.min_improvement": "-1e9",
-                                                  "queue.fair": "false", "scoring.min_effect": "0"})  # hostile first, as received;
+                                                  "queue.fair": "false", "scoring.min_effect": "0"}))  # hostile first, as received;
     # the honest deltas here are noise that moves the loss by ~1e-6: not the subject, so no floor
     git("clone", "-q", "--bare", str(work.root), str(tmp_path / "hub.git"), cwd=tmp_path)
     net = Network(tmp_path, work, tmp_path / "hub.git")

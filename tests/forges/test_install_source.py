@@ -11,7 +11,7 @@ import pytest
 
 from woolf.errors import UsageError
 from woolf.forges.install_source import check_source
-from woolf.ledger.create import write_ci_files
+from woolf.ledger.create import CreateOptions, write_ci_files
 from woolf.ledger.ledger import Ledger
 
 ROOT = Path(__file__).parents[2]
@@ -42,7 +42,7 @@ def test_pinned_sources_are_accepted():
 
 def test_init_refuses_a_bad_source_before_writing(tmp_path):
     with pytest.raises(UsageError, match="not a pinned source"):
-        Ledger.init(tmp_path / "led", storage=str(tmp_path / "s"), woolf_source="goodwoolf==0.1.0")
+        Ledger.init(tmp_path / "led", CreateOptions(storage=str(tmp_path / "s"), woolf_source="goodwoolf==0.1.0"))
     assert not (tmp_path / "led").exists()
 
 

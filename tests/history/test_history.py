@@ -28,7 +28,7 @@ from woolf.errors import UsageError
 from woolf.forges.local import LocalForge
 from woolf.history import Evaluator, bisect, diff_versions, revert
 from woolf.ledger.change import set_config
-from woolf.participant import submit, train
+from woolf.participant import SubmitOptions, TrainOptions, submit, train
 from woolf.validator import Validator
 from woolf.workloads import corpus
 
@@ -52,8 +52,8 @@ def story(tmp_path_factory):
         (mixed / Path(f).name).write_bytes(corpus.read(f))
 
     def contribute(led, who, seed, data=None):
-        train(led, steps=20, contributor=who, seed=seed, device="cpu", data=data)
-        sub = submit(led, contributor=who)
+        train(led, TrainOptions(steps=20, contributor=who, seed=seed, device="cpu", data=data))
+        sub = submit(led, SubmitOptions(contributor=who))
         (verdict,) = v.run()
         assert verdict.accepted, verdict.reason
         return sub
@@ -64,7 +64,7 @@ def story(tmp_path_factory):
     w = bob.load_weights(bob.head())
     w["tok.weight"][128:] += torch.randn(128, w["tok.weight"].shape[1], generator=torch.Generator().manual_seed(7)) * 10
     save_file(w, str(root / "poison.safetensors"))
-    poison = submit(bob, weights=root / "poison.safetensors", contributor="bob", message="better embeddings")
+    poison = submit(bob, SubmitOptions(weights=root / "poison.safetensors", contributor="bob", message="better embeddings"))
     (verdict,) = v.run()
     assert verdict.accepted and verdict.version == 3, verdict.reason  # the benchmark cannot see it
     contribute(carol, "carol", 2)

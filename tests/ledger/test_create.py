@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from woolf.ledger.create import delta_bytes_needed
+from woolf.ledger.create import CreateOptions, delta_bytes_needed
 from woolf.ledger.ledger import Ledger
 from woolf.protocol.config import LimitsConfig
 
@@ -22,9 +22,9 @@ def test_the_limit_a_model_needs():
 
 
 def test_init_keeps_the_default_for_a_small_model_and_an_explicit_limit_as_given(tmp_path):
-    small = Ledger.init(tmp_path / "a", storage=str(tmp_path / "sa"), workload="synthetic",
-                        overrides={"workload.params.n_params": "1000"})
+    small = Ledger.init(tmp_path / "a", CreateOptions(storage=str(tmp_path / "sa"), workload="synthetic",
+                        overrides={"workload.params.n_params": "1000"}))
     assert small.config.limits.max_delta_bytes == LimitsConfig().max_delta_bytes
-    given = Ledger.init(tmp_path / "b", storage=str(tmp_path / "sb"), workload="synthetic",
-                        overrides={"workload.params.n_params": "1000", "limits.max_delta_bytes": "1000"})
+    given = Ledger.init(tmp_path / "b", CreateOptions(storage=str(tmp_path / "sb"), workload="synthetic",
+                        overrides={"workload.params.n_params": "1000", "limits.max_delta_bytes": "1000"}))
     assert given.config.limits.max_delta_bytes == 1000

@@ -17,6 +17,7 @@ from woolf.errors import (
     UnknownVersionError,
     UsageError,
 )
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger
 from woolf.protocol import layout
 from woolf.storage.files import hashes_of_file
@@ -78,14 +79,14 @@ def test_init_from_weights_file(tmp_path, network):
     ckpt = tmp_path / "pre.safetensors"
     shutil.copy(network.work.root / layout.WEIGHTS, ckpt)
     settings = {k: v for k, v in SMALL.items()}
-    led = Ledger.init(tmp_path / "pre", storage=str(tmp_path / "s2"), weights=ckpt, overrides=settings)
+    led = Ledger.init(tmp_path / "pre", CreateOptions(storage=str(tmp_path / "s2"), weights=ckpt, overrides=settings))
     assert (led.root / layout.WEIGHTS).read_bytes() == ckpt.read_bytes()
     other = tmp_path / "other.safetensors"
     import torch
 
     save_file({"x": torch.zeros(3)}, other)
     with pytest.raises(Exception, match="not the ledger's model"):
-        Ledger.init(tmp_path / "pre2", storage=str(tmp_path / "s3"), weights=other, overrides=settings)
+        Ledger.init(tmp_path / "pre2", CreateOptions(storage=str(tmp_path / "s3"), weights=other, overrides=settings))
     assert not (tmp_path / "pre2").exists()
 
 

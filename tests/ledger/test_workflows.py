@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.conftest import SMALL
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger
 
 ROOT = Path(__file__).parents[2]
@@ -28,7 +29,7 @@ def _tool(name):
 @pytest.fixture(scope="module")
 def new_ledger(tmp_path_factory):
     root = tmp_path_factory.mktemp("wf")
-    return Ledger.init(root / "led", storage=str(root / "s"), overrides=SMALL).root
+    return Ledger.init(root / "led", CreateOptions(storage=str(root / "s"), overrides=SMALL)).root
 
 
 def _workflow_dirs(new_ledger):

@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 
 from woolf.core.merge import compute_delta
 from woolf.forges.local import LocalForge
-from woolf.participant import submit, train
+from woolf.participant import SubmitOptions, TrainOptions, submit, train
 from woolf.protocol import layout
 from woolf.validator import Validator
 
@@ -24,24 +24,24 @@ def test_rejected_delta_is_carried_into_the_next_one(make_net):
     first = net.train_submit(alice, "alice")
     [v] = Validator(val, device="cpu").run()
     assert not v.accepted
-    train(alice, steps=5, contributor="alice", seed=3)
+    train(alice, TrainOptions(steps=5, contributor="alice", seed=3))
     trained = load_file(alice.root / ".woolf" / "work" / "trained.safetensors")
     base = alice.load_weights(alice.head())
-    second = submit(alice, contributor="alice", error_feedback=True)
+    second = submit(alice, SubmitOptions(contributor="alice", error_feedback=True))
     assert "100% of " + first["id"] in second["error_feedback"]
     d1, d2 = _delta_of(val, first["id"]), _delta_of(val, second["id"])
     own = compute_delta(trained, base)
     for k in d2:
         assert torch.allclose(d2[k], own[k] + d1[k], atol=1e-6)
     # the second (still open) is not looked at yet: a third PR carries nothing
-    train(alice, steps=5, contributor="alice", seed=4)
-    third = submit(alice, contributor="alice", error_feedback=True)
+    train(alice, TrainOptions(steps=5, contributor="alice", seed=4))
+    third = submit(alice, SubmitOptions(contributor="alice", error_feedback=True))
     assert third["error_feedback"] == ""
     # once the second is rejected, a fourth carries only its own part, not the first's again
     Validator(val, device="cpu").run()
-    train(alice, steps=5, contributor="alice", seed=5)
+    train(alice, TrainOptions(steps=5, contributor="alice", seed=5))
     trained4 = load_file(alice.root / ".woolf" / "work" / "trained.safetensors")
-    fourth = submit(alice, contributor="alice", error_feedback=True)
+    fourth = submit(alice, SubmitOptions(contributor="alice", error_feedback=True))
     assert second["id"] in fourth["error_feedback"] and third["id"] in fourth["error_feedback"]
     d3, d4 = _delta_of(val, third["id"]), _delta_of(val, fourth["id"])
     own4 = compute_delta(trained4, base)
@@ -57,8 +57,8 @@ def test_attenuated_remainder_is_carried_and_off_by_default(network):
                                           if x.contributor == "bob"])
     [va] = Validator(val, device="cpu").run()  # alice's PR merges at staleness 1: half of it
     assert va.accepted and va.attenuation == 0.5
-    train(alice, steps=5, contributor="alice")
-    assert submit(alice, contributor="alice")["error_feedback"] == ""  # off unless asked
-    train(alice, steps=5, contributor="alice", seed=1)
-    result = submit(alice, contributor="alice", error_feedback=True)
+    train(alice, TrainOptions(steps=5, contributor="alice"))
+    assert submit(alice, SubmitOptions(contributor="alice"))["error_feedback"] == ""  # off unless asked
+    train(alice, TrainOptions(steps=5, contributor="alice", seed=1))
+    result = submit(alice, SubmitOptions(contributor="alice", error_feedback=True))
     assert "50% of " + a["id"] in result["error_feedback"]

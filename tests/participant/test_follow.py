@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from woolf.participant import submit, train
+from woolf.participant import SubmitOptions, TrainOptions, submit, train
 from woolf.participant.follow import Follower
 from woolf.validator import Validator
 from woolf.workloads.charlm import CharLM
@@ -52,10 +52,10 @@ def test_train_follows_a_merge_that_lands_mid_training_and_submits_against_it(ma
         if step == 1 and not merged:
             merged.extend(Validator(val, device="cpu").run())
 
-    result = train(alice, steps=6, contributor="alice", progress=progress)
+    result = train(alice, TrainOptions(steps=6, contributor="alice", progress=progress))
     assert merged and merged[0].accepted
     assert result["base_version"] == 1 and result["training"]["followed"] == 1
-    pr = submit(alice, contributor="alice")
+    pr = submit(alice, SubmitOptions(contributor="alice"))
     assert pr["base_version"] == 1
     [v] = Validator(val, device="cpu").run()
     assert v.accepted and v.staleness == 0 and v.attenuation == 1.0

@@ -15,8 +15,9 @@ from tests.crafting import force_ref
 from woolf.core.merge import compute_delta
 from woolf.errors import ForgeError, InvalidWeightsError, StorageError, UsageError
 from woolf.forges.local import LocalForge
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger
-from woolf.participant import submit, train
+from woolf.participant import SubmitOptions, TrainOptions, submit, train
 from woolf.participant.state import work_dir
 from woolf.protocol import layout
 from woolf.workloads.corpus import assign_shard
@@ -47,7 +48,7 @@ def test_submission_commit_and_delta(network):
 def test_two_participants_submit_at_the_same_time(network):
     clones = [network.clone(n) for n in ("p1", "p2")]
     for i, c in enumerate(clones):
-        train(c, steps=5, contributor=f"p{i+1}", seed=i)
+        train(c, TrainOptions(steps=5, contributor=f"p{i+1}", seed=i))
     procs = [subprocess.Popen([sys.executable, "-m", "woolf", "submit", "--json"], cwd=c.root,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for c in clones]
@@ -69,7 +70,7 @@ def test_train_on_own_data(network, tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "a.txt").write_text("hello world, " * 200)
     alice = network.clone("alice")
-    result = train(alice, steps=3, data=str(tmp_path / "mine"), contributor="alice")
+    result = train(alice, TrainOptions(steps=3, data=str(tmp_path / "mine"), contributor="alice"))
     assert result["training"]["data"].endswith("mine")
 
 
@@ -84,24 +85,24 @@ def test_external_command_workload(tmp_path):
                             f"--data {{data}} --steps {{steps}} --state {{state}} --params {params}'"})
     (tmp_path / "data.txt").write_text("def f(x):\n    return x\n" * 100)
     alice = net.clone("alice")
-    result = train(alice, steps=4, data=str(tmp_path / "data.txt"), contributor="alice")
+    result = train(alice, TrainOptions(steps=4, data=str(tmp_path / "data.txt"), contributor="alice"))
     assert result["training"]["command"] == sys.executable
     assert (alice.root / ".woolf" / "state" / "command" / "optimizer" / "optimizer.safetensors").exists()
-    assert submit(alice, contributor="alice")["base_version"] == 0
+    assert submit(alice, SubmitOptions(contributor="alice"))["base_version"] == 0
     with pytest.raises(UsageError, match="pass --data"):
-        train(alice, steps=4, contributor="alice")
+        train(alice, TrainOptions(steps=4, contributor="alice"))
 
 
 def test_optimizer_state_persists_across_contributions(network):
     alice = network.clone("alice")
-    first = train(alice, steps=5, contributor="alice")
+    first = train(alice, TrainOptions(steps=5, contributor="alice"))
     assert first["training"]["optimizer"] == "fresh"
-    second = train(alice, steps=5, contributor="alice")
+    second = train(alice, TrainOptions(steps=5, contributor="alice"))
     assert second["training"]["optimizer"] == "resumed at step 5"
-    assert train(alice, steps=5, contributor="alice", fresh=True)["training"]["optimizer"] == "fresh"
+    assert train(alice, TrainOptions(steps=5, contributor="alice", fresh=True))["training"]["optimizer"] == "fresh"
     assert not list((alice.root / ".woolf").glob("**/*.set-aside-*"))
     # never uploaded: a submission carries only the delta and its metadata
-    sub = submit(alice, contributor="alice")
+    sub = submit(alice, SubmitOptions(contributor="alice"))
     pr_files = git("ls-tree", "-r", "--name-only", sub["commit"], cwd=alice.root).split()
     assert not [f for f in pr_files if "state" in f or "optimizer" in f]
 
@@ -118,17 +119,17 @@ def test_state_of_another_model_is_set_aside_with_a_warning(network, tmp_path, c
     assert "warning" in r.stderr and "set aside" in r.stderr
     assert len(list(state.glob("optimizer.safetensors.set-aside-*"))) == 1
     (state / "optimizer.safetensors").write_bytes(b"\x00" * 64)  # corrupted
-    result = train(alice, steps=2, contributor="alice", offline=True)
+    result = train(alice, TrainOptions(steps=2, contributor="alice", offline=True))
     assert result["training"]["optimizer"].startswith("set aside (unreadable")
 
 
 def test_steps_auto_sizes_contributions_from_measured_speed(make_net):
     net = make_net(**{"workload.auto_seconds": "0.5", "workload.max_steps": "400"})
     alice = net.clone("alice")
-    first = train(alice, steps="auto", contributor="alice")
+    first = train(alice, TrainOptions(steps="auto", contributor="alice"))
     assert first["training"]["steps"] == 20  # not measured yet: workload.steps
     rate = first["training"]["steps"] / first["training"]["seconds"]
-    second = train(alice, steps="auto", contributor="alice")
+    second = train(alice, TrainOptions(steps="auto", contributor="alice"))
     assert second["training"]["steps"] == max(1, min(400, round(rate * 0.5)))
     r = run_cli("train", "--steps", "sometimes", cwd=alice.root)
     assert r.returncode == 2 and "neither a number of steps nor 'auto'" in r.stderr
@@ -186,58 +187,58 @@ def test_submit_bad_weights(network, tmp_path, mutate, needle):
     p = tmp_path / "w.safetensors"
     save_file(mutate(w), p)
     with pytest.raises(InvalidWeightsError, match=needle):
-        submit(alice, weights=p, contributor="alice")
+        submit(alice, SubmitOptions(weights=p, contributor="alice"))
     assert _no_prs(network)
 
 
 def test_submit_delta_over_size_limit(make_net):
     net = make_net(**{"limits.max_delta_bytes": "1000"})
     alice = net.clone("alice")
-    train(alice, steps=2, contributor="alice")
+    train(alice, TrainOptions(steps=2, contributor="alice"))
     with pytest.raises(InvalidWeightsError, match="over the ledger's limit"):
-        submit(alice, contributor="alice")
+        submit(alice, SubmitOptions(contributor="alice"))
     assert _no_prs(net)
 
 
 def test_submit_base_no_longer_on_main(network):
     alice = network.clone("alice")
-    train(alice, steps=2, contributor="alice")
+    train(alice, TrainOptions(steps=2, contributor="alice"))
     # rewrite history on the hub: version 0 is replaced by another root commit
     other = network.root / "other"
-    Ledger.init(other, storage=str(network.root / "storage2"), overrides={**SMALL, "name": "other"})
+    Ledger.init(other, CreateOptions(storage=str(network.root / "storage2"), overrides={**SMALL, "name": "other"}))
     with pytest.raises(subprocess.CalledProcessError):  # the hub refuses a rewrite of main
         git("push", "-q", "--force", str(network.hub), "main:main", cwd=other)
     force_ref(network.hub, other, "main", "refs/heads/main")  # a forge without protection would not
     with pytest.raises(UsageError, match="no longer"):
-        submit(alice, contributor="alice")
+        submit(alice, SubmitOptions(contributor="alice"))
     assert _no_prs(network)
 
 
 def test_submit_with_uncommitted_ledger_changes(network):
     alice = network.clone("alice")
-    train(alice, steps=2, contributor="alice")
+    train(alice, TrainOptions(steps=2, contributor="alice"))
     (alice.root / layout.CONFIG).write_text((alice.root / layout.CONFIG).read_text() + "\n# x\n")
     with pytest.raises(UsageError, match="uncommitted changes"):
-        submit(alice, contributor="alice")
+        submit(alice, SubmitOptions(contributor="alice"))
     assert _no_prs(network)
 
 
 def test_submit_with_unreachable_origin(network):
     alice = network.clone("alice")
-    train(alice, steps=2, contributor="alice")
+    train(alice, TrainOptions(steps=2, contributor="alice"))
     git("remote", "set-url", "origin", str(network.root / "nowhere.git"), cwd=alice.root)
     with pytest.raises(ForgeError, match="cannot fetch"):
-        submit(alice, contributor="alice")
+        submit(alice, SubmitOptions(contributor="alice"))
     assert _no_prs(network)
 
 
 def test_submit_with_unreachable_storage(network):
     alice = network.clone("alice")
-    train(alice, steps=2, contributor="alice")
+    train(alice, TrainOptions(steps=2, contributor="alice"))
     # config.local (git-ignored) points the remote where nothing can be written
     (alice.root / ".dvc" / "config.local").write_text("['remote \"storage\"']\n    url = /dev/null/x\n")
     with pytest.raises(StorageError):
-        submit(Ledger.open(alice.root), contributor="alice")
+        submit(Ledger.open(alice.root), SubmitOptions(contributor="alice"))
     assert _no_prs(network)
 
 
@@ -257,7 +258,7 @@ def test_submitting_the_same_result_twice_is_refused(network):
     alice = network.clone("alice")
     first = network.train_submit(alice, "alice", steps=3)
     with pytest.raises(UsageError, match=f"submitted already, as PR {first['id']}"):
-        submit(alice, contributor="alice")
+        submit(alice, SubmitOptions(contributor="alice"))
     r = run_cli("submit", cwd=alice.root)
     assert r.returncode == 2 and "submitted already" in r.stderr and "woolf train" in r.stderr, r.stderr
     assert len(LocalForge.for_ledger(alice).list()) == 1
@@ -270,7 +271,7 @@ def test_interrupted_train_says_an_earlier_result_is_waiting(network):
     import time
 
     alice = network.clone("alice")
-    train(alice, steps=3, contributor="alice", device="cpu")
+    train(alice, TrainOptions(steps=3, contributor="alice", device="cpu"))
     p = subprocess.Popen([sys.executable, "-m", "woolf", "train", "--offline", "--steps", "100000"],
                          cwd=alice.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(3.0)

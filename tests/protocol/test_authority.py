@@ -11,6 +11,7 @@ from woolf.audit.recompute import audit
 from woolf.errors import ConfigError, ForgeError, IntegrityError, UsageError
 from woolf.forges.local import LocalForge
 from woolf.ledger.change import set_config
+from woolf.participant import TrainOptions
 from woolf.protocol import layout
 from woolf.protocol.trailers import format_message
 from woolf.validator import Validator
@@ -77,7 +78,7 @@ def test_config_carries_no_code(network):
     from woolf.participant import train
 
     with pytest.raises(IntegrityError, match="not a maintainer"):
-        train(alice, steps=1, contributor="alice")
+        train(alice, TrainOptions(steps=1, contributor="alice"))
     with pytest.raises(ConfigError, match="names code"):  # the validator loads the workload first
         Validator(network.clone("val"), device="cpu").run()
 

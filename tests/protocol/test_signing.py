@@ -17,7 +17,7 @@ from woolf.errors import ConfigError, ForgeError, UsageError
 from woolf.forges.local import LocalForge
 from woolf.git.keys import configure
 from woolf.git.repo import Git, clean_env
-from woolf.participant import train
+from woolf.participant import TrainOptions, train
 from woolf.protocol import layout
 from woolf.protocol.config import WorkloadConfig
 from woolf.protocol.signers import Signers, signer_line
@@ -113,7 +113,7 @@ def test_training_command_needs_a_signed_config(make_net, monkeypatch):
     net = make_net(signed=False, **{"workload.command": "'echo {base} {out}'"})
     alice = net.clone("alice")
     with pytest.raises(UsageError, match="the ledger is unsigned"):
-        train(alice, steps=1, data=str(net.root / "work" / layout.CONFIG), contributor="alice")
+        train(alice, TrainOptions(steps=1, data=str(net.root / "work" / layout.CONFIG), contributor="alice"))
 
 
 def test_withdrawal_needs_the_contributors_own_key(network):

@@ -14,6 +14,7 @@ from tests.conftest import SMALL
 from woolf.errors import IntegrityError, InvalidWeightsError, StorageError
 from woolf.forges.base import _META_CACHE, PullRequest, fill_from_submission
 from woolf.git.repo import BlobTooLargeError
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger
 from woolf.protocol.config import LimitsConfig
 from woolf.storage.fetch_url import download
@@ -24,7 +25,7 @@ from woolf.storage.weights import read_spec
 @pytest.fixture(scope="module")
 def led(tmp_path_factory):
     root = tmp_path_factory.mktemp("bounded")
-    return Ledger.init(root / "led", storage=str(root / "storage"), overrides=SMALL)
+    return Ledger.init(root / "led", CreateOptions(storage=str(root / "storage"), overrides=SMALL))
 
 
 def _object(led, md5: str) -> Path:

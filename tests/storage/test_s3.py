@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SMALL, git
+from woolf.ledger.create import CreateOptions
 from woolf.protocol import layout
 from woolf.storage.files import hashes_of_file
 
@@ -56,7 +57,7 @@ def s3_server(monkeypatch):
 def test_s3_round_trip(s3_server, tmp_path):
     from woolf.ledger.ledger import Ledger
 
-    work = Ledger.init(tmp_path / "work", storage="s3://woolf/ledgers/demo", overrides=SMALL)
+    work = Ledger.init(tmp_path / "work", CreateOptions(storage="s3://woolf/ledgers/demo", overrides=SMALL))
     keys = [o["Key"] for o in boto3.client("s3", endpoint_url=s3_server)
             .list_objects_v2(Bucket="woolf")["Contents"]]
     ptr = work.pointer(work.head().commit)

@@ -18,7 +18,7 @@ import torch
 from woolf.core.merge import compute_delta
 from woolf.forges.local import LocalForge
 from woolf.ledger.recipes import fresh_recipe, global_step, version_recipe
-from woolf.participant import submit, train
+from woolf.participant import SubmitOptions, TrainOptions, submit, train
 from woolf.participant.state import work_dir
 from woolf.protocol.trailers import json_field, parse_message
 from woolf.report.board import credit, leaderboard
@@ -35,7 +35,7 @@ def _submit_weights(led, who: str, weights: dict, recipe: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "w.safetensors"
         save_atomic(weights, path, durable=False)
-        return submit(led, weights=path, base_version=base.version, contributor=who, recipe=recipe)
+        return submit(led, SubmitOptions(weights=path, base_version=base.version, contributor=who, recipe=recipe))
 
 
 def _lazy(led, who: str, steps: int = 20, seed: int = 3) -> dict:
@@ -105,9 +105,9 @@ def test_bad_recipes_and_a_crashing_retraining_each_end_in_one_verdict(make_net,
                           "slow": {"seconds": 1000.0},
                           "crash": {"params": {**bob.config.workload.params, "d_model": 48}, "seconds": 0.0},
                           "param": {"params": {"d_model": 32, "dropout": 0.5}}}.items():
-        train(bob, steps=20, contributor="bob", seed=len(reasons), device="cpu")  # not copies of each other
+        train(bob, TrainOptions(steps=20, contributor="bob", seed=len(reasons), device="cpu"))  # not copies of each other
         _rewrite_recipe(bob, **changes)
-        reasons[submit(bob, contributor="bob")["id"]] = name
+        reasons[submit(bob, SubmitOptions(contributor="bob"))["id"]] = name
     got = {reasons[v.id]: v for v in Validator(val, device="cpu", name="v1").run()}
     assert set(got) == set(reasons.values()) and all(v.state == "rejected" for v in got.values())
     assert got["shard"].reason.startswith("recipe: shard alice@v0 was not assigned to bob")
@@ -123,12 +123,12 @@ def test_private_data_under_require_retrain_and_a_timed_out_retraining(make_net,
     alice, val = net.clone("alice"), net.clone("val")
     text = tmp_path / "mine.txt"
     text.write_bytes(b"my own private text, nobody else has it. " * 200)
-    train(alice, steps=20, contributor="alice", data=str(text), device="cpu")
-    private = submit(alice, contributor="alice")["id"]
-    train(alice, steps=20, contributor="alice", seed=4, device="cpu")
+    train(alice, TrainOptions(steps=20, contributor="alice", data=str(text), device="cpu"))
+    private = submit(alice, SubmitOptions(contributor="alice"))["id"]
+    train(alice, TrainOptions(steps=20, contributor="alice", seed=4, device="cpu"))
     _rewrite_recipe(alice, seconds=0.0)  # declared instantly re-trainable: the estimate lets it through
     monkeypatch.setattr(retrain_mod, "_SPEED", {})
-    timed = submit(alice, contributor="alice")["id"]
+    timed = submit(alice, SubmitOptions(contributor="alice"))["id"]
     got = {v.id: v for v in Validator(val, device="cpu", name="v1").run()}
     assert got[private].reason.startswith("retrain: this PR cannot be re-trained (private data")
     assert "policy.require_retrain is on" in got[private].reason
@@ -142,8 +142,8 @@ def test_rate_zero_retrains_nothing_and_private_data_is_recorded_unverifiable(ma
     alice, val = net.clone("alice"), net.clone("val")
     text = tmp_path / "mine.txt"
     text.write_bytes(b"private words " * 400)
-    train(alice, steps=20, contributor="alice", data=str(text), device="cpu")
-    submit(alice, contributor="alice")
+    train(alice, TrainOptions(steps=20, contributor="alice", data=str(text), device="cpu"))
+    submit(alice, SubmitOptions(contributor="alice"))
     [v] = Validator(val, device="cpu", name="v1").run()
     assert v.state == "merged" and v.retrain == {"retrain": "unverifiable",
                                                    "why": "private data (woolf train --data PATH)"}
@@ -170,7 +170,7 @@ def test_a_carried_state_that_does_not_hash_to_its_pin_is_refused(make_net):
     assert Validator(val, device="cpu", name="v1").run()[0].state == "merged"
     ids = {}
     for seed, why in ((1, "missing"), (2, "other bytes")):
-        train(alice, steps=20, contributor="alice", seed=seed, device="cpu")  # starts from the carried state
+        train(alice, TrainOptions(steps=20, contributor="alice", seed=seed, device="cpu"))  # starts from the carried state
         start = Path(json.loads((work_dir(alice) / "trained.json").read_text())["recipe"]["optimizer"]["path"])
         md5, _ = hashes_of_file(start)
         if why == "missing":  # pinned to an object that is not in storage
@@ -180,7 +180,7 @@ def test_a_carried_state_that_does_not_hash_to_its_pin_is_refused(make_net):
             alice.store.put(tmp, "optimizer.safetensors", md5=md5)
             pin = {"start": "carried", "sha256": "0" * 64, "md5": md5, "size": start.stat().st_size}
         _rewrite_recipe(alice, optimizer=pin)
-        ids[submit(alice, contributor="alice")["id"]] = why
+        ids[submit(alice, SubmitOptions(contributor="alice"))["id"]] = why
     got = {ids[v.id]: v for v in Validator(val, device="cpu", name="v1").run()}
     assert got["missing"].reason.startswith("retrain: its carried optimizer state is unavailable")
     assert got["other bytes"].reason == "retrain: its carried optimizer state does not hash to the sha256 its recipe pins"

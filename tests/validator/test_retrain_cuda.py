@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from woolf.participant import submit, train
+from woolf.participant import SubmitOptions, TrainOptions, submit, train
 from woolf.validator import Validator
 
 pytestmark = [pytest.mark.cuda,
@@ -19,8 +19,8 @@ def test_a_recipe_trained_on_one_device_matches_its_retraining_on_the_other(make
     net = make_net(**{"validators.retrain_rate": "1", "policy.min_improvement": "-10"})
     alice, val = net.clone("alice"), net.clone("val")
     for seed in (0, 1):  # fresh, then carried optimizer state
-        train(alice, steps=20, contributor="alice", seed=seed, device=trained_on)
-        submit(alice, contributor="alice")
+        train(alice, TrainOptions(steps=20, contributor="alice", seed=seed, device=trained_on))
+        submit(alice, SubmitOptions(contributor="alice"))
         [v] = Validator(val, device=retrained_on, name="v1").run()
         print(f"\n{trained_on} -> {retrained_on}: distance {v.retrain.get('distance')}")
         assert v.state == "merged", v.reason

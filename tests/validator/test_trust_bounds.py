@@ -12,6 +12,7 @@ import pytest
 
 from tests.crafting import craft_pr, random_delta
 from woolf.ledger.verdicts import merged_records
+from woolf.participant import TrainOptions
 from woolf.validator import Validator
 
 
@@ -65,7 +66,7 @@ def test_many_tolerated_regressions_stop_at_the_drawdown_bound(make_net):
     net = make_net(**{"policy.window": "1"})  # gate -0.02, max_drawdown -1 = 0.04
     val = net.clone("val")
     base = val.load_weights(val.head())
-    train(val, steps=20, contributor="x", seed=0, device="cpu")
+    train(val, TrainOptions(steps=20, contributor="x", seed=0, device="cpu"))
     trained = load_checked(val.root / ".woolf" / "work" / "trained.safetensors", val.config.limits)
     worse = compute_delta(base, trained)  # a step back from training: each PR regresses ~0.01, within the gate
     verdicts = []

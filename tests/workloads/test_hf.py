@@ -21,7 +21,9 @@ pytest.importorskip("transformers")
 from tests.conftest import Network, git  # noqa: E402
 from woolf.audit.recompute import audit  # noqa: E402
 from woolf.errors import ConfigError, IntegrityError, UsageError  # noqa: E402
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.ledger import Ledger  # noqa: E402
+from woolf.participant import TrainOptions
 from woolf.validator import Validator  # noqa: E402
 from woolf.workloads.hf import Transformers  # noqa: E402
 
@@ -47,8 +49,8 @@ def _copy(src: Path, dst: Path) -> Path:
 
 def hf_network(root: Path, model_dir: Path, **overrides) -> Network:
     settings = {**SMALL, **{k: str(v) for k, v in overrides.items()}}
-    work = Ledger.init(root / "work", storage=str(root / "storage"), workload="transformers",
-                       weights=model_dir, overrides=settings)
+    work = Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="transformers",
+                       weights=model_dir, overrides=settings))
     hub = root / "hub.git"
     git("clone", "-q", "--bare", str(work.root), str(hub), cwd=root)
     git("remote", "add", "origin", str(hub), cwd=work.root)
@@ -81,7 +83,7 @@ def test_whole_loop_init_train_submit_validate_audit(tmp_path, gpt2_dir):
     # a second contribution resumes the optimizer's moments
     from woolf.participant import train
 
-    again = train(alice, steps=2, contributor="alice", device="cpu")
+    again = train(alice, TrainOptions(steps=2, contributor="alice", device="cpu"))
     assert again["training"]["optimizer"].startswith("resumed at step 4")
     assert again["training"]["tokens"] == 2 * 2 * 4 * 32  # steps x grad_accum x batch x context
 
@@ -125,17 +127,17 @@ def test_refuses_a_config_that_needs_remote_code(tmp_path, gpt2_dir):
     cfg["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilLM"}
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(UsageError, match="trust_remote_code"):
-        Ledger.init(tmp_path / "a", workload="transformers", weights=d)
+        Ledger.init(tmp_path / "a", CreateOptions(workload="transformers", weights=d))
     del cfg["auto_map"]
     (d / "config.json").write_text(json.dumps(cfg))
     (d / "modeling_evil.py").write_text("raise SystemExit('ran the checkpoint code')\n")
     with pytest.raises(UsageError, match="never runs a checkpoint's code"):
-        Ledger.init(tmp_path / "b", workload="transformers", weights=d)
+        Ledger.init(tmp_path / "b", CreateOptions(workload="transformers", weights=d))
     cfg["model_type"] = "vit"  # known to transformers, but not a causal LM
     (d / "modeling_evil.py").unlink()
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(UsageError, match="not a causal language model"):
-        Ledger.init(tmp_path / "c", workload="transformers", weights=d)
+        Ledger.init(tmp_path / "c", CreateOptions(workload="transformers", weights=d))
     assert not any((tmp_path / x).exists() for x in "abc")
 
 
@@ -144,25 +146,25 @@ def test_refuses_a_directory_missing_files(tmp_path, gpt2_dir, missing):
     d = _copy(gpt2_dir, tmp_path / "m")
     (d / missing).unlink()
     with pytest.raises(UsageError, match=f"no {missing}"):
-        Ledger.init(tmp_path / "led", workload="transformers", weights=d)
+        Ledger.init(tmp_path / "led", CreateOptions(workload="transformers", weights=d))
 
 
 def test_refuses_wrong_inputs(tmp_path, gpt2_dir):
     with pytest.raises(UsageError, match="needs --workload transformers"):
-        Ledger.init(tmp_path / "a", weights=gpt2_dir)  # charlm with a model directory
+        Ledger.init(tmp_path / "a", CreateOptions(weights=gpt2_dir))  # charlm with a model directory
     with pytest.raises(UsageError, match="local model directory"):
-        Ledger.init(tmp_path / "b", workload="transformers")  # no --weights
+        Ledger.init(tmp_path / "b", CreateOptions(workload="transformers"))  # no --weights
     # a tokenizer with more tokens than the model's embeddings
     d = _copy(gpt2_dir, tmp_path / "m")
     tiny.make_tokenizer(1024).save(str(d / "tokenizer.json"))
     with pytest.raises(UsageError, match="tokenizer does not match the model"):
-        Ledger.init(tmp_path / "c", workload="transformers", weights=d)
+        Ledger.init(tmp_path / "c", CreateOptions(workload="transformers", weights=d))
     # weights of another size than config.json says
     cfg = json.loads((d / "config.json").read_text())
     (d / "tokenizer.json").write_bytes((gpt2_dir / "tokenizer.json").read_bytes())
     (d / "config.json").write_text(json.dumps({**cfg, "n_embd": 64}))
     with pytest.raises(UsageError, match="does not fit config.json|cannot load"):
-        Ledger.init(tmp_path / "d", workload="transformers", weights=d)
+        Ledger.init(tmp_path / "d", CreateOptions(workload="transformers", weights=d))
 
 
 def test_model_files_are_pinned(tmp_path, gpt2_dir):

@@ -12,7 +12,11 @@ import torch
 pytest.importorskip("transformers")
 
 from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
-from woolf.participant import train  # noqa: E402
+from woolf.participant import (
+    SubmitOptions,
+    TrainOptions,
+    train,  # noqa: E402
+)
 from woolf.validator import Validator  # noqa: E402
 
 pytestmark = [pytest.mark.cuda,
@@ -42,10 +46,10 @@ def test_train_and_evaluate_on_cuda_match_the_cpu_within_epsilon(tmp_path, model
 def test_validate_on_cuda_merges_and_records_the_device(tmp_path, model_dir):
     net = hf_network(tmp_path, model_dir)
     alice, val = net.clone("alice"), net.clone("val")
-    train(alice, steps=2, contributor="alice", device="cuda")
+    train(alice, TrainOptions(steps=2, contributor="alice", device="cuda"))
     from woolf.participant import submit
 
-    submit(alice, contributor="alice")
+    submit(alice, SubmitOptions(contributor="alice"))
     (verdict,) = Validator(val, device="cuda").run()
     assert verdict.state == "merged" and verdict.device.startswith("cuda:")
     v1 = val.show(1)

@@ -16,7 +16,7 @@ from woolf.audit.recompute import audit  # noqa: E402
 from woolf.errors import InvalidWeightsError  # noqa: E402
 from woolf.forges import forge_for  # noqa: E402
 from woolf.ledger.submission import SubmitDeltaOptions, submit_delta  # noqa: E402
-from woolf.participant import submit, train  # noqa: E402
+from woolf.participant import SubmitOptions, TrainOptions, submit, train  # noqa: E402
 from woolf.validator import Validator  # noqa: E402
 
 LOW_LR = {"workload.params.lr": "0.00001"}
@@ -65,13 +65,13 @@ def test_a_bf16_checkpoint_gets_float32_masters_and_keeps_every_update(tmp_path,
 def test_a_bf16_delta_is_refused_by_submit_and_by_the_validator(tmp_path, bf16_dir):
     net = hf_network(tmp_path, bf16_dir)
     alice, val = net.clone("alice"), net.clone("val")
-    result = train(alice, steps=2, contributor="alice", device="cpu")
+    result = train(alice, TrainOptions(steps=2, contributor="alice", device="cpu"))
     trained = load_file(result["weights"])
     assert all(v.dtype == torch.float32 for v in trained.values())  # trained weights stay float32
     cast = tmp_path / "cast.safetensors"
     save_file({k: v.bfloat16() for k, v in trained.items()}, cast)
     with pytest.raises(InvalidWeightsError, match="keeps float32 master weights") as exc:
-        submit(alice, weights=cast, base_version=0, contributor="alice")
+        submit(alice, SubmitOptions(weights=cast, base_version=0, contributor="alice"))
     assert "\n" not in exc.value.message
     base = alice.show(0)
     w0 = alice.load_weights(base)

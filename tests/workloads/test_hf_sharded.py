@@ -14,6 +14,7 @@ pytest.importorskip("transformers")
 
 from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
 from woolf.errors import UsageError  # noqa: E402
+from woolf.ledger.create import CreateOptions
 from woolf.ledger.export import export_version  # noqa: E402
 from woolf.ledger.ledger import Ledger  # noqa: E402
 from woolf.storage.shards import INDEX  # noqa: E402
@@ -92,6 +93,6 @@ def _bad(tmp_path, sharded_dir, how):
 def test_a_bad_sharded_directory_is_refused_in_one_line(tmp_path, sharded_dir, how):
     d, names = _bad(tmp_path, sharded_dir, how)
     with pytest.raises(UsageError) as exc:
-        Ledger.init(tmp_path / "led", storage=str(tmp_path / "st"), workload="transformers", weights=d)
+        Ledger.init(tmp_path / "led", CreateOptions(storage=str(tmp_path / "st"), workload="transformers", weights=d))
     assert names in exc.value.message and "\n" not in exc.value.message, exc.value.message
     assert not (tmp_path / "led").exists() and not (tmp_path / "st").exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,3 +155,26 @@ def forge_option(f):
              "token from WOOLF_GITHUB_TOKEN, GITHUB_TOKEN or GH_TOKEN, and a fork from WOOLF_FORK_REMOTE "
              "(a git remote name) and WOOLF_FORK_OWNER (docs/github.md).",
     )(f)
+
+
+fetch_option = click.option(
+    "--fetch", "do_fetch", is_flag=True,
+    help="Fetch main and the pull requests from origin first (otherwise: this clone's last fetch).")
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{max(seconds, 0):.0f} s ago"
+
+
+def freshness(app: App, ledger, do_fetch: bool) -> None:
+    """Fetch when asked; otherwise say, on stderr, how old this clone's view of origin is."""
+    if do_fetch:
+        ledger.fetch()
+        return
+    when = ledger.last_fetch()
+    if when is not None:
+        app.err.print(f"[dim]as of this clone's last fetch from origin, {_ago(time.time() - when)} "
+                      "(`--fetch` or `woolf pull` to update)[/]")

@@ -1,12 +1,12 @@
 """`woolf demo`: a decentralized training network as real processes on this machine.
 
 Usage:
-    result = run_demo(Path("woolf-demo"), participants=3, rounds=8, validators=2, console=Console())
+    result = run_demo(Path("woolf-demo"), DemoOptions(participants=3, rounds=8, console=Console()))
     result = run_demo(Path("woolf-demo"), DemoOptions(quick=True, adversaries=["copycat"]))
     result = run_demo(Path("woolf-demo"), DemoOptions(quick=True, lora="4"))  # LoRA PRs of rank 4 (demo/lora.py)
     result.final_loss < result.genesis_loss
 
-run_demo takes a DemoOptions, or its fields as keywords (unknown ones: TypeError), or both.
+run_demo takes one DemoOptions (None: its defaults).
 
 Participants loop pull -> train -> submit at different speeds (so PRs go
 stale); validators validate continuously; the hub is a bare git repository and
@@ -19,7 +19,7 @@ import hashlib
 import importlib.util
 import os
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -158,10 +158,10 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def run_demo(root: Path, options: DemoOptions | None = None, **kwargs) -> DemoResult:
+def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
     """Build the hub at ``root``, run the network until every participant is done, then the
-    reference runs and the report. ``options`` or its fields as keywords, or both."""
-    o = replace(options, **kwargs) if options is not None else DemoOptions(**kwargs)
+    reference runs and the report, as ``options`` (a DemoOptions) says."""
+    o = options if options is not None else DemoOptions()
     participants, rounds, validators, quorum = o.participants, o.rounds, o.validators, o.quorum
     dishonest, quick = o.dishonest, o.quick
     if participants < 1 or validators < 1 or rounds < 1:

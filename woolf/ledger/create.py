@@ -1,13 +1,13 @@
 """Create a new ledger: git repository, DVC, config, benchmark, CI files, version 0.
 
 Usage:
-    create_ledger(Path("my-ledger"), storage="s3://bucket/prefix",
-                  overrides={"policy.min_improvement": "-0.05"})
-    create_ledger(Path("my-ledger"), workload="transformers", weights=Path("my-model"))  # HF dir
+    create_ledger(Path("my-ledger"), CreateOptions(storage="s3://bucket/prefix",
+                  overrides={"policy.min_improvement": "-0.05"}))
+    create_ledger(Path("my-ledger"), CreateOptions(workload="transformers", weights=Path("my-model")))
     create_ledger(Path("my-ledger"), CreateOptions(signing_key=Path("~/.ssh/woolf"), signer="alice",
                   extra_signers=['v2 namespaces="git" ssh-ed25519 AAAA... roles=validator']))
 
-It takes a CreateOptions, or its fields as keywords (unknown ones: TypeError), or both.
+It takes one CreateOptions (None: its defaults), as Ledger.init does.
 
 With a signing key the creator is listed in ledger/allowed_signers as maintainer
 and validator, version 0 is signed with that key, and the new repository is
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
@@ -134,7 +134,7 @@ def _new_config(path: Path, o: CreateOptions) -> LedgerConfig:
     return apply_overrides(cfg, o.overrides or {})
 
 
-def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) -> None:
+def create_ledger(path: Path, options: CreateOptions | None = None) -> None:
     """Refuses a path that holds a ledger or anything else; removes what it made if it fails."""
     from woolf.storage.weights import (  # deferred: loads numpy
         compare_spec,
@@ -145,7 +145,7 @@ def create_ledger(path: Path, options: CreateOptions | None = None, **kwargs) ->
     )
     from woolf.workloads.base import load_workload  # deferred: loads torch
 
-    o = replace(options, **kwargs) if options is not None else CreateOptions(**kwargs)
+    o = options if options is not None else CreateOptions()
     storage, weights, seed, signing_key = o.storage, o.weights, o.seed, o.signing_key
     path = Path(path).resolve()
     signers_text = _signers(signing_key, o.signer, o.extra_signers)

@@ -76,10 +76,10 @@ class Ledger:
         return ledger
 
     @classmethod
-    def init(cls, path: Path, options: CreateOptions | None = None, **kwargs) -> Ledger:
-        """Create a ledger at ``path`` with version 0: ``options`` or its fields as keywords
-        (woolf/ledger/create.py)."""
-        create_ledger(path, options, **kwargs)
+    def init(cls, path: Path, options: CreateOptions | None = None) -> Ledger:
+        """Create a ledger at ``path`` with version 0 from a CreateOptions (None: its defaults;
+        woolf/ledger/create.py)."""
+        create_ledger(path, options)
         return cls(Path(path).resolve())
 
     @property

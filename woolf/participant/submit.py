@@ -1,17 +1,17 @@
 """A participant's submit: the delta from the version it trained on, checked, compressed and sent as a PR.
 
 Usage:
-    pr = submit(ledger, message="60 steps on my shard")        # -> {"id": ..., "base_version": ..}
+    pr = submit(ledger, SubmitOptions(message="60 steps on my shard"))  # -> {"id": .., "base_version": ..}
     pr = submit(ledger, SubmitOptions(weights=Path("mine.safetensors"), base_version=3))
 
-Takes its options object, or the options' fields as keywords (unknown ones: TypeError). A dense float32
+Takes one options object (None: its defaults). A dense float32
 delta is computed, checked and written tensor by tensor (storage/streamdelta.py).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from woolf.core import npdelta
@@ -92,11 +92,11 @@ def _base(ledger, base_version: int | None, record: dict):
     return base
 
 
-def submit(ledger, options: SubmitOptions | None = None, **kwargs) -> dict:
+def submit(ledger, options: SubmitOptions | None = None) -> dict:
     """Delta = trained - base, checked, compressed (``compress`` or delta.compress), uploaded and
     verified, then the PR ref is pushed. A top-k delta keeps what it dropped for the next one.
-    ``options`` or its fields as keywords (``submit(ledger, message="...")``), or both."""
-    o = replace(options, **kwargs) if options is not None else SubmitOptions(**kwargs)
+    ``options``: a SubmitOptions (None: its defaults)."""
+    o = options if options is not None else SubmitOptions()
     record: dict = {}
     weights, base_version = o.weights, o.base_version
     cspec = compression_spec(ledger.config, o.compress)  # a bad --compress is a usage error first

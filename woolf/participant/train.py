@@ -1,10 +1,10 @@
 """A participant's training: train from the current version (submit.py then sends the delta as a PR).
 
 Usage (or `from woolf.participant import train, TrainOptions`):
-    result = train(ledger, steps=60, contributor="alice")     # -> .woolf/work/trained.*
-    result = train(ledger, TrainOptions(steps=60, contributor="alice"))   # the same
+    result = train(ledger, TrainOptions(steps=60, contributor="alice"))   # -> .woolf/work/trained.*
+    result = train(ledger)                                                # workload.steps, defaults
 
-It takes its options object, or the options' fields as keywords (unknown ones: TypeError).
+It takes one options object (the CLI, the demo and the tests build it; no keyword spelling).
 What the workload's train() is given beyond the base protocol follows its declared FEATURES
 (woolf/workloads/features.py).
 """
@@ -15,7 +15,7 @@ import contextlib
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from woolf.core.policy import decide
@@ -70,11 +70,10 @@ class TrainOptions:
     lora: str | None = None  # "r=R[,alpha=A][,targets=..]": LoRA adapters (issue 33); None: workload.params.lora
 
 
-def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
+def train(ledger, options: TrainOptions | None = None) -> dict:
     """Train from the newest version; keep the result in the git-ignored work area.
 
-    ``options`` or its fields as keywords (``train(ledger, steps=60)``), or both (the keywords
-    win). The inner optimizer's state persists in .woolf/state across contributions (``fresh``
+    ``options``: a TrainOptions (None: its defaults). The inner optimizer's state persists in .woolf/state across contributions (``fresh``
     discards it); ``steps="auto"`` sizes the contribution from this participant's speed. With
     ``workload.follow_every`` set, training follows main's newer versions
     (woolf/participant/follow.py). With an origin (git-native forge) training is a task
@@ -84,7 +83,7 @@ def train(ledger, options: TrainOptions | None = None, **kwargs) -> dict:
     """
     from woolf.workloads.base import resolve_device  # deferred: loads torch
 
-    o = replace(options, **kwargs) if options is not None else TrainOptions(**kwargs)
+    o = options if options is not None else TrainOptions()
     who = contributor_id(o.contributor, ledger.git)
     if isinstance(o.steps, int) and o.steps <= 0:
         raise UsageError(f"--steps must be a positive number of steps or 'auto', got {o.steps}")

@@ -3,7 +3,7 @@
 Usage:
     from woolf.cli import history; history.TITLE, history.COMMANDS   # cli/main.py, cli/help.py
 
-Modules: ledger.py (log, show, checkout; and status, pull, init, listed by their roles), tools.py
+Modules: ledger.py (log, show, checkout), tools.py
 (eval, diff, bisect, revert), export.py (export), score.py (leaderboard, credit). `report` lives
 with the demo (cli/demo/commands.py).
 """

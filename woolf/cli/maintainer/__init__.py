@@ -3,11 +3,10 @@
 Usage:
     from woolf.cli import maintainer; maintainer.TITLE, maintainer.COMMANDS   # cli/main.py, cli/help.py
 
-Modules: maintain.py (key, hub, signers, config), storage.py (storage, gc). `init` lives with the
-ledger's other commands (cli/history/ledger.py).
+Modules: init.py (init), maintain.py (key, hub, signers, config), storage.py (storage, gc).
 """
 
-from woolf.cli.history.ledger import init
+from woolf.cli.maintainer.init import init
 from woolf.cli.maintainer.maintain import config, hub, key, signers
 from woolf.cli.maintainer.storage import gc, storage
 

@@ -3,13 +3,13 @@
 Usage:
     from woolf.cli import participant; participant.TITLE, participant.COMMANDS   # cli/main.py, cli/help.py
 
-Modules: contrib.py (train, submit, pr). `pull` and `status` live with the ledger's reading
-commands (cli/history/ledger.py), `tasks` with `validators` (cli/validator/quorum.py).
+Modules: contrib.py (train, submit), prs.py (pr), sync.py (pull, status), tasks.py (tasks).
 """
 
-from woolf.cli.history.ledger import pull, status
-from woolf.cli.participant.contrib import pr, submit, train
-from woolf.cli.validator.quorum import tasks
+from woolf.cli.participant.contrib import submit, train
+from woolf.cli.participant.prs import pr
+from woolf.cli.participant.sync import pull, status
+from woolf.cli.participant.tasks import tasks
 
 TITLE = "Participant"
 COMMANDS = [pull, train, submit, pr, tasks, status]  # in the help's order

@@ -3,7 +3,7 @@
 Usage:
     from woolf.cli import validator; validator.TITLE, validator.COMMANDS   # cli/main.py, cli/help.py
 
-Modules: validate.py (validate, audit), quorum.py (validators, and the participant's tasks).
+Modules: validate.py (validate, audit), quorum.py (validators).
 """
 
 from woolf.cli.validator.quorum import validators
