@@ -12,7 +12,7 @@ from rich.console import Console
 from tests.conftest import SMALL, git
 from woolf.audit.recompute import audit
 from woolf.demo.lora import demo_lora, lora_settings
-from woolf.demo.run import run_demo
+from woolf.demo.run import DemoOptions, run_demo
 from woolf.errors import UsageError
 from woolf.ledger.ledger import Ledger
 
@@ -21,8 +21,8 @@ def test_demo_lora_merges_lora_prs_and_the_summary_names_them(tmp_path, monkeypa
     from woolf.cli.demo.commands import print_summary
 
     monkeypatch.setenv("WOOLF_CACHE", str(tmp_path / "cache"))
-    r = run_demo(tmp_path / "hub", participants=2, rounds=1, validators=1, steps=5, quick=True,
-                 settings=dict(SMALL), pretrain_steps=40, lora="4")
+    r = run_demo(tmp_path / "hub", DemoOptions(participants=2, rounds=1, validators=1, steps=5, quick=True,
+                                               settings=dict(SMALL), pretrain_steps=40, lora="4"))
     assert r.lora == "r=4,alpha=8" and not r.interrupted
     assert r.versions_merged >= 1 and r.merged_kinds == {"lora": r.versions_merged}
     assert 0 < r.lora_bytes < 0.5 * r.dense_bytes
@@ -78,16 +78,16 @@ def test_demo_lora_values_and_the_ledger_keys_they_set():
 def test_demo_lora_rank_above_the_ledger_limit_or_a_workload_without_lora_is_refused_before_building(tmp_path,
                                                                                                      monkeypatch):
     with pytest.raises(UsageError, match=r"--lora r=8 is above limits.max_lora_rank 4"):
-        run_demo(tmp_path / "a", quick=True, lora="8", settings={"limits.max_lora_rank": "4"})
+        run_demo(tmp_path / "a", DemoOptions(quick=True, lora="8", settings={"limits.max_lora_rank": "4"}))
     with pytest.raises(UsageError, match="the synthetic workload does not train LoRA adapters"):
-        run_demo(tmp_path / "b", quick=True, lora="4", regime="scratch-iid",
-                 settings={"workload.name": "synthetic"})
+        run_demo(tmp_path / "b", DemoOptions(quick=True, lora="4", regime="scratch-iid",
+                                             settings={"workload.name": "synthetic"}))
     import importlib.util
 
     find = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else find(name, *a))
     with pytest.raises(UsageError, match="--lora trains adapters with peft, which is not installed"):
-        run_demo(tmp_path / "c", quick=True, lora="4")
+        run_demo(tmp_path / "c", DemoOptions(quick=True, lora="4"))
     assert not any((tmp_path / d).exists() for d in "abc")
 
 
