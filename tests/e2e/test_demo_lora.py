@@ -104,3 +104,15 @@ def test_the_lora_quality_benchmark_runs(tmp_path):
     out = json.loads((tmp_path / "lora_quality.json").read_text())
     assert {"ledger dense", "ledger lora-2", "alone-lora-2 best", "data parallel (dense)"} <= set(out["summary"])
     assert out["factor_values_per_pr"]["2"] < out["dense_values_per_pr"]
+
+
+@pytest.mark.unit
+def test_the_copycat_copies_a_lora_prs_product():
+    from woolf.core.lora import expand
+    from woolf.demo.adversaries import dense_of
+
+    A, B = torch.randn(2, 6), torch.randn(5, 2)
+    factors = {"w.lora_A": A, "w.lora_B": B, "w.lora_scale": torch.tensor([2.0])}
+    assert set(dense_of(factors)) == {"w"} and torch.equal(dense_of(factors)["w"], expand(A, B, 2.0))
+    dense = {"w": torch.ones(5, 6)}
+    assert dense_of(dense) is dense
