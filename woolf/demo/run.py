@@ -268,7 +268,8 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
     _outcomes(observer, result, adversaries)
     console.print()
     if not result.interrupted:
-        console.print(f"reference runs at the same compute: each participant alone ({rounds} x {steps} "
+        console.print(f"reference runs at the same compute: each participant alone{' with LoRA' if lora else ''} "
+                      f"({rounds} x {steps} "
                       f"steps), synchronous data parallel, centralized ({result.total_steps} steps) ...")
         t_ref = time.time()
         try:
