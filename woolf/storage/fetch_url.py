@@ -10,7 +10,10 @@ The deadline is wall-clock for the whole download, redirects and headers
 included: the transfer runs in a worker thread that the caller stops waiting
 for at the deadline (a server that sends one byte every few seconds never
 trips a per-read timeout). Errors name what went wrong in words that can be
-posted publicly; the raw transport error goes to the log only.
+posted publicly; the raw transport error goes to the log only. A URL that gives no
+file (refused connection, unknown host, reset, any status but 200) gets one and the
+same public reason, so that a verdict cannot be used to scan which hosts and ports
+answer on the validator's network; the status or error is in the validator's log.
 """
 
 from __future__ import annotations
@@ -69,7 +72,14 @@ def _transfer(url, fh, schemes, max_bytes, deadline, cancel, box) -> None:
         box["error"] = exc
     except Exception as exc:  # noqa: BLE001 - reported to the caller in words, details to the log
         log.warning("delta download from %s failed: %r", url, exc)
-        box["error"] = StorageError(f"cannot download the delta from its URL ({type(exc).__name__})")
+        box["error"] = _no_file()
+
+
+def _no_file() -> StorageError:
+    """The one public reason for a URL that gave no file (the details are logged, not posted)."""
+    return StorageError("cannot download the delta from its URL: it gave no file",
+                        hint="check that the URL serves the file to anyone (e.g. `curl -fI URL`); "
+                             "the validator's log has the status or transport error")
 
 
 def _get(url, fh, schemes, max_bytes, deadline, cancel, box) -> int:
@@ -82,14 +92,15 @@ def _get(url, fh, schemes, max_bytes, deadline, cancel, box) -> int:
             resp = requests.get(url, stream=True, allow_redirects=False, timeout=timeout)
         except requests.RequestException as exc:
             log.warning("delta download from %s failed: %r", url, exc)
-            raise StorageError(f"cannot download the delta from its URL ({type(exc).__name__})") from None
+            raise _no_file() from None
         box["resp"] = resp
         with resp:
             if resp.is_redirect:
                 url = urljoin(url, resp.headers.get("Location", ""))
                 continue
             if resp.status_code != 200:
-                raise StorageError(f"delta URL answered {resp.status_code}")
+                log.warning("delta download from %s: status %s", url, resp.status_code)
+                raise _no_file()
             declared = resp.headers.get("Content-Length")
             if declared and declared.isdigit() and int(declared) > max_bytes:
                 raise IntegrityError(f"delta URL declares {declared} bytes, over the limit of {max_bytes}")
