@@ -179,9 +179,18 @@ def test_lora_rejections_before_any_arithmetic_and_the_queue_goes_on(tmp_path, g
     assert v.id == pr and v.state == "rejected" and "delta kind 'lora' is not accepted" in v.reason
 
 
-def test_charlm_refuses_lora_with_a_clear_message(make_net):
+def test_charlm_trains_lora_and_a_workload_without_it_is_refused_with_a_clear_message(make_net, monkeypatch):
+    from woolf.workloads.charlm import CharLM
+    from woolf.workloads.features import LORA
+
     net = make_net(**{"delta.accept": "[\"dense\", \"topk\", \"lora\"]"})
-    alice = net.clone("alice")
+    alice, val = net.clone("alice"), net.clone("val")
+    result = train(alice, TrainOptions(steps=2, contributor="alice", device="cpu", lora="r=2"))  # charlm_lora.py
+    assert result["lora"] == "r=2,alpha=4" and result["training"]["lora"]["targets"] == 4  # 1 block x 4 linears
+    submit(alice, SubmitOptions(contributor="alice"))
+    [v] = Validator(val, device="cpu").run()
+    assert v.state == "merged", v.reason
+    monkeypatch.setattr(CharLM, "FEATURES", CharLM.FEATURES - {LORA})  # a workload that declares no LoRA
     with pytest.raises(UsageError, match="the charlm workload does not train LoRA adapters"):
         train(alice, TrainOptions(steps=1, contributor="alice", device="cpu", lora="r=2"))
 

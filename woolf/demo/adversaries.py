@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from woolf.core.lora import expand
 from woolf.core.scores import norm
 from woolf.demo.kinds import KINDS
 from woolf.errors import WoolfError
@@ -97,6 +98,16 @@ def _lazy(ledger, wl, name: str, base, steps: int, seed: int) -> dict:
     return {k: (w[k].float() + 2 * (half[k].float() - w[k].float())).to(w[k].dtype) for k in w}
 
 
+def dense_of(delta: dict) -> dict:
+    """A delta file's tensors as a dense update: a LoRA PR's factor pairs (`woolf demo --lora`, issue 33)
+    expanded as a validator expands them (core/lora.py), any other file as it is."""
+    targets = sorted(k[:-len(".lora_A")] for k in delta if k.endswith(".lora_A"))
+    if not targets:
+        return delta
+    return {t: expand(delta[f"{t}.lora_A"], delta[f"{t}.lora_B"], float(delta[f"{t}.lora_scale"].reshape(-1)[0]))
+            for t in targets}
+
+
 def _copy(ledger, name: str, rng: random.Random):
     """(base, weights) of base + 0.9 x another participant's open delta + noise; None when none is open."""
     from safetensors.torch import load_file  # deferred: safetensors
@@ -107,11 +118,11 @@ def _copy(ledger, name: str, rng: random.Random):
         return None
     victim = prs[-1]
     _, ptr_rel, _ = layout.submission_paths(victim.id)
-    delta = load_file(ledger.store.fetch_object(ledger.pointer(victim.head, ptr_rel)))
+    delta = dense_of(load_file(ledger.store.fetch_object(ledger.pointer(victim.head, ptr_rel))))
     base = ledger.show(victim.base_version, ref="refs/remotes/origin/main")
     g = torch.Generator().manual_seed(rng.randrange(2**31))
     w = ledger.load_weights(base)
-    out = {}
+    out = dict(w)  # a LoRA PR's delta names only its targets
     for k, d in delta.items():  # noise with a fifth of each tensor's own spread
         noise = torch.randn(d.shape, generator=g) * float(d.float().std() if d.numel() > 1 else 0) * 0.2
         out[k] = (w[k].float() + 0.9 * d.float() + noise).to(w[k].dtype)

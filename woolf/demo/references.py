@@ -9,6 +9,10 @@ Usage:
   contributed, as one continuous run over all of them (one optimizer, data
   mixed: a stronger baseline than round by round, which measured 0.03 worse):
   what it gets by not joining. Reported as the best participant and the mean.
+  With LoRA (the workload's ``lora`` param, `woolf demo --lora R`), each participant alone
+  trains as it contributes: ``rounds`` contributions of ``steps`` LoRA steps on all of its
+  shards, each one's exact product added to its own weights at scale 1 before the next
+  (fresh adapters each time, as its PRs are).
 - **parallel**: synchronous data parallel with the same workers: every step
   averages one batch from each participant's data (the bound for parallel
   training with these workers and steps).
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from woolf.core.lora import expand
 from woolf.ledger.benchmark import gate_benchmark
 from woolf.workloads.base import TrainData, load_workload
 from woolf.workloads.features import DATA_PARALLEL, features_of
@@ -40,7 +45,7 @@ class References:
     baseline_loss: float | None = None  # centralized, sequential
 
 
-def _shards(wl, name: str, rounds: int) -> TrainData:
+def shards_of(wl, name: str, rounds: int) -> TrainData:
     texts, files = [], []
     for r in range(rounds):
         shard = wl.default_data(name, r)
@@ -49,16 +54,30 @@ def _shards(wl, name: str, rounds: int) -> TrainData:
     return TrainData(texts, f"shards:{name}@v0..{rounds - 1}", files)
 
 
+def alone_lora(wl, genesis: dict, data: TrainData, rounds: int, steps: int, device: str = "cpu",
+               seed: int = 0) -> dict:
+    """A participant alone with LoRA: ``rounds`` contributions, each one's product merged at scale 1."""
+    weights = dict(genesis)
+    for r in range(rounds):
+        factors, _ = wl.train_lora(weights, data, steps, wl.lora, device=device, seed=seed * 1000 + r)
+        for target, (A, B, scale) in sorted(factors.items()):
+            s = float(torch.tensor(scale, dtype=torch.float32))  # the scale as a factor file carries it
+            weights[target] = torch.add(weights[target], expand(A, B, s))
+    return weights
+
+
 def _run(task: tuple) -> tuple[str, float | None]:
     kind, name, workload_cfg, genesis, bench, names, rounds, steps, device = task
     torch.set_num_threads(1)
     wl = load_workload(workload_cfg)
-    if kind == "alone":  # one continuous run over all of its shards: the strongest lone baseline
-        weights, _ = wl.train(genesis, _shards(wl, name, rounds), rounds * steps, device=device, seed=0)
+    if kind == "alone" and getattr(wl, "lora", None) is not None:  # as it contributes: LoRA, round by round
+        weights = alone_lora(wl, genesis, shards_of(wl, name, rounds), rounds, steps, device)
+    elif kind == "alone":  # one continuous run over all of its shards: the strongest lone baseline
+        weights, _ = wl.train(genesis, shards_of(wl, name, rounds), rounds * steps, device=device, seed=0)
     elif kind == "parallel":
         if DATA_PARALLEL not in features_of(wl):
             return kind, None
-        weights = wl.train_data_parallel(genesis, [_shards(wl, n, rounds) for n in names],
+        weights = wl.train_data_parallel(genesis, [shards_of(wl, n, rounds) for n in names],
                                          rounds * steps, device=device)
     else:
         texts, files = [], []

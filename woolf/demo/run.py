@@ -3,6 +3,7 @@
 Usage:
     result = run_demo(Path("woolf-demo"), DemoOptions(participants=3, rounds=8, console=Console()))
     result = run_demo(Path("woolf-demo"), DemoOptions(quick=True, adversaries=["copycat"]))
+    result = run_demo(Path("woolf-demo"), DemoOptions(quick=True, lora="4"))  # LoRA PRs of rank 4 (demo/lora.py)
     result.final_loss < result.genesis_loss
 
 run_demo takes one DemoOptions (None: its defaults).
@@ -15,9 +16,10 @@ a storage directory, left on disk for every other command to use.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -26,6 +28,7 @@ from woolf.demo.adversaries import demo_settings
 from woolf.demo.hub import create_hub
 from woolf.demo.kinds import parse_kinds
 from woolf.demo.live import LiveView, snapshot
+from woolf.demo.lora import contribution_words, demo_lora, lora_facts, lora_settings
 from woolf.demo.references import reference_losses
 from woolf.demo.regimes import DEFAULT as DEFAULT_REGIME
 from woolf.demo.regimes import REGIMES, prepare_regime
@@ -35,6 +38,9 @@ from woolf.interrupts import interruptible
 from woolf.ledger.benchmark import ENV as HIDDEN_ENV
 from woolf.ledger.benchmark import gate_benchmark
 from woolf.ledger.ledger import Ledger
+from woolf.protocol.config import LedgerConfig
+from woolf.protocol.config_text import apply_overrides
+from woolf.protocol.lora_spec import parse_lora
 from woolf.protocol.trailers import json_field, parse_message
 from woolf.protocol.votes import parse_vote
 from woolf.report.board import credit, leaderboard
@@ -42,6 +48,8 @@ from woolf.report.story import activity, rejection_kinds, version_facts
 from woolf.report.validators import validators_report
 from woolf.workloads import corpus
 from woolf.workloads.base import load_workload
+from woolf.workloads.charlm import LORA_TARGETS
+from woolf.workloads.features import LORA, features_of
 
 
 @dataclass
@@ -53,6 +61,11 @@ class DemoResult:
     steps: int
     regime: str = DEFAULT_REGIME  # demo/regimes.py
     regime_words: str = REGIMES[DEFAULT_REGIME].words
+    lora: str | None = None  # the participants' LoRA spec (`--lora R`, demo/lora.py); None: dense deltas
+    contributions: str = contribution_words(None, "")  # what each PR carries, in words
+    merged_kinds: dict = field(default_factory=dict)  # delta kind -> merged PRs
+    lora_bytes: int | None = None  # median factor file of a LoRA PR
+    dense_bytes: int | None = None  # a dense float32 delta of this model, for comparison
     versions_merged: int = 0
     prs_rejected: int = 0
     rejections: dict = field(default_factory=dict)  # reason -> count
@@ -137,6 +150,7 @@ class DemoOptions:
     # trains for minutes and waits seconds for its verdict; here training takes 1-3 s and a verdict 2-10 s on
     # a loaded machine, and without waiting PRs merged at staleness 4-6 (benchmarks/RESULTS.md §4)
     wait_verdict: float = 30.0
+    lora: str | None = None  # participants contribute LoRA adapters: a rank ("4") or a spec (demo/lora.py)
 
 
 def plural(count: int, noun: str) -> str:
@@ -157,6 +171,8 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
                          f"({plural(validators, 'validator')}{', one of them dishonest' if dishonest else ''})",
                          hint="raise --validators or lower --quorum")
     settings = {**(o.settings or {}), **({"validators.quorum": str(quorum)} if quorum > 1 else {})}
+    lora = demo_lora(o.lora)
+    settings = {**lora_settings(lora, settings), **settings}
 
     adversaries = parse_kinds(",".join(o.adversaries or []))
     hidden = None
@@ -177,6 +193,7 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
         built.append(time.time())
         console.print(f"[dim]{line}[/]")
 
+    targets = _check_lora(lora, overrides)
     weights, added = prepare_regime(o.regime, names, overrides, o.pretrain_steps, progress=building)
     genesis_build = round(time.time() - built[0], 1) if built else None
     hub = create_hub(root, names + adversaries, vnames, overrides={**added, **overrides}, replace=o.replace,
@@ -184,7 +201,8 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
     result = DemoResult(str(root), participants, validators, rounds, steps, regime=o.regime,
                         genesis_build_seconds=genesis_build,
                         regime_words=REGIMES[o.regime].words,
-                        total_steps=participants * rounds * steps, quorum=quorum, adversaries=adversaries)
+                        total_steps=participants * rounds * steps, quorum=quorum, adversaries=adversaries,
+                        lora=lora, contributions=contribution_words(lora, targets))
     if hidden is not None:  # validators (spawned below) and the reference runs read it; participants never do
         private = root / "validators-only" / "benchmark.txt"
         private.parent.mkdir()
@@ -195,9 +213,10 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
     wl = load_workload(observer.config.workload)
     genesis = observer.load_weights(observer.head())
     result.genesis_loss = wl.evaluate(genesis, gate_benchmark(observer))["loss"]
+    result.dense_bytes = sum(4 * t.numel() for t in genesis.values() if t.is_floating_point())
     console.print(f"hub at {root}: {plural(participants, 'participant')} x {plural(rounds, 'round')} x "
                   f"{plural(steps, 'step')}, {plural(validators, 'validator')}; {result.regime_words} "
-                  f"(--regime {o.regime})")
+                  f"(--regime {o.regime}); contributions: {result.contributions}")
     stop_file = root / ".stop"
     t_net = time.time()
     result.setup_seconds = round(t_net - t0, 1)
@@ -238,6 +257,8 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
     result.prs_rejected = len(rejected)
     result.rejections = rejection_kinds(snap.prs)
     result.activity = activity(snap.prs)
+    kinds = lora_facts(snap.prs)
+    result.merged_kinds, result.lora_bytes = kinds["merged_kinds"], kinds["lora_bytes"]
     result.final_loss = snap.loss if snap.loss is not None else result.genesis_loss
     facts = version_facts(snap.versions)
     result.final_version, result.best_version = facts["final_version"], facts["best_version"]
@@ -247,7 +268,8 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
     _outcomes(observer, result, adversaries)
     console.print()
     if not result.interrupted:
-        console.print(f"reference runs at the same compute: each participant alone ({rounds} x {steps} "
+        console.print(f"reference runs at the same compute: each participant alone{' with LoRA' if lora else ''} "
+                      f"({rounds} x {steps} "
                       f"steps), synchronous data parallel, centralized ({result.total_steps} steps) ...")
         t_ref = time.time()
         try:
@@ -267,6 +289,27 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
 
         result.report = str(build_report(observer, root / "report", demo=result.to_json())["html"])
     return result
+
+
+def _check_lora(lora: str | None, overrides: dict[str, str]) -> str:
+    """Before anything is built: the demo's workload trains LoRA and the rank is within the ledger's limit.
+    Returns the targets in words ("" without LoRA)."""
+    if lora is None:
+        return ""
+    if importlib.util.find_spec("peft") is None:  # the workers would each die of the ImportError
+        raise UsageError("--lora trains adapters with peft, which is not installed", hint="pip install 'peft>=0.21' "
+                         "(it comes with the hf extra: pip install -e '.[hf]')")
+    cfg = apply_overrides(LedgerConfig(), overrides)
+    spec = parse_lora(lora)
+    params = {k: v for k, v in cfg.workload.params.items() if k != "lora"}  # a workload without LoRA has no lora
+    if LORA not in features_of(load_workload(replace(cfg.workload, params=params))):
+        raise UsageError(f"--lora: the {cfg.workload.name} workload does not train LoRA adapters",
+                         hint="use the demo's charlm workload, or drop --lora")
+    if spec.r > cfg.limits.max_lora_rank:
+        raise UsageError(f"--lora r={spec.r} is above limits.max_lora_rank {cfg.limits.max_lora_rank}")
+    if spec.targets:
+        return "+".join(spec.targets)
+    return "+".join(LORA_TARGETS) if cfg.workload.name == "charlm" else "the workload's default targets"
 
 
 def _outcomes(observer, result: DemoResult, adversaries: list[str]) -> None:

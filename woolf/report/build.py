@@ -51,7 +51,8 @@ LABELS = {"participants": "participants", "validators": "validators", "rounds": 
           "network_seconds": "network time (s)", "reference_seconds": "reference runs (s)",
           "wall_seconds": "wall time (s)", "interrupted": "interrupted",
           "best_version": "best version", "best_loss": "loss of the best version",
-          "final_version": "final version", "regressing_merges": "merges that raised the loss"}
+          "final_version": "final version", "regressing_merges": "merges that raised the loss",
+          "lora": "LoRA adapters of each contribution (woolf demo --lora)"}
 CAPTIONS = {
     "loss_per_version": "Benchmark loss of every merged version (lower is better), with the reference "
                         "runs at the same compute as horizontal lines.",

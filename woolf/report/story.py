@@ -123,4 +123,7 @@ def regime_sentence(demo: dict) -> str | None:
     words, name = demo.get("regime_words"), demo.get("regime")
     if not isinstance(words, str) or not words:
         return None
-    return f"{words[0].upper()}{words[1:]}" + (f" (`woolf demo --regime {name}`)." if isinstance(name, str) else ".")
+    said = f"{words[0].upper()}{words[1:]}" + (f" (`woolf demo --regime {name}`)." if isinstance(name, str) else ".")
+    if isinstance(demo.get("lora"), str):  # issue 33: `woolf demo --lora R`
+        said += f" Each contribution: {demo.get('contributions')} (`woolf demo --lora {demo['lora']}`)."
+    return said

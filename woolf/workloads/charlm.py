@@ -5,8 +5,9 @@ Usage:
     w0 = wl.genesis(seed=0)
     w1, summary = wl.train(w0, wl.default_data("alice", 0), steps=60)
     CharLM(domains=["p1", "p2", "p3"]).default_data("p2", 0)   # p2's own third of the corpus (charlm_data.py)
+    factors, summary = wl.train_lora(w0, data, 15, parse_lora("r=4"))   # LoRA with peft (charlm_lora.py)
     wl.evaluate(w1, wl.benchmark_bytes())          # {"loss": nats per byte, "bpb": bits per byte}
-    wl.FEATURES    # state_dir, global_step, follow, fingerprint, data_parallel (features.py)
+    wl.FEATURES    # state_dir, global_step, follow, fingerprint, data_parallel, lora (features.py)
 
 Sized so that a useful contribution takes seconds on two CPU cores.
 """
@@ -21,11 +22,19 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from woolf.errors import UsageError
+from woolf.errors import ConfigError, UsageError
+from woolf.protocol.lora_spec import parse_lora
 from woolf.workloads import corpus
 from woolf.workloads.base import Progress, TrainData, apply_follow
 from woolf.workloads.charlm_data import check_domains, domain_shard
-from woolf.workloads.features import DATA_PARALLEL, FINGERPRINT, FOLLOW, GLOBAL_STEP, STATE_DIR
+from woolf.workloads.features import (
+    DATA_PARALLEL,
+    FINGERPRINT,
+    FOLLOW,
+    GLOBAL_STEP,
+    LORA,
+    STATE_DIR,
+)
 from woolf.workloads.optstate import load_optimizer, save_optimizer
 from woolf.workloads.textcommon import TextCorpus
 
@@ -64,9 +73,12 @@ class TinyGPT(nn.Module):
         return self.head(self.ln(x))
 
 
+LORA_TARGETS = ("qkv", "proj", "mlp.0", "mlp.2")  # LoRA's default targets: every linear layer of the blocks
+
+
 class CharLM(TextCorpus):
     name = "charlm"
-    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL})
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL, LORA})
     # what `woolf init --weights CHECKPOINT` sets for a pretrained genesis (ledger/create.py): a fresh
     # AdamW's first steps undo pretraining (first train 2.032 -> 2.050-2.079 without; benchmarks/RESULTS.md)
     PRETRAINED_DEFAULTS = {"optimizer_warmup": 60}
@@ -74,7 +86,7 @@ class CharLM(TextCorpus):
     def __init__(self, d_model: int = 64, n_layer: int = 2, n_head: int = 4, context: int = 64,
                  batch_size: int = 16, lr: float = 3e-3, benchmark_bytes: int = 32768,
                  shard_files: int = 8, warmup_steps: int = 0, domains: list[str] | None = None,
-                 optimizer_warmup: int = 0):
+                 optimizer_warmup: int = 0, lora: str = ""):
         self.d_model, self.n_layer, self.n_head, self.context = d_model, n_layer, n_head, context
         self.batch_size, self.lr = batch_size, lr
         self.benchmark_size, self.shard_files = benchmark_bytes, shard_files
@@ -83,6 +95,10 @@ class CharLM(TextCorpus):
         if not isinstance(optimizer_warmup, int) or isinstance(optimizer_warmup, bool) or optimizer_warmup < 0:
             raise UsageError(f"workload.params.optimizer_warmup must be an integer >= 0, got {optimizer_warmup!r}")
         self.optimizer_warmup = optimizer_warmup  # linear warm-up over each AdamW's own first steps
+        try:  # issue 33: the ledger's default LoRA training (`woolf train --lora` overrides it; charlm_lora.py)
+            self.lora = parse_lora(lora) if isinstance(lora, str) else parse_lora("?")
+        except ValueError as exc:
+            raise ConfigError(f"workload.params.lora = {lora!r}: {exc}") from None
 
     def model(self) -> TinyGPT:
         return TinyGPT(self.d_model, self.n_layer, self.n_head, self.context)
@@ -107,12 +123,12 @@ class CharLM(TextCorpus):
             raise UsageError(f"--data {path}: not enough text to train on (need {self.context + 2}+ bytes)")
         return TrainData(texts, str(p), [str(f) for f in files])
 
-    def _load(self, weights, device):
+    def load_model(self, weights, device):
         m = self.model()
         m.load_state_dict(weights, strict=True)
         return m.to(device)
 
-    def _batches(self, data: TrainData, gen: torch.Generator):
+    def batches(self, data: TrainData, gen: torch.Generator):
         text = torch.frombuffer(bytearray(b"\n".join(data.texts)), dtype=torch.uint8).long()
         if len(text) < self.context + 2:
             raise UsageError("training data is shorter than one context window")
@@ -130,8 +146,8 @@ class CharLM(TextCorpus):
         (woolf/participant/follow.py), every ``follow_every`` steps the local weights move by whatever the
         ledger's main moved since (``follow()`` returns that shift, or None)."""
         gen = torch.Generator().manual_seed(seed)
-        batches = self._batches(data, gen)
-        model = self._load(weights, device).train()
+        batches = self.batches(data, gen)
+        model = self.load_model(weights, device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=0.0)
         resumed = load_optimizer(opt, model, state_dir, self.fingerprint()) if state_dir else "fresh"
         done = int(next(iter(opt.state.values()), {}).get("step", 0)) if opt.state else 0
@@ -158,12 +174,19 @@ class CharLM(TextCorpus):
                      "tokens": steps * self.batch_size * self.context, "data": data.source,
                      "optimizer": resumed}
 
+    def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
+                   progress: Progress | None = None):
+        """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (charlm_lora.py)."""
+        from woolf.workloads.charlm_lora import train_lora  # deferred: peft
+
+        return train_lora(self, weights, data, steps, spec, device, seed, progress)
+
     def train_data_parallel(self, weights, datas: list[TrainData], steps: int, device: str = "cpu",
                             seed: int = 0):
         """Synchronous data parallel: each step averages the gradients of one batch per worker
         (each from its own data), then one AdamW step; the bound for parallel training."""
-        gens = [self._batches(d, torch.Generator().manual_seed(seed * 1009 + i)) for i, d in enumerate(datas)]
-        model = self._load(weights, device).train()
+        gens = [self.batches(d, torch.Generator().manual_seed(seed * 1009 + i)) for i, d in enumerate(datas)]
+        model = self.load_model(weights, device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=0.0)
         for step in range(steps):
             for group in opt.param_groups:
@@ -181,7 +204,7 @@ class CharLM(TextCorpus):
 
     @torch.no_grad()
     def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
-        model = self._load(weights, device).eval()
+        model = self.load_model(weights, device).eval()
         data = torch.frombuffer(bytearray(benchmark), dtype=torch.uint8).long()
         n = (len(data) - 1) // self.context
         x = data[: n * self.context].view(n, self.context)

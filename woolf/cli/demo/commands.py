@@ -38,13 +38,17 @@ from woolf.cli.app import App, json_option, pass_app
                    "random weights. *-domain: each participant its own part of the corpus; *-iid: a shared pool.")
 @click.option("--adversaries", default="", metavar="KIND,...",
               help="Add cheating participants: free-rider, copycat, overfitter, noise, flooder, lazy (comma-separated).")
+@click.option("--lora", metavar="R", default=None,
+              help="Participants contribute LoRA adapters of rank R (peft; or a spec such as r=8,alpha=8), sent "
+                   "as factor pairs and merged exactly; the demo ledger accepts the lora kind.")
 @json_option
 @pass_app
 def demo(app: App, participants, rounds, validators, steps, directory, force, quick, quorum, dishonest, settings,
-         regime, adversaries, as_json):
+         regime, adversaries, lora, as_json):
     """Run a whole decentralized training network on this machine."""
     from woolf.demo.hub import describe_earlier, earlier_hub  # deferred: fast --help
     from woolf.demo.kinds import parse_kinds  # deferred: fast --help
+    from woolf.demo.lora import demo_lora  # deferred: fast --help
     from woolf.protocol.config import LedgerConfig  # deferred: fast --help
     from woolf.protocol.config_text import apply_overrides  # deferred: fast --help
 
@@ -61,6 +65,7 @@ def demo(app: App, participants, rounds, validators, steps, directory, force, qu
         overrides[key.strip()] = value.strip()
     apply_overrides(LedgerConfig(name="woolf-demo"), overrides)  # a bad --set fails now, nothing built
     kinds = parse_kinds(adversaries)  # and a bad --adversaries, before torch loads
+    lora = demo_lora(lora)  # and a bad --lora
     root = app.cwd / directory
     if earlier_hub(root) is not None and not force and sys.stdin.isatty() and not as_json:
         force = click.confirm(f"{describe_earlier(root)}. Replace it?", default=False, err=True)
@@ -71,7 +76,7 @@ def demo(app: App, participants, rounds, validators, steps, directory, force, qu
     options = DemoOptions(participants=participants, rounds=rounds, validators=validators,
                           steps=steps, quick=quick, console=app.err if as_json else app.console,
                           settings=overrides, quorum=quorum, dishonest=dishonest, regime=regime,
-                          adversaries=kinds, replace=force)
+                          adversaries=kinds, replace=force, lora=lora)
     r = run_demo(root, options)
     if as_json:
         app.emit_json(r.to_json())
@@ -90,7 +95,13 @@ def print_summary(c, r) -> None:
     comparison with the reference runs, each contributor's outcome, the times."""
     c.rule("summary" + (" (INTERRUPTED)" if r.interrupted else ""))
     c.print(f"regime: {r.regime_words} (--regime {r.regime})")
-    c.print(f"versions merged: {r.versions_merged}   PRs rejected: {r.prs_rejected}")
+    c.print(f"contributions: {r.contributions}")
+    c.print(f"versions merged: {r.versions_merged}   PRs rejected: {r.prs_rejected}"
+            + (f"   merged by kind: {', '.join(f'{k} {n}' for k, n in r.merged_kinds.items())}"
+               if r.lora else ""))
+    if r.lora_bytes and r.dense_bytes:
+        c.print(f"  a LoRA PR's factor file: {r.lora_bytes:,} bytes = {r.lora_bytes / r.dense_bytes:.1%} of a dense "
+                f"float32 delta ({r.dense_bytes:,} bytes)")
     for kind, n in r.rejections.items():
         c.print(f"  rejected x{n}: {kind}")
     c.print(f"benchmark loss (nats/byte, lower is better): genesis {r.genesis_loss:.4f} -> "
@@ -155,10 +166,11 @@ def comparison_lines(r) -> list[str]:
     if r.alone_loss is None:
         return []
     per = r.rounds * r.steps
+    dense = " (dense)" if r.lora else ""  # the bounds train every parameter
     rows = [("the ledger (asynchronous, merged by validators)", r.final_loss),
-            (f"each participant alone, {per} steps (best / mean)", None),
-            (f"synchronous data parallel, {r.participants} workers x {per} steps", r.parallel_loss),
-            (f"centralized, one worker, {r.total_steps} steps", r.baseline_loss)]
+            (f"each participant alone{' with LoRA' if r.lora else ''}, {per} steps (best / mean)", None),
+            (f"synchronous data parallel{dense}, {r.participants} workers x {per} steps", r.parallel_loss),
+            (f"centralized{dense}, one worker, {r.total_steps} steps", r.baseline_loss)]
     out = ["same compute, benchmark loss:"]
     for label, value in rows:
         if value is None and label.startswith("each"):
