@@ -48,7 +48,7 @@ def lora_spec(ledger, text: str | None) -> LoraSpec | None:
     wl = ledger.workload()
     if LORA not in features_of(wl):
         raise UsageError(f"the {ledger.config.workload.name} workload does not train LoRA adapters",
-                         hint="LoRA needs the transformers workload (woolf init --workload transformers); "
+                         hint="LoRA needs a workload that declares it (transformers, charlm); "
                               "drop --lora here")
     if "lora" not in ledger.config.delta.accept:
         raise UsageError(f"this ledger does not accept lora deltas (delta.accept: {', '.join(ledger.config.delta.accept)})",
