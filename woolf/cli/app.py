@@ -19,6 +19,8 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from woolf.errors import UsageError
+
 
 def printable(text) -> str:
     """``text`` with every character that is not printable (ESC, newline, NUL, ...) as U+FFFD: what
@@ -178,3 +180,14 @@ def freshness(app: App, ledger, do_fetch: bool) -> None:
     if when is not None:
         app.err.print(f"[dim]as of this clone's last fetch from origin, {_ago(time.time() - when)} "
                       "(`--fetch` or `woolf pull` to update)[/]")
+
+
+def key_values(items, flag: str = "--set") -> dict[str, str]:
+    """``KEY=VALUE`` options (``--set``, ``config set``) as a dict; a usage error names the bad one."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out

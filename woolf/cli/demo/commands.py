@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from woolf.cli.app import App, json_option, pass_app
+from woolf.cli.app import App, json_option, key_values, pass_app
 
 
 @click.command()
@@ -57,12 +57,7 @@ def demo(app: App, participants, rounds, validators, steps, directory, force, qu
 
     # small contributions merge far more often than large ones (benchmarks/RESULTS.md §4)
     participants, rounds, validators = pick(participants, 3, 2), pick(rounds, 8, 4), pick(validators, 2, 1)
-    overrides = {}
-    for item in settings:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
-        overrides[key.strip()] = value.strip()
+    overrides = key_values(settings)
     apply_overrides(LedgerConfig(name="woolf-demo"), overrides)  # a bad --set fails now, nothing built
     kinds = parse_kinds(adversaries)  # and a bad --adversaries, before torch loads
     lora = demo_lora(lora)  # and a bad --lora

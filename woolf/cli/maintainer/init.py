@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from woolf.cli.app import App, json_option, pass_app
+from woolf.cli.app import App, json_option, key_values, pass_app
 from woolf.errors import UsageError
 
 
@@ -62,12 +62,7 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
 
     if signing_key is not None:
         _require_private_key(signing_key)
-    overrides = {}
-    for item in settings:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--set {item!r}: expected KEY=VALUE")
-        overrides[key.strip()] = value.strip()
+    overrides = key_values(settings)
     if hidden is not None:
         from woolf.ledger.benchmark import hidden_settings  # deferred: fast --help
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from woolf.cli.app import App, json_option, pass_app
+from woolf.cli.app import App, json_option, key_values, pass_app
 from woolf.errors import UsageError
 
 
@@ -171,12 +171,7 @@ def config_set(app: App, settings, message, as_json):
     """Change config values: a maintainer-signed change version on main (same weights)."""
     from woolf.ledger.change import set_config  # deferred: fast --help
 
-    overrides = {}
-    for item in settings:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise UsageError(f"{item!r}: expected KEY=VALUE")
-        overrides[k.strip()] = v.strip()
+    overrides = key_values(settings, "config set")
     _changed(app, set_config(app.ledger(), overrides, reason=message), as_json)
 
 
