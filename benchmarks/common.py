@@ -51,3 +51,17 @@ def write_json(name: str, data) -> Path:
     path = RESULTS / name
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def floor(obj: Path, tmp: Path) -> dict:
+    """``cp`` then ``md5sum`` of a version's object (after a sync): what the bytes of one version
+    require here, the floor the validator's own work is measured against (validator_floor, gpu_check)."""
+    os.sync()
+    t0 = time.perf_counter()
+    subprocess.run(["cp", str(obj), str(tmp)], check=True)
+    t1 = time.perf_counter()
+    subprocess.run(["md5sum", str(tmp)], check=True, capture_output=True)
+    t2 = time.perf_counter()
+    tmp.unlink()
+    return {"bytes": obj.stat().st_size, "cp": round(t1 - t0, 3), "md5sum": round(t2 - t1, 3),
+            "seconds": round(t2 - t0, 3)}

@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, write_json  # noqa: E402
+from common import floor, machine, write_json  # noqa: E402
 from hf_throughput import _tiny  # noqa: E402
 from validator_floor import hashing  # noqa: E402
 
@@ -231,18 +231,6 @@ def train_stage(root: Path, name: str, a, rate: float) -> dict:
     if a.lora:
         row["lora"] = lora_loop(wl, a.lora, a.steps, a.device)
     return row
-
-
-def floor(obj: Path, tmp: Path) -> dict:
-    """``cp`` then ``md5sum`` of a version's object: what the bytes of one version require here."""
-    t0 = time.perf_counter()
-    subprocess.run(["cp", str(obj), str(tmp)], check=True)
-    t1 = time.perf_counter()
-    subprocess.run(["md5sum", str(tmp)], check=True, capture_output=True)
-    t2 = time.perf_counter()
-    tmp.unlink()
-    return {"bytes": obj.stat().st_size, "cp": round(t1 - t0, 3), "md5sum": round(t2 - t1, 3),
-            "seconds": round(t2 - t0, 3)}
 
 
 def ledger_stage(root: Path, name: str, a) -> dict:

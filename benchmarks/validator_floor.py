@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, write_json  # noqa: E402
+from common import floor, machine, write_json  # noqa: E402
 
 from woolf.ledger.create import CreateOptions
 from woolf.participant import SubmitOptions, TrainOptions
@@ -43,17 +43,6 @@ def _git(*args, cwd):
     from woolf.git.repo import clean_env
 
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=clean_env())
-
-
-def floor(obj: Path, tmp: Path) -> dict:
-    os.sync()
-    t0 = time.perf_counter()
-    subprocess.run(["cp", str(obj), str(tmp)], check=True)
-    t1 = time.perf_counter()
-    subprocess.run(["md5sum", str(tmp)], check=True, capture_output=True)
-    t2 = time.perf_counter()
-    tmp.unlink()
-    return {"cp": round(t1 - t0, 3), "md5sum": round(t2 - t1, 3), "seconds": round(t2 - t0, 3)}
 
 
 def hashing(obj: Path, shards: int) -> dict:
