@@ -137,3 +137,18 @@ def test_read_hashed_gives_the_files_bytes_and_the_content_hash_in_one_read(tmp_
     path.write_bytes(b"\xff" * 16)
     with pytest.raises(InvalidWeightsError):
         read_hashed(path, LIMITS, lambda b: None)
+
+
+@pytest.mark.parametrize("clip", [None, 0.123456])
+def test_reads_into_one_reused_buffer_are_the_fresh_reads(tmp_path, clip):
+    """Issue 35: read_into (the screen's norm and sketch, the streamed merge) returns what [] returns."""
+    delta = {**_model(4, 1e-2), "h": torch.randn(7, 3).to(torch.bfloat16), "n": torch.arange(5)}
+    lazy = LazyTensors.open(_file(tmp_path, delta), LIMITS, expect=spec_of(delta))
+    if clip is not None:
+        lazy.clip(clip)
+    buf = lazy.scratch()
+    assert buf.numel() == max(t.numel() * t.element_size() for t in delta.values())
+    for name in lazy:
+        got = lazy.read_into(name, buf)
+        assert got.dtype == delta[name].dtype and got.shape == delta[name].shape
+        assert torch.equal(got, lazy[name])

@@ -3,6 +3,7 @@
 Usage:
     write_bytes_atomic(data, path); copy_atomic(src, out)
     md5, sha = hashes_of_file(path)       # one read; md5 and sha256 in helper threads beside it
+    job = Md5Job(path); ...; md5 = job.result()   # md5 of a file in its own helper thread, from its own read
 """
 
 from __future__ import annotations
@@ -73,11 +74,14 @@ class Digests:
     """md5 and sha256 of a stream fed block by block, each in its own helper thread: hash bytes on their way.
 
     ``update(block)`` returns while ``block`` is still being hashed: the caller keeps it
-    unchanged until its next ``update`` or ``hexdigests`` (which wait for the previous block).
+    unchanged until its next ``update`` or ``hexdigests`` (which wait for the previous block);
+    ``update(b"")`` only waits (a reader that reuses its buffer calls it before overwriting).
+    ``md5=False``: sha256 alone (the md5 is made elsewhere: ``Md5Job``), md5 then None.
     """
 
-    def __init__(self):
-        self.md5, self.sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    def __init__(self, md5: bool = True):
+        self.md5 = hashlib.md5(usedforsecurity=False) if md5 else None
+        self.sha = hashlib.sha256()
         self._pending: list = []
 
     def _wait(self) -> None:
@@ -87,16 +91,50 @@ class Digests:
 
     def update(self, block) -> None:
         self._wait()
+        hashes = [h for h in (self.md5, self.sha) if h is not None]
         if len(block) < 1 << 16:  # small blocks: threads would cost more than they save
-            self.md5.update(block)
-            self.sha.update(block)
+            for h in hashes:
+                h.update(block)
             return
-        self._pending = [hash_pool("md5").submit(self.md5.update, block),
-                         hash_pool("sha256").submit(self.sha.update, block)]
+        self._pending = [hash_pool(h.name).submit(h.update, block) for h in hashes]
 
-    def hexdigests(self) -> tuple[str, str]:
+    def hexdigests(self) -> tuple[str | None, str]:
         self._wait()
-        return self.md5.hexdigest(), self.sha.hexdigest()
+        return (self.md5.hexdigest() if self.md5 is not None else None), self.sha.hexdigest()
+
+
+class Md5Job:
+    """md5 of a file in a helper thread of its own, from its own read of the inode opened now (issue 35:
+    the md5 of a delta runs on one core while its sha256, content hash and checks run on the other).
+
+    ``result()`` waits and returns the hex digest (an OSError of the read is raised there); ``close()``
+    waits and drops the file. The file must not change meanwhile (a cache object: read-only)."""
+
+    def __init__(self, path: Path, chunk: int = 8 << 20):
+        self._fd = os.open(path, os.O_RDONLY)
+        self._future = hash_pool("md5-job").submit(self._run, chunk)
+
+    def _run(self, chunk: int) -> str:
+        h, buf = hashlib.md5(usedforsecurity=False), bytearray(chunk)
+        view = memoryview(buf)
+        with open(self._fd, "rb", buffering=0, closefd=False) as fh:
+            while n := fh.readinto(buf):
+                h.update(view[:n])
+        return h.hexdigest()
+
+    def result(self) -> str:
+        try:
+            return self._future.result()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                self._future.exception()  # waits: the thread is done with the descriptor
+            finally:
+                os.close(self._fd)
+                self._fd = None
 
 
 def link_readonly(src: Path, dest: Path) -> bool:

@@ -62,8 +62,9 @@ class CopyIndex:
         sketch (issue 35). The sketch is of the delta as read, before any clip, as every other entry is."""
         self.ahead.clear()  # one PR's at a time: a PR refused before its copy check leaves nothing behind
         total, sk = 0.0, {}
+        buf = delta.scratch() if hasattr(delta, "read_into") else None  # one tensor's memory, reused
         for name in sorted(delta.keys()):
-            t = delta[name]
+            t = delta[name] if buf is None else delta.read_into(name, buf)
             if t.is_floating_point():
                 total += float(torch.linalg.vector_norm(t, dtype=torch.float32)) ** 2
                 sk[name] = sketch_tensor(t, self.seed, name)

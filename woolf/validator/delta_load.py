@@ -2,6 +2,13 @@
 
 Usage:
     delta = load_delta(ctx, adm, model_spec)   # LazyTensors (dense) or a dict (topk, expanded); raises Rejected
+    settle(delta)                              # its md5, when still being computed; raises Rejected if wrong
+
+A dense delta linked from storage on this filesystem is sha256-hashed (file and content) by the read that
+loads it, while its md5 (its storage address: storage is untrusted) runs in a helper thread (issue 35,
+storage/dvcstore.py ``defer_md5``): ``delta.pending``. Its checks and its merge go on meanwhile, on bytes
+whose sha256 is the declared one; the verdict waits for ``settle`` (validator/step.py), and an md5 that
+is not the pointer's rejects the PR as before ("delta object: ..."), whatever else was found.
 
 ``ctx`` is the validator's ValidatorContext (woolf/validator/context.py); only its ledger is read.
 
@@ -52,9 +59,10 @@ def load_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> dict[str, t
         raise Rejected(exc.message) from None
 
 
-def _fetch_delta(ctx: ValidatorContext, adm: Admitted, read=None):
+def _fetch_delta(ctx: ValidatorContext, adm: Admitted, read=None, defer: bool = False):
     """(path, what ``read`` loaded or None, ``read``'s problem with the bytes or None); raises Rejected
-    when the object cannot be had whole. A URL's delta is only fetched (``read`` runs later)."""
+    when the object cannot be had whole. A URL's delta is only fetched (``read`` runs later).
+    ``defer``: (path, loaded, problem, PendingObject or None): the md5 may still be running."""
     ledger = ctx.ledger
     cfg, declared = ledger.config, adm.meta["delta"]
     cached = ledger.store.cache_path(adm.pointer.md5).is_file()
@@ -63,6 +71,10 @@ def _fetch_delta(ctx: ValidatorContext, adm: Admitted, read=None):
             if "url" in declared:
                 return ledger.store.fetch_url(adm.pointer, declared["url"], replace(cfg.forge, delta_timeout=deadline),
                                               cfg.limits.max_delta_bytes), None, None
+            if defer:
+                path, loaded, pending = ledger.store.fetch_object(
+                    adm.pointer, max_bytes=cfg.limits.max_delta_bytes, deadline=deadline, read=read, defer_md5=True)
+                return path, loaded, None, pending
             got = ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
                                             deadline=deadline, read=read)
             return (got, None, None) if read is None else (*got, None)
@@ -71,7 +83,7 @@ def _fetch_delta(ctx: ValidatorContext, adm: Admitted, read=None):
     except StorageError as exc:
         raise Rejected(f"delta object unavailable: {exc.message}") from None
     except InvalidWeightsError as exc:  # the object is whole (hashed); its bytes are not a delta
-        return ledger.store.cache_path(adm.pointer.md5), None, exc.message
+        return (ledger.store.cache_path(adm.pointer.md5), None, exc.message) + ((None,) if defer else ())
 
 
 def _match_sha256(ctx: ValidatorContext, adm: Admitted, path, problem: str | None) -> None:
@@ -83,21 +95,51 @@ def _match_sha256(ctx: ValidatorContext, adm: Admitted, path, problem: str | Non
         raise Rejected(problem)
 
 
+def settle(delta) -> None:
+    """Wait for ``delta``'s md5 if it is still being computed (``delta.pending``); Rejected when it is
+    not its pointer's (the object is then not cached). Nothing to wait for: returns at once."""
+    pending = getattr(delta, "pending", None)
+    if pending is None:
+        return
+    try:
+        pending.result()
+    except IntegrityError as exc:
+        raise Rejected(f"delta object: {exc.message}") from None
+    delta.pending = None
+
+
+def _refuse(pending, problem: str | None) -> None:
+    """A delta refused while its md5 was still running: an md5 that is not the pointer's says so first."""
+    try:
+        pending.result()
+    except IntegrityError as exc:
+        raise Rejected(f"delta object: {exc.message}") from None
+    if problem is None:
+        raise Rejected("delta bytes do not match the sha256 in submission.json")
+    raise Rejected(problem)
+
+
 def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensors:
     """A dense delta, hashed, then read tensor by tensor whenever it is used (storage/lazy.py): the
     checks, the screen, scoring and the merge each hold one of its tensors at a time, never it all.
     Its file is opened before it is hashed: what is read later is the inode that was hashed."""
     lora, limits = adm.meta["delta"].get("kind") == "lora", ctx.ledger.config.limits
-    # issue 35: a dense delta's content sha256 (the replay check's) from the read that hashes the file
-    path, content, problem = _fetch_delta(ctx, adm, None if lora else (
-        lambda p, on_block: read_hashed(p, limits, on_block)))
+    # issue 35: a dense delta's content sha256 (the replay check's) from the read that hashes the file,
+    # its md5 meanwhile in a helper thread (``pending``)
+    path, content, problem, pending = _fetch_delta(ctx, adm, None if lora else (
+        lambda p, on_block: read_hashed(p, limits, on_block)), defer=not lora)
     delta = None
     try:
         opener = LoraTensors if lora else LazyTensors  # issue 33
         delta = opener.open(path, limits, expect=expect_spec, label="delta")
     except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
         problem = problem or exc.message
-    _match_sha256(ctx, adm, path, problem)
+    if pending is not None:
+        if problem is not None or pending.sha256 != adm.meta["delta"]["sha256"]:
+            _refuse(pending, problem)  # the md5's verdict first, as when it was checked in line
+        delta.pending = pending
+    else:
+        _match_sha256(ctx, adm, path, problem)
     if not lora:
         delta.content = content
     if isinstance(delta, LoraTensors) and os.environ.get("WOOLF_LORA_EXPAND", "once") != "each":

@@ -28,9 +28,10 @@ from woolf.storage.lazy import LazyTensors
 from woolf.storage.weights import check_finite, spec_of
 from woolf.timing import Timer
 from woolf.validator.admission import Admitted, admit
+from woolf.validator.ahead import cancel_ahead, start_ahead
 from woolf.validator.context import ValidatorContext
 from woolf.validator.copyindex import copy_index
-from woolf.validator.delta_load import load_delta
+from woolf.validator.delta_load import load_delta, settle
 from woolf.validator.resident import give_back, take_main
 from woolf.validator.retrain import recipe_reason, retrain_check
 from woolf.validator.score import judge, judge_scores, score_delta, verdict_fields
@@ -64,8 +65,12 @@ def merged_deltas(ctx: ValidatorContext, main) -> set[str]:
 
 
 def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Timer, before_merge=None,
-              in_place: bool = False):
+              in_place: bool = False, unsettled: list | None = None):
     """(current weights, merge Step) after the data checks; raises Rejected.
+
+    The delta's md5 may still be running when its checks and merge do (validator/delta_load.py): it is
+    settled before this returns, or, given ``unsettled``, appended there for the caller to ``settle``
+    before its verdict (``evaluate``). A rejection meanwhile waits for it: a wrong md5 is the reason.
 
     ``before_merge(current, delta, spent)``: runs after the checks and before the merge (scoring reads
     the delta there, and may spend current's memory: it says so in ``spent``; for a stale PR current
@@ -79,9 +84,9 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
     A parent version whose outer state is missing or does not fit raises
     IntegrityError/StorageError: nothing is merged on top of it (not the PR's fault).
     """
-    cfg = ctx.ledger.config
     with timer("load"):
         current, model_norm = take_main(ctx, main)
+    delta = None
     try:  # a rejection by the checks leaves main's weights untouched: they stay resident
         with timer("load"):
             current_spec = spec_of(current)
@@ -94,7 +99,27 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
                                         norms)  # no-op, norm guard, replay, copies
     except Rejected:
         give_back(ctx, main, current, model_norm)
+        with timer("load"):
+            settle(delta)  # a wrong md5 is the reason, whatever the checks found
         raise
+    try:
+        current, step = _merged(ctx, adm, main, att, timer, current, delta, state, before_merge, in_place)
+    except BaseException:
+        with timer("load"):
+            settle(delta)  # raises the md5's Rejected instead, when it is wrong
+        raise
+    if unsettled is None:
+        with timer("load"):
+            settle(delta)
+    else:
+        unsettled.append(delta)
+    return current, step
+
+
+def _merged(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Timer, current, delta, state,
+            before_merge, in_place: bool):
+    """candidate's scoring hook and merge, once the checks passed."""
+    cfg = ctx.ledger.config
     spent: list = []  # scoring wrote into current's memory: main's weights are read again
     if before_merge is not None:
         if adm.base.commit != main.commit:  # scoring reads the stale PR's base version: main's weights
@@ -138,18 +163,38 @@ def gate_reference(ctx: ValidatorContext, before: dict) -> dict:
     return {**before, policy.metric: best}
 
 
-def evaluate(ctx: ValidatorContext, pr, main, timer: Timer) -> tuple[Verdict, Step | None]:
-    """The verdict on ``pr`` against ``main``, and the merge Step when it is accepted."""
+def evaluate(ctx: ValidatorContext, pr, main, timer: Timer, write_ahead: bool = False) -> tuple[Verdict, Step | None]:
+    """The verdict on ``pr`` against ``main``, and the merge Step when it is accepted.
+
+    The delta's md5 (validator/delta_load.py) runs beside its checks, merge and evaluation, and is
+    settled here before any verdict: a wrong one turns it into the rejection it always was.
+    ``write_ahead``: the caller publishes an accepted step with publish.merge, so the candidate is
+    written and hashed in a helper thread from its merge on (validator/ahead.py)."""
     verdict = Verdict(pr.id, False, "rejected", "", pr.contributor, pr.base_version)
+    unsettled: list = []
+    step, problem = None, None
     try:
         check_submitter(ctx.ledger, pr, main)  # id, submission.json and signature name one contributor
-        return _evaluate(ctx, pr, main, verdict, timer)
+        verdict, step = _evaluate(ctx, pr, main, verdict, timer, unsettled, write_ahead)
     except Rejected as exc:
         verdict.reason = exc.message
-        return verdict, None
+    finally:
+        try:
+            with timer("load"):
+                for delta in unsettled:
+                    settle(delta)
+        except Rejected as exc:
+            problem = exc.message
+        if step is None or problem is not None:
+            cancel_ahead(ctx)  # nothing is published: a candidate written ahead is dropped
+    if problem is not None:  # the verdict the md5 check gave before it ran beside the rest
+        return Verdict(pr.id, False, "rejected", problem, verdict.contributor, verdict.base_version,
+                       staleness=verdict.staleness, attenuation=verdict.attenuation), None
+    return verdict, step
 
 
-def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer) -> tuple[Verdict, Step | None]:
+def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer, unsettled: list,
+              write_ahead: bool) -> tuple[Verdict, Step | None]:
     cfg = ctx.ledger.config
     with timer("checks"):
         adm: Admitted = admit(ctx.ledger, pr, main, merged_deltas(ctx, main))
@@ -175,9 +220,12 @@ def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer) -
 
     # in_place: main's metrics are measured before the merge, which may then write the candidate
     # into current's memory (one model in memory, not two)
-    current, step = candidate(ctx, adm, main, verdict.attenuation, timer, before_merge=score, in_place=True)
+    current, step = candidate(ctx, adm, main, verdict.attenuation, timer, before_merge=score, in_place=True,
+                              unsettled=unsettled)
     if step is None:  # vetoed by the scores (verdict.reason says why)
         return verdict, None
+    if write_ahead:  # issue 35: written and hashed while it is evaluated; published only if accepted
+        start_ahead(ctx, pr.id, step.candidate)
     bench = gate_benchmark(ctx.ledger)  # the hidden benchmark when the config pins one (ledger/benchmark.py)
     before = evaluate_before(ctx, main, current, timer)  # measured already when the merge was in place
     with timer("evaluation"):
