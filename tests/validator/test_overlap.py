@@ -1,4 +1,4 @@
-"""Issue 35: the delta's md5 runs beside its checks, merge and evaluation, and the candidate is written and
+"""Issue 35: the delta's storage hashes run beside its checks, merge and evaluation, and the candidate is written and
 hashed while it is evaluated; neither lets anything land before the verdict.
 
 A delta whose bytes are the ones its submission declares (sha256) but whose storage address (md5) is not
@@ -24,6 +24,7 @@ from woolf.protocol import layout
 from woolf.storage.files import md5_file
 from woolf.storage.pointer import Pointer
 from woolf.validator import Validator
+from woolf.validator.copyindex import copy_index
 
 
 def _at_wrong_address(net, sub, tensors) -> tuple[str, str]:
@@ -71,6 +72,30 @@ def test_a_delta_whose_md5_is_not_its_address_is_rejected_after_its_merge_and_no
     honest = craft_pr(sub, tensors=_delta(sub, seed=2), who="p2")  # the queue goes on
     [verdict] = v.run()
     assert verdict.id == honest and verdict.state == "merged", verdict.reason
+
+
+def test_a_delta_that_is_not_its_declared_sha256_is_rejected_and_what_was_made_of_it_dropped(tmp_path):
+    """Its md5 is its address, its submission.json declares another sha256: the checks and the merge ran
+    on bytes not yet known to be the declared ones (they ran beside its hashes); the verdict is the one the
+    in-line check gave, and the copy index keeps nothing under that sha256 (a sketch of other bytes)."""
+    net = make_network(tmp_path, **{"scoring.enabled": "false", "policy.min_improvement": "-10"})
+    sub, val = net.clone("sub"), net.clone("val")
+    tensors = _delta(sub, seed=3)
+    other = hashlib.sha256(save(_delta(sub, seed=4))).hexdigest()  # an honest delta's, say
+    data = save(tensors)
+    declared = {"kind": "dense", "sha256": other, "md5": hashlib.md5(data, usedforsecurity=False).hexdigest(),
+                "size": len(data)}
+    craft_pr(sub, tensors=tensors, meta_patch={"delta": declared})
+    head = val.head("refs/remotes/origin/main").commit
+    v = Validator(val, device="cpu", name="v")
+    [verdict] = v.run()
+    assert verdict.state == "rejected", verdict.reason
+    assert verdict.reason == "delta bytes do not match the sha256 in submission.json"
+    assert "merge" in verdict.timings  # merged in memory while its hashes ran: the verdict waited for them
+    assert other not in copy_index(v.state).entries and other not in copy_index(v.state).ahead
+    val.fetch()
+    assert val.head("refs/remotes/origin/main").commit == head
+    assert not [n for n in _work_files(val) if n.startswith("candidate-")]
 
 
 def test_a_candidate_written_ahead_is_the_version_or_nothing(make_net):

@@ -31,12 +31,16 @@ from pathlib import Path
 from woolf.errors import IntegrityError, StorageError, WoolfError
 from woolf.storage.bounded import copy_bounded
 from woolf.storage.dvcremote import REMOTE_NAME, DvcRemotes, init_dvc, quiet, upload_hint  # noqa: F401 - re-exported
-from woolf.storage.files import Digests, Md5Job, copy_atomic, hashes_of_file, md5_file
+from woolf.storage.files import Digests, HashJob, copy_atomic, hashes_of_file, md5_file
 from woolf.storage.localobjects import link_from, link_into
 from woolf.storage.pointer import Pointer
 
 log = logging.getLogger("woolf.storage")
 _TAMPERED = "in storage does not match its hash (corrupted or tampered)"
+
+
+def _unhashed(block) -> None:
+    """``read``'s on_block when the object is hashed by helper threads of their own (PendingObject)."""
 
 
 class _Failed:
@@ -56,28 +60,40 @@ class _Failed:
 
 
 class PendingObject:
-    """An object linked from storage whose sha256 is known and whose md5 is being computed in a helper
-    thread (``fetch_object(defer_md5=True)``): nothing of it is in the cache, nor recorded verified, until
-    ``result()`` finds the md5 the pointer's; then it is admitted. ``result()`` raises IntegrityError
-    when it is not (every later call raises it again) and always removes the unadmitted file."""
+    """An object linked from storage and being hashed (md5 and sha256) in helper threads of their own
+    (``fetch_object(defer_md5=True)``): nothing of it is in the cache, nor recorded verified, until
+    ``result()`` finds the md5 the pointer's; then it is admitted and ``sha256`` is set. ``result()``
+    raises IntegrityError when it is not (every later call raises it again) and always removes the
+    unadmitted file."""
 
-    def __init__(self, store, tmp: Path, pointer: Pointer, job: Md5Job):
-        self.store, self.tmp, self.pointer, self._job = store, tmp, pointer, job
-        self.sha256: str | None = None  # set by fetch_object once the reader's pass is done
+    def __init__(self, store, tmp: Path, pointer: Pointer):
+        self.store, self.tmp, self.pointer = store, tmp, pointer
+        self.sha256: str | None = None  # known once result() returned
+        self._jobs: list = []
         self._outcome: IntegrityError | bool | None = None
+        try:
+            self._jobs = [HashJob(tmp, "md5"), HashJob(tmp, "sha256")]
+        except BaseException:
+            self._drop()
+            raise
+
+    def _drop(self) -> None:
+        for job in self._jobs:
+            job.close()
+        self.tmp.unlink(missing_ok=True)
 
     def result(self) -> None:
         if self._outcome is None:
             try:
-                md5 = self._job.result()
-                self.store._admit(self.tmp, self.pointer, _TAMPERED, (md5, self.sha256))
-                self._outcome = True
+                md5, sha = (job.result() for job in self._jobs)
+                self.store._admit(self.tmp, self.pointer, _TAMPERED, (md5, sha))
+                self.sha256, self._outcome = sha, True
             except IntegrityError as exc:
                 self._outcome = exc
             except OSError as exc:
                 self._outcome = IntegrityError(f"object {self.pointer.md5} could not be read back: {exc}")
             finally:
-                self.tmp.unlink(missing_ok=True)
+                self._drop()
         if self._outcome is not True:
             raise IntegrityError(self._outcome.message, hint=self._outcome.hint)
 
@@ -161,11 +177,13 @@ class DvcStore(DvcRemotes):
         an error of ``read`` itself is raised after the object is hashed (and cached if whole).
 
         ``defer_md5`` (with ``read``; issue 35): an object linked from storage on this filesystem is
-        read and sha256-hashed by ``read`` while its md5 runs in a helper thread of its own; (path,
-        loaded, PendingObject) comes back, ``path`` the not yet admitted file (read it through a
-        descriptor opened now), ``pending.sha256`` its sha256. The caller must call
-        ``pending.result()`` (IntegrityError: the object is not the pointer's) before anything it
-        decides from the bytes takes effect. Every other case hashes in line: (path, loaded, None).
+        loaded by ``read`` while its md5 and sha256 run in helper threads of their own, each from its
+        own read of the same inode (``on_block`` does nothing); (path, loaded, PendingObject) comes back,
+        ``path`` the not yet admitted file (read it through a descriptor opened now). The caller must
+        call ``pending.result()`` (IntegrityError: the object is not the pointer's; else
+        ``pending.sha256`` is set) and compare the sha256 before anything it decides from the bytes
+        takes effect. Every other case hashes in line: (path, loaded, None). An error of ``read``
+        is raised once the hashes are known (an IntegrityError first).
         """
         if max_bytes is not None and pointer.size > max_bytes:
             raise IntegrityError(f"object {pointer.md5} is {pointer.size} bytes, over {max_bytes}")
@@ -226,22 +244,16 @@ class DvcStore(DvcRemotes):
         if not linked:  # another filesystem or remote: copied and hashed in line
             tmp.unlink(missing_ok=True)
             return (*self.fetch_object(pointer, max_bytes, deadline, read), None)
+        pending = PendingObject(self, tmp, pointer)  # md5 and sha256 from their own reads, meanwhile
         try:
-            pending = PendingObject(self, tmp, pointer, Md5Job(tmp))
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        try:
-            digests = Digests(md5=False)
-            loaded = self._read_hashing(read, tmp, digests)
-            pending.sha256 = digests.hexdigests()[1]
+            loaded = read(tmp, _unhashed)
+        except WoolfError as exc:  # not what the reader expects: hashed and admitted (or not) first
+            pending.result()
+            raise exc from None
         except BaseException:
             with contextlib.suppress(IntegrityError):
-                pending.result()  # the helper thread done, the file gone
+                pending.result()  # the helper threads done, the file gone
             raise
-        if isinstance(loaded, _Failed):  # not what the reader expects: hashed and admitted (or not) first
-            pending.result()
-            loaded.throw()
         return tmp, loaded, pending
 
     @staticmethod

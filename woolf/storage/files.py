@@ -3,7 +3,7 @@
 Usage:
     write_bytes_atomic(data, path); copy_atomic(src, out)
     md5, sha = hashes_of_file(path)       # one read; md5 and sha256 in helper threads beside it
-    job = Md5Job(path); ...; md5 = job.result()   # md5 of a file in its own helper thread, from its own read
+    job = HashJob(path, "md5"); ...; md5 = job.result()   # one hash of a file in its own helper thread
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class Digests:
     ``update(block)`` returns while ``block`` is still being hashed: the caller keeps it
     unchanged until its next ``update`` or ``hexdigests`` (which wait for the previous block);
     ``update(b"")`` only waits (a reader that reuses its buffer calls it before overwriting).
-    ``md5=False``: sha256 alone (the md5 is made elsewhere: ``Md5Job``), md5 then None.
+    ``md5=False``: sha256 alone, md5 then None.
     """
 
     def __init__(self, md5: bool = True):
@@ -103,19 +103,19 @@ class Digests:
         return (self.md5.hexdigest() if self.md5 is not None else None), self.sha.hexdigest()
 
 
-class Md5Job:
-    """md5 of a file in a helper thread of its own, from its own read of the inode opened now (issue 35:
-    the md5 of a delta runs on one core while its sha256, content hash and checks run on the other).
+class HashJob:
+    """md5 or sha256 of a file in a helper thread of its own, from its own read of the inode opened now
+    (issue 35: a delta's storage hashes run on one core while its checks and merge run on the other).
 
     ``result()`` waits and returns the hex digest (an OSError of the read is raised there); ``close()``
     waits and drops the file. The file must not change meanwhile (a cache object: read-only)."""
 
-    def __init__(self, path: Path, chunk: int = 8 << 20):
+    def __init__(self, path: Path, name: str = "md5", chunk: int = 8 << 20):
         self._fd = os.open(path, os.O_RDONLY)
-        self._future = hash_pool("md5-job").submit(self._run, chunk)
+        self._future = hash_pool(f"{name}-job").submit(self._run, name, chunk)
 
-    def _run(self, chunk: int) -> str:
-        h, buf = hashlib.md5(usedforsecurity=False), bytearray(chunk)
+    def _run(self, name: str, chunk: int) -> str:
+        h, buf = hashlib.new(name, usedforsecurity=False), bytearray(chunk)
         view = memoryview(buf)
         with open(self._fd, "rb", buffering=0, closefd=False) as fh:
             while n := fh.readinto(buf):

@@ -50,7 +50,8 @@ class LazyTensors(Mapping):
         self._fh = fh
         self.scale: float | None = None
         self.content: str | None = None  # core.scores.content_sha256 of its tensors, when read_hashed made it
-        self.pending = None  # storage/dvcstore.py PendingObject: its md5 still being computed (validator/delta_load.py)
+        self.pending = None  # storage/dvcstore.py PendingObject: its hashes still being computed (validator/delta_load.py)
+        self.declared_sha256: str | None = None  # what the pending sha256 must be
 
     @classmethod
     def open(cls, path: Path, limits: LimitsConfig, expect: dict | None = None,
@@ -179,12 +180,17 @@ def read_hashed(path: Path, limits: LimitsConfig, on_block, label: str = "delta"
     plan = _content_plan(spec, offsets, start)
     h = hashlib.sha256() if plan is not None else None
     i = pos = 0
-    with open(path, "rb") as fh:
-        while block := fh.read(CHUNK):
+    # two buffers, used in turn: on_block may still hash a block until it is given the next one
+    # (storage/files.py Digests), and no fresh memory per block (its page faults cost as much as the read)
+    bufs = [bytearray(CHUNK), bytearray(CHUNK)]
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(bufs[0]):
+            block = memoryview(bufs[0])[:n]
             on_block(block)
             if h is not None:
                 i = _feed(h, plan, i, block, pos)
-            pos += len(block)
+            pos += n
+            bufs.reverse()
     if h is None:
         return None
     for _, _, prefix in plan[i:]:  # zero-size tensors at the very end

@@ -78,6 +78,12 @@ class CopyIndex:
             self.entries[key] = None if delta is None else self._entry(delta)
         return self.entries[key]
 
+    def forget(self, key: str) -> None:
+        """Drop what was made of the delta ``key`` (its bytes were found not to be that sha256's: issue 35,
+        validator/step.py; an honest entry of that key is made again from its own bytes when needed)."""
+        self.entries.pop(key, None)
+        self.ahead.pop(key, None)
+
     def prune(self, keep: set[str]) -> None:
         """Forget the deltas of PRs no longer open (``keep``: the sha256s still wanted)."""
         for key in [k for k in self.entries if k not in keep]:

@@ -4,11 +4,13 @@ Usage:
     delta = load_delta(ctx, adm, model_spec)   # LazyTensors (dense) or a dict (topk, expanded); raises Rejected
     settle(delta)                              # its md5, when still being computed; raises Rejected if wrong
 
-A dense delta linked from storage on this filesystem is sha256-hashed (file and content) by the read that
-loads it, while its md5 (its storage address: storage is untrusted) runs in a helper thread (issue 35,
-storage/dvcstore.py ``defer_md5``): ``delta.pending``. Its checks and its merge go on meanwhile, on bytes
-whose sha256 is the declared one; the verdict waits for ``settle`` (validator/step.py), and an md5 that
-is not the pointer's rejects the PR as before ("delta object: ..."), whatever else was found.
+A dense delta linked from storage on this filesystem is read once for its tensors' content sha256 (the
+replay check's) while its md5 (its storage address: storage is untrusted) and its file's sha256 (the one
+submission.json declares) run in helper threads of their own (issue 35, storage/dvcstore.py
+``defer_md5``): ``delta.pending``. Its checks and its merge go on meanwhile; the verdict waits for
+``settle`` (validator/step.py): an md5 that is not the pointer's or a sha256 that is not the declared
+one rejects the PR with the reason the in-line checks give, whatever else was found, and what the
+checks made of those bytes is dropped (the copy index's entry: validator/step.py).
 
 ``ctx`` is the validator's ValidatorContext (woolf/validator/context.py); only its ledger is read.
 
@@ -96,27 +98,27 @@ def _match_sha256(ctx: ValidatorContext, adm: Admitted, path, problem: str | Non
 
 
 def settle(delta) -> None:
-    """Wait for ``delta``'s md5 if it is still being computed (``delta.pending``); Rejected when it is
-    not its pointer's (the object is then not cached). Nothing to wait for: returns at once."""
+    """Wait for ``delta``'s storage hashes if they are still being computed (``delta.pending``); Rejected
+    when its md5 is not its pointer's (the object is then not cached) or its sha256 not the declared one,
+    with the reasons and in the order the in-line checks give. Nothing pending: returns at once."""
     pending = getattr(delta, "pending", None)
     if pending is None:
         return
-    try:
-        pending.result()
-    except IntegrityError as exc:
-        raise Rejected(f"delta object: {exc.message}") from None
+    _refuse(pending, None, delta.declared_sha256)
     delta.pending = None
 
 
-def _refuse(pending, problem: str | None) -> None:
-    """A delta refused while its md5 was still running: an md5 that is not the pointer's says so first."""
+def _refuse(pending, problem: str | None, sha256: str) -> None:
+    """The in-line checks' verdict on an object hashed beside its reader (``pending``): an md5 that is not
+    the pointer's first, then a sha256 that is not ``sha256``, then ``problem`` (the reader's)."""
     try:
         pending.result()
     except IntegrityError as exc:
         raise Rejected(f"delta object: {exc.message}") from None
-    if problem is None:
+    if pending.sha256 != sha256:
         raise Rejected("delta bytes do not match the sha256 in submission.json")
-    raise Rejected(problem)
+    if problem is not None:
+        raise Rejected(problem)
 
 
 def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensors:
@@ -135,9 +137,9 @@ def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensor
     except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
         problem = problem or exc.message
     if pending is not None:
-        if problem is not None or pending.sha256 != adm.meta["delta"]["sha256"]:
-            _refuse(pending, problem)  # the md5's verdict first, as when it was checked in line
-        delta.pending = pending
+        if problem is not None:
+            _refuse(pending, problem, adm.meta["delta"]["sha256"])  # the hashes' verdict first, as in line
+        delta.pending, delta.declared_sha256 = pending, adm.meta["delta"]["sha256"]
     else:
         _match_sha256(ctx, adm, path, problem)
     if not lora:

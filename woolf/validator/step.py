@@ -68,9 +68,10 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
               in_place: bool = False, unsettled: list | None = None):
     """(current weights, merge Step) after the data checks; raises Rejected.
 
-    The delta's md5 may still be running when its checks and merge do (validator/delta_load.py): it is
-    settled before this returns, or, given ``unsettled``, appended there for the caller to ``settle``
-    before its verdict (``evaluate``). A rejection meanwhile waits for it: a wrong md5 is the reason.
+    The delta's storage hashes (md5, sha256) may still be running when its checks and merge do
+    (validator/delta_load.py): they are settled before this returns, or, given ``unsettled``, the delta
+    is appended there for the caller to settle before its verdict (``evaluate``). A rejection meanwhile
+    waits for them: wrong hashes are the reason.
 
     ``before_merge(current, delta, spent)``: runs after the checks and before the merge (scoring reads
     the delta there, and may spend current's memory: it says so in ``spent``; for a stale PR current
@@ -100,20 +101,31 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
     except Rejected:
         give_back(ctx, main, current, model_norm)
         with timer("load"):
-            settle(delta)  # a wrong md5 is the reason, whatever the checks found
+            _settle(ctx, delta)  # wrong storage hashes are the reason, whatever the checks found
         raise
     try:
         current, step = _merged(ctx, adm, main, att, timer, current, delta, state, before_merge, in_place)
     except BaseException:
         with timer("load"):
-            settle(delta)  # raises the md5's Rejected instead, when it is wrong
+            _settle(ctx, delta)  # raises the hashes' Rejected instead, when they are wrong
         raise
     if unsettled is None:
         with timer("load"):
-            settle(delta)
+            _settle(ctx, delta)
     else:
         unsettled.append(delta)
     return current, step
+
+
+def _settle(ctx: ValidatorContext, delta) -> None:
+    """delta_load.settle; when the bytes were not the declared ones, what the copy index made of them goes."""
+    try:
+        settle(delta)
+    except Rejected:
+        key = getattr(delta, "declared_sha256", None)
+        if key:
+            copy_index(ctx.state).forget(key)
+        raise
 
 
 def _merged(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Timer, current, delta, state,
@@ -166,8 +178,8 @@ def gate_reference(ctx: ValidatorContext, before: dict) -> dict:
 def evaluate(ctx: ValidatorContext, pr, main, timer: Timer, write_ahead: bool = False) -> tuple[Verdict, Step | None]:
     """The verdict on ``pr`` against ``main``, and the merge Step when it is accepted.
 
-    The delta's md5 (validator/delta_load.py) runs beside its checks, merge and evaluation, and is
-    settled here before any verdict: a wrong one turns it into the rejection it always was.
+    The delta's storage hashes (validator/delta_load.py) run beside its checks, merge and evaluation,
+    and are settled here before any verdict: wrong ones turn it into the rejection they always gave.
     ``write_ahead``: the caller publishes an accepted step with publish.merge, so the candidate is
     written and hashed in a helper thread from its merge on (validator/ahead.py)."""
     verdict = Verdict(pr.id, False, "rejected", "", pr.contributor, pr.base_version)
@@ -182,12 +194,12 @@ def evaluate(ctx: ValidatorContext, pr, main, timer: Timer, write_ahead: bool = 
         try:
             with timer("load"):
                 for delta in unsettled:
-                    settle(delta)
+                    _settle(ctx, delta)
         except Rejected as exc:
             problem = exc.message
         if step is None or problem is not None:
             cancel_ahead(ctx)  # nothing is published: a candidate written ahead is dropped
-    if problem is not None:  # the verdict the md5 check gave before it ran beside the rest
+    if problem is not None:  # the verdict the hash checks gave before they ran beside the rest
         return Verdict(pr.id, False, "rejected", problem, verdict.contributor, verdict.base_version,
                        staleness=verdict.staleness, attenuation=verdict.attenuation), None
     return verdict, step
