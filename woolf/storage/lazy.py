@@ -38,6 +38,7 @@ import torch
 from woolf.core.scale import f32
 from woolf.errors import InvalidWeightsError
 from woolf.protocol.config import LimitsConfig
+from woolf.storage.files import hash_pool
 from woolf.storage.header import header
 from woolf.storage.weights import compare_spec, torch_alloc, torch_dtypes
 
@@ -170,29 +171,84 @@ def _feed(h, plan: list, i: int, block: bytes, pos: int) -> int:
     return i
 
 
-def read_hashed(path: Path, limits: LimitsConfig, on_block, label: str = "delta") -> str | None:
+class _Content:
+    """core.scores.content_sha256 fed block by block in a helper thread (``_feed`` there): like
+    storage/files.py Digests, a block must stay unchanged until the next ``update`` or ``wait``."""
+
+    def __init__(self, plan: list):
+        self.h, self.plan, self.i, self._future = hashlib.sha256(), plan, 0, None
+
+    def wait(self) -> None:
+        if self._future is not None:
+            self.i, self._future = self._future.result(), None
+
+    def update(self, block, pos: int) -> None:
+        self.wait()
+        self._future = hash_pool("content").submit(_feed, self.h, self.plan, self.i, block, pos)
+
+    def hexdigest(self) -> str:
+        self.wait()
+        for _, _, prefix in self.plan[self.i:]:  # zero-size tensors at the very end
+            self.h.update(prefix)
+        return self.h.hexdigest()
+
+
+def _segments(spec: dict, offsets: dict, start: int, size: int):
+    """(name or None, first byte, end) covering the file in order: the header, each tensor (file order),
+    any bytes between or after them."""
+    pos = 0
+    for name in sorted(spec, key=lambda n: offsets[n]):
+        begin, end = start + offsets[name][0], start + offsets[name][1]
+        if begin > pos:
+            yield None, pos, begin
+        yield name, begin, end
+        pos = max(pos, end)
+    if size > pos:
+        yield None, pos, size
+
+
+def read_hashed(path: Path, limits: LimitsConfig, on_block, label: str = "delta", on_tensor=None) -> str | None:
     """Every byte of ``path`` to ``on_block`` in one read, and core.scores.content_sha256 of its tensors
-    from the same bytes (None: they are not in name order, or ``on_block`` is None: nothing to hash).
+    from the same bytes (None: they are not in name order, or ``on_block`` is None: nothing to hash; the
+    content hash runs in a helper thread). ``on_tensor(name, tensor)``: each tensor, as read, in one
+    reused buffer (valid during the call; the validator's norm and sketch: issue 35), in file order.
     Raises InvalidWeightsError (before any byte goes to ``on_block``) for a header that is not safetensors."""
     if on_block is None:
         return None
     spec, offsets, start, _ = header(path, limits, label)
     plan = _content_plan(spec, offsets, start)
-    h = hashlib.sha256() if plan is not None else None
-    i = pos = 0
+    content = _Content(plan) if plan is not None else None
     # two buffers, used in turn: on_block may still hash a block until it is given the next one
     # (storage/files.py Digests), and no fresh memory per block (its page faults cost as much as the read)
     bufs = [bytearray(CHUNK), bytearray(CHUNK)]
+    scratch = None
+    if on_tensor is not None:  # one tensor's memory, reused: the largest
+        scratch = torch.empty(max((e - b for b, e in offsets.values()), default=0), dtype=torch.uint8)
     with open(path, "rb", buffering=0) as fh:
-        while n := fh.readinto(bufs[0]):
-            block = memoryview(bufs[0])[:n]
-            on_block(block)
-            if h is not None:
-                i = _feed(h, plan, i, block, pos)
-            pos += n
-            bufs.reverse()
-    if h is None:
-        return None
-    for _, _, prefix in plan[i:]:  # zero-size tensors at the very end
-        h.update(prefix)
-    return h.hexdigest()
+        size = os.fstat(fh.fileno()).st_size
+        for name, begin, end in _segments(spec, offsets, start, size):
+            into = None
+            if name is not None and scratch is not None:
+                on_block(b"")  # the blocks of the previous tensor are hashed: its buffer is free again
+                if content is not None:
+                    content.wait()
+                into = memoryview(scratch[:end - begin].numpy())
+            pos = begin
+            while pos < end:
+                n = min(CHUNK, end - pos)
+                view = into[pos - begin:pos - begin + n] if into is not None else memoryview(bufs[0])[:n]
+                got = fh.readinto(view)
+                if got != n:
+                    raise InvalidWeightsError(f"{label}: the file changed while it was read")
+                on_block(view)
+                if content is not None:
+                    content.update(view, pos)
+                pos += n
+                bufs.reverse()
+            if into is not None:
+                dtype, shape = spec[name]
+                on_tensor(name, scratch[:end - begin].view(torch_dtypes()[dtype]).view(shape))
+        if fh.read(1):
+            raise InvalidWeightsError(f"{label}: the file changed while it was read")
+    on_block(b"")
+    return content.hexdigest() if content is not None else None

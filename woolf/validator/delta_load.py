@@ -34,6 +34,7 @@ from woolf.storage.lora import LoraTensors
 from woolf.storage.sparse import load_delta as load_delta_file
 from woolf.validator.admission import Admitted
 from woolf.validator.context import ValidatorContext
+from woolf.validator.copyindex import copy_index
 from woolf.validator.intake import check_declared, download_budget
 
 log = logging.getLogger(__name__)
@@ -128,8 +129,10 @@ def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensor
     lora, limits = adm.meta["delta"].get("kind") == "lora", ctx.ledger.config.limits
     # issue 35: a dense delta's content sha256 (the replay check's) from the read that hashes the file,
     # its md5 meanwhile in a helper thread (``pending``)
+    # and its tensors' norms and sketches for the copy index (validator/copyindex.py as_read) from that read
+    on_tensor = None if lora else copy_index(ctx.state).as_read(adm.meta["delta"]["sha256"], expect_spec)
     path, content, problem, pending = _fetch_delta(ctx, adm, None if lora else (
-        lambda p, on_block: read_hashed(p, limits, on_block)), defer=not lora)
+        lambda p, on_block: read_hashed(p, limits, on_block, on_tensor=on_tensor)), defer=not lora)
     delta = None
     try:
         opener = LoraTensors if lora else LazyTensors  # issue 33
