@@ -100,17 +100,17 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
                                         norms)  # no-op, norm guard, replay, copies
     except Rejected:
         give_back(ctx, main, current, model_norm)
-        with timer("load"):
+        with timer("verify"):
             _settle(ctx, delta)  # wrong storage hashes are the reason, whatever the checks found
         raise
     try:
         current, step = _merged(ctx, adm, main, att, timer, current, delta, state, before_merge, in_place)
     except BaseException:
-        with timer("load"):
+        with timer("verify"):
             _settle(ctx, delta)  # raises the hashes' Rejected instead, when they are wrong
         raise
     if unsettled is None:
-        with timer("load"):
+        with timer("verify"):
             _settle(ctx, delta)
     else:
         unsettled.append(delta)
@@ -192,7 +192,7 @@ def evaluate(ctx: ValidatorContext, pr, main, timer: Timer, write_ahead: bool = 
         verdict.reason = exc.message
     finally:
         try:
-            with timer("load"):
+            with timer("verify"):  # waiting for the delta's storage hashes (validator/delta_load.py)
                 for delta in unsettled:
                     _settle(ctx, delta)
         except Rejected as exc:
