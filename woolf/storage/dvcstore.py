@@ -72,10 +72,15 @@ class PendingObject:
         self._jobs: list = []
         self._outcome: IntegrityError | bool | None = None
         try:
-            self._jobs = [HashJob(tmp, "md5"), HashJob(tmp, "sha256")]
+            self._jobs = [HashJob(tmp, "md5", start=False), HashJob(tmp, "sha256", start=False)]
         except BaseException:
             self._drop()
             raise
+
+    def start(self) -> None:
+        """Begin hashing (``result`` starts it too): the file is pinned (opened) from the start."""
+        for job in self._jobs:
+            job.start()
 
     def _drop(self) -> None:
         for job in self._jobs:
@@ -177,8 +182,9 @@ class DvcStore(DvcRemotes):
         an error of ``read`` itself is raised after the object is hashed (and cached if whole).
 
         ``defer_md5`` (with ``read``; issue 35): an object linked from storage on this filesystem is
-        loaded by ``read`` while its md5 and sha256 run in helper threads of their own, each from its
-        own read of the same inode (``on_block`` does nothing); (path, loaded, PendingObject) comes back,
+        loaded by ``read``, then its md5 and sha256 run in helper threads of their own, each from its
+        own read of the same inode (``on_block`` does nothing), while the caller goes on with what
+        ``read`` loaded; (path, loaded, PendingObject) comes back,
         ``path`` the not yet admitted file (read it through a descriptor opened now). The caller must
         call ``pending.result()`` (IntegrityError: the object is not the pointer's; else
         ``pending.sha256`` is set) and compare the sha256 before anything it decides from the bytes
@@ -244,9 +250,10 @@ class DvcStore(DvcRemotes):
         if not linked:  # another filesystem or remote: copied and hashed in line
             tmp.unlink(missing_ok=True)
             return (*self.fetch_object(pointer, max_bytes, deadline, read), None)
-        pending = PendingObject(self, tmp, pointer)  # md5 and sha256 from their own reads, meanwhile
+        pending = PendingObject(self, tmp, pointer)  # md5 and sha256 from their own reads, after this one
         try:
             loaded = read(tmp, _unhashed)
+            pending.start()  # once the reader is done: the two cores are its own while it reads
         except WoolfError as exc:  # not what the reader expects: hashed and admitted (or not) first
             pending.result()
             raise exc from None

@@ -105,14 +105,22 @@ class Digests:
 
 class HashJob:
     """md5 or sha256 of a file in a helper thread of its own, from its own read of the inode opened now
-    (issue 35: a delta's storage hashes run on one core while its checks and merge run on the other).
+    (issue 35: a delta's storage hashes run beside its checks, merge and evaluation). ``start=False``:
+    the file is opened now and hashed from ``start()`` on.
 
     ``result()`` waits and returns the hex digest (an OSError of the read is raised there); ``close()``
     waits and drops the file. The file must not change meanwhile (a cache object: read-only)."""
 
-    def __init__(self, path: Path, name: str = "md5", chunk: int = 8 << 20):
+    def __init__(self, path: Path, name: str = "md5", chunk: int = 8 << 20, start: bool = True):
         self._fd = os.open(path, os.O_RDONLY)
-        self._future = hash_pool(f"{name}-job").submit(self._run, name, chunk)
+        self._name, self._chunk, self._future = name, chunk, None
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Begin hashing (once; ``result`` starts it too)."""
+        if self._future is None and self._fd is not None:
+            self._future = hash_pool(f"{self._name}-job").submit(self._run, self._name, self._chunk)
 
     def _run(self, name: str, chunk: int) -> str:
         h, buf = hashlib.new(name, usedforsecurity=False), bytearray(chunk)
@@ -123,6 +131,7 @@ class HashJob:
         return h.hexdigest()
 
     def result(self) -> str:
+        self.start()
         try:
             return self._future.result()
         finally:
@@ -131,7 +140,8 @@ class HashJob:
     def close(self) -> None:
         if self._fd is not None:
             try:
-                self._future.exception()  # waits: the thread is done with the descriptor
+                if self._future is not None:
+                    self._future.exception()  # waits: the thread is done with the descriptor
             finally:
                 os.close(self._fd)
                 self._fd = None
