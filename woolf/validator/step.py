@@ -134,8 +134,8 @@ def _merged(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Timer
     cfg = ctx.ledger.config
     spent: list = []  # scoring wrote into current's memory: main's weights are read again
     if before_merge is not None:
-        if adm.base.commit != main.commit:  # scoring reads the stale PR's base version: main's weights
-            current.clear()                 # are dropped meanwhile and read again (never two models)
+        if adm.base.commit != main.commit and cfg.scoring.enabled:  # scoring reads the stale PR's base
+            current.clear()  # version: main's weights are dropped meanwhile and read again (never two models)
             spent.append("current")
         if before_merge(current, adm.screened.delta, spent):
             return current, None
