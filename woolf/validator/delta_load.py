@@ -65,22 +65,22 @@ def load_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> dict[str, t
 def _fetch_delta(ctx: ValidatorContext, adm: Admitted, read=None, defer: bool = False):
     """(path, what ``read`` loaded or None, ``read``'s problem with the bytes or None); raises Rejected
     when the object cannot be had whole. A URL's delta is only fetched (``read`` runs later).
-    ``defer``: (path, loaded, problem, PendingObject or None): the md5 may still be running."""
+    ``defer``: (path, loaded, problem, PendingObject or None): the hashes may still be running."""
     ledger = ctx.ledger
     cfg, declared = ledger.config, adm.meta["delta"]
     cached = ledger.store.cache_path(adm.pointer.md5).is_file()
     try:  # issue 37: a keyless PR's download draws on the pass's budget (validator/intake.py; Deferred)
         with download_budget(ctx.state, adm, cfg.forge.delta_timeout, cached) as deadline:
             if "url" in declared:
-                return ledger.store.fetch_url(adm.pointer, declared["url"], replace(cfg.forge, delta_timeout=deadline),
-                                              cfg.limits.max_delta_bytes), None, None
-            if defer:
+                return (ledger.store.fetch_url(adm.pointer, declared["url"], replace(cfg.forge, delta_timeout=deadline),
+                                               cfg.limits.max_delta_bytes), None, None) + ((None,) if defer else ())
+            if defer and read is not None:
                 path, loaded, pending = ledger.store.fetch_object(
                     adm.pointer, max_bytes=cfg.limits.max_delta_bytes, deadline=deadline, read=read, defer_md5=True)
                 return path, loaded, None, pending
             got = ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
                                             deadline=deadline, read=read)
-            return (got, None, None) if read is None else (*got, None)
+            return ((got, None, None) if read is None else (*got, None)) + ((None,) if defer else ())
     except IntegrityError as exc:
         raise Rejected(f"delta object: {exc.message}") from None
     except StorageError as exc:
@@ -132,7 +132,7 @@ def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensor
     # and its tensors' norms and sketches for the copy index (validator/copyindex.py as_read) from that read
     on_tensor = None if lora else copy_index(ctx.state).as_read(adm.meta["delta"]["sha256"], expect_spec)
     path, content, problem, pending = _fetch_delta(ctx, adm, None if lora else (
-        lambda p, on_block: read_hashed(p, limits, on_block, on_tensor=on_tensor)), defer=not lora)
+        lambda p, on_block: read_hashed(p, limits, on_block, on_tensor=on_tensor)), defer=True)
     delta = None
     try:
         opener = LoraTensors if lora else LazyTensors  # issue 33
