@@ -182,9 +182,10 @@ class DvcStore(DvcRemotes):
         an error of ``read`` itself is raised after the object is hashed (and cached if whole).
 
         ``defer_md5`` (with ``read``; issue 35): an object linked from storage on this filesystem is
-        loaded by ``read``, then its md5 and sha256 run in helper threads of their own, each from its
-        own read of the same inode (``on_block`` does nothing), while the caller goes on with what
-        ``read`` loaded; (path, loaded, PendingObject) comes back,
+        loaded by ``read``; its md5 and sha256 then run in helper threads of their own, each from its
+        own read of the same inode (``on_block`` does nothing), from ``pending.start()`` on (the caller
+        chooses when: the validator once its merge is made) or ``pending.result()``; (path, loaded,
+        PendingObject) comes back,
         ``path`` the not yet admitted file (read it through a descriptor opened now). The caller must
         call ``pending.result()`` (IntegrityError: the object is not the pointer's; else
         ``pending.sha256`` is set) and compare the sha256 before anything it decides from the bytes
@@ -253,7 +254,6 @@ class DvcStore(DvcRemotes):
         pending = PendingObject(self, tmp, pointer)  # md5 and sha256 from their own reads, after this one
         try:
             loaded = read(tmp, _unhashed)
-            pending.start()  # once the reader is done: the two cores are its own while it reads
         except WoolfError as exc:  # not what the reader expects: hashed and admitted (or not) first
             pending.result()
             raise exc from None

@@ -5,9 +5,10 @@ Usage:
     settle(delta)                              # its md5, when still being computed; raises Rejected if wrong
 
 A dense delta linked from storage on this filesystem is read once for its tensors' content sha256 (the
-replay check's) while its md5 (its storage address: storage is untrusted) and its file's sha256 (the one
-submission.json declares) run in helper threads of their own (issue 35, storage/dvcstore.py
-``defer_md5``): ``delta.pending``. Its checks and its merge go on meanwhile; the verdict waits for
+replay check's), norms and sketches; its md5 (its storage address: storage is untrusted) and its file's
+sha256 (the one submission.json declares) run in helper threads of their own (issue 35, storage/dvcstore.py
+``defer_md5``: ``delta.pending``), started once the merge is made (validator/step.py), beside the
+candidate's evaluation. Its checks and its merge run on the bytes meanwhile; the verdict waits for
 ``settle`` (validator/step.py): an md5 that is not the pointer's or a sha256 that is not the declared
 one rejects the PR with the reason the in-line checks give, whatever else was found, and what the
 checks made of those bytes is dropped (the copy index's entry: validator/step.py).

@@ -68,8 +68,9 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
               in_place: bool = False, unsettled: list | None = None):
     """(current weights, merge Step) after the data checks; raises Rejected.
 
-    The delta's storage hashes (md5, sha256) may still be running when its checks and merge do
-    (validator/delta_load.py): they are settled before this returns, or, given ``unsettled``, the delta
+    The delta's storage hashes (md5, sha256) start once its merge is made, to run beside the
+    candidate's evaluation (validator/delta_load.py); its checks and merge ran on bytes not yet
+    known to be the declared ones, and nothing of them takes effect before: they are settled before this returns, or, given ``unsettled``, the delta
     is appended there for the caller to settle before its verdict (``evaluate``). A rejection meanwhile
     waits for them: wrong hashes are the reason.
 
@@ -105,6 +106,8 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
         raise
     try:
         current, step = _merged(ctx, adm, main, att, timer, current, delta, state, before_merge, in_place)
+        if getattr(delta, "pending", None) is not None:  # its storage hashes from now on, beside the evaluation
+            delta.pending.start()
     except BaseException:
         with timer("verify"):
             _settle(ctx, delta)  # raises the hashes' Rejected instead, when they are wrong
