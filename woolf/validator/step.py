@@ -69,10 +69,10 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
     """(current weights, merge Step) after the data checks; raises Rejected.
 
     The delta's storage hashes (md5, sha256) start once its merge is made, to run beside the
-    candidate's evaluation (validator/delta_load.py); its checks and merge ran on bytes not yet
-    known to be the declared ones, and nothing of them takes effect before: they are settled before this returns, or, given ``unsettled``, the delta
-    is appended there for the caller to settle before its verdict (``evaluate``). A rejection meanwhile
-    waits for them: wrong hashes are the reason.
+    candidate's evaluation (validator/delta_load.py): its checks and merge ran on bytes not yet known
+    to be the declared ones, and nothing of them takes effect before the hashes are settled: here,
+    before this returns, or, given ``unsettled``, by the caller before its verdict (``evaluate``),
+    the delta appended there. A rejection meanwhile waits for them: wrong hashes are the reason.
 
     ``before_merge(current, delta, spent)``: runs after the checks and before the merge (scoring reads
     the delta there, and may spend current's memory: it says so in ``spent``; for a stale PR current
@@ -181,8 +181,8 @@ def gate_reference(ctx: ValidatorContext, before: dict) -> dict:
 def evaluate(ctx: ValidatorContext, pr, main, timer: Timer, write_ahead: bool = False) -> tuple[Verdict, Step | None]:
     """The verdict on ``pr`` against ``main``, and the merge Step when it is accepted.
 
-    The delta's storage hashes (validator/delta_load.py) run beside its checks, merge and evaluation,
-    and are settled here before any verdict: wrong ones turn it into the rejection they always gave.
+    The delta's storage hashes (validator/delta_load.py) run beside the candidate's evaluation, and
+    are settled here before any verdict: wrong ones turn it into the rejection they always gave.
     ``write_ahead``: the caller publishes an accepted step with publish.merge, so the candidate is
     written and hashed in a helper thread from its merge on (validator/ahead.py)."""
     verdict = Verdict(pr.id, False, "rejected", "", pr.contributor, pr.base_version)
