@@ -9,6 +9,7 @@ Usage (in a test):
 from __future__ import annotations
 
 import atexit
+import compileall
 import os
 import shutil
 import subprocess
@@ -28,6 +29,13 @@ from woolf.hub.create import init_hub
 from woolf.ledger.ledger import Ledger
 from woolf.participant import SubmitOptions, TrainOptions, submit, train
 from woolf.protocol.signers import signer_line
+
+# This machine's image sets PYTHONDONTWRITEBYTECODE=1: every Python a test starts (each push runs the
+# hub's hooks, each woolf command a child) compiled woolf's modules from source, and pytest rewrote every
+# test module in every worker. woolf is byte-compiled once here (children read it; `woolf hub init`
+# does the same for its hooks), and this process may cache the test modules it rewrites.
+compileall.compile_dir(str(Path(__file__).parents[1] / "woolf"), quiet=2)
+sys.dont_write_bytecode = False
 
 torch.set_num_threads(1)
 # ... and every process a test starts (woolf commands, validators, examples, benchmarks' children) trains

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import subprocess
 
+from woolf.git import memo
 from woolf.git.process import COMMIT_MAX_BYTES, BlobTooLargeError, GitError, as_text, clean_env
 
 
@@ -68,16 +69,28 @@ def commit_records(git, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> l
     framed by each object's size, so no byte of a message can split or forge a record (a
     `git log --format` separator can be written into a message). Commits that are missing,
     malformed (git would not parse them), over ``max_bytes`` or without a readable committer
-    time are left out."""
+    time are left out. A full commit id's record is remembered for the process (woolf/git/memo.py):
+    a ledger's log is read for every PR, and only its new commits are read again."""
     shas = [s for s in shas if s and "\n" not in s]
-    if not shas:
-        return []
-    sizes = git.run("cat-file", "--batch-check", input=("\n".join(shas) + "\n").encode()).stdout.split(b"\n")
-    small = [h[0].decode() for h in (ln.split() for ln in sizes) if len(h) == 3 and h[1] == b"commit"
-             and h[2].isdigit() and int(h[2]) <= max_bytes]
-    raw = git.run("cat-file", "--batch", input=("\n".join(small) + "\n").encode()).stdout if small else b""
-    out, pos = [], 0
-    while pos < len(raw):
+    repo = str(git.cwd)
+    found = {s: memo.recall(memo.immutable(repo, s, "record")) for s in shas}
+    found.update(_read_records(git, [s for s, hit in found.items() if hit is memo.NOT_KNOWN],
+                               max(max_bytes, COMMIT_MAX_BYTES)))
+    return [(r[0], list(r[1]), r[2], r[3]) for r in (found[s] for s in shas)
+            if r is not memo.NOT_KNOWN and r[4] <= max_bytes]
+
+
+def _read_records(git, names: list[str], max_bytes: int) -> dict[str, tuple]:
+    """{name: (sha, parents, committer time, message, size)} of each of ``names`` that is a readable
+    commit of at most ``max_bytes``; each remembered under its full id."""
+    if not names:
+        return {}
+    checked = git.run("cat-file", "--batch-check", input=("\n".join(names) + "\n").encode()).stdout.split(b"\n")
+    small = [(name, h[0].decode()) for name, h in zip(names, (ln.split() for ln in checked), strict=False)
+             if len(h) == 3 and h[1] == b"commit" and h[2].isdigit() and int(h[2]) <= max_bytes]
+    raw = git.run("cat-file", "--batch", input=("\n".join(o for _, o in small) + "\n").encode()).stdout if small else b""
+    out, pos, repo = {}, 0, str(git.cwd)
+    for name, _ in small:
         end = raw.find(b"\n", pos)
         head = raw[pos:end if end >= 0 else len(raw)].split()
         if end < 0 or len(head) != 3 or not head[2].isdigit():
@@ -89,7 +102,10 @@ def commit_records(git, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> l
         parents = parents_of(lines)
         stamp = next((ln.rsplit(b" ", 2)[-2:] for ln in lines if ln.startswith(b"committer ")), [b""])[0]
         if parents is not None and stamp.isdigit() and len(stamp) <= 12:
-            out.append((head[0].decode(), parents, int(stamp), as_text(message)))
+            sha = head[0].decode()
+            out[name] = record = (sha, tuple(parents), int(stamp), as_text(message), size)
+            memo.known_commit(repo, sha)
+            memo.remember(memo.immutable(repo, sha, "record"), record, size + 128)
     return out
 
 

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from woolf.errors import ForgeError, NotALedgerError, RaceLostError
+from woolf.git import memo
 from woolf.git.commits import commit_bytes, commit_records
 from woolf.git.keys import signing_key
 from woolf.git.process import (  # noqa: F401  (re-exported: the names callers know Git by)
@@ -77,29 +78,76 @@ class Git:
 
     # -- reading ---------------------------------------------------------
     def rev_parse(self, rev: str) -> str | None:
+        key = memo.immutable(str(self.cwd), rev, "commit")  # a full commit id this repository has: itself
+        if memo.recall(key) is not memo.NOT_KNOWN:
+            return rev
         proc = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
-        return proc.stdout.decode().strip() or None
+        found = proc.stdout.decode().strip() or None
+        if found is not None:
+            memo.known_commit(str(self.cwd), found)
+            if found == rev:
+                memo.remember(key, True)
+        return found
 
     def object_info(self, spec: str) -> tuple[str, str, int] | None:
         """(oid, type, size) of ``spec`` without reading it, or None when it does not exist."""
         if "\n" in spec:
             return None
+        key = memo.immutable(str(self.cwd), spec, "info")
+        hit = memo.recall(key)
+        if hit is not memo.NOT_KNOWN:
+            return hit
         proc = self.run("cat-file", "--batch-check", input=spec.encode() + b"\n", check=False)
         parts = as_text(proc.stdout).split()
         if proc.returncode != 0 or len(parts) != 3 or not parts[2].isdigit():
             return None
-        return parts[0], parts[1], int(parts[2])
+        info = parts[0], parts[1], int(parts[2])
+        memo.remember(key, info)
+        return info
 
     def show_bytes(self, spec: str, max_bytes: int | None = None) -> bytes | None:
-        """A blob's bytes, or None if there is none; over ``max_bytes`` raises before reading."""
-        if max_bytes is not None:
-            info = self.object_info(spec)
-            if info is None or info[1] != "blob":
+        """A blob's bytes, or None if there is none; over ``max_bytes`` raises before reading.
+
+        One `git cat-file --batch`: the object's type and size are read before its bytes. What a full
+        commit id and a path name is remembered (woolf/git/memo.py): read once per process."""
+        key = memo.immutable(str(self.cwd), spec)
+        hit = memo.recall(key)
+        if hit is memo.MISSING:
+            return None
+        if hit is memo.NOT_KNOWN:
+            hit = self._blob(spec, max_bytes)
+            if hit is not None:
+                memo.remember(key, hit, len(hit))
+            elif memo.absent_for_good(key):
+                memo.remember(key, memo.MISSING)
+        if hit is not None and max_bytes is not None and len(hit) > max_bytes:
+            raise BlobTooLargeError(spec, len(hit), max_bytes)
+        return hit
+
+    def _blob(self, spec: str, max_bytes: int | None) -> bytes | None:
+        if "\n" in spec:
+            return None
+        proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=self.cwd, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                env=clean_env({**self.identity_env(), **self.keep_env}))
+        try:
+            try:
+                proc.stdin.write(spec.encode() + b"\n")
+                proc.stdin.close()
+            except OSError:  # git ended at once (not a repository): what `cat-file blob` failing said
                 return None
-            if info[2] > max_bytes:
-                raise BlobTooLargeError(spec, info[2], max_bytes)
-        proc = self.run("cat-file", "blob", spec, check=False)
-        return proc.stdout if proc.returncode == 0 else None
+            header = proc.stdout.readline(len(spec) + 512).split()
+            if len(header) != 3 or header[1] != b"blob" or not header[2].isdigit():
+                return None  # missing, ambiguous, or not a blob
+            size = int(header[2])
+            if max_bytes is not None and size > max_bytes:
+                raise BlobTooLargeError(spec, size, max_bytes)
+            data = proc.stdout.read(size)
+            return data if len(data) == size else None
+        finally:
+            proc.kill()
+            proc.stdout.close()
+            proc.wait()
 
     def commit_bytes(self, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> bytes:
         """A commit object's bytes, its size read first (woolf/git/commits.py)."""

@@ -30,11 +30,41 @@ HOOK = """#!/bin/sh
 # site-packages (-S: it needs only the standard library and woolf, found here).
 exec {python} -S -c {code}
 """
+# The receipt log records pushes that create PR heads; any other push (a merge, a verdict, a vote, a
+# task record) ends here without starting Python. The Python code matches each line itself: this
+# only skips pushes in which no line could match (no ref created under refs/woolf/pr/ ending /head).
+RECEIPT_HOOK = """#!/bin/sh
+# Installed by `woolf hub init`: appends the hub's receipt log for pushes that open PRs
+# (see docs/protocol.md#the-hub). Runs the Python that installed it, without site-packages.
+input=$(cat)
+opens=
+while read -r old new ref; do
+  case "$old $ref" in
+    0000000000000000000000000000000000000000\\ refs/woolf/pr/*/head) opens=1 ;;
+  esac
+done <<EOF
+$input
+EOF
+[ -n "$opens" ] || exit 0
+printf '%s\\n' "$input" | exec {python} -S -c {code}
+"""
 _CODE = "import sys; sys.path.append({root!r}); from woolf.hub.{module} import main; sys.exit(main())"
 HOOKS = {"pre-receive": "hook", "post-receive": "receipts"}  # the rules; the receipt log (woolf/hub/receipts.py)
 
 
 MAX_PUSH_BYTES = 16 << 20  # receive.maxInputSize: ours are commits and pointers (KiB); deltas go to storage
+
+
+def _compile_sources(root: Path) -> None:
+    """Byte-compile woolf's modules where they are missing or stale (best effort). Each push starts the
+    hooks' Python; without bytecode (a source checkout under PYTHONDONTWRITEBYTECODE, say) every start
+    compiles woolf's protocol modules again, which doubled the hooks' start."""
+    import compileall  # deferred: only `hub init` needs it
+
+    try:
+        compileall.compile_dir(str(root / "woolf"), quiet=2)
+    except OSError:  # a read-only install: the hooks still run, compiling as they import
+        pass
 
 
 def install_hook(hub: Path, max_push_bytes: int | None = None) -> Path:
@@ -44,10 +74,13 @@ def install_hook(hub: Path, max_push_bytes: int | None = None) -> Path:
     if not (hub / "HEAD").exists() or (hub / ".git").exists():
         raise UsageError(f"{hub} is not a bare git repository")
     (hub / "hooks").mkdir(exist_ok=True)
+    root = Path(__file__).resolve().parents[2]  # the dir holding woolf/
+    _compile_sources(root)
     for name, module in HOOKS.items():
         hook = hub / "hooks" / name
-        code = _CODE.format(root=str(Path(__file__).resolve().parents[2]), module=module)  # the dir holding woolf/
-        hook.write_text(HOOK.format(python=shlex.quote(sys.executable), code=shlex.quote(code)))
+        code = _CODE.format(root=str(root), module=module)
+        text = RECEIPT_HOOK if name == "post-receive" else HOOK
+        hook.write_text(text.format(python=shlex.quote(sys.executable), code=shlex.quote(code)))
         hook.chmod(0o755)
     hook = hub / "hooks" / "pre-receive"
     git = Git(hub)
