@@ -4,6 +4,7 @@ Usage:
     sub_id = craft_pr(ledger, tensors=delta)                        # a well-formed PR
     craft_pr(ledger, raw=b"junk", extra_files={"ledger/woolf.toml": b"..."})
     craft_pr(ledger, tensors=delta, who="alice", sign_key=key_for("mallory"))   # signed by someone else
+    open_prs(ledger, [craft_commit(ledger, tensors=d, fetch=False) for d in deltas])   # 16 per push
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from safetensors.torch import save
 
 from woolf.forges.local import LocalForge
 from woolf.protocol import layout
+from woolf.protocol.rules.flood import PUSH_MAX_NEW_PRS
 from woolf.storage.files import hashes_of_file
 
 
@@ -26,11 +28,36 @@ def craft_pr(led, tensors=None, raw: bytes | None = None, extra_files=None, meta
     """``sign_key``: sign the submission commit with this key (default: ``who``'s own listed key when it
     has one, as that contributor's clone would; else unsigned; False: unsigned). A PR naming a listed
     contributor that her key did not sign is nobody's (issue 25, breach 3)."""
+    sub_id, commit = craft_commit(led, tensors, raw, extra_files, meta_patch, base, parent, who, files_patch,
+                                  remote, sign_key, sub_id)
+    (forge or LocalForge.for_ledger(led)).open(sub_id, commit)
+    return sub_id
+
+
+def open_prs(led, made: list[tuple[str, str]]) -> list[str]:
+    """Open crafted PRs [(id, commit)] on the hub in order, as many per push as the hub takes
+    (PUSH_MAX_NEW_PRS): what one contributor's ``woolf submit`` loop leaves, in fewer hook runs."""
+    refs = [(commit, f"{layout.PR_PREFIX}/{sub_id}/head") for sub_id, commit in made]
+    for i in range(0, len(refs), PUSH_MAX_NEW_PRS):
+        chunk = refs[i:i + PUSH_MAX_NEW_PRS]
+        led.git.push("origin", chunk, leases={ref: None for _, ref in chunk})
+        for commit, ref in chunk:
+            led.git.run("update-ref", "--create-reflog", ref, commit)
+    return [sub_id for sub_id, _ in made]
+
+
+def craft_commit(led, tensors=None, raw: bytes | None = None, extra_files=None, meta_patch=None,
+                 base=None, parent: str | None = None, who: str = "mallory", files_patch=None,
+                 remote: str = "storage", sign_key=None, sub_id: str | None = None,
+                 fetch: bool = True) -> tuple[str, str]:
+    """(id, commit) of a crafted submission, its delta in storage, not opened yet (craft_pr's arguments;
+    ``fetch``: False when the clone fetched main already)."""
     from tests.conftest import CONTRIBUTORS, key_for
 
     if sign_key is None and who in CONTRIBUTORS:
         sign_key = key_for(who)
-    led.fetch()
+    if fetch:
+        led.fetch()
     base = base or led.head("refs/remotes/origin/main")
     sub_id = sub_id or f"20261129T000000{secrets.randbelow(999):03d}Z-{who}-{secrets.token_hex(4)}"
     data = raw if raw is not None else save(tensors)
@@ -54,8 +81,7 @@ def craft_pr(led, tensors=None, raw: bytes | None = None, extra_files=None, meta
         commit = led.git.commit_tree_with(parent, files, f"crafted {sub_id}\n", parents=[parent])
     finally:
         led.git.sign_key = own_key
-    (forge or LocalForge.for_ledger(led)).open(sub_id, commit)
-    return sub_id
+    return sub_id, commit
 
 
 # `git push --receive-pack=UNHOOKED`: a push that the hub's own hook does not see (an unprotected forge)

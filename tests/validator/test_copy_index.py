@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.crafting import craft_pr, random_delta
+from tests.crafting import craft_commit, craft_pr, open_prs, random_delta
 from woolf.forges.local import LocalForge
 from woolf.storage.pointer import Pointer
 from woolf.storage.weights import load_checked
@@ -22,8 +22,9 @@ def test_a_signed_copy_behind_64_junk_prs_is_caught_and_the_honest_pr_merges(mak
     net = make_net()
     val, dave, mal = net.clone("val"), net.clone("dave"), net.clone("alice")
     junk = random_delta(mal, scale=0.001, seed=5)
-    for i in range(65):  # 5 keyless names x 13: under the per-name and keyless limits
-        craft_pr(mal, tensors=junk, who=f"junk{i % 5}", sign_key=False)
+    mal.fetch()  # 5 keyless names x 13: under the per-name and keyless limits; 16 per push
+    open_prs(mal, [craft_commit(mal, tensors=junk, who=f"junk{i % 5}", sign_key=False, fetch=False)
+                   for i in range(65)])
     honest = net.train_submit(dave, "dave")["id"]
     pr = next(p for p in LocalForge.for_ledger(val).list() if p.id == honest)
     d = pr.submission["delta"]  # the delta dave submitted, read back from storage

@@ -73,10 +73,13 @@ class Forge(ABC):
     # Capabilities (class attributes; a forge that has one sets it True):
     batches_verdicts = False  # verdict_commit + push_verdicts: several verdicts in one atomic push
     votes_ride_verdicts = False  # reject/merge take ``also``: ref updates (a quorum's last vote) in their push
+    records_ride_prs = False  # open takes ``also``: ref updates (the task's submitted record) in its push
     skipped: Sequence[tuple[str, str]] = ()  # (ref, why) of malformed PR refs in the last listing
 
     @abstractmethod
-    def open(self, sub_id: str, head: str) -> PullRequest: ...
+    def open(self, sub_id: str, head: str, also=None) -> PullRequest:
+        """Open PR ``sub_id`` at commit ``head``; ``also``: (commit, ref, expected old) updates pushed
+        atomically with it (records_ride_prs; a forge without it refuses a non-empty ``also``)."""
 
     @abstractmethod
     def list(self, state: str | None = None, local_only: bool = False) -> list[PullRequest]: ...

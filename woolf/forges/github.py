@@ -167,7 +167,8 @@ class GitHubForge(Forge):
                 return
 
     # -- writing ---------------------------------------------------------------
-    def open(self, sub_id: str, head: str) -> PullRequest:
+    def open(self, sub_id: str, head: str, also=None) -> PullRequest:
+        self._no_also(also)
         branch = f"{BRANCH_PREFIX}{sub_id}"
         remote = self.fork_remote or self.remote
         self.git.push(remote, [(head, f"refs/heads/{branch}")], leases={f"refs/heads/{branch}": None})

@@ -46,6 +46,7 @@ _KINDS = ("head", "verdict", "comments")
 class LocalForge(Forge):
     batches_verdicts = True  # verdicts are refs: many go in one atomic push (one run of the hub's hook)
     votes_ride_verdicts = True  # a quorum's last vote goes in the push that settles the PR
+    records_ride_prs = True  # a task's submitted record goes in the push that opens its PR
 
     def __init__(self, git: Git, remote: str = "origin"):
         self.git = git
@@ -65,13 +66,20 @@ class LocalForge(Forge):
         self.git.fetch(self.remote, f"+{layout.PR_PREFIX}/*:{layout.PR_PREFIX}/*")
 
     # -- writing ---------------------------------------------------------------
-    def open(self, sub_id: str, head: str) -> PullRequest:
+    def open(self, sub_id: str, head: str, also=None) -> PullRequest:
+        ref = self._ref(sub_id, "head")
+        updates, leases = [(head, ref)], {ref: None}
+        for commit, other, old in also or ():
+            updates, leases = [*updates, (commit, other)], {**leases, other: old}
         try:
-            self.git.push(self.remote, [(head, self._ref(sub_id, "head"))],
-                          leases={self._ref(sub_id, "head"): None})
+            self.git.push(self.remote, updates, leases=leases)
         except RaceLostError:
-            raise ForgeError(f"a pull request named {sub_id} already exists") from None
-        self.git.run("update-ref", "--create-reflog", self._ref(sub_id, "head"), head)
+            if not also:
+                raise ForgeError(f"a pull request named {sub_id} already exists") from None
+            return self.open(sub_id, head)  # what rode along lost its race: the PR alone (it says if it exists)
+        self.git.run("update-ref", "--create-reflog", ref, head)
+        for commit, other in updates[1:]:
+            self.git.run("update-ref", other, commit)
         return self.get(sub_id, fetch=False)
 
     def verdict_commit(self, pr: PullRequest, state: str, reason: str, fields: dict) -> tuple[str, str]:

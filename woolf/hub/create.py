@@ -55,18 +55,6 @@ HOOKS = {"pre-receive": "hook", "post-receive": "receipts"}  # the rules; the re
 MAX_PUSH_BYTES = 16 << 20  # receive.maxInputSize: ours are commits and pointers (KiB); deltas go to storage
 
 
-def _compile_sources(root: Path) -> None:
-    """Byte-compile woolf's modules where they are missing or stale (best effort). Each push starts the
-    hooks' Python; without bytecode (a source checkout under PYTHONDONTWRITEBYTECODE, say) every start
-    compiles woolf's protocol modules again, which doubled the hooks' start."""
-    import compileall  # deferred: only `hub init` needs it
-
-    try:
-        compileall.compile_dir(str(root / "woolf"), quiet=2)
-    except OSError:  # a read-only install: the hooks still run, compiling as they import
-        pass
-
-
 def install_hook(hub: Path, max_push_bytes: int | None = None) -> Path:
     """Install the hook and the receive settings; ``max_push_bytes`` (git's receive.maxInputSize,
     the largest pack one push may send): MAX_PUSH_BYTES when the hub has none yet, else kept."""
@@ -75,7 +63,6 @@ def install_hook(hub: Path, max_push_bytes: int | None = None) -> Path:
         raise UsageError(f"{hub} is not a bare git repository")
     (hub / "hooks").mkdir(exist_ok=True)
     root = Path(__file__).resolve().parents[2]  # the dir holding woolf/
-    _compile_sources(root)
     for name, module in HOOKS.items():
         hook = hub / "hooks" / name
         code = _CODE.format(root=str(root), module=module)

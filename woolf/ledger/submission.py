@@ -20,7 +20,7 @@ from pathlib import Path
 from woolf.core.finite import scan
 from woolf.errors import InvalidWeightsError
 from woolf.forges.base import Forge
-from woolf.ledger.tasks import record_submitted
+from woolf.ledger.tasks import record_submitted, submitted_update
 from woolf.protocol import layout
 from woolf.protocol.compress_spec import CompressSpec
 from woolf.protocol.trailers import format_message
@@ -127,9 +127,12 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
             {ptr_rel: pointer.render(), meta_rel: json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n"},
             commit_msg, parents=[base.commit],
         )
-        pr = o.the_forge.open(sub_id, commit)
-    if record.get("task"):
-        record_submitted(ledger, record["task"], sub_id)
+        task = record.get("task")
+        # the task's submitted record rides the push that opens the PR (one push, one run of the hub's hooks)
+        also = submitted_update(ledger, task, sub_id) if task and o.the_forge.records_ride_prs else None
+        pr = o.the_forge.open(sub_id, commit, also=[also] if also else None)
+    if task and (also is None or ledger.git.rev_parse(also[1]) != also[0]):  # it did not ride: on its own
+        record_submitted(ledger, task, sub_id)
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
             "delta_sha256": sha, "delta_size": size, "delta_kind": meta["delta"]["kind"], "number": pr.number,
             "timings": dict(timer), "pointer": pointer, "declared": meta["delta"]}

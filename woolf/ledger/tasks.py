@@ -41,6 +41,7 @@ from woolf.protocol.tasks import (
     parse_record,
     push_record,
     read_tasks,
+    record_commit,
     task_ref,
 )
 
@@ -214,8 +215,25 @@ def reserve_for_training(ledger, who: str, head, steps: int, take: str | None):
     return reserve(ledger, who, head, take_shard(ledger, take) if take else f"{who}@v{head.version}", steps)
 
 
+def submitted_update(ledger, task_id: str, sub_id: str):
+    """(commit, ref, old) of the task's final record naming PR ``sub_id``, made here and not pushed: it
+    rides the push that opens the PR (forges with records_ride_prs). None when the task has no record
+    to build on (or it cannot be read: then only its lease expires)."""
+    try:
+        fetch_tasks(ledger)
+        tip = ledger.git.rev_parse(task_ref(task_id))
+        rec, _ = parse_record(ledger.git.message(tip), task_id) if tip else (None, None)
+        if rec is None or rec.state in FINAL:
+            return None
+        done = TaskRecord(**{**rec.to_json(), "state": "submitted", "submission": sub_id, "reason": None})
+        return record_commit(ledger.git, done, tip)
+    except WoolfError as exc:
+        logging.getLogger("woolf.tasks").warning("task %s: submitted not recorded: %s", task_id, exc.message)
+        return None
+
+
 def record_submitted(ledger, task_id: str, sub_id: str) -> None:
-    """The task's final record names its PR (a failure here leaves only a lease to expire)."""
+    """The task's final record names its PR, in a push of its own (a failure here leaves only a lease to expire)."""
     try:
         fetch_tasks(ledger)
         tip = ledger.git.rev_parse(task_ref(task_id))

@@ -86,11 +86,16 @@ def parse_record(message: str, task_id: str) -> tuple[TaskRecord | None, str | N
                       sub if state == "submitted" else None, f.get("Woolf-Reason")), None
 
 
+def record_commit(git, rec: TaskRecord, old: str | None) -> tuple[str, str, str | None]:
+    """(commit, ref, old): ``rec`` committed on the task's previous record ``old`` (None: a new task),
+    not pushed yet (a submitted record rides the push that opens its PR: LocalForge.open's ``also``)."""
+    commit = git.commit_tree(f"{rec.base_commit}^{{tree}}", rec.message(), [old or rec.base_commit])  # signed when keyed
+    return commit, task_ref(rec.id), old
+
+
 def push_record(git, rec: TaskRecord, old: str | None, remote: str = "origin") -> str:
     """Commit ``rec`` on the task's previous record ``old`` (None: a new task) and push it with a lease."""
-    parent = old or rec.base_commit
-    commit = git.commit_tree(f"{rec.base_commit}^{{tree}}", rec.message(), [parent])  # signed when keyed
-    ref = task_ref(rec.id)
+    commit, ref, _ = record_commit(git, rec, old)
     git.push(remote, [(commit, ref)], leases={ref: old})
     git.run("update-ref", ref, commit)
     return commit

@@ -88,12 +88,27 @@ def hub_init(app: App, path, source, hook_only, max_push_mb, as_json):
         info = {"path": str(path.resolve()), "hook": str(install_hook(path, max_push))}
     else:
         info = init_hub(path, source, max_push)
+    _compile_for_hooks()
     if as_json:
         app.emit_json(info)
         return
     app.console.print(f"hub {info['path']} with its pre-receive hook"
                       + ("" if hook_only else f" ({'signed' if info['signed'] else 'UNSIGNED'} ledger)"))
     app.console.print(f"  next: git -C {source} remote add origin {info['path']}; participants clone it")
+
+
+def _compile_for_hooks() -> None:
+    """Byte-compile woolf's modules where they are missing or stale (best effort): every push starts
+    the hooks' Python, and without bytecode (a source checkout under PYTHONDONTWRITEBYTECODE, say)
+    each start compiles woolf's protocol modules again (measured: the hook's import 100 -> 55 ms)."""
+    import compileall  # deferred: fast --help
+
+    import woolf  # deferred: fast --help
+
+    try:
+        compileall.compile_dir(str(Path(woolf.__file__).parent), quiet=2)
+    except OSError:  # a read-only install: the hooks still run, compiling as they import
+        pass
 
 
 @click.group()
