@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import pytest
@@ -115,7 +116,6 @@ def test_read_hashed_gives_the_files_bytes_and_the_content_hash_in_one_read(tmp_
     """issue 35: the replay check's content sha256 comes from the read that hashes the file: the same
     value as content_sha256 whatever the chunking (tensors across chunks, empty and scalar tensors);
     None when the file does not keep its tensors in name order (the screen then hashes them itself)."""
-    import hashlib
 
     import woolf.storage.lazy as lazy
     from woolf.storage.lazy import read_hashed
@@ -137,3 +137,41 @@ def test_read_hashed_gives_the_files_bytes_and_the_content_hash_in_one_read(tmp_
     path.write_bytes(b"\xff" * 16)
     with pytest.raises(InvalidWeightsError):
         read_hashed(path, LIMITS, lambda b: None)
+
+
+@pytest.mark.parametrize("clip", [None, 0.123456])
+def test_reads_into_one_reused_buffer_are_the_fresh_reads(tmp_path, clip):
+    """Issue 35: read_into (the screen's norm and sketch, the streamed merge) returns what [] returns."""
+    delta = {**_model(4, 1e-2), "h": torch.randn(7, 3).to(torch.bfloat16), "n": torch.arange(5)}
+    lazy = LazyTensors.open(_file(tmp_path, delta), LIMITS, expect=spec_of(delta))
+    if clip is not None:
+        lazy.clip(clip)
+    buf = lazy.scratch()
+    assert buf.numel() == max(t.numel() * t.element_size() for t in delta.values())
+    for name in lazy:
+        got = lazy.read_into(name, buf)
+        assert got.dtype == delta[name].dtype and got.shape == delta[name].shape
+        assert torch.equal(got, lazy[name])
+
+
+def test_read_hashed_hands_each_tensor_as_read_in_one_buffer(tmp_path, monkeypatch):
+    """Issue 35: the validator's norm and sketch come from the read that hashes the delta (on_tensor)."""
+    import woolf.storage.lazy as lazy
+    from woolf.storage.lazy import read_hashed
+
+    monkeypatch.setattr(lazy, "CHUNK", 64)
+    g = torch.Generator().manual_seed(5)
+    tensors = {"a": torch.randn(40, 3, generator=g), "b": torch.zeros(0), "c": torch.randn(7, generator=g),
+               "d": torch.tensor(1.5)}
+    path = _file(tmp_path, tensors)
+    seen, got, ptrs = hashlib.sha256(), {}, set()
+
+    def on_tensor(name, t):
+        ptrs.add(t.data_ptr() if t.numel() else None)
+        got[name] = t.clone()
+
+    content = read_hashed(path, LIMITS, seen.update, on_tensor=on_tensor)
+    assert seen.hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert content == content_sha256(tensors)
+    assert set(got) == set(tensors) and all(torch.equal(got[k], tensors[k]) for k in tensors)
+    assert len(ptrs - {None}) == 1  # one buffer for all of them

@@ -90,3 +90,25 @@ def test_a_refused_merge_never_stays_as_main_and_a_refused_check_keeps_main(make
     kept = v.state.resident  # refused before the merge: main's weights untouched, kept for the next PR
     assert kept is not None and kept.commit == val.head().commit
     assert all(torch.equal(kept.weights[k], main[k]) for k in main)
+
+
+def test_a_stale_pr_with_scoring_off_merges_onto_resident_main_without_reading_it_again(make_net):
+    """Issue 35: scoring reads a stale PR's base version, so main's weights were dropped and read again
+    for it; with scoring off nothing reads the base, and main stays resident (PRs 2 and 3 of a pass are
+    stale: their base is the version before the first merge)."""
+    net = make_net(**{"scoring.enabled": "false"})
+    sub, val = net.clone("sub"), net.clone("val")
+    for i, sub_id in enumerate(IDS[:2]):
+        craft_pr(sub, tensors=_delta(sub, seed=i), who=f"p{i}", sub_id=sub_id)
+    reads = []
+    load = val.load_weights
+
+    def counted(version, *a, **kw):
+        reads.append(version.commit)
+        return load(version, *a, **kw)
+
+    val.load_weights = counted
+    verdicts = Validator(val, device="cpu", name="v").run()
+    assert [(v.state, v.staleness) for v in verdicts] == [("merged", 0), ("merged", 1)]
+    assert len(reads) == 1  # main read once, for the first PR; the second merges onto the resident copy
+    assert audit(val).ok

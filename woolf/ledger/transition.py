@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from woolf.core.merge_rules import Rule, Step, merge_step
+from woolf.core.scale import delta_scale
 from woolf.core.scores import clip_delta
 from woolf.protocol.config import LimitsConfig
 from woolf.storage.lazy import LazyTensors
@@ -67,14 +68,18 @@ def streamable(rule: Rule, current: dict, delta) -> bool:
 
 
 def merge_in_place(rule: Rule, current: dict, delta: LazyTensors, attenuation: float) -> Step:
-    """merge_step's Step, one tensor at a time: each delta tensor, read into fresh memory, receives
-    ``current + scale * delta`` (merge_step's own arithmetic, called per tensor: the same bits) and
-    replaces current's tensor, which is freed. ``current`` becomes the candidate; peak memory is the
-    weights and one tensor beside them (validator and audit alike)."""
-    scale = 0.0
+    """merge_step's Step, one tensor at a time: each delta tensor, read into one reused buffer, is
+    scaled there (merge_step's rounded ``scale * delta``) and added into current's tensor: ``current +
+    scale * delta`` with merge_step's two roundings (float addition commutes: the same bits, tests
+    compare). ``current``'s tensors become the candidate's, in their own memory (issue 35: no fresh
+    tensor per read, whose page faults cost as much as the read); peak memory is the weights and one
+    tensor beside them (validator and audit alike). Nothing else may hold current's tensors."""
+    scale = delta_scale(rule.alpha, attenuation)
+    factor = torch.tensor(scale, dtype=torch.float32)
+    buf = delta.scratch()
     for name in sorted(current):
-        one = merge_step(rule, {name: current[name]}, None, {name: delta[name]}, attenuation, reuse_delta=True)
-        current[name], scale = one.candidate[name], one.scale
+        d = delta.read_into(name, buf)
+        current[name].add_(torch.mul(d, factor, out=d))
     return Step(current, None, current, True, scale)
 
 

@@ -7,6 +7,9 @@ Usage:
     local = store.fetch_object(ptr)        # cache path of a verified object
     local, tensors = store.fetch_object(ptr, read=lambda path, on_block: load_trusted(path, on_block=on_block))
                                            # loaded too; bytes not yet verified are hashed as they load
+    path, loaded, pending = store.fetch_object(ptr, read=..., defer_md5=True)
+                                           # the md5 in a helper thread: pending.result() admits the object
+                                           # (None: nothing pending), or raises IntegrityError
 
 Writes go through DVC's own `add` and `push`; reads of one object by hash go
 through the remote's DVC filesystem, so any remote DVC supports (local
@@ -19,6 +22,7 @@ a hashing user-space copy measured slower (benchmarks/RESULTS.md §1).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -27,12 +31,16 @@ from pathlib import Path
 from woolf.errors import IntegrityError, StorageError, WoolfError
 from woolf.storage.bounded import copy_bounded
 from woolf.storage.dvcremote import REMOTE_NAME, DvcRemotes, init_dvc, quiet, upload_hint  # noqa: F401 - re-exported
-from woolf.storage.files import Digests, copy_atomic, hashes_of_file, md5_file
+from woolf.storage.files import Digests, HashJob, copy_atomic, hashes_of_file, md5_file
 from woolf.storage.localobjects import link_from, link_into
 from woolf.storage.pointer import Pointer
 
 log = logging.getLogger("woolf.storage")
 _TAMPERED = "in storage does not match its hash (corrupted or tampered)"
+
+
+def _unhashed(block) -> None:
+    """``read``'s on_block when the object is hashed by helper threads of their own (PendingObject)."""
 
 
 class _Failed:
@@ -49,6 +57,50 @@ class _Failed:
             raise exc
         finally:
             del exc
+
+
+class PendingObject:
+    """An object linked from storage and being hashed (md5 and sha256) in helper threads of their own
+    (``fetch_object(defer_md5=True)``): nothing of it is in the cache, nor recorded verified, until
+    ``result()`` finds the md5 the pointer's; then it is admitted and ``sha256`` is set. ``result()``
+    raises IntegrityError when it is not (every later call raises it again) and always removes the
+    unadmitted file."""
+
+    def __init__(self, store, tmp: Path, pointer: Pointer):
+        self.store, self.tmp, self.pointer = store, tmp, pointer
+        self.sha256: str | None = None  # known once result() returned
+        self._jobs: list = []
+        self._outcome: IntegrityError | bool | None = None
+        try:
+            self._jobs = [HashJob(tmp, "md5", start=False), HashJob(tmp, "sha256", start=False)]
+        except BaseException:
+            self._drop()
+            raise
+
+    def start(self) -> None:
+        """Begin hashing (``result`` starts it too): the file is pinned (opened) from the start."""
+        for job in self._jobs:
+            job.start()
+
+    def _drop(self) -> None:
+        for job in self._jobs:
+            job.close()
+        self.tmp.unlink(missing_ok=True)
+
+    def result(self) -> None:
+        if self._outcome is None:
+            try:
+                md5, sha = (job.result() for job in self._jobs)
+                self.store._admit(self.tmp, self.pointer, _TAMPERED, (md5, sha))
+                self.sha256, self._outcome = sha, True
+            except IntegrityError as exc:
+                self._outcome = exc
+            except OSError as exc:
+                self._outcome = IntegrityError(f"object {self.pointer.md5} could not be read back: {exc}")
+            finally:
+                self._drop()
+        if self._outcome is not True:
+            raise IntegrityError(self._outcome.message, hint=self._outcome.hint)
 
 
 class DvcStore(DvcRemotes):
@@ -117,7 +169,7 @@ class DvcStore(DvcRemotes):
 
     # -- reading ---------------------------------------------------------
     def fetch_object(self, pointer: Pointer, max_bytes: int | None = None, deadline: float | None = None,
-                     read=None):
+                     read=None, defer_md5: bool = False):
         """The cache path of ``pointer``'s object, downloaded if needed, md5-verified.
 
         Storage is as untrusted as a PR: only a regular file whose size is the
@@ -128,6 +180,17 @@ class DvcStore(DvcRemotes):
         every byte of the file, in order; None when nothing needs hashing): one pass over them.
         An object that fails its hash raises IntegrityError before anything loaded is returned;
         an error of ``read`` itself is raised after the object is hashed (and cached if whole).
+
+        ``defer_md5`` (with ``read``; issue 35): an object linked from storage on this filesystem is
+        loaded by ``read``; its md5 and sha256 then run in helper threads of their own, each from its
+        own read of the same inode (``on_block`` does nothing), from ``pending.start()`` on (the caller
+        chooses when: the validator once its merge is made) or ``pending.result()``; (path, loaded,
+        PendingObject) comes back,
+        ``path`` the not yet admitted file (read it through a descriptor opened now). The caller must
+        call ``pending.result()`` (IntegrityError: the object is not the pointer's; else
+        ``pending.sha256`` is set) and compare the sha256 before anything it decides from the bytes
+        takes effect. Every other case hashes in line: (path, loaded, None). An error of ``read``
+        is raised once the hashes are known (an IntegrityError first).
         """
         if max_bytes is not None and pointer.size > max_bytes:
             raise IntegrityError(f"object {pointer.md5} is {pointer.size} bytes, over {max_bytes}")
@@ -136,13 +199,15 @@ class DvcStore(DvcRemotes):
             if read is None:
                 return dest
             if self.verified.lookup(dest):
-                return dest, read(dest, None)
+                return (dest, read(dest, None)) + ((None,) if defer_md5 else ())
             digests = Digests()
             loaded = self._read_hashing(read, dest, digests)
             self.verified.record(dest, *digests.hexdigests())  # the caller compares them with the record
             if isinstance(loaded, _Failed):
                 loaded.throw()
-            return dest, loaded
+            return (dest, loaded) + ((None,) if defer_md5 else ())
+        if defer_md5 and read is not None:
+            return self._fetch_deferred(pointer, read, max_bytes, deadline)
         odb = self._remote_odb()
         src = odb.oid_to_path(pointer.md5)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -169,6 +234,35 @@ class DvcStore(DvcRemotes):
             loaded.throw()
         return dest if read is None else (dest, loaded)
 
+    def _fetch_deferred(self, pointer: Pointer, read, max_bytes, deadline):
+        """fetch_object(defer_md5=True) of an object not in the cache (see there)."""
+        dest = self.cache_path(pointer.md5)
+        odb = self._remote_odb()
+        src = odb.oid_to_path(pointer.md5)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=dest.parent, prefix=".fetch.")
+        os.close(fd)
+        tmp = Path(name)
+        try:
+            linked = link_from(odb, src, tmp, pointer)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        if not linked:  # another filesystem or remote: copied and hashed in line
+            tmp.unlink(missing_ok=True)
+            return (*self.fetch_object(pointer, max_bytes, deadline, read), None)
+        pending = PendingObject(self, tmp, pointer)  # md5 and sha256 from their own reads, after this one
+        try:
+            loaded = read(tmp, _unhashed)
+        except WoolfError as exc:  # not what the reader expects: hashed and admitted (or not) first
+            pending.result()
+            raise exc from None
+        except BaseException:
+            with contextlib.suppress(IntegrityError):
+                pending.result()  # the helper threads done, the file gone
+            raise
+        return tmp, loaded, pending
+
     @staticmethod
     def _read_hashing(read, path: Path, digests: Digests):
         """``read`` with every byte hashed; if it fails part way, the rest of the file is hashed alone."""
@@ -176,7 +270,7 @@ class DvcStore(DvcRemotes):
             return read(path, digests.update)
         except WoolfError as exc:
             digests.hexdigests()  # the helper thread is done with the partial pass
-            digests.__init__()
+            digests.__init__(md5=digests.md5 is not None)
             with open(path, "rb") as fh:
                 while block := fh.read(16 << 20):
                     digests.update(block)

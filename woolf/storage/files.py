@@ -3,6 +3,7 @@
 Usage:
     write_bytes_atomic(data, path); copy_atomic(src, out)
     md5, sha = hashes_of_file(path)       # one read; md5 and sha256 in helper threads beside it
+    job = HashJob(path, "md5"); ...; md5 = job.result()   # one hash of a file in its own helper thread
 """
 
 from __future__ import annotations
@@ -73,11 +74,14 @@ class Digests:
     """md5 and sha256 of a stream fed block by block, each in its own helper thread: hash bytes on their way.
 
     ``update(block)`` returns while ``block`` is still being hashed: the caller keeps it
-    unchanged until its next ``update`` or ``hexdigests`` (which wait for the previous block).
+    unchanged until its next ``update`` or ``hexdigests`` (which wait for the previous block);
+    ``update(b"")`` only waits (a reader that reuses its buffer calls it before overwriting).
+    ``md5=False``: sha256 alone, md5 then None.
     """
 
-    def __init__(self):
-        self.md5, self.sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    def __init__(self, md5: bool = True):
+        self.md5 = hashlib.md5(usedforsecurity=False) if md5 else None
+        self.sha = hashlib.sha256()
         self._pending: list = []
 
     def _wait(self) -> None:
@@ -87,16 +91,60 @@ class Digests:
 
     def update(self, block) -> None:
         self._wait()
+        hashes = [h for h in (self.md5, self.sha) if h is not None]
         if len(block) < 1 << 16:  # small blocks: threads would cost more than they save
-            self.md5.update(block)
-            self.sha.update(block)
+            for h in hashes:
+                h.update(block)
             return
-        self._pending = [hash_pool("md5").submit(self.md5.update, block),
-                         hash_pool("sha256").submit(self.sha.update, block)]
+        self._pending = [hash_pool(h.name).submit(h.update, block) for h in hashes]
 
-    def hexdigests(self) -> tuple[str, str]:
+    def hexdigests(self) -> tuple[str | None, str]:
         self._wait()
-        return self.md5.hexdigest(), self.sha.hexdigest()
+        return (self.md5.hexdigest() if self.md5 is not None else None), self.sha.hexdigest()
+
+
+class HashJob:
+    """md5 or sha256 of a file in a helper thread of its own, from its own read of the inode opened now
+    (issue 35: a delta's storage hashes run beside its checks, merge and evaluation). ``start=False``:
+    the file is opened now and hashed from ``start()`` on.
+
+    ``result()`` waits and returns the hex digest (an OSError of the read is raised there); ``close()``
+    waits and drops the file. The file must not change meanwhile (a cache object: read-only)."""
+
+    def __init__(self, path: Path, name: str = "md5", chunk: int = 8 << 20, start: bool = True):
+        self._fd = os.open(path, os.O_RDONLY)
+        self._name, self._chunk, self._future = name, chunk, None
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Begin hashing (once; ``result`` starts it too)."""
+        if self._future is None and self._fd is not None:
+            self._future = hash_pool(f"{self._name}-job").submit(self._run, self._name, self._chunk)
+
+    def _run(self, name: str, chunk: int) -> str:
+        h, buf = hashlib.new(name, usedforsecurity=False), bytearray(chunk)
+        view = memoryview(buf)
+        with open(self._fd, "rb", buffering=0, closefd=False) as fh:
+            while n := fh.readinto(buf):
+                h.update(view[:n])
+        return h.hexdigest()
+
+    def result(self) -> str:
+        self.start()
+        try:
+            return self._future.result()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                if self._future is not None:
+                    self._future.exception()  # waits: the thread is done with the descriptor
+            finally:
+                os.close(self._fd)
+                self._fd = None
 
 
 def link_readonly(src: Path, dest: Path) -> bool:

@@ -3,6 +3,7 @@
 Usage (the validator's delta, woolf/validator/delta_load.py; a merged one, woolf/ledger/transition.py):
     delta = LazyTensors.open(path, limits, expect=model_spec, label="delta")  # header checked now
     delta["layer0.weight"]      # read from the file into fresh memory on each access (nothing kept)
+    buf = delta.scratch(); t = delta.read_into("layer0.weight", buf)   # into one reused buffer instead
     norm(delta); content_sha256(delta)   # any code that iterates a dict of tensors works unchanged
     delta.clip(scale)           # later reads come back times ``scale`` (scores.clip_delta's arithmetic)
     delta.dtype_of(name)        # from the header, no read
@@ -37,6 +38,7 @@ import torch
 from woolf.core.scale import f32
 from woolf.errors import InvalidWeightsError
 from woolf.protocol.config import LimitsConfig
+from woolf.storage.files import hash_pool
 from woolf.storage.header import header
 from woolf.storage.weights import compare_spec, torch_alloc, torch_dtypes
 
@@ -49,6 +51,8 @@ class LazyTensors(Mapping):
         self._fh = fh
         self.scale: float | None = None
         self.content: str | None = None  # core.scores.content_sha256 of its tensors, when read_hashed made it
+        self.pending = None  # storage/dvcstore.py PendingObject: its hashes still being computed (validator/delta_load.py)
+        self.declared_sha256: str | None = None  # what the pending sha256 must be
 
     @classmethod
     def open(cls, path: Path, limits: LimitsConfig, expect: dict | None = None,
@@ -104,13 +108,31 @@ class LazyTensors(Mapping):
     def __getitem__(self, name: str):
         if name not in self.spec:
             raise KeyError(name)
-        t = self.raw(name)
+        return self._clipped(self.raw(name))
+
+    def _clipped(self, t):
         if self.scale is None or not t.is_floating_point():
             return t
         s = torch.tensor(f32(self.scale), dtype=torch.float32)
         if t.dtype == torch.float32:  # clip_delta's one rounded multiply, into the tensor's own memory
             return torch.mul(t, s, out=t)
         return torch.mul(t.to(torch.float32), s).to(t.dtype).contiguous()
+
+    def scratch(self):
+        """A buffer of the largest tensor's bytes for ``read_into``: one tensor's memory, reused (issue 35:
+        a fresh 128 MiB tensor per read costs its page faults, ~1.3 s per GB on this VM, as much as the read)."""
+        return torch.empty(max((e - b for b, e in self._offsets.values()), default=0), dtype=torch.uint8)
+
+    def read_into(self, name: str, buf):
+        """``self[name]``, the same values, read into ``buf`` (``scratch()``): valid until the next read into
+        it. A clipped tensor of another float dtype than float32 comes back in fresh memory, as from ``[]``."""
+        dtype, shape = self.spec[name]
+        begin, end = self._offsets[name]
+        t = buf[:end - begin]
+        self._fh.seek(self._start + begin)
+        if end > begin and self._fh.readinto(memoryview(t.numpy())) != end - begin:
+            raise InvalidWeightsError(f"{self.label}: the file changed while it was read")
+        return self._clipped(t.view(torch_dtypes()[dtype]).view(shape))
 
 
 CHUNK = 8 << 20
@@ -149,24 +171,84 @@ def _feed(h, plan: list, i: int, block: bytes, pos: int) -> int:
     return i
 
 
-def read_hashed(path: Path, limits: LimitsConfig, on_block, label: str = "delta") -> str | None:
+class _Content:
+    """core.scores.content_sha256 fed block by block in a helper thread (``_feed`` there): like
+    storage/files.py Digests, a block must stay unchanged until the next ``update`` or ``wait``."""
+
+    def __init__(self, plan: list):
+        self.h, self.plan, self.i, self._future = hashlib.sha256(), plan, 0, None
+
+    def wait(self) -> None:
+        if self._future is not None:
+            self.i, self._future = self._future.result(), None
+
+    def update(self, block, pos: int) -> None:
+        self.wait()
+        self._future = hash_pool("content").submit(_feed, self.h, self.plan, self.i, block, pos)
+
+    def hexdigest(self) -> str:
+        self.wait()
+        for _, _, prefix in self.plan[self.i:]:  # zero-size tensors at the very end
+            self.h.update(prefix)
+        return self.h.hexdigest()
+
+
+def _segments(spec: dict, offsets: dict, start: int, size: int):
+    """(name or None, first byte, end) covering the file in order: the header, each tensor (file order),
+    any bytes between or after them."""
+    pos = 0
+    for name in sorted(spec, key=lambda n: offsets[n]):
+        begin, end = start + offsets[name][0], start + offsets[name][1]
+        if begin > pos:
+            yield None, pos, begin
+        yield name, begin, end
+        pos = max(pos, end)
+    if size > pos:
+        yield None, pos, size
+
+
+def read_hashed(path: Path, limits: LimitsConfig, on_block, label: str = "delta", on_tensor=None) -> str | None:
     """Every byte of ``path`` to ``on_block`` in one read, and core.scores.content_sha256 of its tensors
-    from the same bytes (None: they are not in name order, or ``on_block`` is None: nothing to hash).
+    from the same bytes (None: they are not in name order, or ``on_block`` is None: nothing to hash; the
+    content hash runs in a helper thread). ``on_tensor(name, tensor)``: each tensor, as read, in one
+    reused buffer (valid during the call; the validator's norm and sketch: issue 35), in file order.
     Raises InvalidWeightsError (before any byte goes to ``on_block``) for a header that is not safetensors."""
     if on_block is None:
         return None
     spec, offsets, start, _ = header(path, limits, label)
     plan = _content_plan(spec, offsets, start)
-    h = hashlib.sha256() if plan is not None else None
-    i = pos = 0
-    with open(path, "rb") as fh:
-        while block := fh.read(CHUNK):
-            on_block(block)
-            if h is not None:
-                i = _feed(h, plan, i, block, pos)
-            pos += len(block)
-    if h is None:
-        return None
-    for _, _, prefix in plan[i:]:  # zero-size tensors at the very end
-        h.update(prefix)
-    return h.hexdigest()
+    content = _Content(plan) if plan is not None else None
+    # two buffers, used in turn: on_block may still hash a block until it is given the next one
+    # (storage/files.py Digests), and no fresh memory per block (its page faults cost as much as the read)
+    bufs = [bytearray(CHUNK), bytearray(CHUNK)]
+    scratch = None
+    if on_tensor is not None:  # one tensor's memory, reused: the largest
+        scratch = torch.empty(max((e - b for b, e in offsets.values()), default=0), dtype=torch.uint8)
+    with open(path, "rb", buffering=0) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        for name, begin, end in _segments(spec, offsets, start, size):
+            into = None
+            if name is not None and scratch is not None:
+                on_block(b"")  # the blocks of the previous tensor are hashed: its buffer is free again
+                if content is not None:
+                    content.wait()
+                into = memoryview(scratch[:end - begin].numpy())
+            pos = begin
+            while pos < end:
+                n = min(CHUNK, end - pos)
+                view = into[pos - begin:pos - begin + n] if into is not None else memoryview(bufs[0])[:n]
+                got = fh.readinto(view)
+                if got != n:
+                    raise InvalidWeightsError(f"{label}: the file changed while it was read")
+                on_block(view)
+                if content is not None:
+                    content.update(view, pos)
+                pos += n
+                bufs.reverse()
+            if into is not None:
+                dtype, shape = spec[name]
+                on_tensor(name, scratch[:end - begin].view(torch_dtypes()[dtype]).view(shape))
+        if fh.read(1):
+            raise InvalidWeightsError(f"{label}: the file changed while it was read")
+    on_block(b"")
+    return content.hexdigest() if content is not None else None

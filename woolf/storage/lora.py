@@ -195,6 +195,13 @@ class LoraTensors(LazyTensors):
         t = torch.zeros(shape, dtype=torch_dtypes()[dtype])
         return t.neg_() if t.is_floating_point() else t
 
+    def scratch(self):
+        return torch.empty(0, dtype=torch.uint8)
+
+    def read_into(self, name: str, buf) -> torch.Tensor:
+        """``self[name]`` in fresh memory (an expansion is made, not read: ``buf`` is not used)."""
+        return self[name]
+
     def factor_pairs(self):
         """(target, A, B, scale) in name order, as the file holds them."""
         for target in sorted(self.targets):

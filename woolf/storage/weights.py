@@ -202,13 +202,14 @@ def to_torch(tensors: dict) -> dict:
 
 
 def save_atomic(tensors: dict, path: Path, metadata: dict | None = None,
-                durable: bool = True, hashed: bool = False) -> tuple[str, str] | None:
+                durable: bool = True, hashed: bool = False, stop=None) -> tuple[str, str] | None:
     """Write by temp file (+ fsync) + rename, so a reader never sees half a file.
 
     ``durable=False`` skips the fsync for files that are hashed and uploaded right
     away (a torn file after a power cut fails its hash and is fetched again).
     ``hashed=True`` hashes the bytes while writing them (woolf/storage/writer.py,
-    the same bytes as safetensors' own writer) and returns (md5, sha256): no re-read.
+    the same bytes as safetensors' own writer) and returns (md5, sha256): no re-read; ``stop``
+    (a threading.Event, with ``hashed``): once set, writer.Stopped is raised and nothing is left.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -217,7 +218,7 @@ def save_atomic(tensors: dict, path: Path, metadata: dict | None = None,
     digests = None
     try:
         if hashed:
-            digests = write_hashed(tensors, Path(tmp), metadata=metadata)
+            digests = write_hashed(tensors, Path(tmp), metadata=metadata, stop=stop)
         elif tensors and all(isinstance(v, np.ndarray) for v in tensors.values()):
             from safetensors.numpy import save_file  # deferred: safetensors
 

@@ -2,6 +2,7 @@
 
 Usage:
     md5, sha = write_hashed(tensors, path, metadata=None)   # path is written whole (caller renames)
+    write_hashed(tensors, path, stop=event)                  # Stopped between slices once event is set
     md5, sha = write_stream({name: (dtype, shape)}, produce, path)   # produce(name) -> array, one at a time
     sha = sha256_of(tensors)                                # the same file's sha256, nothing written
     h = sha256_hasher(tensors); h.update(more)              # the same, then more bytes
@@ -27,6 +28,10 @@ import numpy as np
 from woolf.storage.files import Digests
 
 CHUNK = 16 << 20
+
+
+class Stopped(Exception):
+    """The write was asked to stop (``stop`` set) before it was done: the file is not whole."""
 
 
 def _probe(tensors: dict, metadata: dict | None) -> bytes:
@@ -85,8 +90,9 @@ def sha256_hasher(tensors: dict, metadata: dict | None = None):
     return sha
 
 
-def write_hashed(tensors: dict, path: Path, metadata: dict | None = None) -> tuple[str, str]:
-    return _write(tensors, tensors.__getitem__, path, metadata)
+def write_hashed(tensors: dict, path: Path, metadata: dict | None = None, stop=None) -> tuple[str, str]:
+    """``stop``: a threading.Event; once set, the write raises Stopped at its next slice."""
+    return _write(tensors, tensors.__getitem__, path, metadata, stop)
 
 
 def stand_ins(spec: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> dict[str, np.ndarray]:
@@ -110,12 +116,15 @@ def write_stream(spec: dict[str, tuple[np.dtype, tuple[int, ...]]], produce, pat
     return _write(stand_ins(spec), checked, path, metadata)
 
 
-def _write(layout_of: dict, get, path: Path, metadata: dict | None) -> tuple[str, str]:
+def _write(layout_of: dict, get, path: Path, metadata: dict | None, stop=None) -> tuple[str, str]:
     head, order = _layout(layout_of, metadata)
     digests = Digests()  # md5 and sha256 in helper threads while the next slice is written
     with open(path, "wb", buffering=0) as fh:
         for block in itertools.chain([memoryview(head)], (_bytes_of(get(n)) for n in order)):  # lazily
             for i in range(0, len(block), CHUNK):
+                if stop is not None and stop.is_set():
+                    digests.hexdigests()  # the helper threads are done with the last slice
+                    raise Stopped(str(path))
                 piece = block[i:i + CHUNK]
                 digests.update(piece)
                 view = piece

@@ -26,6 +26,7 @@ from woolf.core.scores import content_sha256
 from woolf.core.sketch import estimate_many, matrix, sketch, sketch_tensor
 from woolf.errors import WoolfError
 from woolf.storage.pointer import Pointer
+from woolf.storage.weights import spec_of
 from woolf.validator.intake import declared_bound
 
 SLACK = 0.35  # estimated |cosine| or per-tensor cosine this far under the threshold still gets an exact look
@@ -44,6 +45,7 @@ class CopyIndex:
         self.seed = seed or secrets.token_bytes(32)
         self.entries: dict[str, Entry | None] = {}  # delta sha256 -> its entry (None: unreadable)
         self.ahead: dict[str, dict] = {}  # delta sha256 -> its sketch, made by norm_and_sketch (at most one)
+        self.norms: dict[str, dict] = {}  # delta sha256 -> its tensors' norms, made by as_read (at most one)
 
     def _entry(self, delta, content: str | None = None, sk: dict | None = None) -> Entry:
         sk = sketch(delta, self.seed) if sk is None else sk
@@ -56,14 +58,37 @@ class CopyIndex:
             entry = self.entries[key] = self._entry(delta, content, self.ahead.pop(key, None))
         return entry
 
+    def as_read(self, key: str, expect: dict):
+        """``on_tensor`` for storage/lazy.py read_hashed: each floating tensor's norm and sketch from the
+        read that hashes the delta (issue 35: one read of its bytes for all of them), for tensors whose
+        name, dtype and shape are the model's (``expect``: a delta that is not is refused once opened);
+        ``norm_and_sketch`` takes them when every floating tensor was seen."""
+        self.ahead.clear()  # one PR's at a time: a PR refused before its copy check leaves nothing behind
+        self.norms.clear()
+        sk, norms = {}, {}
+        self.ahead[key], self.norms[key] = sk, norms
+
+        def on_tensor(name: str, t: torch.Tensor) -> None:
+            if t.is_floating_point() and name in expect and spec_of({name: t})[name] == tuple(expect[name]):
+                norms[name] = float(torch.linalg.vector_norm(t, dtype=torch.float32))
+                sk[name] = sketch_tensor(t, self.seed, name)
+
+        return on_tensor
+
     def norm_and_sketch(self, key: str, delta) -> float:
         """core.scores.norm of ``delta`` (the same sum in the same order) and its sketch, from one read of
         each tensor (a delta read from its file reads it again at each use): ``add(key, ...)`` takes the
-        sketch (issue 35). The sketch is of the delta as read, before any clip, as every other entry is."""
+        sketch (issue 35). The sketch is of the delta as read, before any clip, as every other entry is.
+        Made already from the load's read (``as_read``): taken from there, nothing read again."""
+        floating = [n for n in sorted(delta.keys()) if delta.dtype_of(n).is_floating_point]
+        norms = self.norms.pop(key, None)
+        if norms is not None and key in self.ahead and sorted(norms) == floating:
+            return math.sqrt(sum(norms[n] ** 2 for n in floating))
         self.ahead.clear()  # one PR's at a time: a PR refused before its copy check leaves nothing behind
         total, sk = 0.0, {}
+        buf = delta.scratch()  # one tensor's memory, reused
         for name in sorted(delta.keys()):
-            t = delta[name]
+            t = delta.read_into(name, buf)
             if t.is_floating_point():
                 total += float(torch.linalg.vector_norm(t, dtype=torch.float32)) ** 2
                 sk[name] = sketch_tensor(t, self.seed, name)
@@ -76,6 +101,13 @@ class CopyIndex:
             delta = load()
             self.entries[key] = None if delta is None else self._entry(delta)
         return self.entries[key]
+
+    def forget(self, key: str) -> None:
+        """Drop what was made of the delta ``key`` (its bytes were found not to be that sha256's: issue 35,
+        validator/step.py; an honest entry of that key is made again from its own bytes when needed)."""
+        self.entries.pop(key, None)
+        self.ahead.pop(key, None)
+        self.norms.pop(key, None)
 
     def prune(self, keep: set[str]) -> None:
         """Forget the deltas of PRs no longer open (``keep``: the sha256s still wanted)."""

@@ -2,6 +2,16 @@
 
 Usage:
     delta = load_delta(ctx, adm, model_spec)   # LazyTensors (dense) or a dict (topk, expanded); raises Rejected
+    settle(delta)                              # its md5, when still being computed; raises Rejected if wrong
+
+A dense delta linked from storage on this filesystem is read once for its tensors' content sha256 (the
+replay check's), norms and sketches; its md5 (its storage address: storage is untrusted) and its file's
+sha256 (the one submission.json declares) run in helper threads of their own (issue 35, storage/dvcstore.py
+``defer_md5``: ``delta.pending``), started once the merge is made (validator/step.py), beside the
+candidate's evaluation. Its checks and its merge run on the bytes meanwhile; the verdict waits for
+``settle`` (validator/step.py): an md5 that is not the pointer's or a sha256 that is not the declared
+one rejects the PR with the reason the in-line checks give, whatever else was found, and what the
+checks made of those bytes is dropped (the copy index's entry: validator/step.py).
 
 ``ctx`` is the validator's ValidatorContext (woolf/validator/context.py); only its ledger is read.
 
@@ -25,6 +35,7 @@ from woolf.storage.lora import LoraTensors
 from woolf.storage.sparse import load_delta as load_delta_file
 from woolf.validator.admission import Admitted
 from woolf.validator.context import ValidatorContext
+from woolf.validator.copyindex import copy_index
 from woolf.validator.intake import check_declared, download_budget
 
 log = logging.getLogger(__name__)
@@ -52,26 +63,31 @@ def load_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> dict[str, t
         raise Rejected(exc.message) from None
 
 
-def _fetch_delta(ctx: ValidatorContext, adm: Admitted, read=None):
+def _fetch_delta(ctx: ValidatorContext, adm: Admitted, read=None, defer: bool = False):
     """(path, what ``read`` loaded or None, ``read``'s problem with the bytes or None); raises Rejected
-    when the object cannot be had whole. A URL's delta is only fetched (``read`` runs later)."""
+    when the object cannot be had whole. A URL's delta is only fetched (``read`` runs later).
+    ``defer``: (path, loaded, problem, PendingObject or None): the hashes may still be running."""
     ledger = ctx.ledger
     cfg, declared = ledger.config, adm.meta["delta"]
     cached = ledger.store.cache_path(adm.pointer.md5).is_file()
     try:  # issue 37: a keyless PR's download draws on the pass's budget (validator/intake.py; Deferred)
         with download_budget(ctx.state, adm, cfg.forge.delta_timeout, cached) as deadline:
             if "url" in declared:
-                return ledger.store.fetch_url(adm.pointer, declared["url"], replace(cfg.forge, delta_timeout=deadline),
-                                              cfg.limits.max_delta_bytes), None, None
+                return (ledger.store.fetch_url(adm.pointer, declared["url"], replace(cfg.forge, delta_timeout=deadline),
+                                               cfg.limits.max_delta_bytes), None, None) + ((None,) if defer else ())
+            if defer and read is not None:
+                path, loaded, pending = ledger.store.fetch_object(
+                    adm.pointer, max_bytes=cfg.limits.max_delta_bytes, deadline=deadline, read=read, defer_md5=True)
+                return path, loaded, None, pending
             got = ledger.store.fetch_object(adm.pointer, max_bytes=cfg.limits.max_delta_bytes,
                                             deadline=deadline, read=read)
-            return (got, None, None) if read is None else (*got, None)
+            return ((got, None, None) if read is None else (*got, None)) + ((None,) if defer else ())
     except IntegrityError as exc:
         raise Rejected(f"delta object: {exc.message}") from None
     except StorageError as exc:
         raise Rejected(f"delta object unavailable: {exc.message}") from None
     except InvalidWeightsError as exc:  # the object is whole (hashed); its bytes are not a delta
-        return ledger.store.cache_path(adm.pointer.md5), None, exc.message
+        return (ledger.store.cache_path(adm.pointer.md5), None, exc.message) + ((None,) if defer else ())
 
 
 def _match_sha256(ctx: ValidatorContext, adm: Admitted, path, problem: str | None) -> None:
@@ -83,21 +99,53 @@ def _match_sha256(ctx: ValidatorContext, adm: Admitted, path, problem: str | Non
         raise Rejected(problem)
 
 
+def settle(delta) -> None:
+    """Wait for ``delta``'s storage hashes if they are still being computed (``delta.pending``); Rejected
+    when its md5 is not its pointer's (the object is then not cached) or its sha256 not the declared one,
+    with the reasons and in the order the in-line checks give. Nothing pending: returns at once."""
+    pending = getattr(delta, "pending", None)
+    if pending is None:
+        return
+    _refuse(pending, None, delta.declared_sha256)
+    delta.pending = None
+
+
+def _refuse(pending, problem: str | None, sha256: str) -> None:
+    """The in-line checks' verdict on an object hashed beside its reader (``pending``): an md5 that is not
+    the pointer's first, then a sha256 that is not ``sha256``, then ``problem`` (the reader's)."""
+    try:
+        pending.result()
+    except IntegrityError as exc:
+        raise Rejected(f"delta object: {exc.message}") from None
+    if pending.sha256 != sha256:
+        raise Rejected("delta bytes do not match the sha256 in submission.json")
+    if problem is not None:
+        raise Rejected(problem)
+
+
 def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensors:
     """A dense delta, hashed, then read tensor by tensor whenever it is used (storage/lazy.py): the
     checks, the screen, scoring and the merge each hold one of its tensors at a time, never it all.
     Its file is opened before it is hashed: what is read later is the inode that was hashed."""
     lora, limits = adm.meta["delta"].get("kind") == "lora", ctx.ledger.config.limits
-    # issue 35: a dense delta's content sha256 (the replay check's) from the read that hashes the file
-    path, content, problem = _fetch_delta(ctx, adm, None if lora else (
-        lambda p, on_block: read_hashed(p, limits, on_block)))
+    # issue 35: a dense delta's content sha256 (the replay check's) from the read that hashes the file,
+    # its md5 meanwhile in a helper thread (``pending``)
+    # and its tensors' norms and sketches for the copy index (validator/copyindex.py as_read) from that read
+    on_tensor = None if lora else copy_index(ctx.state).as_read(adm.meta["delta"]["sha256"], expect_spec)
+    path, content, problem, pending = _fetch_delta(ctx, adm, None if lora else (
+        lambda p, on_block: read_hashed(p, limits, on_block, on_tensor=on_tensor)), defer=True)
     delta = None
     try:
         opener = LoraTensors if lora else LazyTensors  # issue 33
         delta = opener.open(path, limits, expect=expect_spec, label="delta")
     except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
         problem = problem or exc.message
-    _match_sha256(ctx, adm, path, problem)
+    if pending is not None:
+        if problem is not None:
+            _refuse(pending, problem, adm.meta["delta"]["sha256"])  # the hashes' verdict first, as in line
+        delta.pending, delta.declared_sha256 = pending, adm.meta["delta"]["sha256"]
+    else:
+        _match_sha256(ctx, adm, path, problem)
     if not lora:
         delta.content = content
     if isinstance(delta, LoraTensors) and os.environ.get("WOOLF_LORA_EXPAND", "once") != "each":

@@ -18,6 +18,7 @@ from woolf.storage.outer_state import save_state
 from woolf.storage.pointer import Pointer
 from woolf.storage.weights import save_atomic
 from woolf.timing import Timer
+from woolf.validator.ahead import candidate_path, take_ahead
 from woolf.validator.context import ValidatorContext
 from woolf.validator.resident import keep_main
 from woolf.validator.step import verdict_trailers
@@ -49,8 +50,12 @@ def merge(ctx: ValidatorContext, pr, main, verdict: Verdict, step: Step, timer: 
     work = ctx.ledger.root / layout.WORK / "validator"
     files: dict[str, bytes | None] = {}
     with timer("upload"):
-        tmp = work / f"candidate-{pr.id}.safetensors"
-        md5, sha = save_atomic(step.candidate, tmp, durable=False, hashed=True)
+        ahead = take_ahead(ctx, pr.id, step.candidate)  # issue 35: written and hashed while it was evaluated
+        if ahead is not None:
+            tmp, md5, sha = ahead
+        else:
+            tmp = candidate_path(ctx, pr.id)
+            md5, sha = save_atomic(step.candidate, tmp, durable=False, hashed=True)
         files[layout.POINTER] = ctx.ledger.store.put(tmp, "model.safetensors", md5=md5, sha256=sha).render()
         state_sha = None
         if step.state is not None:

@@ -198,7 +198,7 @@ class Validator:
                     self._fetched = False  # a retry (a lost race) fetches again
                     if pr.state != "open":
                         return None
-                verdict, step = evaluate(self.ctx, pr, main, timer)
+                verdict, step = evaluate(self.ctx, pr, main, timer, write_ahead=True)  # merge() publishes it
                 if not verdict.accepted:  # issue 37: nothing a rejected PR brought stays (validator/intake.py)
                     evict_rejected(self.ledger, pr, merged_deltas(self.ctx, main))
                 if not verdict.accepted and self.state.batching:  # pushed with others by run(): one hook run

@@ -154,6 +154,9 @@ class ValidatorState:
     # issue 35: main's weights as this validator merged them last (publish.merge sets it after the push;
     # step.candidate takes it when main's head is still that commit, else drops it and reads main)
     resident: Resident | None = None
+    # issue 35: the candidate being written and hashed in a helper thread while it is evaluated
+    # (validator/ahead.py): publish.merge takes it; a verdict that publishes nothing cancels it
+    ahead: object | None = None
     # quorum: PR id -> this validator's judgment, until the PR is settled or no longer open; at most
     # quorum.KEEP_STEPS of the other PRs keep their candidate in memory (remember)
     judged: dict[str, Judged] = field(default_factory=dict)

@@ -28,9 +28,10 @@ from woolf.storage.lazy import LazyTensors
 from woolf.storage.weights import check_finite, spec_of
 from woolf.timing import Timer
 from woolf.validator.admission import Admitted, admit
+from woolf.validator.ahead import cancel_ahead, start_ahead
 from woolf.validator.context import ValidatorContext
 from woolf.validator.copyindex import copy_index
-from woolf.validator.delta_load import load_delta
+from woolf.validator.delta_load import load_delta, settle
 from woolf.validator.resident import give_back, take_main
 from woolf.validator.retrain import recipe_reason, retrain_check
 from woolf.validator.score import judge, judge_scores, score_delta, verdict_fields
@@ -64,8 +65,14 @@ def merged_deltas(ctx: ValidatorContext, main) -> set[str]:
 
 
 def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Timer, before_merge=None,
-              in_place: bool = False):
+              in_place: bool = False, unsettled: list | None = None):
     """(current weights, merge Step) after the data checks; raises Rejected.
+
+    The delta's storage hashes (md5, sha256) start once its merge is made, to run beside the
+    candidate's evaluation (validator/delta_load.py): its checks and merge ran on bytes not yet known
+    to be the declared ones, and nothing of them takes effect before the hashes are settled: here,
+    before this returns, or, given ``unsettled``, by the caller before its verdict (``evaluate``),
+    the delta appended there. A rejection meanwhile waits for them: wrong hashes are the reason.
 
     ``before_merge(current, delta, spent)``: runs after the checks and before the merge (scoring reads
     the delta there, and may spend current's memory: it says so in ``spent``; for a stale PR current
@@ -79,9 +86,9 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
     A parent version whose outer state is missing or does not fit raises
     IntegrityError/StorageError: nothing is merged on top of it (not the PR's fault).
     """
-    cfg = ctx.ledger.config
     with timer("load"):
         current, model_norm = take_main(ctx, main)
+    delta = None
     try:  # a rejection by the checks leaves main's weights untouched: they stay resident
         with timer("load"):
             current_spec = spec_of(current)
@@ -94,11 +101,44 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
                                         norms)  # no-op, norm guard, replay, copies
     except Rejected:
         give_back(ctx, main, current, model_norm)
+        with timer("verify"):
+            _settle(ctx, delta)  # wrong storage hashes are the reason, whatever the checks found
         raise
+    try:
+        current, step = _merged(ctx, adm, main, att, timer, current, delta, state, before_merge, in_place)
+        if getattr(delta, "pending", None) is not None:  # its storage hashes from now on, beside the evaluation
+            delta.pending.start()
+    except BaseException:
+        with timer("verify"):
+            _settle(ctx, delta)  # raises the hashes' Rejected instead, when they are wrong
+        raise
+    if unsettled is None:
+        with timer("verify"):
+            _settle(ctx, delta)
+    else:
+        unsettled.append(delta)
+    return current, step
+
+
+def _settle(ctx: ValidatorContext, delta) -> None:
+    """delta_load.settle; when the bytes were not the declared ones, what the copy index made of them goes."""
+    try:
+        settle(delta)
+    except Rejected:
+        key = getattr(delta, "declared_sha256", None)
+        if key:
+            copy_index(ctx.state).forget(key)
+        raise
+
+
+def _merged(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Timer, current, delta, state,
+            before_merge, in_place: bool):
+    """candidate's scoring hook and merge, once the checks passed."""
+    cfg = ctx.ledger.config
     spent: list = []  # scoring wrote into current's memory: main's weights are read again
     if before_merge is not None:
-        if adm.base.commit != main.commit:  # scoring reads the stale PR's base version: main's weights
-            current.clear()                 # are dropped meanwhile and read again (never two models)
+        if adm.base.commit != main.commit and cfg.scoring.enabled:  # scoring reads the stale PR's base
+            current.clear()  # version: main's weights are dropped meanwhile and read again (never two models)
             spent.append("current")
         if before_merge(current, adm.screened.delta, spent):
             return current, None
@@ -138,18 +178,38 @@ def gate_reference(ctx: ValidatorContext, before: dict) -> dict:
     return {**before, policy.metric: best}
 
 
-def evaluate(ctx: ValidatorContext, pr, main, timer: Timer) -> tuple[Verdict, Step | None]:
-    """The verdict on ``pr`` against ``main``, and the merge Step when it is accepted."""
+def evaluate(ctx: ValidatorContext, pr, main, timer: Timer, write_ahead: bool = False) -> tuple[Verdict, Step | None]:
+    """The verdict on ``pr`` against ``main``, and the merge Step when it is accepted.
+
+    The delta's storage hashes (validator/delta_load.py) run beside the candidate's evaluation, and
+    are settled here before any verdict: wrong ones turn it into the rejection they always gave.
+    ``write_ahead``: the caller publishes an accepted step with publish.merge, so the candidate is
+    written and hashed in a helper thread from its merge on (validator/ahead.py)."""
     verdict = Verdict(pr.id, False, "rejected", "", pr.contributor, pr.base_version)
+    unsettled: list = []
+    step, problem = None, None
     try:
         check_submitter(ctx.ledger, pr, main)  # id, submission.json and signature name one contributor
-        return _evaluate(ctx, pr, main, verdict, timer)
+        verdict, step = _evaluate(ctx, pr, main, verdict, timer, unsettled, write_ahead)
     except Rejected as exc:
         verdict.reason = exc.message
-        return verdict, None
+    finally:
+        try:
+            with timer("verify"):  # waiting for the delta's storage hashes (validator/delta_load.py)
+                for delta in unsettled:
+                    _settle(ctx, delta)
+        except Rejected as exc:
+            problem = exc.message
+        if step is None or problem is not None:
+            cancel_ahead(ctx)  # nothing is published: a candidate written ahead is dropped
+    if problem is not None:  # the verdict the hash checks gave before they ran beside the rest
+        return Verdict(pr.id, False, "rejected", problem, verdict.contributor, verdict.base_version,
+                       staleness=verdict.staleness, attenuation=verdict.attenuation), None
+    return verdict, step
 
 
-def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer) -> tuple[Verdict, Step | None]:
+def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer, unsettled: list,
+              write_ahead: bool) -> tuple[Verdict, Step | None]:
     cfg = ctx.ledger.config
     with timer("checks"):
         adm: Admitted = admit(ctx.ledger, pr, main, merged_deltas(ctx, main))
@@ -175,9 +235,12 @@ def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer) -
 
     # in_place: main's metrics are measured before the merge, which may then write the candidate
     # into current's memory (one model in memory, not two)
-    current, step = candidate(ctx, adm, main, verdict.attenuation, timer, before_merge=score, in_place=True)
+    current, step = candidate(ctx, adm, main, verdict.attenuation, timer, before_merge=score, in_place=True,
+                              unsettled=unsettled)
     if step is None:  # vetoed by the scores (verdict.reason says why)
         return verdict, None
+    if write_ahead:  # issue 35: written and hashed while it is evaluated; published only if accepted
+        start_ahead(ctx, pr.id, step.candidate)
     bench = gate_benchmark(ctx.ledger)  # the hidden benchmark when the config pins one (ledger/benchmark.py)
     before = evaluate_before(ctx, main, current, timer)  # measured already when the merge was in place
     with timer("evaluation"):
