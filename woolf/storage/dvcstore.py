@@ -31,76 +31,12 @@ from pathlib import Path
 from woolf.errors import IntegrityError, StorageError, WoolfError
 from woolf.storage.bounded import copy_bounded
 from woolf.storage.dvcremote import REMOTE_NAME, DvcRemotes, init_dvc, quiet, upload_hint  # noqa: F401 - re-exported
-from woolf.storage.files import Digests, HashJob, copy_atomic, hashes_of_file, md5_file
+from woolf.storage.files import Digests, copy_atomic, hashes_of_file, md5_file
 from woolf.storage.localobjects import link_from, link_into
+from woolf.storage.pending import TAMPERED, Failed, PendingObject, unhashed
 from woolf.storage.pointer import Pointer
 
 log = logging.getLogger("woolf.storage")
-_TAMPERED = "in storage does not match its hash (corrupted or tampered)"
-
-
-def _unhashed(block) -> None:
-    """``read``'s on_block when the object is hashed by helper threads of their own (PendingObject)."""
-
-
-class _Failed:
-    """What a reader raised, kept until the object it read is hashed (and admitted, if whole)."""
-
-    def __init__(self, exc: Exception):
-        self.exc = exc
-
-    def throw(self):
-        """Raise it, keeping no reference: a traceback held by a caller's local forms a cycle that keeps
-        every calling frame's tensors (the validator's current weights) alive until the cyclic GC runs."""
-        exc, self.exc = self.exc, None
-        try:
-            raise exc
-        finally:
-            del exc
-
-
-class PendingObject:
-    """An object linked from storage and being hashed (md5 and sha256) in helper threads of their own
-    (``fetch_object(defer_md5=True)``): nothing of it is in the cache, nor recorded verified, until
-    ``result()`` finds the md5 the pointer's; then it is admitted and ``sha256`` is set. ``result()``
-    raises IntegrityError when it is not (every later call raises it again) and always removes the
-    unadmitted file."""
-
-    def __init__(self, store, tmp: Path, pointer: Pointer):
-        self.store, self.tmp, self.pointer = store, tmp, pointer
-        self.sha256: str | None = None  # known once result() returned
-        self._jobs: list = []
-        self._outcome: IntegrityError | bool | None = None
-        try:
-            self._jobs = [HashJob(tmp, "md5", start=False), HashJob(tmp, "sha256", start=False)]
-        except BaseException:
-            self._drop()
-            raise
-
-    def start(self) -> None:
-        """Begin hashing (``result`` starts it too): the file is pinned (opened) from the start."""
-        for job in self._jobs:
-            job.start()
-
-    def _drop(self) -> None:
-        for job in self._jobs:
-            job.close()
-        self.tmp.unlink(missing_ok=True)
-
-    def result(self) -> None:
-        if self._outcome is None:
-            try:
-                md5, sha = (job.result() for job in self._jobs)
-                self.store._admit(self.tmp, self.pointer, _TAMPERED, (md5, sha))
-                self.sha256, self._outcome = sha, True
-            except IntegrityError as exc:
-                self._outcome = exc
-            except OSError as exc:
-                self._outcome = IntegrityError(f"object {self.pointer.md5} could not be read back: {exc}")
-            finally:
-                self._drop()
-        if self._outcome is not True:
-            raise IntegrityError(self._outcome.message, hint=self._outcome.hint)
 
 
 class DvcStore(DvcRemotes):
@@ -203,7 +139,7 @@ class DvcStore(DvcRemotes):
             digests = Digests()
             loaded = self._read_hashing(read, dest, digests)
             self.verified.record(dest, *digests.hexdigests())  # the caller compares them with the record
-            if isinstance(loaded, _Failed):
+            if isinstance(loaded, Failed):
                 loaded.throw()
             return (dest, loaded) + ((None,) if defer_md5 else ())
         if defer_md5 and read is not None:
@@ -219,18 +155,18 @@ class DvcStore(DvcRemotes):
             if link_from(odb, src, Path(tmp), pointer):  # same filesystem: no copy, hashed as it is read
                 if read is not None:
                     loaded = self._read_hashing(read, Path(tmp), digests)
-                    self._admit(Path(tmp), pointer, _TAMPERED, digests.hexdigests())
+                    self.admit(Path(tmp), pointer, TAMPERED, digests.hexdigests())
                 else:
-                    self._admit(Path(tmp), pointer, _TAMPERED)
+                    self.admit(Path(tmp), pointer, TAMPERED)
             else:  # any other storage: one streamed read, hashed on the way
                 copy_bounded(odb.fs, src, Path(tmp), pointer, deadline, where=self.remote_url(),
                              on_block=digests.update)
-                self._admit(Path(tmp), pointer, _TAMPERED, digests.hexdigests())
+                self.admit(Path(tmp), pointer, TAMPERED, digests.hexdigests())
                 if read is not None:
                     loaded = read(dest, None)
         finally:
             Path(tmp).unlink(missing_ok=True)
-        if isinstance(loaded, _Failed):
+        if isinstance(loaded, Failed):
             loaded.throw()
         return dest if read is None else (dest, loaded)
 
@@ -253,7 +189,7 @@ class DvcStore(DvcRemotes):
             return (*self.fetch_object(pointer, max_bytes, deadline, read), None)
         pending = PendingObject(self, tmp, pointer)  # md5 and sha256 from their own reads, after this one
         try:
-            loaded = read(tmp, _unhashed)
+            loaded = read(tmp, unhashed)
         except WoolfError as exc:  # not what the reader expects: hashed and admitted (or not) first
             pending.result()
             raise exc from None
@@ -274,7 +210,7 @@ class DvcStore(DvcRemotes):
             with open(path, "rb") as fh:
                 while block := fh.read(16 << 20):
                     digests.update(block)
-            return _Failed(exc)
+            return Failed(exc)
 
     def ensure_remote(self, pointer: Pointer, remote: str = REMOTE_NAME) -> None:
         """``pointer``'s object is in storage, whole; if not, uploaded again from this clone's verified cache."""
@@ -315,7 +251,7 @@ class DvcStore(DvcRemotes):
                                hint="gc needs write and delete access to the storage") from None
         self.cache_path(pointer.md5).unlink(missing_ok=True)
 
-    def _admit(self, tmp: Path, pointer: Pointer, problem: str, digests: tuple[str, str] | None = None) -> None:
+    def admit(self, tmp: Path, pointer: Pointer, problem: str, digests: tuple[str, str] | None = None) -> None:
         """Hash a downloaded file (or take the hashes made on the way); if it is the object, cache it read-only."""
         md5, sha = digests or hashes_of_file(tmp)
         if tmp.stat().st_size != pointer.size or md5 != pointer.md5:
@@ -339,7 +275,7 @@ class DvcStore(DvcRemotes):
         try:
             download(url, Path(tmp), set(forge_cfg.delta_schemes), min(max_bytes, pointer.size),
                      forge_cfg.delta_timeout)
-            self._admit(Path(tmp), pointer, "downloaded from its URL does not match its md5")
+            self.admit(Path(tmp), pointer, "downloaded from its URL does not match its md5")
         finally:
             Path(tmp).unlink(missing_ok=True)
         return dest

@@ -51,7 +51,7 @@ class LazyTensors(Mapping):
         self._fh = fh
         self.scale: float | None = None
         self.content: str | None = None  # core.scores.content_sha256 of its tensors, when read_hashed made it
-        self.pending = None  # storage/dvcstore.py PendingObject: its hashes still being computed (validator/delta_load.py)
+        self.pending = None  # storage/pending.py PendingObject: its hashes still being computed (validator/delta_load.py)
         self.declared_sha256: str | None = None  # what the pending sha256 must be
 
     @classmethod
