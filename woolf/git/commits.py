@@ -23,20 +23,35 @@ from woolf.git.process import COMMIT_MAX_BYTES, BlobTooLargeError, GitError, as_
 def commit_bytes(git, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> bytes:
     """A commit object's bytes (header and message). Its size is read first: over ``max_bytes``
     (only a hand-made commit is) raises BlobTooLargeError, and the object is never read."""
+    raw = object_bytes(git, f"{commit}^{{commit}}", "commit", max_bytes, f"commit {commit[:12]}")
+    if raw is None:
+        raise GitError(("cat-file", "commit", commit[:80]), 128, "not a commit")
+    return raw
+
+
+def object_bytes(git, name: str, kind: str, max_bytes: int | None, label: str | None = None) -> bytes | None:
+    """The bytes of the object ``name`` (anything `git rev-parse` reads) when it is a ``kind``; None when
+    it is missing or another kind. One `git cat-file --batch`: its type and size are read first, and
+    one over ``max_bytes`` raises BlobTooLargeError (``label`` names it) unread."""
+    if "\n" in name:
+        return None
     proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=git.cwd, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env=clean_env({**git.identity_env(), **git.keep_env}))
     try:
-        if "\n" not in commit:
-            proc.stdin.write(f"{commit}^{{commit}}\n".encode())
-        proc.stdin.close()
-        header = proc.stdout.readline(512).split()
-        if len(header) != 3 or header[1] != b"commit" or not header[2].isdigit():
-            raise GitError(("cat-file", "commit", commit[:80]), 128, "not a commit")
+        try:
+            proc.stdin.write(name.encode() + b"\n")
+            proc.stdin.close()
+        except OSError:  # git ended at once (not a repository): nothing to read
+            return None
+        header = proc.stdout.readline(len(name) + 512).split()
+        if len(header) != 3 or header[1] != kind.encode() or not header[2].isdigit():
+            return None  # missing, ambiguous, or another kind
         size = int(header[2])
-        if size > max_bytes:
-            raise BlobTooLargeError(f"commit {commit[:12]}", size, max_bytes)
-        return proc.stdout.read(size)
+        if max_bytes is not None and size > max_bytes:
+            raise BlobTooLargeError(label or name, size, max_bytes)
+        data = proc.stdout.read(size)
+        return data if len(data) == size else None
     finally:
         proc.kill()
         proc.stdout.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from woolf.errors import ForgeError, NotALedgerError, RaceLostError
 from woolf.git import memo
-from woolf.git.commits import commit_bytes, commit_records
+from woolf.git.commits import commit_bytes, commit_records, object_bytes
 from woolf.git.keys import signing_key
 from woolf.git.process import (  # noqa: F401  (re-exported: the names callers know Git by)
     COMMIT_MAX_BYTES,
@@ -125,29 +125,7 @@ class Git:
         return hit
 
     def _blob(self, spec: str, max_bytes: int | None) -> bytes | None:
-        if "\n" in spec:
-            return None
-        proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=self.cwd, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                env=clean_env({**self.identity_env(), **self.keep_env}))
-        try:
-            try:
-                proc.stdin.write(spec.encode() + b"\n")
-                proc.stdin.close()
-            except OSError:  # git ended at once (not a repository): what `cat-file blob` failing said
-                return None
-            header = proc.stdout.readline(len(spec) + 512).split()
-            if len(header) != 3 or header[1] != b"blob" or not header[2].isdigit():
-                return None  # missing, ambiguous, or not a blob
-            size = int(header[2])
-            if max_bytes is not None and size > max_bytes:
-                raise BlobTooLargeError(spec, size, max_bytes)
-            data = proc.stdout.read(size)
-            return data if len(data) == size else None
-        finally:
-            proc.kill()
-            proc.stdout.close()
-            proc.wait()
+        return object_bytes(self, spec, "blob", max_bytes)
 
     def commit_bytes(self, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> bytes:
         """A commit object's bytes, its size read first (woolf/git/commits.py)."""
