@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from woolf.git import memo
-from woolf.git.process import BlobTooLargeError
+from woolf.git.process import BlobTooLargeError, GitError
 from woolf.git.repo import Git
 
 pytestmark = pytest.mark.unit
@@ -99,3 +99,21 @@ def test_repositories_do_not_share_what_they_have(repo, tmp_path):
     assert Git(repo).show_bytes(f"{c}:f.txt") == b"one"
     assert Git(other).show_bytes(f"{c}:f.txt") is None  # not in this repository
     assert Git(other).commit_records([c]) == [] and Git(repo).commit_records([c])[0][0] == c
+
+
+def test_parents_of_a_full_id_are_read_once_per_repository(repo, tmp_path, monkeypatch):
+    first = _commit(repo, {"f.txt": b"one"})
+    second = _commit(repo, {"f.txt": b"two"})
+    other = tmp_path / "b"
+    other.mkdir()
+    _git(other, "init", "-q", "-b", "main")
+    git, elsewhere = Git(repo), Git(other)
+    assert git.parents(second) == [first] and git.parents(first) == []
+    runs = []
+    real = Git.out
+    monkeypatch.setattr(Git, "out", lambda self, *a, **kw: runs.append(a) or real(self, *a, **kw))
+    assert git.parents(second) == [first] and git.parents(first) == []  # remembered: no git process
+    assert runs == []
+    assert git.parents("main") == [first] and len(runs) == 1  # a ref name may move: read again
+    with pytest.raises(GitError):  # another repository has not got it: what this one had is not shared
+        elsewhere.parents(second)

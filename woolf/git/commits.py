@@ -53,8 +53,21 @@ def object_bytes(git, name: str, kind: str, max_bytes: int | None, label: str | 
         data = proc.stdout.read(size)
         return data if len(data) == size else None
     finally:
+        _end(proc)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Close both pipes and reap git: it ends at the end of its input, or at once on a closed pipe when
+    it was still writing (an object too large to read). Killed only if neither happened."""
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            stream.close()
+        except OSError:  # git already gone: its end of the pipe was closed
+            pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
         proc.kill()
-        proc.stdout.close()
         proc.wait()
 
 

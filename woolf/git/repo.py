@@ -141,7 +141,16 @@ class Git:
         return raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
 
     def parents(self, commit: str) -> list[str]:
-        return self.out("rev-list", "--parents", "-n", "1", commit).split()[1:]
+        """A commit's parents; a full commit id's are remembered for the process (woolf/git/memo.py)."""
+        key = memo.immutable(str(self.cwd), commit, "parents")
+        hit = memo.recall(key)
+        if hit is not memo.NOT_KNOWN:
+            return list(hit)
+        found = self.out("rev-list", "--parents", "-n", "1", commit).split()
+        if key is not None and found[:1] == [commit]:  # it was a commit of this repository (not a tag)
+            memo.known_commit(str(self.cwd), commit)
+            memo.remember(key, tuple(found[1:]), 64 * len(found))
+        return found[1:]
 
     def is_ancestor(self, a: str, b: str) -> bool:
         return self.run("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
@@ -210,15 +219,33 @@ class Git:
         with tempfile.TemporaryDirectory() as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             self.run("read-tree", base, env=env)
-            for path, data in files.items():
-                if data is None:
-                    self.run("update-index", "--force-remove", path, env=env)
-                    continue
-                mode, data = data if isinstance(data, tuple) else ("100644", data)
-                blob = self.run("hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
-                self.run("update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=env)
+            entries = [(path, data if isinstance(data, tuple) else ("100644", data))
+                       for path, data in files.items() if data is not None]
+            blobs = self._write_blobs([data for _, (_, data) in entries], Path(tmp))
+            records = [f"0 {'0' * 40}\t{path}" for path, data in files.items() if data is None]
+            records += [f"{mode} {blob}\t{path}" for (path, (mode, _)), blob in zip(entries, blobs, strict=True)]
+            if records:  # one update-index for every file: removals (mode 0) and additions
+                args = ("update-index", "-z", "--index-info")
+                proc = self.run(*args, input=b"".join(r.encode() + b"\0" for r in records), env=env)
+                if proc.stderr:  # it skips a path it would not check out ("Ignoring path ...") and goes on
+                    raise GitError(args, 128, proc.stderr.decode(errors="replace"))
             tree = self.out("write-tree", env=env)
         return self.commit_tree(tree, message, parents)
+
+    def _write_blobs(self, contents: list[bytes], tmp: Path) -> list[str]:
+        """Each of ``contents`` written as a blob, in one `git hash-object` (bytes as they are: no filters)."""
+        if not contents:
+            return []
+        paths = []
+        for i, data in enumerate(contents):
+            paths.append(tmp / f"blob-{i}")
+            paths[-1].write_bytes(data)
+        out = self.out("hash-object", "-w", "--no-filters", "--stdin-paths",
+                       input="".join(f"{p}\n" for p in paths).encode())
+        blobs = out.split()
+        if len(blobs) != len(contents):
+            raise GitError(("hash-object",), 1, f"wrote {len(blobs)} blobs of {len(contents)}")
+        return blobs
 
     def commit_tree(self, tree: str, message: str, parents: list[str]) -> str:
         """A commit of ``tree``; signed with ``sign_key`` when there is one."""
