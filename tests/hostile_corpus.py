@@ -3,6 +3,9 @@
 Usage (in a test):
     cases = build_corpus(net, attacker)      # {name: Case(sub_id, expect, needle)}
 
+The crafted PRs are opened together when every case is built, 16 per push (tests/crafting.open_prs:
+fewer runs of the hub's hooks); each one's ref is in the attacker's clone from the start.
+
 Each builder writes what an attacker can write: commits and refs pushed to the
 hub, objects in storage. ``expect`` is the one outcome the case must end in:
 "rejected" (a verdict whose reason contains ``needle``), "quarantined" (shown
@@ -25,7 +28,8 @@ from safetensors.torch import save
 from woolf.protocol import layout
 
 from .conftest import git
-from .crafting import UNHOOKED, craft_pr
+from .crafting import UNHOOKED, craft_commit, open_prs
+from .crafting import craft_pr as _craft_pr
 
 
 @dataclass
@@ -33,6 +37,19 @@ class Case:
     sub_id: str | None
     expect: str  # rejected | quarantined | skipped
     needle: str
+
+
+_pending: list[tuple[str, str]] | None = None  # while build_corpus runs: the PRs it opens at its end
+
+
+def craft_pr(led, **kw) -> str:
+    """tests/crafting.craft_pr; while build_corpus runs the PR waits for the others, its ref set here now."""
+    if _pending is None:
+        return _craft_pr(led, **kw)
+    sub_id, commit = craft_commit(led, fetch=not _pending, **kw)  # main does not move while the corpus is built
+    led.git.run("update-ref", "--create-reflog", f"{layout.PR_PREFIX}/{sub_id}/head", commit)
+    _pending.append((sub_id, commit))
+    return sub_id
 
 
 def new_id(who: str = "mallory", stamp: str = "20000101T000000000Z") -> str:
@@ -256,4 +273,11 @@ CASES = dict([
 
 
 def build_corpus(net, led) -> dict[str, Case]:
-    return {name: make(net, led) for name, make in CASES.items()}
+    global _pending
+    _pending = []
+    try:
+        cases = {name: make(net, led) for name, make in CASES.items()}
+        open_prs(led, _pending)
+    finally:
+        _pending = None
+    return cases

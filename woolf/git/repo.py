@@ -11,6 +11,7 @@ Usage:
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -222,11 +223,12 @@ class Git:
             entries = [(path, data if isinstance(data, tuple) else ("100644", data))
                        for path, data in files.items() if data is not None]
             blobs = self._write_blobs([data for _, (_, data) in entries], Path(tmp))
-            records = [f"0 {'0' * 40}\t{path}" for path, data in files.items() if data is None]
-            records += [f"{mode} {blob}\t{path}" for (path, (mode, _)), blob in zip(entries, blobs, strict=True)]
+            records = [(f"0 {'0' * 40}", path) for path, data in files.items() if data is None]
+            records += [(f"{mode} {blob}", path) for (path, (mode, _)), blob in zip(entries, blobs, strict=True)]
             if records:  # one update-index for every file: removals (mode 0) and additions
-                args = ("update-index", "-z", "--index-info")
-                proc = self.run(*args, input=b"".join(r.encode() + b"\0" for r in records), env=env)
+                args = ("update-index", "-z", "--index-info")  # a path's bytes as argv would pass them
+                data = b"".join(f"{entry}\t".encode() + os.fsencode(path) + b"\0" for entry, path in records)
+                proc = self.run(*args, input=data, env=env)
                 if proc.stderr:  # it skips a path it would not check out ("Ignoring path ...") and goes on
                     raise GitError(args, 128, proc.stderr.decode(errors="replace"))
             tree = self.out("write-tree", env=env)
