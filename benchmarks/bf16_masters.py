@@ -37,7 +37,8 @@ def _ledger(root: Path, model: Path, overrides: dict):
     from woolf.ledger.ledger import Ledger
 
     work = Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="transformers", weights=model,
-                       overrides={"policy.min_improvement": "-1e9", "workload.params.context": "32",
+                       overrides={"policy.min_improvement": "-1e9", "scoring.min_effect": "0",  # every update merges
+                                  "workload.params.context": "32",
                                   "workload.params.batch_size": "4", "workload.params.benchmark_bytes": "3000",
                                   **overrides}))
     hub = root / "hub.git"
@@ -82,6 +83,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        torch.manual_seed(0)  # the same tiny model in every run (and whatever ran before in this process)
         bf16 = _tiny().make_tiny_model(root / "bf16", layers=a.layers, width=a.width, heads=max(2, a.width // 64),
                                        dtype="bfloat16")
         f32 = root / "f32"
