@@ -11,9 +11,7 @@ Usage:
 
 from __future__ import annotations
 
-import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 from woolf.errors import ForgeError, NotALedgerError, RaceLostError
@@ -28,6 +26,7 @@ from woolf.git.process import (  # noqa: F401  (re-exported: the names callers k
     as_text,
     clean_env,
 )
+from woolf.git.trees import tree_with
 
 _UNSET = object()
 
@@ -212,42 +211,9 @@ class Git:
     # -- writing ---------------------------------------------------------
     def commit_tree_with(self, base: str, files: dict[str, bytes | tuple[str, bytes] | None],
                          message: str, parents: list[str]) -> str:
-        """A commit whose tree is ``base``'s tree with ``files`` written (None deletes).
-
-        A value may be (mode, bytes) for another mode than 100644 (tests build symlinks so).
-        Uses a private index file: the working tree and the real index are untouched.
-        """
-        with tempfile.TemporaryDirectory() as tmp:
-            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-            self.run("read-tree", base, env=env)
-            entries = [(path, data if isinstance(data, tuple) else ("100644", data))
-                       for path, data in files.items() if data is not None]
-            blobs = self._write_blobs([data for _, (_, data) in entries], Path(tmp))
-            records = [(f"0 {'0' * 40}", path) for path, data in files.items() if data is None]
-            records += [(f"{mode} {blob}", path) for (path, (mode, _)), blob in zip(entries, blobs, strict=True)]
-            if records:  # one update-index for every file: removals (mode 0) and additions
-                args = ("update-index", "-z", "--index-info")  # a path's bytes as argv would pass them
-                data = b"".join(f"{entry}\t".encode() + os.fsencode(path) + b"\0" for entry, path in records)
-                proc = self.run(*args, input=data, env=env)
-                if proc.stderr:  # it skips a path it would not check out ("Ignoring path ...") and goes on
-                    raise GitError(args, 128, proc.stderr.decode(errors="replace"))
-            tree = self.out("write-tree", env=env)
-        return self.commit_tree(tree, message, parents)
-
-    def _write_blobs(self, contents: list[bytes], tmp: Path) -> list[str]:
-        """Each of ``contents`` written as a blob, in one `git hash-object` (bytes as they are: no filters)."""
-        if not contents:
-            return []
-        paths = []
-        for i, data in enumerate(contents):
-            paths.append(tmp / f"blob-{i}")
-            paths[-1].write_bytes(data)
-        out = self.out("hash-object", "-w", "--no-filters", "--stdin-paths",
-                       input="".join(f"{p}\n" for p in paths).encode())
-        blobs = out.split()
-        if len(blobs) != len(contents):
-            raise GitError(("hash-object",), 1, f"wrote {len(blobs)} blobs of {len(contents)}")
-        return blobs
+        """A commit whose tree is ``base``'s tree with ``files`` written (None deletes; a value may be
+        (mode, bytes) for another mode than 100644): woolf/git/trees.py, in a private index."""
+        return self.commit_tree(tree_with(self, base, files), message, parents)
 
     def commit_tree(self, tree: str, message: str, parents: list[str]) -> str:
         """A commit of ``tree``; signed with ``sign_key`` when there is one."""
