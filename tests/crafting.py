@@ -46,6 +46,12 @@ def open_prs(led, made: list[tuple[str, str]]) -> list[str]:
     return [sub_id for sub_id, _ in made]
 
 
+def craft_prs(led, cases: list[dict]) -> list[str]:
+    """craft_pr for each of ``cases`` (its keyword arguments), main fetched once, opened in order
+    and together: 16 per push (open_prs). For PRs that wait in the queue together anyway."""
+    return open_prs(led, [craft_commit(led, fetch=i == 0, **kw) for i, kw in enumerate(cases)])
+
+
 def craft_commit(led, tensors=None, raw: bytes | None = None, extra_files=None, meta_patch=None,
                  base=None, parent: str | None = None, who: str = "mallory", files_patch=None,
                  remote: str = "storage", sign_key=None, sub_id: str | None = None,

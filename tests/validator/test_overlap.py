@@ -16,7 +16,7 @@ import json
 from safetensors.torch import save
 
 from tests.conftest import make_network
-from tests.crafting import craft_pr
+from tests.crafting import craft_pr, craft_prs
 from tests.hostile_corpus import storage_object
 from tests.validator.test_validator import _delta
 from woolf.audit.recompute import audit
@@ -111,8 +111,7 @@ def test_a_candidate_written_ahead_is_the_version_or_nothing(make_net):
 def test_accepted_candidates_written_ahead_are_what_the_audit_recomputes(tmp_path):
     net = make_network(tmp_path, **{"scoring.enabled": "false", "policy.min_improvement": "-10"})
     sub, val = net.clone("sub"), net.clone("val")
-    for i in range(2):
-        craft_pr(sub, tensors=_delta(sub, seed=i), who=f"p{i}")
+    craft_prs(sub, [{"tensors": _delta(sub, seed=i), "who": f"p{i}"} for i in range(2)])
     v = Validator(val, device="cpu", name="v")
     assert [x.state for x in v.run()] == ["merged"] * 2
     assert v.state.ahead is None and not [n for n in _work_files(val) if n.startswith("candidate-")]

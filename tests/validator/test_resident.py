@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from tests.conftest import make_network
-from tests.crafting import craft_pr
+from tests.crafting import craft_pr, craft_prs
 from tests.validator.test_validator import _delta
 from woolf.audit.recompute import audit
 from woolf.protocol.trailers import parse_message
@@ -35,8 +35,7 @@ def _versions(ledger) -> list[tuple[str, dict]]:
 
 def _three_prs(net):
     sub = net.clone("sub")
-    for i, sub_id in enumerate(IDS):
-        craft_pr(sub, tensors=_delta(sub, seed=i), who=f"p{i}", sub_id=sub_id)
+    craft_prs(sub, [{"tensors": _delta(sub, seed=i), "who": f"p{i}", "sub_id": sub_id} for i, sub_id in enumerate(IDS)])
 
 
 def test_a_pass_over_three_prs_gives_the_versions_of_three_fresh_validators(tmp_path):
@@ -98,8 +97,8 @@ def test_a_stale_pr_with_scoring_off_merges_onto_resident_main_without_reading_i
     stale: their base is the version before the first merge)."""
     net = make_net(**{"scoring.enabled": "false"})
     sub, val = net.clone("sub"), net.clone("val")
-    for i, sub_id in enumerate(IDS[:2]):
-        craft_pr(sub, tensors=_delta(sub, seed=i), who=f"p{i}", sub_id=sub_id)
+    craft_prs(sub, [{"tensors": _delta(sub, seed=i), "who": f"p{i}", "sub_id": sub_id}
+                    for i, sub_id in enumerate(IDS[:2])])
     reads = []
     load = val.load_weights
 

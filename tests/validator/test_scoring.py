@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from tests.crafting import craft_pr
+from tests.crafting import craft_pr, craft_prs
 from woolf.audit.recompute import audit
 from woolf.core.merge import compute_delta
 from woolf.forges.local import LocalForge
@@ -221,8 +221,7 @@ def test_norm_guard_median(make_net, action):
     net = make_net(**{"policy.min_improvement": "-10", "scoring.norm_multiple": "5",
                       "scoring.norm_action": action, "scoring.norm_window": "3"})
     val = net.clone("val")
-    for i in range(3):
-        craft_pr(val, tensors=_noise(val, scale=0.003, seed=i), who=f"p{i}")
+    craft_prs(val, [{"tensors": _noise(val, scale=0.003, seed=i), "who": f"p{i}"} for i in range(3)])
     assert all(v.accepted for v in _validate(val).values())
     big = craft_pr(val, tensors=_noise(val, scale=0.06, seed=7), who="mallory")
     v = _validate(val)[big]

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save
 
 from tests.conftest import git
-from tests.crafting import craft_pr, force_ref
+from tests.crafting import craft_pr, craft_prs, force_ref
 from woolf.audit.recompute import audit
 from woolf.forges.local import LocalForge
 from woolf.ledger.ledger import Ledger
@@ -122,7 +122,7 @@ CORPUS = {
 
 def test_bad_pr_corpus_each_rejected_with_its_reason(network):
     val = network.clone("val")
-    ids = {name: craft_pr(val, **make(val)) for name, (make, _) in CORPUS.items()}
+    ids = dict(zip(CORPUS, craft_prs(val, [make(val) for make, _ in CORPUS.values()]), strict=True))
     main_before = git("rev-parse", "main", cwd=network.hub)
     verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
     for name, (_, needle) in CORPUS.items():
