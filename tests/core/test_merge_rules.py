@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import git
-from tests.crafting import craft_pr
+from tests.crafting import craft_pr, craft_prs
 from woolf.audit.recompute import audit
 from woolf.errors import IntegrityError
 from woolf.protocol import layout
@@ -29,8 +29,7 @@ def test_delayed_nesterov_versions_carry_state_and_audit_bit_exact(make_net):
     net = make_net(**{"merge.rule": "delayed_nesterov", "merge.buffer": "2", "merge.outer_lr": "0.5",
                       "policy.min_improvement": "-10"})
     val = net.clone("val")
-    for seed in range(3):
-        craft_pr(val, tensors=_delta(val, seed=seed))
+    craft_prs(val, [{"tensors": _delta(val, seed=seed)} for seed in range(3)])
     verdicts = Validator(val, device="cpu").run()
     assert [v.accepted for v in verdicts] == [True, True, True]
     head = val.head()

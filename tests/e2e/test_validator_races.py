@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.conftest import git
-from tests.crafting import craft_pr
+from tests.crafting import craft_pr, craft_prs
 from tests.validator.test_validator import _delta
 from woolf.audit.recompute import audit
 from woolf.forges.local import LocalForge
@@ -45,7 +45,7 @@ def _check_invariants(net, n_prs):
 
 def test_two_validators_race_on_five_prs(network):
     sub = network.clone("sub")
-    ids = [craft_pr(sub, tensors=_delta(sub, seed=i)) for i in range(5)]
+    ids = craft_prs(sub, [{"tensors": _delta(sub, seed=i)} for i in range(5)])
     v1, v2 = network.clone("v1"), network.clone("v2")
     procs = [_validator(v1), _validator(v2)]
     outs = [p.communicate(timeout=240) for p in procs]
@@ -60,7 +60,7 @@ def test_two_validators_race_on_five_prs(network):
 @pytest.mark.parametrize("point", ["after-upload", "before-push", "after-push"])
 def test_validator_killed_mid_merge_then_rerun(network, point):
     sub = network.clone("sub")
-    ids = [craft_pr(sub, tensors=_delta(sub, seed=i)) for i in range(2)]
+    ids = craft_prs(sub, [{"tensors": _delta(sub, seed=i)} for i in range(2)])
     val = network.clone("val")
     main_before = git("rev-parse", "main", cwd=network.hub)
     p = _validator(val, env={"WOOLF_FAILPOINT": point})
@@ -78,8 +78,7 @@ def test_validator_killed_mid_merge_then_rerun(network, point):
 
 def test_validator_killed_at_random_times(network):
     sub = network.clone("sub")
-    for i in range(3):
-        craft_pr(sub, tensors=_delta(sub, seed=i))
+    craft_prs(sub, [{"tensors": _delta(sub, seed=i)} for i in range(3)])
     val = network.clone("val")
     for delay in (1.0, 2.5, 4.0):
         p = _validator(val)
