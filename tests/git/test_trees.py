@@ -33,7 +33,8 @@ def repo(tmp_path):
 def test_files_are_written_removed_and_given_modes_byte_for_byte(repo):
     git = Git(repo)
     odd = os.fsdecode(b"dir/caf\xff.bin")  # not UTF-8: the bytes argv would have passed
-    files = {"a/b.txt": b"crlf\r\nkept as is\r\n", "gone.txt": None, "link": ("120000", b"target"), odd: b"\x00\x01"}
+    files = {"a/b.txt": b"crlf\r\nkept as is\r\n", "gone.txt": None, "never/there.txt": None,
+             "link": ("120000", b"target"), odd: b"\x00\x01"}
     commit = git.commit_tree_with("main", files, "m", [git.rev_parse("main")])
     listing = _git(repo, "ls-tree", "-r", "-z", commit).split(b"\0")
     entries = {line.split(b"\t")[1]: line.split(b"\t")[0].split()[0] for line in listing if line}

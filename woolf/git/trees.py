@@ -34,7 +34,7 @@ def tree_with(git, base: str, files: Files) -> str:
             args = ("update-index", "-z", "--index-info")
             proc = git.run(*args, input=b"".join(f"{entry}\t".encode() + os.fsencode(path) + b"\0"
                                                  for entry, path in records), env=env)
-            if proc.stderr:  # it skips a path it would not check out ("Ignoring path ...") and goes on
+            if b"Ignoring path" in proc.stderr:  # it skips a path it would not check out, and goes on
                 raise GitError(args, 128, proc.stderr.decode(errors="replace"))
         return git.out("write-tree", env=env)
 
