@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.conftest import key_for
-from tests.crafting import craft_pr, random_delta
+from tests.crafting import craft_pr, craft_prs, random_delta
 from woolf.errors import IntegrityError
 from woolf.forges.local import LocalForge
 from woolf.validator import Validator
@@ -112,7 +112,7 @@ def test_f13_under_quorum_a_delta_storage_never_serves_is_settled(make_net):
 
 def test_f11_names_claimed_against_the_id_share_one_turn_in_the_fair_queue(network):
     val, mallory, alice = network.clone("val"), network.clone("mallory"), network.clone("alice")
-    flood = [craft_pr(mallory, raw=b"x" * 10, meta_patch={"contributor": f"sybil{i}"}) for i in range(6)]
+    flood = craft_prs(mallory, [{"raw": b"x" * 10, "meta_patch": {"contributor": f"sybil{i}"}} for i in range(6)])
     _seen(val)  # the validator receives the flood first
     good = craft_pr(alice, tensors=random_delta(alice, scale=0.001, seed=3), who="alice")
     order = [v.id for v in Validator(val, device="cpu").run()]
@@ -121,7 +121,7 @@ def test_f11_names_claimed_against_the_id_share_one_turn_in_the_fair_queue(netwo
 
 def test_f11_rejections_are_pushed_together_and_a_lost_race_loses_none(network):
     val, mallory = network.clone("val"), network.clone("mallory")
-    junk = [craft_pr(mallory, raw=b"x" * 10) for _ in range(3)]
+    junk = craft_prs(mallory, [{"raw": b"x" * 10}] * 3)
     a = Validator(val, device="cpu")
     a.state.batching = True  # as run() does on the git-native forge
     assert all(a.validate_one(j) is None for j in junk) and len(a.state.pending) == 3
@@ -140,8 +140,8 @@ def test_a_flood_signed_by_its_own_key_beyond_twice_the_limit_counts_against_it(
     for hook in ("pre-receive", "post-receive"):  # a forge that runs no hook of ours: the validator's limit holds
         (net.hub / "hooks" / hook).unlink(missing_ok=True)
     val, bob, mallory = net.clone("val"), net.clone("bob"), net.clone("mallory")
-    flood = [craft_pr(bob, raw=b"x" * 10, who="bob", sign_key=key_for("bob")) for _ in range(3)]
-    junk = [craft_pr(mallory, raw=b"x" * 10, who="carol", sign_key=False) for _ in range(3)]  # unsigned claims
+    flood = craft_prs(bob, [{"raw": b"x" * 10, "who": "bob", "sign_key": key_for("bob")}] * 3)
+    junk = craft_prs(mallory, [{"raw": b"x" * 10, "who": "carol", "sign_key": False}] * 3)  # unsigned claims
     verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
     signed_over = [verdicts[i] for i in flood if "a flood signed by its contributor's key" in verdicts[i].reason]
     assert len(signed_over) == 2 and all("over the limit" in v.reason and v.scores is None for v in signed_over)
