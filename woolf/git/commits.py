@@ -137,7 +137,7 @@ def _read_records(git, names: list[str], max_bytes: int) -> dict[str, tuple]:
     return out
 
 
-COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")  # a full commit id: names its bytes forever, so may be cached
+COMMIT_ID = memo.FULL_ID  # a full commit id: names its bytes forever, so may be cached
 _READ: dict[str, tuple[list[str], str]] = {}  # commit id -> (parents, message): a commit id names its bytes
 
 

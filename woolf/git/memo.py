@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-FULL_ID = re.compile(r"^[0-9a-f]{40}$")
+FULL_ID = re.compile(r"\A[0-9a-f]{40}\Z")  # a full commit id (woolf/git/commits.py COMMIT_ID is this one)
 MAX_ENTRIES = 8192
 MAX_BYTES = 64 << 20
 MAX_ONE = 1 << 20  # a larger value is read again each time rather than kept

@@ -16,10 +16,8 @@ from pathlib import Path
 
 from woolf.git.process import GitError
 
-Files = dict[str, "bytes | tuple[str, bytes] | None"]  # path -> bytes, (mode, bytes), or None: removed
 
-
-def tree_with(git, base: str, files: Files) -> str:
+def tree_with(git, base: str, files: dict[str, bytes | tuple[str, bytes] | None]) -> str:
     """The id of ``base``'s tree with ``files`` written (a value may be (mode, bytes): another mode than
     100644) and removed (None); the working tree and the real index are untouched."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -215,14 +215,20 @@ def reserve_for_training(ledger, who: str, head, steps: int, take: str | None):
     return reserve(ledger, who, head, take_shard(ledger, take) if take else f"{who}@v{head.version}", steps)
 
 
+def _origin_record(ledger, task_id: str):
+    """(record, tip) of the task as origin has it now (fetched); (None, tip) when there is none to read."""
+    fetch_tasks(ledger)
+    tip = ledger.git.rev_parse(task_ref(task_id))
+    rec, _ = parse_record(ledger.git.message(tip), task_id) if tip else (None, None)
+    return rec, tip
+
+
 def submitted_update(ledger, task_id: str, sub_id: str):
     """(commit, ref, old) of the task's final record naming PR ``sub_id``, made here and not pushed: it
     rides the push that opens the PR (forges with records_ride_prs). None when the task has no record
     to build on (or it cannot be read: then only its lease expires)."""
     try:
-        fetch_tasks(ledger)
-        tip = ledger.git.rev_parse(task_ref(task_id))
-        rec, _ = parse_record(ledger.git.message(tip), task_id) if tip else (None, None)
+        rec, tip = _origin_record(ledger, task_id)
         if rec is None or rec.state in FINAL:
             return None
         done = TaskRecord(**{**rec.to_json(), "state": "submitted", "submission": sub_id, "reason": None})
@@ -235,9 +241,7 @@ def submitted_update(ledger, task_id: str, sub_id: str):
 def record_submitted(ledger, task_id: str, sub_id: str) -> None:
     """The task's final record names its PR, in a push of its own (a failure here leaves only a lease to expire)."""
     try:
-        fetch_tasks(ledger)
-        tip = ledger.git.rev_parse(task_ref(task_id))
-        rec, _ = parse_record(ledger.git.message(tip), task_id) if tip else (None, None)
+        rec, tip = _origin_record(ledger, task_id)
         if rec is not None:
             Task(ledger, rec, tip).finish("submitted", submission=sub_id)
     except WoolfError as exc:
