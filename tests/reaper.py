@@ -21,6 +21,8 @@ import subprocess
 
 import pytest
 
+from woolf.git import batch
+
 _spawned: list[subprocess.Popen] = []
 _original_init = subprocess.Popen.__init__
 _original_kill = subprocess.Popen.kill
@@ -103,6 +105,7 @@ def pytest_unconfigure(config):
 def _no_child_left_behind():
     start = len(_spawned)
     yield
+    batch.close_all()  # woolf's long-lived object readers (woolf/git/batch.py) end with the test
     mine = _spawned[start:]
     del _spawned[start:]
     reap(mine)

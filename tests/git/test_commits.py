@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from woolf.git import commits
+from woolf.git import batch, commits
 from woolf.git.commits import commit_bytes, commit_records, read_commit
 from woolf.git.process import COMMIT_MAX_BYTES, BlobTooLargeError, GitError
 from woolf.git.repo import Git
@@ -139,6 +139,7 @@ def bytes_read(monkeypatch) -> list:
     """Bytes read by commit_bytes from `git cat-file --batch`, one entry per read."""
     counter: list = []
     real = subprocess.Popen
+    batch.close_all()  # every read in the test starts its git here: counted
 
     def popen(*args, **kw):
         proc = real(*args, **kw)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from woolf.git import memo
+from woolf.git import batch, memo
 from woolf.git.process import COMMIT_MAX_BYTES, BlobTooLargeError, GitError, as_text, clean_env
 
 
@@ -35,6 +35,15 @@ def object_bytes(git, name: str, kind: str, max_bytes: int | None, label: str | 
     one over ``max_bytes`` raises BlobTooLargeError (``label`` names it) unread."""
     if "\n" in name:
         return None
+    got = batch.info(git, name)  # woolf/git/batch.py: the repository's reader, no process per read
+    if got is not batch.NOT_SERVED:
+        if got is None or got[1] != kind:
+            return None
+        if max_bytes is not None and got[2] > max_bytes:
+            raise BlobTooLargeError(label or name, got[2], max_bytes)
+        data = batch.contents(git, got[0], got[2])
+        if data is not batch.NOT_SERVED:
+            return data
     proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=git.cwd, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env=clean_env({**git.identity_env(), **git.keep_env}))
@@ -58,17 +67,14 @@ def object_bytes(git, name: str, kind: str, max_bytes: int | None, label: str | 
 
 def _end(proc: subprocess.Popen) -> None:
     """Close both pipes and reap git: it ends at the end of its input, or at once on a closed pipe when
-    it was still writing (an object too large to read). Killed only if neither happened."""
+    it was still writing (an object too large to read). A blocking wait, as for every other git call
+    (Git.run): a wait with a timeout polls, and slept a millisecond or more on nearly every read."""
     for stream in (proc.stdin, proc.stdout):
         try:
             stream.close()
         except OSError:  # git already gone: its end of the pipe was closed
             pass
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    proc.wait()
 
 
 _OID = re.compile(rb"[0-9a-fA-F]{40}(?:[0-9a-fA-F]{24})?")  # git reads either case (get_oid_hex)
@@ -111,30 +117,58 @@ def commit_records(git, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> l
 def _read_records(git, names: list[str], max_bytes: int) -> dict[str, tuple]:
     """{name: (sha, parents, committer time, message, size)} of each of ``names`` that is a readable
     commit of at most ``max_bytes``; each remembered under its full id."""
+    out, repo = {}, str(git.cwd)
+    for name, sha, body in _commit_bodies(git, names, max_bytes):
+        header, _, message = body.partition(b"\n\n")
+        lines = header.split(b"\n")
+        parents = parents_of(lines)
+        stamp = next((ln.rsplit(b" ", 2)[-2:] for ln in lines if ln.startswith(b"committer ")), [b""])[0]
+        if parents is not None and stamp.isdigit() and len(stamp) <= 12:
+            out[name] = record = (sha, tuple(parents), int(stamp), as_text(message), len(body))
+            memo.known_commit(repo, sha)
+            memo.remember(memo.immutable(repo, sha, "record"), record, len(body) + 128)
+    return out
+
+
+def _commit_bodies(git, names: list[str], max_bytes: int) -> list[tuple[str, str, bytes]]:
+    """(name, commit id, bytes) of each of ``names`` that is a commit of at most ``max_bytes``: a few
+    through the repository's reader (woolf/git/batch.py), many with two git processes (every
+    size first, then the bodies of those under the limit)."""
     if not names:
-        return {}
+        return []
+    if len(names) <= _FEW:
+        got = [_served(git, name, max_bytes) for name in names]
+        if all(g is not batch.NOT_SERVED for g in got):
+            return [(name, *g) for name, g in zip(names, got, strict=True) if g is not None]
     checked = git.run("cat-file", "--batch-check", input=("\n".join(names) + "\n").encode()).stdout.split(b"\n")
     small = [(name, h[0].decode()) for name, h in zip(names, (ln.split() for ln in checked), strict=False)
              if len(h) == 3 and h[1] == b"commit" and h[2].isdigit() and int(h[2]) <= max_bytes]
     raw = git.run("cat-file", "--batch", input=("\n".join(o for _, o in small) + "\n").encode()).stdout if small else b""
-    out, pos, repo = {}, 0, str(git.cwd)
+    out, pos = [], 0
     for name, _ in small:
         end = raw.find(b"\n", pos)
         head = raw[pos:end if end >= 0 else len(raw)].split()
         if end < 0 or len(head) != 3 or not head[2].isdigit():
             break  # "<name> missing" is never printed for these; anything else ends the reading
         size = int(head[2])
-        body, pos = raw[end + 1:end + 1 + size], end + 2 + size
-        header, _, message = body.partition(b"\n\n")
-        lines = header.split(b"\n")
-        parents = parents_of(lines)
-        stamp = next((ln.rsplit(b" ", 2)[-2:] for ln in lines if ln.startswith(b"committer ")), [b""])[0]
-        if parents is not None and stamp.isdigit() and len(stamp) <= 12:
-            sha = head[0].decode()
-            out[name] = record = (sha, tuple(parents), int(stamp), as_text(message), size)
-            memo.known_commit(repo, sha)
-            memo.remember(memo.immutable(repo, sha, "record"), record, size + 128)
+        out.append((name, head[0].decode(), raw[end + 1:end + 1 + size]))
+        pos = end + 2 + size
     return out
+
+
+_FEW = 16  # up to this many commits are read one by one through the reader; more in one batch
+
+
+def _served(git, name: str, max_bytes: int):
+    """(commit id, bytes) of ``name`` through the reader; None when it is no commit of at most
+    ``max_bytes``; NOT_SERVED when the reader could not answer."""
+    info = batch.info(git, name)
+    if info is batch.NOT_SERVED:
+        return info
+    if info is None or info[1] != "commit" or info[2] > max_bytes:
+        return None
+    data = batch.contents(git, info[0], info[2])
+    return data if data is batch.NOT_SERVED else (info[0], data)
 
 
 COMMIT_ID = memo.FULL_ID  # a full commit id: names its bytes forever, so may be cached

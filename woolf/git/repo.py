@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from woolf.errors import ForgeError, NotALedgerError, RaceLostError
-from woolf.git import memo
+from woolf.git import batch, memo
 from woolf.git.commits import commit_bytes, commit_records, object_bytes
 from woolf.git.keys import signing_key
 from woolf.git.process import (  # noqa: F401  (re-exported: the names callers know Git by)
@@ -81,13 +81,19 @@ class Git:
         key = memo.immutable(str(self.cwd), rev, "commit")  # a full commit id this repository has: itself
         if memo.recall(key) is not memo.NOT_KNOWN:
             return rev
-        proc = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
-        found = proc.stdout.decode().strip() or None
+        found = self._commit_id(rev)
         if found is not None:
             memo.known_commit(str(self.cwd), found)
             if found == rev:
                 memo.remember(key, True)
         return found
+
+    def _commit_id(self, rev: str) -> str | None:
+        got = batch.info(self, f"{rev}^{{commit}}")  # woolf/git/batch.py: no process per read
+        if got is batch.NOT_SERVED:
+            proc = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+            return proc.stdout.decode().strip() or None
+        return got[0] if got is not None and got[1] == "commit" else None
 
     def object_info(self, spec: str) -> tuple[str, str, int] | None:
         """(oid, type, size) of ``spec`` without reading it, or None when it does not exist."""
@@ -97,11 +103,15 @@ class Git:
         hit = memo.recall(key)
         if hit is not memo.NOT_KNOWN:
             return hit
-        proc = self.run("cat-file", "--batch-check", input=spec.encode() + b"\n", check=False)
-        parts = as_text(proc.stdout).split()
-        if proc.returncode != 0 or len(parts) != 3 or not parts[2].isdigit():
+        info = batch.info(self, spec)
+        if info is batch.NOT_SERVED:
+            proc = self.run("cat-file", "--batch-check", input=spec.encode() + b"\n", check=False)
+            parts = as_text(proc.stdout).split()
+            if proc.returncode != 0 or len(parts) != 3 or not parts[2].isdigit():
+                return None
+            info = parts[0], parts[1], int(parts[2])
+        if info is None:
             return None
-        info = parts[0], parts[1], int(parts[2])
         memo.remember(key, info)
         return info
 
@@ -134,6 +144,10 @@ class Git:
     def commit_records(self, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> list[tuple[str, list[str], int, str]]:
         """(sha, parents, committer time, message) of each commit, framed by size (woolf/git/commits.py)."""
         return commit_records(self, shas, max_bytes)
+
+    def commit_time(self, commit: str) -> int | None:
+        """A commit's committer time (`%ct`), None when it is no commit git reads whole (commit_records)."""
+        return next((time for _, _, time, _ in self.commit_records([commit])), None)
 
     def message(self, commit: str, max_bytes: int = COMMIT_MAX_BYTES) -> str:
         """A commit's message; a commit over ``max_bytes`` raises BlobTooLargeError unread."""
