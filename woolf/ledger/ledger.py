@@ -56,6 +56,7 @@ class Ledger:
         self.store = DvcStore(self.root)
         self._config: LedgerConfig | None = None
         self._workload: tuple | None = None
+        self._origin_seen = False
         # Which ref is "main" for reading: a validator reads origin's, never its own checkout's.
         self.main_ref = layout.MAIN
         self.last_rebuild: dict | None = None  # set when weights_path rebuilt a version storage does not keep
@@ -157,7 +158,9 @@ class Ledger:
         return self.git.rev_parse(f"{head.commit}~{head.version - version.version}") == version.commit
 
     def version_at(self, commit: str) -> Version | None:
-        parents = self.git.parents(commit)
+        for _, parents, time, message in self.git.commit_records([commit]):  # one read (woolf/git/commits.py)
+            return version_from_message(commit, parents, time, message)
+        parents = self.git.parents(commit)  # no commit git reads whole: read as before, and fail as before
         time = int(self.git.out("show", "-s", "--format=%ct", commit))
         return version_from_message(commit, parents, time, self.git.message(commit))
 
@@ -254,7 +257,10 @@ class Ledger:
 
     # -- syncing ---------------------------------------------------------------
     def has_origin(self) -> bool:
-        return "origin" in self.git.out("remote").split()
+        """Whether the clone has an 'origin' remote; once seen, remembered (woolf never removes one)."""
+        if not self._origin_seen:
+            self._origin_seen = "origin" in self.git.out("remote").split()
+        return self._origin_seen
 
     def last_fetch(self) -> float | None:
         """When this clone last fetched from origin (or was cloned); None if it has no origin."""

@@ -63,8 +63,8 @@ def origin_now(ledger, found, clock=None) -> int:
     the newest record alone would let one participant's future-dated record expire everyone's
     leases; a reader trusts it only as far as its own clock goes (a slow clock only keeps leases
     alive longer). The hub itself judges a taken shard by its own clock (woolf/protocol/rules/tasks.py)."""
-    main = ledger.git.out("log", "-1", "--format=%ct", "refs/remotes/origin/main", check=False)
-    times = [t for _, _, t in found.values()] + ([int(main)] if main.isdigit() else [])
+    main = ledger.git.commit_time("refs/remotes/origin/main")
+    times = [t for _, _, t in found.values()] + ([main] if main is not None else [])
     return min(max(times, default=0), int(_time.time() if clock is None else clock))
 
 

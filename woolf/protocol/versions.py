@@ -86,8 +86,9 @@ def read_versions(git: Git, ref: str, limit: int | None = None, skip: int = 0) -
         args.append(f"-n{limit}")
     if skip:
         args.append(f"--skip={skip}")
+    tip = git.rev_parse(ref) if limit == 1 and not skip else None  # the tip alone: no rev-list process
     versions = []
-    for commit, parents, time, message in git.commit_records(git.out(*args, ref).split()):
+    for commit, parents, time, message in git.commit_records([tip] if tip else git.out(*args, ref).split()):
         v = version_from_message(commit, parents, time, message)
         if v is not None:
             versions.append(v)

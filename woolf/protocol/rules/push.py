@@ -241,8 +241,8 @@ def _check_vote(git, sub_id, name, old, new, main, pushed) -> list[str]:
         return [f"a vote by {ballot.validator} on {name}'s ref"]
     if read_commit(git, new)[0] != [head if old == ZERO else old]:
         return ["a vote's one parent is the PR's head (first vote) or the validator's previous vote"]
-    stamp = git.out("log", "-1", "--format=%ct", new)
-    skew = int(stamp) - time.time() if stamp.isdigit() else float("inf")
+    stamp = git.commit_time(new)
+    skew = stamp - time.time() if stamp is not None else float("inf")
     if abs(skew) > MAX_SKEW:  # expiry is timed from the first vote: its time is the hub's, within MAX_SKEW
         return [f"its commit time is {skew:+.0f} s off the hub's clock (at most {MAX_SKEW} s): a vote is "
                 "pushed when it is made"]

@@ -178,9 +178,9 @@ def expiry_problem(git, sub_id: str, fields: dict, verdict: str, main: str | Non
     """The hub's check of an `expired` verdict: expiry_votes_problem, its own commit time within MAX_SKEW
     of the hub's clock, and (``tips``: the latest vote of every validator on the PR, as the hub holds
     them) every validator's latest vote named, so an agreeing quorum cannot be left out."""
-    stamp = git.out("log", "-1", "--format=%ct", verdict)
-    if not stamp.isdigit() or abs(int(stamp) - now) > MAX_SKEW:
-        return f"its commit time is {int(stamp) - now if stamp.isdigit() else 0:+.0f} s off the hub's clock"
+    stamp = git.commit_time(verdict)
+    if stamp is None or abs(stamp - now) > MAX_SKEW:
+        return f"its commit time is {stamp - now if stamp is not None else 0:+.0f} s off the hub's clock"
     shas = set(named_votes(fields)[0] or [])
     left_out = [t for t in (tips or []) if t not in shas]
     if left_out:

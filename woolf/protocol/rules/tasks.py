@@ -64,8 +64,8 @@ def check_task(git, task_id: str, old: str, new: str, main: str | None, now: flo
         problem = _move_problem(git, task_id, rec, parents, old)
     if problem:
         return [problem]
-    stamp = git.out("log", "-1", "--format=%ct", new)
-    skew = int(stamp) - (time.time() if now is None else now) if stamp.isdigit() else float("inf")
+    stamp = git.commit_time(new)
+    skew = stamp - (time.time() if now is None else now) if stamp is not None else float("inf")
     if abs(skew) > MAX_SKEW:
         return [f"its commit time is {skew:+.0f} s off the hub's clock (at most {MAX_SKEW} s): fix this machine's clock"]
     problem = _signer_problem(git, rec, new, main)
