@@ -74,6 +74,7 @@ class Forge(ABC):
     batches_verdicts = False  # verdict_commit + push_verdicts: several verdicts in one atomic push
     votes_ride_verdicts = False  # reject/merge take ``also``: ref updates (a quorum's last vote) in their push
     records_ride_prs = False  # open takes ``also``: ref updates (the task's submitted record) in its push
+    prs_come_with_main = False  # the ledger's fetch of main brings every PR (refs in origin): list(local_only)
     skipped: Sequence[tuple[str, str]] = ()  # (ref, why) of malformed PR refs in the last listing
 
     @abstractmethod

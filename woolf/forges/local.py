@@ -47,6 +47,7 @@ class LocalForge(Forge):
     batches_verdicts = True  # verdicts are refs: many go in one atomic push (one run of the hub's hook)
     votes_ride_verdicts = True  # a quorum's last vote goes in the push that settles the PR
     records_ride_prs = True  # a task's submitted record goes in the push that opens its PR
+    prs_come_with_main = True  # Ledger.fetch brings refs/woolf/pr/* with main
 
     def __init__(self, git: Git, remote: str = "origin"):
         self.git = git

@@ -86,13 +86,14 @@ class Validator:
     def run(self, ids: list[str] | None = None, on_verdict=None) -> list[Verdict]:
         """One pass over the open PRs in queue order; one PR's failure never ends the pass."""
         state = self.state
-        prs = sorted(self.forge.list(state="open"), key=PullRequest.queue_key)  # list() syncs the forge
+        self.ledger.fetch()  # once per pass: each PR's first try reads these refs (a pass is linear in PRs)
+        self._fetched = True
+        # list() syncs the forge, unless that fetch brought its PRs (the git-native forge: one fetch a pass)
+        prs = sorted(self.forge.list(state="open", local_only=self.forge.prs_come_with_main), key=PullRequest.queue_key)
         state.open_snapshot = prs  # the queue as read: per-contributor limits and copies (screen.py)
         if self.ledger.config.queue.fair:
             prs = fair_order(prs)  # round-robin by contributor, then by receive time
         prs = self._signed_first(prs)  # a flood of keyless junk never delays contributors who sign
-        self.ledger.fetch()  # once per pass: each PR's first try reads these refs (a pass is linear in PRs)
-        self._fetched = True
         for ref, why in self.forge.skipped:  # malformed refs: reported once, never queued
             if ref not in state.reported:
                 state.reported.add(ref)
