@@ -7,8 +7,9 @@ Usage:
 
 A validator reads thousands of small objects (commits, pointers, submission records); one
 `git` process per read cost ~1.4 ms of process start each, most of an object read. A reader is kept
-per repository (its directory, its identity on disk and the environment git runs with: a
-hook's quarantine), at most MAX_READERS at once, the least recently used ended first.
+per repository (its directory, its identity on disk and the GIT_* variables it keeps: a hook's
+quarantine), started with the environment of that moment, at most MAX_READERS at once, the least
+recently used ended first.
 
 Whatever goes wrong with a reader (git older than 2.36 without --batch-command, a git that
 died, a reply that is not what git prints, another process after a fork) ends it and answers
@@ -76,13 +77,15 @@ class _Reader:
 
 
 def _key(git) -> tuple | None:
-    """The repository as it is on disk now (a directory removed and made again is another one)."""
+    """The repository as it is on disk now (a directory removed and made again is another one) and the
+    GIT_* variables its git keeps (a hook's quarantine). A reader runs with the environment of the
+    moment it started (clean_env), as any long-lived process does: computed per read, it cost more
+    than a read."""
     try:
         st = os.stat(git.cwd)
     except OSError:
         return None
-    env = clean_env(dict(git.keep_env))
-    return str(git.cwd), st.st_dev, st.st_ino, tuple(sorted(env.items()))
+    return str(git.cwd), st.st_dev, st.st_ino, tuple(sorted(git.keep_env.items()))
 
 
 def _reader(git) -> tuple[tuple, _Reader] | None:
@@ -99,7 +102,7 @@ def _reader(git) -> tuple[tuple, _Reader] | None:
         if reader is not None:
             _drop(key)
         try:
-            reader = _Reader(key[0], dict(key[3]))
+            reader = _Reader(key[0], clean_env(dict(key[3])))
         except OSError:
             return None
         _readers[key] = reader
