@@ -32,7 +32,7 @@ from woolf.demo.lora import contribution_words, demo_lora, lora_facts, lora_sett
 from woolf.demo.references import reference_losses
 from woolf.demo.regimes import DEFAULT as DEFAULT_REGIME
 from woolf.demo.regimes import REGIMES, prepare_regime
-from woolf.demo.workers import check_alive, spawn, stop
+from woolf.demo.workers import check_alive, spawn, stop, wait_for
 from woolf.errors import UsageError
 from woolf.interrupts import interruptible
 from woolf.ledger.benchmark import ENV as HIDDEN_ENV
@@ -234,20 +234,11 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
     workers = dict(zip([*vnames, *names, *adversaries], procs + parts, strict=True))
     try:  # Ctrl-C or SIGTERM stop the network cleanly (see woolf/interrupts.py); a dead worker ends it loudly
         with interruptible(), LiveView(console) as live:
-            shown = 0.0  # the view (a fetch and a log read) once a second; the workers looked at 4x as often
-            while any(p.poll() is None for p in parts):
-                check_alive(workers, root / "logs")
-                if time.time() - shown >= 1.0:
-                    live.show(snapshot(observer), time.time() - t0, result.genesis_loss, "woolf demo")
-                    shown = time.time()
-                time.sleep(0.25)
+            wait_for(parts, lambda: live.show(snapshot(observer), time.time() - t0, result.genesis_loss, "woolf demo"),
+                     check=lambda: check_alive(workers, root / "logs"))
             check_alive(workers, root / "logs")
             stop_file.touch()
-            while any(p.poll() is None for p in procs):
-                if time.time() - shown >= 1.0:
-                    live.show(snapshot(observer), time.time() - t0, result.genesis_loss, "draining")
-                    shown = time.time()
-                time.sleep(0.25)
+            wait_for(procs, lambda: live.show(snapshot(observer), time.time() - t0, result.genesis_loss, "draining"))
             check_alive(workers, root / "logs")
             live.show(snapshot(observer), time.time() - t0, result.genesis_loss, "done")
     except KeyboardInterrupt:

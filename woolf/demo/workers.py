@@ -4,6 +4,7 @@ checked: a worker that died is an error that names it and quotes its log.
 Usage:
     p = spawn(["participant", str(clone), "--name", "p1"], root / "logs" / "p1.log")
     check_alive({"p1": p}, root / "logs")     # raises WorkerDied for a worker that exited non-zero
+    wait_for([p], show=lambda: None)           # until it ends (show: a live view, once a second)
     stop([p])
 
 A worker is ``python -P -m woolf.demo.worker`` (Python 3.11+; on 3.10 the same with the cwd dropped
@@ -53,6 +54,19 @@ def spawn(args: list[str], log: Path) -> subprocess.Popen:
     with open(log, "w") as fh:
         return subprocess.Popen([*command(), *args], stdout=fh, stderr=subprocess.STDOUT, env=worker_env(),
                                 cwd=log.parent, start_new_session=True)
+
+
+def wait_for(procs: list[subprocess.Popen], show, check=None, every: float = 1.0) -> None:
+    """Until every one of ``procs`` has ended: ``check()`` (a dead worker raises) 4 times a second,
+    ``show()`` every ``every`` seconds (the demo's live view fetches: it is not polled as often)."""
+    shown = 0.0
+    while any(p.poll() is None for p in procs):
+        if check is not None:
+            check()
+        if time.time() - shown >= every:
+            show()
+            shown = time.time()
+        time.sleep(0.25)
 
 
 def stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
