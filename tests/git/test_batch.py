@@ -65,6 +65,17 @@ def test_names_git_would_misread_are_no_objects(git):
     assert batch.info(git, "x" * 100_000) is None  # a long name's "missing" line is read whole
 
 
+def test_a_name_ending_in_cr_is_read_one_shot_and_the_reader_lives(git):
+    """git strips a command line's CR: asked through the reader, "x\r" would be answered as "x" (and
+    the mismatch ended the reader: a flood of such paths in PRs made a process per read twice over)."""
+    head = _commit(git, {"a": b"x", "c\r": b"z"})
+    assert git.rev_parse(head) == head
+    [reader] = batch._readers.values()
+    assert batch.info(git, f"{head}:c\r") is batch.NOT_SERVED
+    assert git.show_bytes(f"{head}:c\r") == object_bytes(git, f"{head}:c\r", "blob", None)
+    assert list(batch._readers.values()) == [reader] and reader.proc.poll() is None
+
+
 def test_refs_and_objects_written_after_the_reader_started_are_seen(git, tmp_path):
     first = _commit(git, {"a": b"1"})
     git.run("update-ref", "refs/heads/main", first)

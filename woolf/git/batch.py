@@ -135,6 +135,8 @@ def info(git, name: str):
     missing or ambiguous, NOT_SERVED when no reader could ask."""
     if "\n" in name or "\0" in name:
         return None
+    if name.endswith("\r"):  # git reads a command line without its CR: the name would not be the one asked
+        return NOT_SERVED
     found = _reader(git)
     if found is None:
         return NOT_SERVED
