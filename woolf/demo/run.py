@@ -32,7 +32,8 @@ from woolf.demo.lora import contribution_words, demo_lora, lora_facts, lora_sett
 from woolf.demo.references import reference_losses
 from woolf.demo.regimes import DEFAULT as DEFAULT_REGIME
 from woolf.demo.regimes import REGIMES, prepare_regime
-from woolf.demo.workers import check_alive, spawn, stop, wait_for
+from woolf.demo.workers import check_alive, stop, wait_for
+from woolf.demo.zygote import Zygote
 from woolf.errors import UsageError
 from woolf.interrupts import interruptible
 from woolf.ledger.benchmark import ENV as HIDDEN_ENV
@@ -221,6 +222,8 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
     t_net = time.time()
     result.setup_seconds = round(t_net - t0, 1)
     liar = vnames[-1] if dishonest else None
+    zygote = Zygote(root / "logs")  # the workers are forked from it: torch is imported once
+    spawn = zygote.spawn
     procs = [spawn(["validator", str(hub.clone_of(v)), "--name", v, "--stop-file", str(stop_file),
                      *(["--dishonest"] if v == liar else [])], root / "logs" / f"{v}.log") for v in vnames]
     # different speeds: later participants sleep longer between training and submitting
@@ -246,6 +249,7 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
         console.print("[yellow]interrupted: stopping participants and validators[/]")
     finally:
         stop(parts + procs)
+        zygote.close()
     result.network_seconds = round(time.time() - t_net, 1)
     snap = snapshot(observer)
     result.versions_merged = len(snap.versions) - 1

@@ -1,15 +1,16 @@
-"""The demo's worker processes: started so that the cwd cannot shadow the package, stopped, and
-checked: a worker that died is an error that names it and quotes its log.
+"""The demo's worker processes, waited for, stopped and checked: a worker that died is an error that
+names it and quotes its log.
 
 Usage:
-    p = spawn(["participant", str(clone), "--name", "p1"], root / "logs" / "p1.log")
-    check_alive({"p1": p}, root / "logs")     # raises WorkerDied for a worker that exited non-zero
-    wait_for([p], show=lambda: None)           # until it ends (show: a live view, once a second)
-    stop([p])
+    with Zygote(root / "logs") as zygote:      # woolf/demo/zygote.py: workers forked, torch imported once
+        p = zygote.spawn(["participant", str(clone), "--name", "p1"], root / "logs" / "p1.log")
+        check_alive({"p1": p}, root / "logs")  # raises WorkerDied for a worker that exited non-zero
+        wait_for([p], show=lambda: None)       # until it ends (show: a live view, once a second)
+        stop([p])
 
-A worker is ``python -P -m woolf.demo.worker`` (Python 3.11+; on 3.10 the same with the cwd dropped
+The zygote is ``python -P -m woolf.demo.zygote`` (Python 3.11+; on 3.10 the same with the cwd dropped
 from sys.path by hand) with the directory this process imported woolf from first on PYTHONPATH, the
-caller's PYTHONPATH after it, and the demo directory as its cwd: a folder named ``woolf`` in the
+caller's PYTHONPATH after it, and the demo's logs directory as its cwd: a folder named ``woolf`` in the
 directory the demo was started from (which `git clone ... woolf` creates) is never imported.
 """
 
@@ -18,14 +19,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import woolf
+from woolf.demo.zygote import Worker
 from woolf.errors import WoolfError
-
-MODULE = "woolf.demo.worker"
 
 
 class WorkerDied(WoolfError):
@@ -34,29 +32,7 @@ class WorkerDied(WoolfError):
     exit_code = 1
 
 
-def command() -> list[str]:
-    """The interpreter line that starts a worker, never importing from the cwd."""
-    if sys.version_info >= (3, 11):
-        return [sys.executable, "-P", "-m", MODULE]
-    return [sys.executable, "-c", "import sys; del sys.path[0]; from woolf.demo.worker import main; "
-            "sys.exit(main(sys.argv[2:]))", MODULE]
-
-
-def worker_env() -> dict[str, str]:
-    package_home = str(Path(woolf.__file__).resolve().parent.parent)
-    path = [package_home, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
-
-
-def spawn(args: list[str], log: Path) -> subprocess.Popen:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as fh:
-        return subprocess.Popen([*command(), *args], stdout=fh, stderr=subprocess.STDOUT, env=worker_env(),
-                                cwd=log.parent, start_new_session=True)
-
-
-def wait_for(procs: list[subprocess.Popen], show, check=None, every: float = 1.0) -> None:
+def wait_for(procs: list[Worker], show, check=None, every: float = 1.0) -> None:
     """Until every one of ``procs`` has ended: ``check()`` (a dead worker raises) 4 times a second,
     ``show()`` every ``every`` seconds (the demo's live view fetches: it is not polled as often)."""
     shown = 0.0
@@ -69,7 +45,7 @@ def wait_for(procs: list[subprocess.Popen], show, check=None, every: float = 1.0
         time.sleep(0.25)
 
 
-def stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
+def stop(procs: list[Worker], grace: float = 10.0) -> None:
     for p in procs:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGTERM)
@@ -96,7 +72,7 @@ def last_error(log: Path) -> str:
     return lines[-1] if lines else "(empty log)"
 
 
-def check_alive(procs: dict[str, subprocess.Popen], logs: Path) -> None:
+def check_alive(procs: dict[str, Worker], logs: Path) -> None:
     """Raise WorkerDied when any worker has exited with a non-zero status (the others are left to the
     caller to stop)."""
     dead = {name: p.returncode for name, p in procs.items() if p.poll() is not None and p.returncode != 0}
