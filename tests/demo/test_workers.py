@@ -27,9 +27,10 @@ def _shadow(where):
         (where / sub / "__init__.py").write_text("")
 
 
-def test_a_worker_that_died_is_an_error_naming_it_and_quoting_its_log(tmp_path):
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "own-process"])  # own process: off Linux
+def test_a_worker_that_died_is_an_error_naming_it_and_quoting_its_log(tmp_path, fork):
     logs = tmp_path / "logs"
-    with Zygote(logs) as z:
+    with Zygote(logs, fork=fork) as z:
         p = z.spawn(["participant", str(tmp_path / "no-such-clone"), "--name", "p1", "--rounds", "1"], logs / "p1.log")
         ok = z.spawn(["--help"], logs / "v1.log")
         assert p.wait(60) == 1 and ok.wait(60) == 0

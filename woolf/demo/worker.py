@@ -8,7 +8,8 @@ training steps (so a participant that follows the ledger sees merges while it tr
     python -m woolf.demo.worker validator CLONE --name v1 --stop-file DIR/.stop [--dishonest]
 
 Each prints one JSON line per event to stdout (the demo collects them in logs/). The demo starts
-them with `python -P` (woolf/demo/workers.py): a `woolf/` folder in the cwd is never imported. A
+them forked from a `python -P` zygote (woolf/demo/zygote.py; off Linux, `python -P -m woolf.demo.worker`):
+a `woolf/` folder in the cwd is never imported. A
 worker exits 1 with one `error:` line when it cannot go on, or when none of its rounds opened a PR.
 """
 

@@ -32,7 +32,7 @@ class WorkerDied(WoolfError):
     exit_code = 1
 
 
-def wait_for(procs: list[Worker], show, check=None, every: float = 1.0) -> None:
+def wait_for(procs: list[Worker | subprocess.Popen], show, check=None, every: float = 1.0) -> None:
     """Until every one of ``procs`` has ended: ``check()`` (a dead worker raises) 4 times a second,
     ``show()`` every ``every`` seconds (the demo's live view fetches: it is not polled as often)."""
     shown = 0.0
@@ -45,7 +45,7 @@ def wait_for(procs: list[Worker], show, check=None, every: float = 1.0) -> None:
         time.sleep(0.25)
 
 
-def stop(procs: list[Worker], grace: float = 10.0) -> None:
+def stop(procs: list[Worker | subprocess.Popen], grace: float = 10.0) -> None:
     for p in procs:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGTERM)
@@ -72,7 +72,7 @@ def last_error(log: Path) -> str:
     return lines[-1] if lines else "(empty log)"
 
 
-def check_alive(procs: dict[str, Worker], logs: Path) -> None:
+def check_alive(procs: dict[str, Worker | subprocess.Popen], logs: Path) -> None:
     """Raise WorkerDied when any worker has exited with a non-zero status (the others are left to the
     caller to stop)."""
     dead = {name: p.returncode for name, p in procs.items() if p.poll() is not None and p.returncode != 0}

@@ -14,6 +14,10 @@ in the log's directory with stdout and stderr in the log, and calls woolf.demo.w
 zygote answers {"pid": N} once the child has its session, and {"exit": N, "rc": CODE} when it ends
 (Popen's convention: -SIGNAL when a signal ended it). It ignores SIGINT and, when its stdin closes,
 stops the workers still running (SIGTERM, SIGKILL after 10 s) and exits.
+
+Forking a process that has imported torch is safe on Linux; on macOS a fork without exec may crash in
+the frameworks torch loads (why multiprocessing spawns there), so elsewhere each worker is its own
+``python -P -m woolf.demo.worker`` process as before (``Zygote(logs, fork=False)``: a subprocess.Popen).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import woolf
 from woolf.errors import WoolfError
 
 MODULE = "woolf.demo.zygote"
+WORKER = "woolf.demo.worker"
+FORK = sys.platform.startswith("linux")  # where forking a process that imported torch is known to be safe
 GRACE = 10.0  # seconds a worker has to end after SIGTERM when the demo is gone
 
 
@@ -61,21 +67,27 @@ class Zygote:
     """The demo's side: starts the zygote (with the workers' environment), asks it for workers, reads
     their exits. Not thread-safe: the demo's main thread alone talks to it."""
 
-    def __init__(self, logs: Path):
+    def __init__(self, logs: Path, fork: bool = FORK):
         logs.mkdir(parents=True, exist_ok=True)
-        self.log = logs / "zygote.log"
-        with open(self.log, "w") as err:
-            self.proc = subprocess.Popen(command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                         env=worker_env(), cwd=logs)
+        self.log, self.proc = logs / "zygote.log", None
         self.workers: dict[int, Worker] = {}
         self._new: list[Worker] = []
         self._buf = b""
+        if not fork:
+            return
+        with open(self.log, "w") as err:
+            self.proc = subprocess.Popen(command(MODULE), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         env=worker_env(), cwd=logs)
         self._sel = selectors.DefaultSelector()
         self._sel.register(self.proc.stdout, selectors.EVENT_READ)
 
-    def spawn(self, args: list[str], log: Path) -> Worker:
+    def spawn(self, args: list[str], log: Path) -> Worker | subprocess.Popen:
         """A new worker running ``woolf.demo.worker.main(args)`` with ``log`` as its output."""
         log.parent.mkdir(parents=True, exist_ok=True)
+        if self.proc is None:  # no fork here: a process of its own, importing torch itself
+            with open(log, "w") as fh:
+                return subprocess.Popen([*command(WORKER), *map(str, args)], stdout=fh, stderr=subprocess.STDOUT,
+                                        env=worker_env(), cwd=log.parent, start_new_session=True)
         try:
             self.proc.stdin.write(json.dumps({"args": [str(a) for a in args], "log": str(log)}).encode() + b"\n")
             self.proc.stdin.flush()
@@ -113,7 +125,7 @@ class Zygote:
 
     def close(self) -> None:
         """Close the zygote's stdin: it stops the workers still running and exits; wait for that."""
-        if self.proc.stdout is None:
+        if self.proc is None or self.proc.stdout is None:
             return
         self._sel.close()
         for pipe in (self.proc.stdin, self.proc.stdout):
@@ -135,11 +147,11 @@ class Zygote:
         self.close()
 
 
-def command() -> list[str]:
-    """The interpreter line that starts the zygote, never importing from the cwd."""
+def command(module: str = MODULE) -> list[str]:
+    """The interpreter line that runs ``module`` (the zygote, or one worker), never importing from the cwd."""
     if sys.version_info >= (3, 11):
-        return [sys.executable, "-P", "-m", MODULE]
-    return [sys.executable, "-c", f"import sys; del sys.path[0]; from {MODULE} import main; sys.exit(main())"]
+        return [sys.executable, "-P", "-m", module]
+    return [sys.executable, "-c", f"import sys; del sys.path[0]; from {module} import main; sys.exit(main(sys.argv[1:]))"]
 
 
 def worker_env() -> dict[str, str]:
@@ -252,7 +264,8 @@ def _stop_all(running: set[int]) -> None:
         _signal_group(pid, signal.SIGKILL)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """The zygote (it takes no arguments: ``argv`` is for command()'s Python 3.10 line)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the demo's terminal: the demo stops the workers
     # what every worker imports, once, here (the demo imports this module for Zygote, without them)
     import torch  # deferred: loads torch
