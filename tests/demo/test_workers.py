@@ -65,13 +65,45 @@ def test_workers_are_forked_from_the_zygote_each_in_its_own_session_and_stopped_
         assert a.poll() is None and b.poll() is None
         stop([a])  # SIGTERM to its group: exit status as Popen says it
         assert a.returncode == -signal.SIGTERM and b.poll() is None
-    assert _gone(b.pid) and b.returncode is None  # the zygote stopped b as it closed; nobody waits for b now
+    # closing the zygote stopped b, and its exit was read
+    assert b.returncode == -signal.SIGTERM and _gone(b.pid) and z.proc.returncode == 0
+
+
+def test_signals_to_the_demos_group_leave_the_zygote_to_the_demo(network, tmp_path):
+    """Ctrl-C, `timeout woolf demo` and a closed terminal signal the demo's whole process group, the zygote
+    with it: it stays (to report the workers' exits while the demo stops them) and ends when the demo
+    closes it."""
+    with Zygote(tmp_path / "logs") as z:
+        a = _validator(z, network, "v1", tmp_path)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            os.kill(z.proc.pid, sig)
+        time.sleep(0.5)
+        assert z.proc.poll() is None and a.poll() is None
+        assert z.spawn(["--help"], tmp_path / "logs" / "help.log").wait(60) == 0  # it still serves
+        stop([a])
+        assert a.returncode == -signal.SIGTERM
     assert z.proc.returncode == 0
+
+
+def test_a_worker_that_has_ended_is_stopped_without_error(tmp_path):
+    """The zygote reaps a worker at once: its group is gone before the demo reads the exit; stop() and
+    the signal it sends take that as ended, not as an error (ESRCH)."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    zyg.signal_group(p.pid, signal.SIGTERM)  # no such group: no error
+    with Zygote(tmp_path / "logs") as z:
+        w = z.spawn(["--help"], tmp_path / "logs" / "help.log")
+        deadline = time.time() + 60
+        while not _gone(w.pid) and time.time() < deadline:
+            time.sleep(0.05)
+        stop([w])  # ended, its exit maybe unread: no ProcessLookupError
+        assert w.returncode == 0
 
 
 def test_a_dead_zygote_is_an_error_and_its_workers_are_killed(network, tmp_path):
     z = Zygote(tmp_path / "logs")
     w = _validator(z, network, "v1", tmp_path)
+    assert w.poll() is None  # running when its starter dies
     z.proc.kill()  # the worker starter dies (its workers would run on, unwaited)
     with pytest.raises(WoolfError, match="the demo's worker starter exited") as e:
         w.wait(60)
@@ -81,6 +113,13 @@ def test_a_dead_zygote_is_an_error_and_its_workers_are_killed(network, tmp_path)
     while not _gone(w.pid) and time.time() < deadline:
         time.sleep(0.05)
     assert _gone(w.pid)
+
+
+def test_a_relative_log_path_is_the_callers(network, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with Zygote(tmp_path / "logs") as z:
+        assert z.spawn(["--help"], Path("mine") / "help.log").wait(60) == 0
+    assert "usage: woolf.demo.worker" in (tmp_path / "mine" / "help.log").read_text()
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="the 3.10 line names woolf.demo.worker itself")

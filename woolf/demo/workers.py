@@ -16,13 +16,12 @@ directory the demo was started from (which `git clone ... woolf` creates) is nev
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from woolf.demo.zygote import Worker
+from woolf.demo.zygote import Worker, signal_group
 from woolf.errors import WoolfError
 
 
@@ -46,16 +45,18 @@ def wait_for(procs: list[Worker | subprocess.Popen], show, check=None, every: fl
 
 
 def stop(procs: list[Worker | subprocess.Popen], grace: float = 10.0) -> None:
+    """SIGTERM to each worker's process group, SIGKILL to one still running after ``grace`` seconds."""
     for p in procs:
         if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
+            signal_group(p.pid, signal.SIGTERM)
     deadline = time.time() + grace
     for p in procs:
         try:
             p.wait(max(0.1, deadline - time.time()))
         except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
+            signal_group(p.pid, signal.SIGKILL)
             p.wait()
+
 
 
 def last_error(log: Path) -> str:

@@ -83,6 +83,7 @@ class Zygote:
 
     def spawn(self, args: list[str], log: Path) -> Worker | subprocess.Popen:
         """A new worker running ``woolf.demo.worker.main(args)`` with ``log`` as its output."""
+        log = Path(log).resolve()  # the zygote's cwd is not ours
         log.parent.mkdir(parents=True, exist_ok=True)
         if self.proc is None:  # no fork here: a process of its own, importing torch itself
             with open(log, "w") as fh:
@@ -104,8 +105,9 @@ class Zygote:
         chunk = os.read(self.proc.stdout.fileno(), 65536)
         if not chunk:
             self._gone()
-        *lines, self._buf = (self._buf + chunk).split(b"\n")
-        for line in lines:
+        self._buf += chunk
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
             reply = json.loads(line)
             if "pid" in reply:
                 worker = self.workers[reply["pid"]] = Worker(self, reply["pid"])
@@ -117,25 +119,41 @@ class Zygote:
         """The zygote died: its workers cannot be waited for; they are killed and reported as exit 255."""
         for worker in self.workers.values():
             if worker.returncode is None:
-                _signal_group(worker.pid, signal.SIGKILL)
+                signal_group(worker.pid, signal.SIGKILL)
                 worker.returncode = 255
-        self.close()
+        self._finish()
         raise WoolfError(f"the demo's worker starter exited ({self.proc.returncode}): "
                          f"{_last_line(self.log)}", hint=f"its log: {self.log}")
 
     def close(self) -> None:
-        """Close the zygote's stdin: it stops the workers still running and exits; wait for that."""
+        """Close the zygote's stdin: it stops the workers still running (each exit is read as it is
+        reported) and exits; wait for that. A worker it did not see end is reported killed (-SIGKILL)."""
         if self.proc is None or self.proc.stdout is None:
             return
-        self._sel.close()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            try:
-                pipe.close()
-            except OSError:
-                pass
-        self.proc.stdout = None
         try:
-            self.proc.wait(GRACE + 5)
+            self.proc.stdin.close()
+        except OSError:  # the zygote is gone already
+            pass
+        deadline = time.monotonic() + GRACE + 5
+        try:
+            while time.monotonic() < deadline:
+                self.collect(deadline - time.monotonic())
+        except WoolfError:  # EOF: the zygote has reported what it saw and exited
+            return
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        if self.proc.stdout is None:
+            return
+        self._sel.close()
+        self.proc.stdout.close()
+        self.proc.stdout = None
+        for worker in self.workers.values():
+            if worker.returncode is None:
+                worker.returncode = -signal.SIGKILL
+        try:
+            self.proc.wait(5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -163,10 +181,12 @@ def worker_env() -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
 
 
-def _signal_group(pid: int, sig: int) -> None:
+def signal_group(pid: int, sig: int) -> None:
+    """Signal a worker's process group; one that has ended is not an error (the zygote reaps a worker at
+    once: its group is gone before the demo reads the exit)."""
     try:
         os.killpg(pid, sig)
-    except OSError:  # already gone
+    except OSError:  # ESRCH: ended; EPERM: not ours any more
         pass
 
 
@@ -180,16 +200,21 @@ def _last_line(log: Path) -> str:
 
 # ---- the zygote process ----
 
-def _child(request: dict, ready: int) -> None:
-    """In the forked worker: its own session, the log as stdout and stderr, the worker's main; never returns."""
+def _child(request: dict, ready: int, reply_fd: int) -> None:
+    """In the forked worker: its own session, the log as stdout and stderr, the worker's main; never returns.
+
+    Like multiprocessing's children it ends with os._exit: atexit handlers registered in the zygote or the
+    worker do not run (woolf's one, ending the object readers of woolf/git/batch.py: their git processes
+    end on EOF when the worker exits)."""
     code = 1
     try:
+        os.setsid()  # first: out of the terminal's foreground group before anything else can happen
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM):
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        os.setsid()
         os.close(ready)  # the zygote answers the pid once the session exists (stop() signals the group)
+        os.close(reply_fd)
         log = Path(request["log"])
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)
@@ -204,39 +229,46 @@ def _child(request: dict, ready: int) -> None:
 
         code = main(request["args"])
     except SystemExit as exc:  # argparse's --help and usage errors
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
+        code = exc.code
+        if isinstance(code, str):
+            print(code, file=sys.stderr)
     except BaseException:  # noqa: BLE001 - the log says why; the exit status says that it failed
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        try:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            code = (code & 0xFF) if isinstance(code, int) else (0 if code is None else 1)  # as sys.exit does
+        finally:
+            os._exit(code if isinstance(code, int) and 0 <= code <= 255 else 1)
 
 
-def _fork(request: dict, wakeup: tuple[int, int]) -> int:
+def _fork(request: dict, keep_out: tuple[int, ...]) -> int:
+    """Fork one worker; its pid once it has its own session. ``keep_out``: the zygote's own descriptors."""
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(ready_r)
-        for fd in wakeup:
+        for fd in keep_out[:-1]:
             os.close(fd)
-        _child(request, ready_w)
+        _child(request, ready_w, keep_out[-1])
     os.close(ready_w)
     os.read(ready_r, 1)  # EOF: the child has its session (or died)
     os.close(ready_r)
     return pid
 
 
+_REPLIES = [1]  # the descriptor the demo reads: fd 1 until main() moves it out of print()'s way
+
+
 def _reply(**kw) -> None:
-    """One line to the demo, unbuffered (a forked child must find no reply of ours in its stdout buffer);
-    once the demo is gone there is no one to tell."""
+    """One line to the demo, unbuffered (a forked child must find no reply of ours in a buffer); once the
+    demo is gone there is no one to tell."""
     try:
-        os.write(1, json.dumps(kw).encode() + b"\n")
+        os.write(_REPLIES[0], json.dumps(kw).encode() + b"\n")
     except OSError:
         pass
 
@@ -254,19 +286,24 @@ def _reap(running: set[int]) -> None:
 
 
 def _stop_all(running: set[int]) -> None:
-    for pid in running:
-        _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + GRACE
-    while running and time.monotonic() < deadline:
-        _reap(running)
-        time.sleep(0.05)
-    for pid in running:
-        _signal_group(pid, signal.SIGKILL)
+    """SIGTERM to every worker's group, SIGKILL to what is left after GRACE; each exit is reported."""
+    for sig, seconds in ((signal.SIGTERM, GRACE), (signal.SIGKILL, 5.0)):
+        for pid in running:
+            signal_group(pid, sig)
+        deadline = time.monotonic() + seconds
+        while running and time.monotonic() < deadline:
+            _reap(running)
+            time.sleep(0.02)
 
 
 def main(argv: list[str] | None = None) -> int:
     """The zygote (it takes no arguments: ``argv`` is for command()'s Python 3.10 line)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the demo's terminal: the demo stops the workers
+    # the demo's process group may be signalled (Ctrl-C, `timeout woolf demo`, a closed terminal): the demo
+    # stops the workers; the zygote ends when its stdin closes, so that it is there to report their exits
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    _REPLIES[0] = os.dup(1)  # replies on a descriptor of their own; a stray print() goes to the log
+    os.dup2(2, 1)
     # what every worker imports, once, here (the demo imports this module for Zygote, without them)
     import torch  # deferred: loads torch
 
@@ -277,6 +314,16 @@ def main(argv: list[str] | None = None) -> int:
     import woolf.workloads.charlm  # noqa: F401  # deferred: loads torch
 
     torch.set_num_threads(1)
+    running: set[int] = set()
+    try:
+        _serve(running)
+    finally:  # stdin closed, or the zygote itself failed: no worker outlives it
+        _stop_all(running)
+    return 0
+
+
+def _serve(running: set[int]) -> None:
+    """Fork a worker for each request on stdin and report each exit, until stdin closes."""
     wakeup = os.pipe()
     for fd in wakeup:
         os.set_blocking(fd, False)
@@ -285,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     sel = selectors.DefaultSelector()
     sel.register(0, selectors.EVENT_READ)
     sel.register(wakeup[0], selectors.EVENT_READ)
-    running: set[int] = set()
+    keep_out = (*wakeup, sel.fileno(), _REPLIES[0])
     buf = b""
     while True:
         for key, _ in sel.select():
@@ -295,11 +342,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             chunk = os.read(0, 65536)
             if not chunk:  # the demo closed us, or died
-                _stop_all(running)
-                return 0
+                return
             *lines, buf = (buf + chunk).split(b"\n")
             for line in lines:
-                pid = _fork(json.loads(line), wakeup)
+                pid = _fork(json.loads(line), keep_out)
                 running.add(pid)
                 _reply(pid=pid)
         _reap(running)
