@@ -8,7 +8,7 @@ Usage:
         wait_for([p], show=lambda: None)       # until it ends (show: a live view, once a second)
         stop([p])
 
-The zygote is ``python -P -m woolf.demo.zygote`` (Python 3.11+; on 3.10 the same with the cwd dropped
+The zygote is ``python -P -m woolf.demo.zygote_process`` (Python 3.11+; on 3.10 the same with the cwd dropped
 from sys.path by hand) with the directory this process imported woolf from first on PYTHONPATH, the
 caller's PYTHONPATH after it, and the demo's logs directory as its cwd: a folder named ``woolf`` in the
 directory the demo was started from (which `git clone ... woolf` creates) is never imported.
