@@ -21,7 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from woolf.demo.zygote import Worker, signal_group
+from woolf.demo.zygote import Worker, last_error, signal_group
 from woolf.errors import WoolfError
 
 
@@ -56,21 +56,6 @@ def stop(procs: list[Worker | subprocess.Popen], grace: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             signal_group(p.pid, signal.SIGKILL)
             p.wait()
-
-
-
-def last_error(log: Path) -> str:
-    """The line of a worker's log that says why it died: the exception line of a traceback, an
-    ``error:`` line, or else the last non-empty line."""
-    try:
-        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return "(no log)"
-    for line in reversed(lines):
-        if line.startswith("error:") or (not line.startswith(("File ", "Traceback", "{", "^", "~"))
-                                         and ("Error" in line.split(":")[0] or "Exception" in line.split(":")[0])):
-            return line
-    return lines[-1] if lines else "(empty log)"
 
 
 def check_alive(procs: dict[str, Worker | subprocess.Popen], logs: Path) -> None:

@@ -98,12 +98,18 @@ class Zygote:
         return self._new.pop(0)
 
     def collect(self, timeout: float | None) -> None:
-        """Read what the zygote has answered (new workers, exits), waiting up to ``timeout`` seconds."""
-        if self.proc.stdout is None or not self._sel.select(timeout):
-            return
-        chunk = os.read(self.proc.stdout.fileno(), 65536)
-        if not chunk:
+        """Read what the zygote has answered (new workers, exits), waiting up to ``timeout`` seconds; the
+        zygote's end (EOF) while the demo still needs it is an error (_gone)."""
+        if not self._read(timeout):
             self._gone()
+
+    def _read(self, timeout: float | None) -> bool:
+        """One read of the zygote's replies, each applied; False at EOF (the zygote has exited)."""
+        if self.proc.stdout is None:
+            return False
+        if not self._sel.select(timeout):
+            return True
+        chunk = os.read(self.proc.stdout.fileno(), 65536)
         self._buf += chunk
         while b"\n" in self._buf:
             line, self._buf = self._buf.split(b"\n", 1)
@@ -113,6 +119,7 @@ class Zygote:
                 self._new.append(worker)
             elif reply.get("exit") in self.workers:
                 self.workers[reply["exit"]].returncode = reply["rc"]
+        return bool(chunk)
 
     def _gone(self):
         """The zygote died: its workers cannot be waited for; they are killed and reported as exit 255."""
@@ -122,7 +129,7 @@ class Zygote:
                 worker.returncode = 255
         self._finish()
         raise WoolfError(f"the demo's worker starter exited ({self.proc.returncode}): "
-                         f"{_last_line(self.log)}", hint=f"its log: {self.log}")
+                         f"{last_error(self.log)}", hint=f"its log: {self.log}")
 
     def close(self) -> None:
         """Close the zygote's stdin: it stops the workers still running (each exit is read as it is
@@ -134,13 +141,9 @@ class Zygote:
         except OSError:  # the zygote is gone already
             pass
         deadline = time.monotonic() + GRACE + 5
-        try:
-            while time.monotonic() < deadline:
-                self.collect(deadline - time.monotonic())
-        except WoolfError:  # EOF: the zygote has reported what it saw and exited
-            return
-        finally:
-            self._finish()
+        while time.monotonic() < deadline and self._read(deadline - time.monotonic()):
+            pass  # until EOF: the zygote has reported what it saw and exited
+        self._finish()
 
     def _finish(self) -> None:
         if self.proc.stdout is None:
@@ -189,9 +192,15 @@ def signal_group(pid: int, sig: int) -> None:
         pass
 
 
-def _last_line(log: Path) -> str:
+def last_error(log: Path) -> str:
+    """The line of a worker's log that says why it died: the exception line of a traceback, an
+    ``error:`` line, or else the last non-empty line."""
     try:
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
-        lines = []
+        return "(no log)"
+    for line in reversed(lines):
+        if line.startswith("error:") or (not line.startswith(("File ", "Traceback", "{", "^", "~"))
+                                         and ("Error" in line.split(":")[0] or "Exception" in line.split(":")[0])):
+            return line
     return lines[-1] if lines else "(empty log)"

@@ -56,15 +56,12 @@ def _child(request: dict, ready: int, reply_fd: int) -> None:
     except BaseException:  # noqa: BLE001 - the log says why; the exit status says that it failed
         traceback.print_exc()
     finally:
-        try:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            code = (code & 0xFF) if isinstance(code, int) else (0 if code is None else 1)  # as sys.exit does
-        finally:
-            os._exit(code if isinstance(code, int) and 0 <= code <= 255 else 1)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit((code & 0xFF) if isinstance(code, int) else (0 if code is None else 1))  # as sys.exit does
 
 
 def _fork(request: dict, keep_out: tuple[int, ...]) -> int:
