@@ -35,15 +35,9 @@ def object_bytes(git, name: str, kind: str, max_bytes: int | None, label: str | 
     one over ``max_bytes`` raises BlobTooLargeError (``label`` names it) unread."""
     if "\n" in name:
         return None
-    got = batch.info(git, name)  # woolf/git/batch.py: the repository's reader, no process per read
+    got = _served(git, name, kind, max_bytes, label)  # the repository's reader: no process per read
     if got is not batch.NOT_SERVED:
-        if got is None or got[1] != kind:
-            return None
-        if max_bytes is not None and got[2] > max_bytes:
-            raise BlobTooLargeError(label or name, got[2], max_bytes)
-        data = batch.contents(git, got[0], got[2])
-        if data is not batch.NOT_SERVED:
-            return data
+        return None if got is None else got[1]
     proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=git.cwd, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env=clean_env({**git.identity_env(), **git.keep_env}))
@@ -137,7 +131,7 @@ def _commit_bodies(git, names: list[str], max_bytes: int) -> list[tuple[str, str
     if not names:
         return []
     if len(names) <= _FEW:
-        got = [_served(git, name, max_bytes) for name in names]
+        got = [_served_commit(git, name, max_bytes) for name in names]
         if all(g is not batch.NOT_SERVED for g in got):
             return [(name, *g) for name, g in zip(names, got, strict=True) if g is not None]
     checked = git.run("cat-file", "--batch-check", input=("\n".join(names) + "\n").encode()).stdout.split(b"\n")
@@ -159,16 +153,27 @@ def _commit_bodies(git, names: list[str], max_bytes: int) -> list[tuple[str, str
 _FEW = 16  # up to this many commits are read one by one through the reader; more in one batch
 
 
-def _served(git, name: str, max_bytes: int):
-    """(commit id, bytes) of ``name`` through the reader; None when it is no commit of at most
-    ``max_bytes``; NOT_SERVED when the reader could not answer."""
+def _served(git, name: str, kind: str, max_bytes: int | None, label: str | None = None):
+    """(object id, bytes) of ``name`` through the reader (woolf/git/batch.py); None when it is no ``kind``
+    object; NOT_SERVED when the reader could not answer. One over ``max_bytes`` raises BlobTooLargeError
+    unread (its size comes first)."""
     info = batch.info(git, name)
     if info is batch.NOT_SERVED:
         return info
-    if info is None or info[1] != "commit" or info[2] > max_bytes:
+    if info is None or info[1] != kind:
         return None
+    if max_bytes is not None and info[2] > max_bytes:
+        raise BlobTooLargeError(label or name, info[2], max_bytes)
     data = batch.contents(git, info[0], info[2])
     return data if data is batch.NOT_SERVED else (info[0], data)
+
+
+def _served_commit(git, name: str, max_bytes: int):
+    """As _served for a commit record: one over ``max_bytes`` is no record (None), as in the batch path."""
+    try:
+        return _served(git, name, "commit", max_bytes)
+    except BlobTooLargeError:
+        return None
 
 
 COMMIT_ID = memo.FULL_ID  # a full commit id: names its bytes forever, so may be cached
