@@ -15,12 +15,11 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 
 import torch
 
 from tests.conftest import Network, git
-from tests.crafting import craft_pr
+from tests.crafting import craft_pr, next_second
 from tests.hostile_corpus import _sparse, header_file, storage_object
 from woolf.forges.local import LocalForge
 from woolf.ledger.create import CreateOptions
@@ -78,7 +77,7 @@ def test_peak_memory_hostile_then_honest(tmp_path):
     _sparse(obj)  # 2 GiB behind a pointer that declares 1,000 bytes
     hostile.append(sparse)
     LocalForge.for_ledger(val).list()  # the validator receives the hostile PRs first
-    time.sleep(1.1)
+    next_second()
     honest = [craft_pr(alice, tensors=_delta(alice, 1e-3, seed=s), who=w) for s, w in ((1, "alice"), (2, "bob"))]
     del d
     proc = subprocess.run([sys.executable, "-c", PROBE, str(val.root), json.dumps(hostile)], capture_output=True, text=True,

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
 
-from tests.crafting import craft_pr
+from tests.crafting import craft_pr, next_second
 from tests.hostile_corpus import delta, new_id, push_ref, storage_object
 from woolf.audit.recompute import audit
 from woolf.forges.local import LocalForge
@@ -39,7 +38,7 @@ def test_queue_order_is_when_the_forge_received_the_pr(network):
     val, mallory, alice = network.clone("val"), network.clone("mallory"), network.clone("alice")
     early = craft_pr(alice, tensors=delta(alice, seed=1), who="alice")
     LocalForge.for_ledger(val).list()  # the validator receives the honest PR first
-    time.sleep(1.1)  # reflog times have one-second resolution
+    next_second()  # reflog times have one-second resolution
     late = craft_pr(mallory, tensors=delta(mallory, seed=2))
     sub = new_id(stamp="20000101T000000000Z")
     head = mallory.git.out("rev-parse", f"{layout.PR_PREFIX}/{late}/head")

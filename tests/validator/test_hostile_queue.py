@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.conftest import key_for
-from tests.crafting import craft_pr, craft_prs, random_delta
+from tests.crafting import craft_pr, craft_prs, next_second, random_delta
 from woolf.errors import IntegrityError
 from woolf.forges.local import LocalForge
 from woolf.validator import Validator
@@ -37,7 +37,7 @@ def test_f8_corrupted_base_weights_reject_that_pr_and_the_pass_goes_on(network):
     bad = craft_pr(mallory, tensors=random_delta(mallory, scale=0.001, seed=2), base=v0)
     val2 = network.clone("val2")  # no copy of version 0 in its cache
     LocalForge.for_ledger(val2).list()  # mallory's PR is received first
-    time.sleep(1.1)
+    next_second()
     bob = network.clone("bob")
     good = craft_pr(bob, tensors=random_delta(bob, scale=0.001, seed=3), who="bob")
     verdicts = {v.id: v for v in Validator(val2, device="cpu").run()}
@@ -52,7 +52,7 @@ def test_f8_corrupted_base_weights_reject_that_pr_and_the_pass_goes_on(network):
 def _seen(val) -> None:
     """The validator's clone receives what is pushed so far; the next push is received a second later."""
     LocalForge.for_ledger(val).list()
-    time.sleep(1.1)
+    next_second()
 
 
 def test_f4_claims_on_a_name_never_cost_its_owner_her_pr_or_her_rating(make_net):

@@ -5,13 +5,11 @@ Each attack is tried as an attacker would, through real git, DVC and the real va
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from safetensors.torch import save
 
-from tests.crafting import craft_pr, craft_prs
+from tests.crafting import craft_pr, craft_prs, next_second
 from woolf.audit.recompute import audit
 from woolf.core.merge import compute_delta
 from woolf.forges.local import LocalForge
@@ -186,7 +184,7 @@ def test_front_running_earliest_received_wins(network):
     val, alice = network.clone("val"), network.clone("alice")
     honest = network.train_submit(alice, "alice")["id"]
     LocalForge.for_ledger(val).list()  # the validator's clone receives the honest PR now
-    time.sleep(1.1)
+    next_second()
     pr = LocalForge.for_ledger(val).get(honest)
     delta = val.store.fetch_object(val.pointer(pr.head, f"submissions/{honest}/delta.safetensors.dvc"))
     from safetensors.torch import load_file
@@ -304,7 +302,7 @@ def test_flood_limit_and_round_robin_queue(make_net):
             refused += 1
     assert len(flood) == 2 and refused == 3
     LocalForge.for_ledger(val).list()
-    time.sleep(1.1)  # alice's PR arrives after the flood
+    next_second()  # alice's PR arrives after the flood
     honest = net.train_submit(alice, "alice")["id"]
     verdicts = Validator(val, device="cpu", name="v1").run()
     order = [v.id for v in verdicts]
@@ -355,7 +353,7 @@ def test_a_dense_copy_of_a_compressed_delta_is_caught(make_net):
     alice, val = net.clone("alice"), net.clone("val")
     sub = net.train_submit(alice, "alice", compress="topk:0.1,bits:8")
     pr = LocalForge.for_ledger(val).get(sub["id"])  # val receives alice's PR first
-    time.sleep(1.1)
+    next_second()
     declared = pr.submission["delta"]
     _, ptr_rel, _ = layout.submission_paths(sub["id"])
     path = val.store.fetch_object(val.pointer(pr.head, ptr_rel))
