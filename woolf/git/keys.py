@@ -53,9 +53,13 @@ def signing_key(git) -> str | None:
     """The key this clone signs with: $WOOLF_SIGNING_KEY, or git's user.signingkey with gpg.format = ssh."""
     if os.environ.get(ENV):
         return os.environ[ENV]
-    fmt = git.run("config", "gpg.format", check=False).stdout.decode().strip()
-    key = git.run("config", "user.signingkey", check=False).stdout.decode().strip()
-    return key if fmt == "ssh" and key else None
+    found = {}  # both settings in one `git config` (the last value of each wins, as git reads it)
+    out = git.run("config", "-z", "--get-regexp", r"^(gpg\.format|user\.signingkey)$", check=False).stdout
+    for item in out.split(b"\0"):
+        name, _, value = item.partition(b"\n")
+        found[name.decode(errors="replace")] = value.decode(errors="replace").strip()
+    key = found.get("user.signingkey", "")
+    return key if found.get("gpg.format") == "ssh" and key else None
 
 
 def configure(git, private: Path) -> None:
