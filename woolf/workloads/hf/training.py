@@ -5,6 +5,8 @@ Usage:
     model = assign(model, weights, device, copy=False)   # the model's parameters ARE the given tensors
     rows = batch_rows(len(ids), context, steps * grad_accum, batch_size, generator)   # all batches, drawn once
     tap = LossTap(steps, device); tap.put(step, loss); tap.latest()   # read without waiting on the device
+    losses, secs, resumed, amp = fit(wl, model, ids, steps, ...)   # the loop of Transformers.train (hf/workload.py)
+    sharded = use_fsdp(model, device)   # FSDP2 rather than DDP under torchrun; out_of_memory(wl, ...): its error
 
 Memory (issue 35): a model whose parameters are about to be assigned is built uninitialised
 (issue 33: transformers' random initialisation would touch a second model's worth of memory);
@@ -22,7 +24,19 @@ for the host; the loss is copied to pinned memory without blocking and read when
 
 from __future__ import annotations
 
+import contextlib
+import os
+import resource
+import time
+
 import torch
+import torch.nn.functional as F
+
+from woolf.errors import TrainingFailed
+from woolf.workloads.base import apply_follow
+from woolf.workloads.optstate import load_optimizer, save_optimizer
+
+AUTOCAST = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def uninitialised(config, dtype) -> torch.nn.Module:
@@ -108,3 +122,92 @@ class LossTap:
             torch.cuda.synchronize()
             self.done = len(self.events)
         return self.values[: self.done].tolist()
+
+
+def out_of_memory(wl, device: str, params: int) -> TrainingFailed:
+    """One line: where memory ran out, the peak measured, and what to lower."""
+    if torch.device(device).type == "cuda":
+        peak = f"{torch.cuda.max_memory_allocated(torch.device(device)) / 2**30:.2f} GiB of device memory"
+        torch.cuda.empty_cache()
+    else:
+        peak = f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB of RSS"
+    return TrainingFailed(
+        f"out of memory training on {device} at a peak of {peak} ({params / 1e6:.1f}M parameters, "
+        f"batch_size {wl.batch_size}, context {wl.context}, grad_accum {wl.grad_accum}); "
+        "nothing was saved",
+        hint="lower workload.params.batch_size (raise grad_accum to keep the batch) or context, "
+             "set workload.params.checkpointing = true, or spread the model over GPUs (--nproc N: FSDP2)")
+
+def use_fsdp(model: torch.nn.Module, device: str) -> bool:
+    """FSDP2 instead of DDP: when WOOLF_FSDP=1, or on CUDA when the weights, gradients and AdamW's
+    moments (16 bytes per parameter) would take more than 80% of one device."""
+    if os.environ.get("WOOLF_FSDP") == "1":
+        return True
+    if torch.device(device).type != "cuda":
+        return False
+    n = sum(p.numel() for p in model.parameters())
+    return 16 * n > 0.8 * torch.cuda.get_device_properties(torch.device(device)).total_memory
+
+def fit(wl, model, ids, steps, device, seed, progress, state_dir, global_step, follow, follow_every, par,
+        sharded):
+    """The loop of ``wl.train`` (hf/workload.py); returns (losses, seconds, how the optimizer started, autocast dtype). The optimizer
+    and the gradients are gone when it returns."""
+    kind = torch.device(device).type
+    net = par.wrap(model, device, sharded, frozenset(getattr(model, "_no_split_modules", None) or ())) \
+        if par else model
+    fwd = torch.compile(net) if wl.compile else net
+    opt = torch.optim.AdamW(model.parameters(), lr=wl.lr, weight_decay=wl.weight_decay,
+                            fused=True if kind == "cuda" else None)
+    keep = state_dir is not None and not sharded  # a sharded optimizer's state is not kept
+    resumed = load_optimizer(opt, model, state_dir, wl.fingerprint()) if keep else \
+        ("fresh" if not sharded else "fresh (sharded: not kept)")
+    done = int(next(iter(opt.state.values()), {}).get("step", 0)) if opt.state else 0  # optimizer warm-up
+    amp = AUTOCAST[wl.autocast]
+    if amp is torch.float16 and kind != "cuda":
+        amp = None  # fp16 autocast is for GPUs; a CPU participant trains in float32
+    scaler = torch.amp.GradScaler("cuda") if amp is torch.float16 else None
+    gen = torch.Generator().manual_seed(seed)
+    rows = batch_rows(len(ids), wl.context, steps * wl.grad_accum, wl.batch_size, gen)
+    mine = par.share(wl.batch_size) if par else slice(None)
+    rows, tokens = rows[:, mine].contiguous().to(device), ids.to(device)
+    span = torch.arange(wl.context + 1, device=device)
+    share = (mine.stop - mine.start) / wl.batch_size * (par.world if par else 1) if par else 1.0
+    tap = LossTap(steps, device)
+    t0 = time.perf_counter()
+    for step in range(1, steps + 1):
+        for group in opt.param_groups:
+            group["lr"] = wl.lr_at(global_step + step - 1) * wl._opt_factor(done + step - 1)
+        opt.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=device)
+        for m in range(wl.grad_accum):
+            window = tokens[rows[(step - 1) * wl.grad_accum + m][:, None] + span]
+            quiet = par and not sharded and m < wl.grad_accum - 1
+            with net.no_sync() if quiet else contextlib.nullcontext(), \
+                    torch.autocast(kind, dtype=amp or torch.float32, enabled=amp is not None):
+                logits = fwd(input_ids=window[:, :-1]).logits
+                loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]),
+                                       window[:, 1:].reshape(-1)) / wl.grad_accum
+                # each rank's mean weighted by its share of the rows; DDP averages over ranks
+                (scaler.scale(loss * share) if scaler else loss * share).backward()
+            total += loss.detach() * share / (par.world if par else 1)
+            del logits, loss
+        if par:
+            torch.distributed.all_reduce(total)
+        if scaler:
+            scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        tap.put(step, total)
+        apply_follow(model, follow, follow_every, step, steps)
+        if progress:
+            progress(step, steps, tap.latest())
+    opt.zero_grad(set_to_none=True)  # the gradients go before anything is written
+    losses = tap.all()
+    secs = time.perf_counter() - t0
+    if keep and (par is None or par.rank == 0):
+        save_optimizer(opt, model, state_dir, wl.fingerprint())
+    return losses, secs, resumed, amp

@@ -19,12 +19,8 @@ eval mode, over fixed non-overlapping windows, so it is deterministic on CPU.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
-import os
-import resource
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,11 +31,10 @@ from woolf.errors import (
     ConfigError,
     IntegrityError,
     InvalidWeightsError,
-    TrainingFailed,
     UsageError,
 )
 from woolf.protocol.lora_spec import parse_lora
-from woolf.workloads.base import Progress, TrainData, apply_follow
+from woolf.workloads.base import Progress, TrainData
 from woolf.workloads.features import (
     BIND,
     DISTRIBUTED,
@@ -60,12 +55,17 @@ from woolf.workloads.hf.modeldir import (
     max_positions,
     transformers_version,
 )
-from woolf.workloads.hf.training import LossTap, assign, batch_rows, uninitialised
-from woolf.workloads.optstate import load_optimizer, save_optimizer
+from woolf.workloads.hf.training import (
+    AUTOCAST,
+    assign,
+    fit,
+    out_of_memory,
+    uninitialised,
+    use_fsdp,
+)
 from woolf.workloads.parallel import Parallel
 from woolf.workloads.textcommon import TextCorpus
 
-AUTOCAST = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
@@ -250,17 +250,17 @@ class Transformers(TextCorpus):
                              hint="set workload.follow_every = 0, or train on one process")
         model = self._load(weights, device, copy=not in_place).train()
         names = list(canonical(model))
-        sharded = bool(par) and self._sharded(names, model, device)
+        sharded = bool(par) and use_fsdp(model, device)
         if self.checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         try:
-            losses, secs, resumed, amp = self._fit(model, ids, steps, device, seed, progress, state_dir,
-                                                   global_step, follow, follow_every, par, sharded)
+            losses, secs, resumed, amp = fit(self, model, ids, steps, device, seed, progress, state_dir,
+                                             global_step, follow, follow_every, par, sharded)
             state = par.full_state(model, sharded) if par else dict(model.state_dict())
         except (torch.OutOfMemoryError, RuntimeError) as exc:
             if not isinstance(exc, torch.OutOfMemoryError) and "can't allocate memory" not in str(exc):
                 raise
-            raise self._out_of_memory(device, len(names) and sum(w.numel() for w in weights.values())) from None
+            raise out_of_memory(self, device, len(names) and sum(w.numel() for w in weights.values())) from None
         finally:
             if self.checkpointing and not sharded:
                 model.gradient_checkpointing_disable()
@@ -275,94 +275,6 @@ class Transformers(TextCorpus):
                      "optimizer": resumed, "device": device, "processes": par.world if par else 1,
                      "sharded": sharded, "checkpointing": self.checkpointing,
                      "autocast": str(amp).replace("torch.", "") if amp else "off"}
-
-    def _out_of_memory(self, device: str, params: int) -> TrainingFailed:
-        """One line: where memory ran out, the peak measured, and what to lower."""
-        if torch.device(device).type == "cuda":
-            peak = f"{torch.cuda.max_memory_allocated(torch.device(device)) / 2**30:.2f} GiB of device memory"
-            torch.cuda.empty_cache()
-        else:
-            peak = f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB of RSS"
-        return TrainingFailed(
-            f"out of memory training on {device} at a peak of {peak} ({params / 1e6:.1f}M parameters, "
-            f"batch_size {self.batch_size}, context {self.context}, grad_accum {self.grad_accum}); "
-            "nothing was saved",
-            hint="lower workload.params.batch_size (raise grad_accum to keep the batch) or context, "
-                 "set workload.params.checkpointing = true, or spread the model over GPUs (--nproc N: FSDP2)")
-
-    def _sharded(self, names: list[str], model: torch.nn.Module, device: str) -> bool:
-        """FSDP2 instead of DDP: when WOOLF_FSDP=1, or on CUDA when the weights, gradients and AdamW's
-        moments (16 bytes per parameter) would take more than 80% of one device."""
-        if os.environ.get("WOOLF_FSDP") == "1":
-            return True
-        if torch.device(device).type != "cuda":
-            return False
-        n = sum(p.numel() for p in model.parameters())
-        return 16 * n > 0.8 * torch.cuda.get_device_properties(torch.device(device)).total_memory
-
-    def _fit(self, model, ids, steps, device, seed, progress, state_dir, global_step, follow, follow_every,
-             par, sharded):
-        """The loop; returns (losses, seconds, how the optimizer started, autocast dtype). The optimizer
-        and the gradients are gone when it returns."""
-        kind = torch.device(device).type
-        net = par.wrap(model, device, sharded, frozenset(getattr(model, "_no_split_modules", None) or ())) \
-            if par else model
-        fwd = torch.compile(net) if self.compile else net
-        opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=self.weight_decay,
-                                fused=True if kind == "cuda" else None)
-        keep = state_dir is not None and not sharded  # a sharded optimizer's state is not kept
-        resumed = load_optimizer(opt, model, state_dir, self.fingerprint()) if keep else \
-            ("fresh" if not sharded else "fresh (sharded: not kept)")
-        done = int(next(iter(opt.state.values()), {}).get("step", 0)) if opt.state else 0  # optimizer warm-up
-        amp = AUTOCAST[self.autocast]
-        if amp is torch.float16 and kind != "cuda":
-            amp = None  # fp16 autocast is for GPUs; a CPU participant trains in float32
-        scaler = torch.amp.GradScaler("cuda") if amp is torch.float16 else None
-        gen = torch.Generator().manual_seed(seed)
-        rows = batch_rows(len(ids), self.context, steps * self.grad_accum, self.batch_size, gen)
-        mine = par.share(self.batch_size) if par else slice(None)
-        rows, tokens = rows[:, mine].contiguous().to(device), ids.to(device)
-        span = torch.arange(self.context + 1, device=device)
-        share = (mine.stop - mine.start) / self.batch_size * (par.world if par else 1) if par else 1.0
-        tap = LossTap(steps, device)
-        t0 = time.perf_counter()
-        for step in range(1, steps + 1):
-            for group in opt.param_groups:
-                group["lr"] = self.lr_at(global_step + step - 1) * self._opt_factor(done + step - 1)
-            opt.zero_grad(set_to_none=True)
-            total = torch.zeros((), device=device)
-            for m in range(self.grad_accum):
-                window = tokens[rows[(step - 1) * self.grad_accum + m][:, None] + span]
-                quiet = par and not sharded and m < self.grad_accum - 1
-                with net.no_sync() if quiet else contextlib.nullcontext(), \
-                        torch.autocast(kind, dtype=amp or torch.float32, enabled=amp is not None):
-                    logits = fwd(input_ids=window[:, :-1]).logits
-                    loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]),
-                                           window[:, 1:].reshape(-1)) / self.grad_accum
-                    # each rank's mean weighted by its share of the rows; DDP averages over ranks
-                    (scaler.scale(loss * share) if scaler else loss * share).backward()
-                total += loss.detach() * share / (par.world if par else 1)
-                del logits, loss
-            if par:
-                torch.distributed.all_reduce(total)
-            if scaler:
-                scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            if scaler:
-                scaler.step(opt)
-                scaler.update()
-            else:
-                opt.step()
-            tap.put(step, total)
-            apply_follow(model, follow, follow_every, step, steps)
-            if progress:
-                progress(step, steps, tap.latest())
-        opt.zero_grad(set_to_none=True)  # the gradients go before anything is written
-        losses = tap.all()
-        secs = time.perf_counter() - t0
-        if keep and (par is None or par.rank == 0):
-            save_optimizer(opt, model, state_dir, self.fingerprint())
-        return losses, secs, resumed, amp
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
                    progress: Progress | None = None):
