@@ -78,7 +78,8 @@ def test_bisect_that_finds_nothing_bad_exits_0_and_says_so(network, tmp_path, cl
 def test_demo_words_count_right_and_the_wall_time_shows_the_genesis_build():
     from woolf.cli.demo.commands import wall_line
     from woolf.cli.validator.validate import _interrupted
-    from woolf.demo.run import DemoResult, plural
+    from woolf.demo.result import DemoResult
+    from woolf.demo.run import plural
 
     assert plural(1, "validator") == "1 validator" and plural(2, "validator") == "2 validators"
     r = DemoResult("x", participants=3, validators=1, rounds=8, steps=30, wall_seconds=100.0, setup_seconds=35.0,

@@ -155,7 +155,7 @@ def _running_in(where) -> list[int]:
 @pytest.mark.unit
 def test_summary_says_whether_joining_paid():
     from woolf.cli.demo.commands import comparison_lines
-    from woolf.demo.run import DemoResult
+    from woolf.demo.result import DemoResult
 
     r = DemoResult("x", participants=3, validators=2, rounds=8, steps=30, total_steps=720, final_loss=2.48,
                    alone_loss=2.54, alone_loss_mean=2.57, parallel_loss=2.44, baseline_loss=2.16)

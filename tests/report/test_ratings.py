@@ -62,7 +62,7 @@ def test_credit_counts_regressions_against_their_author():
 @pytest.mark.unit
 def test_demo_summary_names_what_each_contributor_got():
     from woolf.cli.demo.commands import outcome_lines
-    from woolf.demo.run import DemoResult
+    from woolf.demo.result import DemoResult
 
     r = DemoResult("d", 2, 1, 1, 5, adversaries=["noise"], honest_above_adversaries=True, outcomes={
         "p1": {"merged": 3, "rejected": 1, "marked": 0, "rating": 4.2, "adversary": False},
