@@ -170,4 +170,4 @@ def test_transformers_optimizer_warmup_is_checked():
     sha = "0" * 64
     with pytest.raises(ConfigError, match="optimizer_warmup"):
         Transformers(files={"config.json": sha, "tokenizer.json": sha}, optimizer_warmup=-1)
-    assert Transformers(files={"config.json": sha, "tokenizer.json": sha}, optimizer_warmup=60)._opt_factor(0) == 1 / 60
+    assert Transformers(files={"config.json": sha, "tokenizer.json": sha}, optimizer_warmup=60).opt_factor(0) == 1 / 60

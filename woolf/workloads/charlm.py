@@ -154,7 +154,7 @@ class CharLM(TextCorpus):
         t0, losses = time.perf_counter(), []
         for step in range(1, steps + 1):
             for group in opt.param_groups:
-                group["lr"] = self.lr_at(global_step + step - 1) * self._opt_factor(done + step - 1)
+                group["lr"] = self.lr_at(global_step + step - 1) * self.opt_factor(done + step - 1)
             x, y = (t.to(device) for t in next(batches))
             loss = F.cross_entropy(model(x).view(-1, 256), y.view(-1))
             opt.zero_grad(set_to_none=True)
@@ -190,7 +190,7 @@ class CharLM(TextCorpus):
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=0.0)
         for step in range(steps):
             for group in opt.param_groups:
-                group["lr"] = self.lr_at(step) * self._opt_factor(step)
+                group["lr"] = self.lr_at(step) * self.opt_factor(step)
             opt.zero_grad(set_to_none=True)
             for g in gens:
                 x, y = (t.to(device) for t in next(g))

@@ -32,7 +32,7 @@ class TextCorpus:
             return self.lr * (global_step + 1) / self.warmup_steps
         return self.lr
 
-    def _opt_factor(self, opt_step: int) -> float:
+    def opt_factor(self, opt_step: int) -> float:
         """A fresh AdamW's first steps are about lr * sign(g) each (bias correction): on a trained model,
         a spike the gate refuses. ``optimizer_warmup`` ramps the rate over the optimizer's own first
         steps, counted across contributions when its state persists (0: off)."""

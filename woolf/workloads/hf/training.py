@@ -176,7 +176,7 @@ def fit(wl, model, ids, steps, device, seed, progress, state_dir, global_step, f
     t0 = time.perf_counter()
     for step in range(1, steps + 1):
         for group in opt.param_groups:
-            group["lr"] = wl.lr_at(global_step + step - 1) * wl._opt_factor(done + step - 1)
+            group["lr"] = wl.lr_at(global_step + step - 1) * wl.opt_factor(done + step - 1)
         opt.zero_grad(set_to_none=True)
         total = torch.zeros((), device=device)
         for m in range(wl.grad_accum):
