@@ -138,6 +138,7 @@ def out_of_memory(wl, device: str, params: int) -> TrainingFailed:
         hint="lower workload.params.batch_size (raise grad_accum to keep the batch) or context, "
              "set workload.params.checkpointing = true, or spread the model over GPUs (--nproc N: FSDP2)")
 
+
 def use_fsdp(model: torch.nn.Module, device: str) -> bool:
     """FSDP2 instead of DDP: when WOOLF_FSDP=1, or on CUDA when the weights, gradients and AdamW's
     moments (16 bytes per parameter) would take more than 80% of one device."""
@@ -148,10 +149,11 @@ def use_fsdp(model: torch.nn.Module, device: str) -> bool:
     n = sum(p.numel() for p in model.parameters())
     return 16 * n > 0.8 * torch.cuda.get_device_properties(torch.device(device)).total_memory
 
+
 def fit(wl, model, ids, steps, device, seed, progress, state_dir, global_step, follow, follow_every, par,
         sharded):
-    """The loop of ``wl.train`` (hf/workload.py); returns (losses, seconds, how the optimizer started, autocast dtype). The optimizer
-    and the gradients are gone when it returns."""
+    """The loop of ``wl.train`` (hf/workload.py); returns (losses, seconds, how the optimizer started,
+    autocast dtype). The optimizer and the gradients are gone when it returns."""
     kind = torch.device(device).type
     net = par.wrap(model, device, sharded, frozenset(getattr(model, "_no_split_modules", None) or ())) \
         if par else model
