@@ -44,9 +44,8 @@ def test_a_worker_that_died_is_an_error_naming_it_and_quoting_its_log(tmp_path, 
 def _gone(pid: int) -> bool:
     """No such process, or a zombie (ended, not yet reaped)."""
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return True
 
 
