@@ -16,7 +16,7 @@ A shell that starts a background job sets SIGINT to "ignore" for it, and Python
 then installs no KeyboardInterrupt; long-running commands restore it explicitly:
 `defer()` records SIGINT even where it was ignored, `release(restore=True)` (train,
 validate) and `interruptible()` (validate --watch, demo) raise on it; a short command's
-`release()` puts "ignore" back, dropping a Ctrl-C that came while it started (issue 38:
+`release()` puts "ignore" back, dropping a Ctrl-C that came while it started (so that
 `woolf train` in a backgrounded test run could not be stopped with SIGINT).
 """
 

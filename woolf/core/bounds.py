@@ -1,4 +1,4 @@
-"""Bounds no attacker sets (issue 37): the norm guard's reference weighed by standing, with a floor
+"""Bounds no attacker sets: the norm guard's reference weighed by standing, with a floor
 from the model's own scale, and the drawdown reference as the best version ever reached.
 
 Usage:
@@ -11,7 +11,7 @@ norms, the keyed names and the versions' metrics and call these.
 
 The norm guard refuses a delta over ``multiple`` x a median of recent merged norms. That median
 is everyone's to move: two keyless Sybils that merge noise of norm 0.04 put it at 0.04 and lock
-out every honest delta (issue 37, breach 1). Here the median may only be *raised* above what
+out every honest delta. Here the median may only be *raised* above what
 contributors with standing (a key in allowed_signers: their merges carry their signature) set,
 never lowered under it, and it never falls under FLOOR_RATIO of the model's own norm.
 """

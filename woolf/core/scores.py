@@ -149,7 +149,7 @@ def learned_nothing(state: str, reason: str | None) -> bool:
 
 
 def retrain_failed(state: str, reason: str | None) -> bool:
-    """A rejection for its re-training (woolf/validator/retrain.py, issue 34): its delta is not what its
+    """A rejection for its re-training (woolf/validator/retrain.py): its delta is not what its
     recipe trains, so its scores say nothing about work done; it ranks with the deltas that learned nothing."""
     return state != "merged" and isinstance(reason, str) and reason.startswith(RETRAIN_PREFIX)
 

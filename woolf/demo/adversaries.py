@@ -51,7 +51,7 @@ def demo_settings(pretrained: bool) -> dict[str, str]:
     Every PR is re-trained from its recipe (validators.retrain_rate = 1; a quick demo's 15 steps re-train in
     well under a second): a delta not trained as declared is rejected (`retrain:`)."""
     out = {"queue.max_open_per_contributor": "4", "scoring.min_assigned": "0.01",
-           "validators.retrain_rate": "1"}  # issue 34: every PR re-trained from its recipe (validator/retrain.py)
+           "validators.retrain_rate": "1"}  # every PR re-trained from its recipe (validator/retrain.py)
     return {**out, "scoring.uniqueness": "reject"} if pretrained else out
 
 
@@ -99,7 +99,7 @@ def _lazy(ledger, wl, name: str, base, steps: int, seed: int) -> dict:
 
 
 def dense_of(delta: dict) -> dict:
-    """A delta file's tensors as a dense update: a LoRA PR's factor pairs (`woolf demo --lora`, issue 33)
+    """A delta file's tensors as a dense update: a LoRA PR's factor pairs (`woolf demo --lora`)
     expanded as a validator expands them (core/lora.py), any other file as it is."""
     targets = sorted(k[:-len(".lora_A")] for k in delta if k.endswith(".lora_A"))
     if not targets:

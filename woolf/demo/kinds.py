@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from woolf.errors import UsageError
 
-KINDS = ("free-rider", "copycat", "overfitter", "noise", "flooder", "lazy")  # lazy: issue 34
+KINDS = ("free-rider", "copycat", "overfitter", "noise", "flooder", "lazy")
 
 
 def parse_kinds(text: str) -> list[str]:

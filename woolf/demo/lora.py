@@ -1,4 +1,4 @@
-"""`woolf demo --lora R`: the participants contribute LoRA adapters of rank R (issue 33), standard library only.
+"""`woolf demo --lora R`: the participants contribute LoRA adapters of rank R, standard library only.
 
 Usage:
     spec = demo_lora("4")                 # "r=4,alpha=8"; also "r=8,alpha=8,targets=qkv+proj"; "off"/None: dense

@@ -171,7 +171,8 @@ def command(module: str = MODULE) -> list[str]:
     """The interpreter line that runs ``module`` (the zygote, or one worker), never importing from the cwd."""
     if sys.version_info >= (3, 11):
         return [sys.executable, "-P", "-m", module]
-    return [sys.executable, "-c", f"import sys; del sys.path[0]; from {module} import main; sys.exit(main(sys.argv[1:]))"]
+    code = f"import sys; del sys.path[0]; from {module} import main; sys.exit(main(sys.argv[1:]))"
+    return [sys.executable, "-c", code]
 
 
 def worker_env() -> dict[str, str]:

@@ -64,7 +64,7 @@ class PullRequest:
     def to_json(self) -> dict:
         data = asdict(self)
         data.pop("submission")
-        data["recipe"] = (self.submission or {}).get("recipe") if isinstance(self.submission, dict) else None  # issue 34
+        data["recipe"] = (self.submission or {}).get("recipe") if isinstance(self.submission, dict) else None
         data["metrics"] = {"before": self.metrics_before, "after": self.metrics_after}
         return data
 
@@ -138,7 +138,7 @@ _META_CACHE: dict[str, dict | None] = {}  # submission.json blob id -> parsed me
 
 def disown_unsigned(git, prs: list[PullRequest], main: str | None = None) -> list[PullRequest]:
     """A PR naming a contributor with a key in main's allowed_signers, whose head that key did not
-    sign, is nobody's: its contributor is cleared (issue 25: junk in alice's name cost her rating)."""
+    sign, is nobody's: its contributor is cleared (junk in alice's name cost her rating)."""
     main = main or git.rev_parse("refs/remotes/origin/main") or git.rev_parse("refs/heads/main")
     text = signers_text(git, main) if main else None
     gone = unclaimed(git, {i: (p.contributor, p.head) for i, p in enumerate(prs) if p.contributor}, text)

@@ -137,7 +137,8 @@ def _commit_bodies(git, names: list[str], max_bytes: int) -> list[tuple[str, str
     checked = git.run("cat-file", "--batch-check", input=("\n".join(names) + "\n").encode()).stdout.split(b"\n")
     small = [(name, h[0].decode()) for name, h in zip(names, (ln.split() for ln in checked), strict=False)
              if len(h) == 3 and h[1] == b"commit" and h[2].isdigit() and int(h[2]) <= max_bytes]
-    raw = git.run("cat-file", "--batch", input=("\n".join(o for _, o in small) + "\n").encode()).stdout if small else b""
+    names = ("\n".join(o for _, o in small) + "\n").encode()
+    raw = git.run("cat-file", "--batch", input=names).stdout if small else b""
     out, pos = [], 0
     for name, _ in small:
         end = raw.find(b"\n", pos)

@@ -141,7 +141,8 @@ class Git:
         """A commit object's bytes, its size read first (woolf/git/commits.py)."""
         return commit_bytes(self, commit, max_bytes)
 
-    def commit_records(self, shas: list[str], max_bytes: int = COMMIT_MAX_BYTES) -> list[tuple[str, list[str], int, str]]:
+    def commit_records(self, shas: list[str],
+                       max_bytes: int = COMMIT_MAX_BYTES) -> list[tuple[str, list[str], int, str]]:
         """(sha, parents, committer time, message) of each commit, framed by size (woolf/git/commits.py)."""
         return commit_records(self, shas, max_bytes)
 

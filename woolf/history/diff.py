@@ -39,7 +39,8 @@ def diff_versions(ledger, a: int, b: int, evaluator=None) -> dict:
     va, vb = ledger.show(a), ledger.show(b)  # UnknownVersionError for a version that does not exist
     rows, total = diff_weights(ledger.load_weights(va), ledger.load_weights(vb))
     lo, hi = sorted((a, b))
-    between = [version_entry(v) for v in reversed(ledger.log(limit=hi - lo, ref=ledger.show(hi).commit))] if hi > lo else []
+    between = ([version_entry(v) for v in reversed(ledger.log(limit=hi - lo, ref=ledger.show(hi).commit))]
+               if hi > lo else [])
     metric = ledger.config.policy.metric
     result = {
         "a": version_entry(va), "b": version_entry(vb), "tensors": rows, "total": total, "between": between,

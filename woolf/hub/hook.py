@@ -1,7 +1,8 @@
 """The hub's pre-receive hook: read git's ref updates on stdin, refuse the push if any rule fails.
 
 Usage (what `woolf hub init` installs as hooks/pre-receive):
-    exec /path/to/python -S -c "import sys; sys.path.append(WOOLF_SRC); from woolf.hub.hook import main; sys.exit(main())"
+    exec /path/to/python -S -c \
+        "import sys; sys.path.append(WOOLF_SRC); from woolf.hub.hook import main; sys.exit(main())"
 
 Runs inside the bare hub; the pushed objects are still in git's quarantine
 directory, so the object-directory variables are kept for every git call.

@@ -1,7 +1,8 @@
 """The hub's post-receive hook: append a receipt for every push that created PR heads.
 
 Usage (what `woolf hub init` installs as hooks/post-receive):
-    exec /path/to/python -S -c "import sys; sys.path.append(WOOLF_SRC); from woolf.hub.receipts import main; sys.exit(main())"
+    exec /path/to/python -S -c \
+        "import sys; sys.path.append(WOOLF_SRC); from woolf.hub.receipts import main; sys.exit(main())"
     record(git, [(old, new, ref), ...])      # the receipt commit, or None when the push created no PR
 
 The format and its readers are woolf/protocol/receipts.py. Runs after git has

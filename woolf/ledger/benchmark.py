@@ -89,7 +89,7 @@ _FINE = re.compile(r"([-+]?)(\d+\.\d{3,})")
 
 def published_reason(cfg, reason: str) -> str:
     """A rejection's reason as its verdict carries it: on a hidden benchmark every number with more than
-    HIDDEN_DIGITS decimals rounded to HIDDEN_DIGITS, like its metrics (issue 37: `Woolf-Reason` printed
+    HIDDEN_DIGITS decimals rounded to HIDDEN_DIGITS, like its metrics (`Woolf-Reason` printed
     the hidden loss to 4 decimals, a fine-grained oracle the rounded metrics were meant to deny)."""
     if not cfg.benchmark.hidden_sha256 or not reason:
         return reason

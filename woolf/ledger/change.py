@@ -48,7 +48,8 @@ def set_config(ledger, overrides: dict[str, str], reason: str = ""):
     ledger.fetch()
     text = (ledger.git.show_bytes(f"{ORIGIN_MAIN}:{layout.CONFIG}") or b"").decode()
     cfg = apply_overrides(parse_config(text), overrides, "woolf config set")  # validates every value
-    if cfg.workload.name != parse_config(text).workload.name or cfg.workload.params != parse_config(text).workload.params:
+    new = parse_config(text).workload
+    if cfg.workload.name != new.name or cfg.workload.params != new.params:
         from woolf.workloads.base import load_workload  # deferred: loads torch
 
         load_workload(cfg.workload)  # refuse a workload that does not load here

@@ -83,7 +83,7 @@ def delta_bytes_needed(weights: dict) -> int:
 
 def _pretrained_defaults(cfg, wl, overrides: dict) -> bool:
     """A genesis from --weights is a trained model: the workload's settings for continuing one
-    (charlm: optimizer_warmup 60, the demo's; without it the first train regressed, issue 38),
+    (charlm: optimizer_warmup 60, the demo's; without it the first train regressed),
     unless --set names them. Whether any was set."""
     added = {k: v for k, v in getattr(wl, "PRETRAINED_DEFAULTS", {}).items()
              if f"workload.params.{k}" not in overrides and k not in cfg.workload.params}
@@ -163,7 +163,7 @@ def create_ledger(path: Path, options: CreateOptions | None = None) -> None:
         imported = import_model_dir(weights, cfg.limits)  # refuses anything but a checked model directory
         cfg.workload.params = {**imported.params, **cfg.workload.params}
         model_files = imported.files
-        if "delta.accept" not in (o.overrides or {}) and "lora" not in cfg.delta.accept:  # issue 33
+        if "delta.accept" not in (o.overrides or {}) and "lora" not in cfg.delta.accept:
             cfg.delta.accept = [*cfg.delta.accept, "lora"]
     elif weights is not None and Path(weights).is_dir():
         raise UsageError(f"--weights {weights} is a directory", hint="a Hugging Face model directory needs "

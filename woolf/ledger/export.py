@@ -32,7 +32,7 @@ DEFAULT_SHARD = "5GB"  # save_pretrained's default
 
 def _target(out: Path) -> Path:
     out = Path(out)
-    if out.is_symlink():  # issue 37: rmdir/rename on a link ended in a traceback; the link's target is not ours
+    if out.is_symlink():  # rmdir/rename on a link ended in a traceback; the link's target is not ours
         raise UsageError(f"{out} is a symbolic link; woolf export writes into a new or empty directory only",
                          hint="give the directory's real path, or remove the link")
     if out.exists() and not out.is_dir():

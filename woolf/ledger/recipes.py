@@ -1,4 +1,4 @@
-"""A merged version's recipe and its re-training record, for `woolf show` (issue 34).
+"""A merged version's recipe and its re-training record, for `woolf show`.
 
 Usage:
     extra = version_recipe(ledger, v)     # {"recipe": {...} | None, "retrain": {...} | None}

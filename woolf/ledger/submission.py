@@ -75,7 +75,7 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
     who, timer, reverts, cspec, parts = o.who, o.timer, o.reverts, o.cspec, o.parts
     record = o.record or {}
     cfg = ledger.config
-    own = getattr(delta, "declared", None)  # issue 33: a file that writes itself as its kind (storage/lora.py)
+    own = getattr(delta, "declared", None)  # a file that writes itself as its kind (storage/lora.py)
     streamed = isinstance(delta, StreamedDelta) or own is not None  # written by its own write()
     declared = own or (cspec.declared() if cspec else {"kind": "dense"})
     if not o.prechecked and not streamed:
@@ -109,7 +109,7 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
         "delta": {**declared, "sha256": sha, "md5": md5, "size": size},
         "training": record.get("training"), "metrics": record.get("metrics"),
     }
-    if record.get("recipe"):  # issue 34: how the delta was trained (protocol/recipe.py), signed with the PR
+    if record.get("recipe"):  # how the delta was trained (protocol/recipe.py), signed with the PR
         meta["recipe"] = record["recipe"]
     if o.delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where
         meta["delta"]["url"] = f"{o.delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"

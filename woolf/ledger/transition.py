@@ -34,7 +34,7 @@ from woolf.storage.sparse import load_delta
 
 def open_delta(path: Path, declared: dict, spec: dict, limits: LimitsConfig, label: str = "delta"):
     """A merged delta's file: a dense one read tensor by tensor (LazyTensors), a compressed one expanded
-    (storage/sparse.py load_delta), a lora one (issue 33) a LoraTensors whose targets expand when read."""
+    (storage/sparse.py load_delta), a lora one a LoraTensors whose targets expand when read."""
     if declared.get("kind") == "dense":
         return LazyTensors.open(path, limits, expect=spec, label=label)
     return load_delta(path, declared, spec, limits, label)
@@ -71,7 +71,7 @@ def merge_in_place(rule: Rule, current: dict, delta: LazyTensors, attenuation: f
     """merge_step's Step, one tensor at a time: each delta tensor, read into one reused buffer, is
     scaled there (merge_step's rounded ``scale * delta``) and added into current's tensor: ``current +
     scale * delta`` with merge_step's two roundings (float addition commutes: the same bits, tests
-    compare). ``current``'s tensors become the candidate's, in their own memory (issue 35: no fresh
+    compare). ``current``'s tensors become the candidate's, in their own memory (no fresh
     tensor per read, whose page faults cost as much as the read); peak memory is the weights and one
     tensor beside them (validator and audit alike). Nothing else may hold current's tensors."""
     scale = delta_scale(rule.alpha, attenuation)

@@ -1,10 +1,10 @@
 """Layer 7, a role: the participant trains on its own data and submits the delta as a PR.
 
-Modules: train.py (train), submit.py (submit), lora.py (LoRA contributions, issue 33), state.py (the clone's private work and state
-areas, measured speed), residual.py (compression error feedback), feedback.py (what the last
+Modules: train.py (train), submit.py (submit), lora.py (LoRA contributions), state.py (the clone's
+private work and state areas, measured speed), residual.py (compression error feedback), feedback.py (what the last
 verdict means for local state), follow.py (following main while training), distributed.py
 (`woolf train --nproc N` and torchrun: the process group, rank 0's ledger work), recipe.py (the
-recipe train declares and submit sends, issue 34). Reserving a task and
+recipe train declares and submit sends). Reserving a task and
 recording its PR are ledger/tasks.py.
 Imports no other role.
 

@@ -1,4 +1,4 @@
-"""A participant's LoRA contribution: adapters trained over the frozen version, sent as factor pairs (issue 33).
+"""A participant's LoRA contribution: adapters trained over the frozen version, sent as factor pairs.
 
 Usage (contribute.train and submit.submit call these when LoRA is asked for):
     spec = lora_spec(ledger, "r=4")                   # --lora, else workload.params.lora; None: full training
@@ -10,7 +10,7 @@ Usage (contribute.train and submit.submit call these when LoRA is asked for):
 The trained weights that `train` keeps and evaluates are what the validator computes from the
 factors (woolf/core/lora.py's expansion added to the version's weights), so the metrics a
 participant sees are those of its delta merged at scale 1, evaluated as a validator evaluates it.
-Memory (issue 33): one model at a time. The frozen model's parameters ARE the loaded weights
+Memory: one model at a time. The frozen model's parameters ARE the loaded weights
 (cast to the compute dtype in place when it differs: bf16 on a GPU), the evaluation model is
 built uninitialised and assigned the same tensors, and only the targets get new tensors.
 """
@@ -51,7 +51,8 @@ def lora_spec(ledger, text: str | None) -> LoraSpec | None:
                          hint="LoRA needs a workload that declares it (transformers, charlm); "
                               "drop --lora here")
     if "lora" not in ledger.config.delta.accept:
-        raise UsageError(f"this ledger does not accept lora deltas (delta.accept: {', '.join(ledger.config.delta.accept)})",
+        accepted = ", ".join(ledger.config.delta.accept)
+        raise UsageError(f"this ledger does not accept lora deltas (delta.accept: {accepted})",
                          hint="drop --lora, or ask the maintainer to add lora to delta.accept")
     if spec.r > ledger.config.limits.max_lora_rank:
         raise UsageError(f"--lora r={spec.r} is above this ledger's limits.max_lora_rank "

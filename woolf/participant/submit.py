@@ -109,13 +109,13 @@ def submit(ledger, options: SubmitOptions | None = None) -> dict:
                          hint="a submission carries only a delta; `git stash` or `git checkout .` "
                               "first")
     base = _base(ledger, base_version, record)
-    if record.get("lora") and o.weights is None:  # issue 33: the factors are sent, never a dense product
+    if record.get("lora") and o.weights is None:  # the factors are sent, never a dense product
         return submit_lora(ledger, record, who, base, o)
     cfg = ledger.config
     timer = Timer()
     feedback = cfg.workload.error_feedback if o.error_feedback is None else o.error_feedback
     streamed = _streamed_delta(ledger, base, Path(weights), timer) if cspec is None and not feedback else None
-    record = publish(ledger, {**record, **({"recipe": o.recipe} if o.recipe else {})},  # issue 34: the recipe,
+    record = publish(ledger, {**record, **({"recipe": o.recipe} if o.recipe else {})},  # the recipe,
                      transform=_transform(cspec, feedback), remote=o.delta_remote)  # its start state uploaded
     if streamed is not None:  # a dense float32 delta: computed, checked and written tensor by tensor
         result = submit_delta(ledger, streamed, base, SubmitDeltaOptions(

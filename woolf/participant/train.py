@@ -67,16 +67,16 @@ class TrainOptions:
     follow: bool = True  # follow main's newer versions while training (workload.follow_every)
     task: bool = True  # with an origin, train as a task: shard reserved, heartbeats, settled
     take: str | None = None  # train the shard of this expired, cancelled or failed task
-    lora: str | None = None  # "r=R[,alpha=A][,targets=..]": LoRA adapters (issue 33); None: workload.params.lora
+    lora: str | None = None  # "r=R[,alpha=A][,targets=..]": LoRA adapters; None: workload.params.lora
 
 
 def train(ledger, options: TrainOptions | None = None) -> dict:
     """Train from the newest version; keep the result in the git-ignored work area.
 
-    ``options``: a TrainOptions (None: its defaults). The inner optimizer's state persists in .woolf/state across contributions (``fresh``
-    discards it); ``steps="auto"`` sizes the contribution from this participant's speed. With
-    ``workload.follow_every`` set, training follows main's newer versions
-    (woolf/participant/follow.py). With an origin (git-native forge) training is a task
+    ``options``: a TrainOptions (None: its defaults). The inner optimizer's state persists in
+    .woolf/state across contributions (``fresh`` discards it); ``steps="auto"`` sizes the
+    contribution from this participant's speed. With ``workload.follow_every`` set, training follows
+    main's newer versions (woolf/participant/follow.py). With an origin (git-native forge) training is a task
     (woolf/ledger/tasks.py): its shard reserved with a lease before it starts, heartbeats while
     it runs, cancelled on Ctrl-C, failed on an error; ``take`` trains the shard of an expired
     task. ``task=False`` skips all that.
@@ -114,7 +114,7 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
     if group and DISTRIBUTED not in features:
         raise UsageError(f"workload {cfg.workload.name!r} cannot train on several processes",
                          hint="run `woolf train` without --nproc or torchrun")
-    lora = lora_spec(ledger, o.lora)  # issue 33: None trains every parameter
+    lora = lora_spec(ledger, o.lora)  # None trains every parameter
     if lora is not None and group:
         raise UsageError("--lora trains on one process", hint="run `woolf train --lora ...` without --nproc")
     fingerprint = wl.fingerprint() if FINGERPRINT in features else cfg.workload.name
@@ -144,12 +144,12 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
                           else wl.data_from_path(data) if data
                           else wl.default_data(who, head.version))
             extra, follower = _train_keywords(ledger, features, o, head, base, group) if lora is None else ({}, None)
-            start = snapshot_start(ledger, out, extra.get("state_dir")) if lead else None  # issue 34: the
-            recipe_head = head                                                           # recipe's optimizer start
+            start = snapshot_start(ledger, out, extra.get("state_dir")) if lead else None  # the recipe's
+            recipe_head = head  # optimizer start, and the version training began from
             if (extra.get("in_place") or lora is not None) and before is None and lead:  # base is trained where it is:
                 # measure it first (a LoRA run consumes base too: participant/lora.py)
                 before = wl.evaluate(base, bench, device)
-            if lora is not None:  # issue 33: adapters over the frozen version; the factors are the delta
+            if lora is not None:  # adapters over the frozen version; the factors are the delta
                 trained, summary = train_lora(ledger, wl, head, base, train_data, steps, lora, device, o.seed,
                                               o.progress)
             else:
@@ -167,7 +167,7 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
                 if follower.rebases:
                     head, base, before = follower.base, follower.base_weights, None
             recipe = declare(ledger, wl, recipe_head, data, steps, o.seed, device, summary, extra, start, who,
-                             task.rec.id if task else None)  # issue 34: how this delta was trained
+                             task.rec.id if task else None)  # how this delta was trained
             recipe.update(base_version=head.version, base_commit=head.commit,  # followed: the last base
                           nproc=group.world if group else 1)
         record_speed(fingerprint, summary, state_dir(ledger))
@@ -181,14 +181,14 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
                   "task": task.rec.id if task else None, "lora": lora.text() if lora else None,
                   "gate": gate}
         if not cfg.workload.command:
-            record["recipe"] = recipe  # issue 34 (an external command's training declares none)
+            record["recipe"] = recipe  # an external command's training declares none
         write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
     return {**record, "weights": str(out / "trained.safetensors")}
 
 
 def _predicted_gate(cfg, wl, base_path, trained: dict, metrics: dict, bench: bytes, device) -> dict:
     """What the gate would say of the merge a validator makes of this result at staleness 0:
-    base + alpha_base * f(0) * delta, not the whole delta (issue 38: a joiner told "the gate would
+    base + alpha_base * f(0) * delta, not the whole delta (a joiner told "the gate would
     reject" was merged). Under a momentum rule the merge also carries the rule's state, which
     only the validator knows; the prediction is the delta's own share. ``metrics["merged"]`` is
     the candidate's evaluation, where the scale is not 1. ``trained`` is already saved: the merge

@@ -51,8 +51,9 @@ class PolicyConfig:
     min_improvement: float = -0.02  # required gain; negative = tolerated regression
     gate: str = "current"  # compare with: current (the version merged on) | best (best of the last `window`)
     window: int = 8  # gate = best: how many recent versions' recorded metrics count
-    max_drawdown: float = -1.0  # most behind the best version since the config last changed (0: off; -1: 2x the tolerance)
-    require_retrain: bool = False  # issue 34: refuse PRs that cannot be re-trained (private data, no recipe)
+    # most behind the best version since the config last changed (0: off; -1: 2x the tolerance)
+    max_drawdown: float = -1.0
+    require_retrain: bool = False  # refuse PRs that cannot be re-trained (private data, no recipe)
 
 
 @dataclass
@@ -82,14 +83,15 @@ class LimitsConfig:
     max_tensors: int = 10_000  # most tensors in one file
     max_delta_norm_ratio: float = 100.0  # |delta| / |weights| above this is rejected unevaluated
     min_delta_norm_ratio: float = 1e-6  # |delta| / |weights| below this is a no-op, rejected unevaluated
-    max_lora_rank: int = 256  # a lora delta's factor pairs of higher rank are rejected unread (issue 33)
-    max_batch: int = 4096  # issue 34: a recipe's batch above this is refused
-    max_retrain_seconds: float = 600.0  # issue 34: a recipe estimated or running longer to re-train is refused
+    max_lora_rank: int = 256  # a lora delta's factor pairs of higher rank are rejected unread
+    max_batch: int = 4096  # a recipe's batch above this is refused
+    max_retrain_seconds: float = 600.0  # a recipe estimated or running longer to re-train is refused
 
 
 @dataclass
 class ScoringConfig:
-    """Contribution scores, copies and the norm guard (woolf/validator/screen.py and score.py, docs/protocol.md#scoring)."""
+    """Contribution scores, copies and the norm guard (woolf/validator/screen.py and score.py,
+    docs/protocol.md#scoring)."""
 
     enabled: bool = True  # measure each delta on its assigned shard and on a random one
     sample_bytes: int = 8192  # bytes of each shard evaluated (the benchmark is usually 4x this)
@@ -141,8 +143,8 @@ class ValidatorsConfig:
     epsilon: float = 1e-3  # votes agree when their policy metrics differ by at most this (GPUs differ)
     vote_timeout: float = 3600.0  # seconds after its first vote a PR without quorum is settled as expired
     flag_rate: float = 0.25  # `woolf validators` flags a validator disagreeing with settled outcomes more often
-    retrain_rate: float = 0.0  # issue 34: share of PRs re-trained from their recipe before merging (validator/retrain.py)
-    retrain_tolerance: float = 0.02  # issue 34: |retrained - submitted| / |submitted| above this: a mismatch
+    retrain_rate: float = 0.0  # share of PRs re-trained from their recipe before merging (validator/retrain.py)
+    retrain_tolerance: float = 0.02  # |retrained - submitted| / |submitted| above this: a mismatch
 
 
 @dataclass

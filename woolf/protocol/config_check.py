@@ -62,7 +62,7 @@ _KEYS = (
     ("workload.max_steps", lambda x: x <= 0, "use an integer > 0"),
     *((f"limits.{name}", lambda x: x <= 0, "use an integer > 0")
       for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio",
-                   "max_lora_rank")),  # max_lora_rank: issue 33
+                   "max_lora_rank")),
 )
 _AUTHOR = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?")
 _FORGE_KEYS = (
@@ -98,7 +98,7 @@ def check_config(cfg: LedgerConfig, source: str) -> None:
     v = cfg.validators
     if not 0 <= v.epsilon < 1e6 or v.vote_timeout <= 0 or not 0 <= v.flag_rate <= 1:
         bad("validators", "epsilon in [0, 1e6), vote_timeout > 0, flag_rate in [0, 1]", dataclasses.asdict(v))
-    _check_retrain(cfg, bad)  # issue 34
+    _check_retrain(cfg, bad)
     if not 1 <= cfg.tasks.lease <= 7 * 86400:
         bad("tasks.lease", "use seconds in [1, 604800]", cfg.tasks.lease)
     _check_scoring(cfg, bad)
@@ -154,7 +154,7 @@ def _check_scoring(cfg: LedgerConfig, bad) -> None:
 
 
 def _check_retrain(cfg: LedgerConfig, bad) -> None:
-    """Re-training's keys (issue 34, woolf/validator/retrain.py)."""
+    """Re-training's keys (woolf/validator/retrain.py)."""
     v, lim = cfg.validators, cfg.limits
     if not 0 <= v.retrain_rate <= 1:
         bad("validators.retrain_rate", "use a share in [0, 1]", v.retrain_rate)

@@ -28,7 +28,7 @@ def normalize(name: str) -> str:
     return slug
 
 
-OS_USER = "the OS user"  # the fallback, which commands say once (issue 38)
+OS_USER = "the OS user"  # the fallback, which commands say once
 
 
 def contributor_source(explicit: str | None = None, git=None) -> tuple[str, str]:

@@ -10,8 +10,8 @@ Every record carries the whole task (base, shard, steps, contributor, lease), so
 reader needs only the ref's tip: one `git for-each-ref` and one `git cat-file
 --batch` for all tasks (framed by object size: no byte of a message can split a
 record). A record with a control character in its message is no record: the hub
-refuses it, and a reader skips it (reported in `bad`). Record states: reserved, started, heartbeat, submitted (with the PR id),
-cancelled, failed. A record's tree is its base version's; its first parent is the
+refuses it, and a reader skips it (reported in `bad`). Record states: reserved, started,
+heartbeat, submitted (with the PR id), cancelled, failed. A record's tree is its base version's; its first parent is the
 previous record, or the base version commit for the first one.
 """
 
@@ -89,7 +89,8 @@ def parse_record(message: str, task_id: str) -> tuple[TaskRecord | None, str | N
 def record_commit(git, rec: TaskRecord, old: str | None) -> tuple[str, str, str | None]:
     """(commit, ref, old): ``rec`` committed on the task's previous record ``old`` (None: a new task),
     not pushed yet (a submitted record rides the push that opens its PR: LocalForge.open's ``also``)."""
-    commit = git.commit_tree(f"{rec.base_commit}^{{tree}}", rec.message(), [old or rec.base_commit])  # signed when keyed
+    # signed when keyed
+    commit = git.commit_tree(f"{rec.base_commit}^{{tree}}", rec.message(), [old or rec.base_commit])
     return commit, task_ref(rec.id), old
 
 

@@ -6,7 +6,8 @@ Usage:
     known("Woolf-Staleness")                   # True; format_message refuses a name not listed here
 
 Carriers: version (genesis, merge and change commits on main), verdict (refs/woolf/pr/<id>/verdict),
-vote (refs/woolf/pr/<id>/votes/<name>), task (refs/woolf/task/<id>), submission (a PR's head), receipt (refs/woolf/pr/receipts).
+vote (refs/woolf/pr/<id>/votes/<name>), task (refs/woolf/task/<id>), submission (a PR's head),
+receipt (refs/woolf/pr/receipts).
 docs/protocol.md describes each in full.
 """
 

@@ -13,10 +13,11 @@ have given, which is what the ledger reaches anyway, whoever merges first. A reg
 bounded alike: capping gains but not losses made a substantive delta's benchmark noise (+-0.01
 nats a merge when continuing a pretrained model, where the typical gain is 0.002) count
 against its author, and gave two honest participants 0% of the credit and a flooder and a
-free-rider all of it in a quick adversarial demo (benchmarks/RESULTS.md §7). A contributor's share is its net credit over the sum of the net credits that are
-positive: shares lie in [0, 100%] and add up to 100%; one whose merges hurt more than they helped
-gets 0% (its negative credit is still shown). Dividing by the signed total instead gave shares
-like 195% and -95% when regressions nearly cancelled the gains.
+free-rider all of it in a quick adversarial demo (benchmarks/RESULTS.md §7). A contributor's
+share is its net credit over the sum of the net credits that are positive: shares lie in
+[0, 100%] and add up to 100%; one whose merges hurt more than they helped gets 0% (its
+negative credit is still shown). Dividing by the signed total instead gave shares like 195%
+and -95% when regressions nearly cancelled the gains.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def leaderboard(ledger, forge=None, window: int | None = None, history=None) -> 
                                                 "_diffs": []})
         row[rec.state] = row.get(rec.state, 0) + 1
         row["flagged"] += bool(rec.flags)
-        row["retrain_failed"] = row.get("retrain_failed", 0) + (RETRAIN_FLAG in rec.flags)  # issue 34
+        row["retrain_failed"] = row.get("retrain_failed", 0) + (RETRAIN_FLAG in rec.flags)
         if rec.state == "merged":
             row["improvement"] += rec.improvement(policy.metric, policy.direction) or 0.0
         d = (rec.scores or {}).get("difference")
@@ -63,10 +64,10 @@ def leaderboard(ledger, forge=None, window: int | None = None, history=None) -> 
 
 
 CREDIT_RULE = ("credit: each merged version's benchmark improvement or regression, bounded by the median "
-               f"improvement of the {RATING_WINDOW} merged versions nearest it (a larger drop is the easy early one any "
-               "merge at that point would have made: the ledger reaches it anyway, whoever merges first; a larger "
-               "rise is mostly the benchmark's noise); shares divide the positive net credits (a contributor whose "
-               "merges net hurt gets 0%)")
+               f"improvement of the {RATING_WINDOW} merged versions nearest it (a larger drop is the easy early "
+               "one any merge at that point would have made: the ledger reaches it anyway, whoever merges "
+               "first; a larger rise is mostly the benchmark's noise); shares divide the positive net credits "
+               "(a contributor whose merges net hurt gets 0%)")
 
 
 def _rejected(ledger) -> list:
@@ -115,7 +116,7 @@ def credit(ledger, since: int | None = None, records=None) -> dict:
     positive = sum(max(0.0, r["credited"]) for r in rows.values())
     for row in rows.values():
         row["share"] = max(0.0, row["credited"]) / positive if positive > 0 else None
-    for rec in (_rejected(ledger) if not given else []):  # issue 34: failed re-trainings, shown
+    for rec in (_rejected(ledger) if not given else []):  # failed re-trainings, shown
         if RETRAIN_FLAG in rec.flags and rec.contributor:
             rows.setdefault(rec.contributor, {"contributor": rec.contributor, "credited": 0.0, "improvement": 0.0,
                                               "versions": 0, "regressions": 0, "share": None})

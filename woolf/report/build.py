@@ -225,7 +225,8 @@ def _html(name, md_tables_versions, prs, plots, demo, unit: str = "") -> str:
         if p.stem == "loss_per_version" and unit:
             caption = caption.replace("Benchmark loss", f"Benchmark loss ({unit})", 1)
         caption = html.escape(caption)
-        return f'<figure><img alt="{caption}" src="data:image/png;base64,{data}"><figcaption>{caption}</figcaption></figure>'
+        return (f'<figure><img alt="{caption}" src="data:image/png;base64,{data}">'
+                f'<figcaption>{caption}</figcaption></figure>')
 
     rows = "".join(
         f"<tr><td>{v.version}</td><td><code>{v.commit[:10]}</code></td><td>{html.escape(_who(v))}</td>"
@@ -266,7 +267,8 @@ def _html(name, md_tables_versions, prs, plots, demo, unit: str = "") -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>woolf report: {html.escape(name)}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}}
-table{{border-collapse:collapse;margin:1em 0;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}
+table{{border-collapse:collapse;margin:1em 0;font-size:13px}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}
 tr.merged td:nth-child(3){{color:#2a9d8f}}tr.rejected td:nth-child(3){{color:#e76f51}}
 figure{{display:inline-block;margin:0.5em}}img{{max-width:100%}}</style></head>
 <body><h1>Ledger report: {html.escape(name)}</h1><p>generated {now}</p>{words}{summary}

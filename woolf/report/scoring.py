@@ -84,8 +84,9 @@ def scoring_section(ledger, out: Path) -> Section:
               _num(r["improvement"], "{:+.4f}"), str(r["versions"]), str(r["regressions"])) for r in shares["rows"]]
     rule = shares["rule"][0].upper() + shares["rule"][1:] + "."
     thead, trows = over_time(board["timeline"], [r["contributor"] for r in board["rows"]])
+    shown = len(trows) < len(board["timeline"])
     when = (f"Each contributor's rating (ordinal) after each match of {board['window']} verdicts"
-            + (f", {len(trows)} of {len(board['timeline'])} matches shown" if len(trows) < len(board["timeline"]) else "")
+            + (f", {len(trows)} of {len(board['timeline'])} matches shown" if shown else "")
             + ("." if trows else ": no match yet (a match needs two contributors)."))
 
     def table(tid, h, rs):

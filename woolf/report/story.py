@@ -124,6 +124,6 @@ def regime_sentence(demo: dict) -> str | None:
     if not isinstance(words, str) or not words:
         return None
     said = f"{words[0].upper()}{words[1:]}" + (f" (`woolf demo --regime {name}`)." if isinstance(name, str) else ".")
-    if isinstance(demo.get("lora"), str):  # issue 33: `woolf demo --lora R`
+    if isinstance(demo.get("lora"), str):  # `woolf demo --lora R`
         said += f" Each contribution: {demo.get('contributions')} (`woolf demo --lora {demo['lora']}`)."
     return said

@@ -117,7 +117,7 @@ class DvcStore(DvcRemotes):
         An object that fails its hash raises IntegrityError before anything loaded is returned;
         an error of ``read`` itself is raised after the object is hashed (and cached if whole).
 
-        ``defer_md5`` (with ``read``; issue 35): an object linked from storage on this filesystem is
+        ``defer_md5`` (with ``read``): an object linked from storage on this filesystem is
         loaded by ``read``; its md5 and sha256 then run in helper threads of their own, each from its
         own read of the same inode (``on_block`` does nothing), from ``pending.start()`` on (the caller
         chooses when: the validator once its merge is made) or ``pending.result()``; (path, loaded,

@@ -105,7 +105,7 @@ class Digests:
 
 class HashJob:
     """md5 or sha256 of a file in a helper thread of its own, from its own read of the inode opened now
-    (issue 35: a delta's storage hashes run beside its checks, merge and evaluation). ``start=False``:
+    (a delta's storage hashes run beside its checks, merge and evaluation). ``start=False``:
     the file is opened now and hashed from ``start()`` on.
 
     ``result()`` waits and returns the hex digest (an OSError of the read is raised there); ``close()``

@@ -9,7 +9,7 @@ Usage (the validator's delta, woolf/validator/delta_load.py; a merged one, woolf
     delta.dtype_of(name)        # from the header, no read
     content = read_hashed(path, limits, on_block)   # every byte to on_block, and the tensors' content sha256
 
-``read_hashed`` is the one pass over a dense delta's bytes (issue 35): storage's md5 and sha256 of
+``read_hashed`` is the one pass over a dense delta's bytes: storage's md5 and sha256 of
 the file (``on_block``, storage/dvcstore.py fetch_object) and core.scores.content_sha256 of its
 tensors (the replay check's) from the same read, when the file keeps its tensors in name order
 (safetensors' writers do, for tensors of one dtype); else the content is hashed on its own later.
@@ -51,7 +51,8 @@ class LazyTensors(Mapping):
         self._fh = fh
         self.scale: float | None = None
         self.content: str | None = None  # core.scores.content_sha256 of its tensors, when read_hashed made it
-        self.pending = None  # storage/pending.py PendingObject: its hashes still being computed (validator/delta_load.py)
+        # storage/pending.py PendingObject: its hashes still being computed (validator/delta_load.py)
+        self.pending = None
         self.declared_sha256: str | None = None  # what the pending sha256 must be
 
     @classmethod
@@ -119,8 +120,8 @@ class LazyTensors(Mapping):
         return torch.mul(t.to(torch.float32), s).to(t.dtype).contiguous()
 
     def scratch(self):
-        """A buffer of the largest tensor's bytes for ``read_into``: one tensor's memory, reused (issue 35:
-        a fresh 128 MiB tensor per read costs its page faults, ~1.3 s per GB on this VM, as much as the read)."""
+        """A buffer of the largest tensor's bytes for ``read_into``: one tensor's memory, reused:
+        a fresh 128 MiB tensor per read costs its page faults, ~1.3 s per GB on this VM, as much as the read."""
         return torch.empty(max((e - b for b, e in self._offsets.values()), default=0), dtype=torch.uint8)
 
     def read_into(self, name: str, buf):
@@ -211,7 +212,7 @@ def read_hashed(path: Path, limits: LimitsConfig, on_block, label: str = "delta"
     """Every byte of ``path`` to ``on_block`` in one read, and core.scores.content_sha256 of its tensors
     from the same bytes (None: they are not in name order, or ``on_block`` is None: nothing to hash; the
     content hash runs in a helper thread). ``on_tensor(name, tensor)``: each tensor, as read, in one
-    reused buffer (valid during the call; the validator's norm and sketch: issue 35), in file order.
+    reused buffer (valid during the call; the validator's norm and sketch), in file order.
     Raises InvalidWeightsError (before any byte goes to ``on_block``) for a header that is not safetensors."""
     if on_block is None:
         return None

@@ -90,7 +90,8 @@ def check_layout(file_spec: dict, model_spec: dict, max_rank: int, label: str = 
                                       f"it is {s_dtype}{list(s_shape)}")
         t_dtype, t_shape = model_spec[target]
         if t_dtype != "F32":
-            raise InvalidWeightsError(f"{label}: tensor {target!r}: LoRA targets float32 weights, this one is {t_dtype}")
+            raise InvalidWeightsError(f"{label}: tensor {target!r}: LoRA targets float32 weights, "
+                                      f"this one is {t_dtype}")
         (a_dt, a_shape), (b_dt, b_shape) = parts[".lora_A"], parts[".lora_B"]
         try:
             ranks[target] = check_pair(target, (dtypes[a_dt], tuple(a_shape)), (dtypes[b_dt], tuple(b_shape)),

@@ -42,7 +42,7 @@ def size_bound(declared: dict, model_spec: dict) -> int | None:
     """The most bytes a delta of this declared kind can take for this model (None: dense, no bound here)."""
     from woolf.core.compress import parts_bytes  # deferred: loads torch
 
-    if declared.get("kind") == "lora":  # issue 33: bounded by limits.max_delta_bytes, checked when opened
+    if declared.get("kind") == "lora":  # bounded by limits.max_delta_bytes, checked when opened
         return None
     spec = declared_spec(declared)
     return None if spec is None else 8 + HEADER_SLACK + parts_bytes(spec, model_spec)
@@ -52,7 +52,7 @@ def load_delta(path: Path, declared: dict, model_spec: dict, limits: LimitsConfi
                label: str = "delta", finite: bool = True, on_block=None) -> dict:
     """``finite=False``: a dense delta is not scanned for NaN/Inf here (the caller's norm proves it).
     ``on_block``: every byte of the file as it is read (weights.load_checked), to hash it on the way."""
-    if declared.get("kind") == "lora":  # issue 33: a LoraTensors, each target expanded when it is read
+    if declared.get("kind") == "lora":  # a LoraTensors, each target expanded when it is read
         from woolf.storage.lora import LoraTensors  # deferred: loads torch
 
         if on_block is not None:

@@ -156,7 +156,8 @@ def load_checked(
 
     ``finite=False``: the caller proves finiteness itself from a later pass (a
     delta's norm), so the tensors are not scanned here. ``numpy``: numpy arrays,
-    not torch tensors (no BF16); ``numpy="float32"``: numpy arrays if every tensor is F32. ``on_block``: every byte of the file as it is read (to hash it).
+    not torch tensors (no BF16); ``numpy="float32"``: numpy arrays if every tensor is F32.
+    ``on_block``: every byte of the file as it is read (to hash it).
     """
     spec = read_spec(path, limits, label)
     if expect is not None:

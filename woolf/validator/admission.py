@@ -25,7 +25,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _META_KEYS = {"schema", "id", "contributor", "base_version", "base_commit", "message", "delta",
-              "training", "metrics", "reverts", "recipe"}  # recipe: issue 34 (protocol/recipe.py)
+              "training", "metrics", "reverts", "recipe"}  # recipe: protocol/recipe.py
 
 
 @dataclass
@@ -56,8 +56,9 @@ def _kind(d: dict, accept: list[str]) -> None:
     from woolf.core.compress import spec_from_declared  # deferred: loads torch
 
     if d["kind"] not in accept:
-        raise Rejected(f"delta kind {d['kind'][:40]!r} is not accepted by this ledger (delta.accept: {', '.join(accept)})")
-    if d["kind"] in ("dense", "lora") and set(d) & {"chunk", "k", "bits"}:  # lora: issue 33
+        raise Rejected(f"delta kind {d['kind'][:40]!r} is not accepted by this ledger "
+                       f"(delta.accept: {', '.join(accept)})")
+    if d["kind"] in ("dense", "lora") and set(d) & {"chunk", "k", "bits"}:
         raise Rejected(f"a {d['kind']} delta declares no chunk, k or bits")
     if d["kind"] == "topk":
         try:
@@ -71,13 +72,14 @@ def _meta(raw: bytes, pr_id: str, max_bytes: int, schemes: list[str], accept: li
         meta = loads_untrusted(raw, META_MAX_BYTES, META_MAX_DEPTH)
     except ValueError as exc:
         raise Rejected(f"submission.json is not valid: {exc}") from None
-    if not isinstance(meta, dict) or set(meta) - _META_KEYS or not {"schema", "id", "contributor",
-                                                                    "base_version", "base_commit", "delta"} <= set(meta):
+    required = {"schema", "id", "contributor", "base_version", "base_commit", "delta"}
+    if not isinstance(meta, dict) or set(meta) - _META_KEYS or not required <= set(meta):
         raise Rejected("submission.json does not follow schema 1 (unknown or missing keys)")
     who = meta["contributor"]
     if not isinstance(who, str) or not layout.CONTRIBUTOR.match(who):
-        raise Rejected(f"submission.json does not follow schema 1: contributor {str(who)[:60]!r} is not a contributor name "
-                       "(1-39 lower-case letters, digits, . _ -; no spaces, newlines or control characters)")
+        raise Rejected(f"submission.json does not follow schema 1: contributor {str(who)[:60]!r} is not a "
+                       "contributor name (1-39 lower-case letters, digits, . _ -; no spaces, newlines or control "
+                       "characters)")
     d = meta["delta"]
     ok = (type(meta["schema"]) is int and meta["schema"] == 1 and meta["id"] == pr_id
           and isinstance(meta["base_version"], int) and not isinstance(meta["base_version"], bool)

@@ -1,4 +1,4 @@
-"""The candidate written and hashed in a helper thread while it is evaluated (issue 35, item 1).
+"""The candidate written and hashed in a helper thread while it is evaluated.
 
 Usage (validator/step.py starts and cancels, validator/publish.py takes):
     start_ahead(ctx, pr_id, step.candidate)   # after the merge: save_atomic(hashed=True) in a helper thread

@@ -11,7 +11,7 @@ ancestry and the config, recomputes the deterministic merge and compares the
 candidate's sha256 with the evaluated one, and re-derives the decision from the
 metrics under the policy on main. The benchmark metrics of an accepted PR are
 measured again here, in the privileged job, and a record whose numbers differ is
-refused (issue 25: whoever controls the evaluate job or its artifact could
+refused (whoever controls the evaluate job or its artifact could
 otherwise invent them; docs/github.md says why re-evaluation, not a signed record). If the PR's head or main
 moved since evaluation, or the push loses a race, nothing is merged and the
 PR stays open: the verdict is "requeued" and the scheduled sweeper
@@ -165,7 +165,7 @@ METRIC_TOL = 1e-3  # relative: the evaluate job and this one may run on differen
 
 
 def _reevaluated(ctx, current, step, main, recorded: dict, timer: Timer) -> dict:
-    """The benchmark metrics measured here, in the privileged job (issue 25, breach 2: whoever controls
+    """The benchmark metrics measured here, in the privileged job (whoever controls
     the evaluate job or its artifact could write any number). A record whose numbers disagree with
     them is refused; the verdict carries these."""
     wl, bench = ctx.ledger.workload(), gate_benchmark(ctx.ledger)
@@ -237,7 +237,7 @@ def apply_record(v, record: dict) -> Verdict | None:
             adm = admit(ctx.ledger, pr, main, merged_deltas(ctx, main))
         except Rejected as exc:  # this job's own reason; none of the record's numbers go with it
             verdict = Verdict(pr.id, False, "rejected", exc.message, pr.contributor, record["base_version"])
-    verdict = own_rejection(ctx, pr, main, record, verdict, timer)  # issue 37: a record's rejection evaluated here
+    verdict = own_rejection(ctx, pr, main, record, verdict, timer)  # a record's rejection evaluated here
     if not verdict.accepted:
         if quorum:
             return vote_one(ctx, pr.id, fixed=Fixed(main.commit, verdict, None, None, pr.head))
@@ -248,7 +248,7 @@ def apply_record(v, record: dict) -> Verdict | None:
         return verdict
     att = _rederived(ctx, adm, pr, verdict)
     try:
-        # recomputed (main's metrics first); issue 37: the scores measured here, not the record's (recheck.py)
+        # recomputed (main's metrics first); the scores measured here, not the record's (recheck.py)
         current, step = rescored_candidate(ctx, adm, main, att, verdict, timer)
     except Rejected as exc:  # e.g. the delta became unreadable since evaluation
         verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message

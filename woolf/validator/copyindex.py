@@ -1,4 +1,4 @@
-"""The copy index (issue 37, breach 3): every earlier open PR is a candidate original, not the 64 oldest.
+"""The copy index: every earlier open PR is a candidate original, not the 64 oldest.
 
 Usage (screen's copy check, with the validator's ValidatorState):
     index = copy_index(state)                                 # one per validator, a secret seed
@@ -60,7 +60,7 @@ class CopyIndex:
 
     def as_read(self, key: str, expect: dict):
         """``on_tensor`` for storage/lazy.py read_hashed: each floating tensor's norm and sketch from the
-        read that hashes the delta (issue 35: one read of its bytes for all of them), for tensors whose
+        read that hashes the delta (one read of its bytes for all of them), for tensors whose
         name, dtype and shape are the model's (``expect``: a delta that is not is refused once opened);
         ``norm_and_sketch`` takes them when every floating tensor was seen."""
         self.ahead.clear()  # one PR's at a time: a PR refused before its copy check leaves nothing behind
@@ -78,7 +78,7 @@ class CopyIndex:
     def norm_and_sketch(self, key: str, delta) -> float:
         """core.scores.norm of ``delta`` (the same sum in the same order) and its sketch, from one read of
         each tensor (a delta read from its file reads it again at each use): ``add(key, ...)`` takes the
-        sketch (issue 35). The sketch is of the delta as read, before any clip, as every other entry is.
+        sketch. The sketch is of the delta as read, before any clip, as every other entry is.
         Made already from the load's read (``as_read``): taken from there, nothing read again."""
         floating = [n for n in sorted(delta.keys()) if delta.dtype_of(n).is_floating_point]
         norms = self.norms.pop(key, None)
@@ -103,7 +103,7 @@ class CopyIndex:
         return self.entries[key]
 
     def forget(self, key: str) -> None:
-        """Drop what was made of the delta ``key`` (its bytes were found not to be that sha256's: issue 35,
+        """Drop what was made of the delta ``key`` (its bytes were found not to be that sha256's:
         validator/step.py; an honest entry of that key is made again from its own bytes when needed)."""
         self.entries.pop(key, None)
         self.ahead.pop(key, None)
@@ -194,7 +194,7 @@ def indexed_candidates(ledger, state, adm, earlier: list, mine: tuple, spec, loa
 
 def merged_candidates(ledger, state, adm, merged: list, mine: tuple, spec, load) -> list:
     """Of ``merged`` [(item, pointer, declared delta, key)] (recent merged deltas; key: the delta's
-    sha256), the items that may be copies of this PR's delta, most similar first (issue 35: a merged
+    sha256), the items that may be copies of this PR's delta, most similar first (a merged
     delta is sketched once per validator, usually when it was judged as a PR, not read per PR). Their
     own MAX_EXACT: open PRs withdrawn later can never crowd a merged original out of the exact look."""
     return _judged(ledger, state, adm, merged, mine, spec, load)

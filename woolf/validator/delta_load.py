@@ -6,7 +6,7 @@ Usage:
 
 A dense delta linked from storage on this filesystem is read once for its tensors' content sha256 (the
 replay check's), norms and sketches; its md5 (its storage address: storage is untrusted) and its file's
-sha256 (the one submission.json declares) run in helper threads of their own (issue 35, storage/dvcstore.py
+sha256 (the one submission.json declares) run in helper threads of their own (storage/dvcstore.py
 ``defer_md5``: ``delta.pending``), started once the merge is made (validator/step.py), beside the
 candidate's evaluation. Its checks and its merge run on the bytes meanwhile; the verdict waits for
 ``settle`` (validator/step.py): an md5 that is not the pointer's or a sha256 that is not the declared
@@ -15,7 +15,7 @@ checks made of those bytes is dropped (the copy index's entry: validator/step.py
 
 ``ctx`` is the validator's ValidatorContext (woolf/validator/context.py); only its ledger is read.
 
-A lora delta (issue 33), once its factor file passed every check and its sha256, is expanded once
+A lora delta, once its factor file passed every check and its sha256, is expanded once
 (storage/lora.py ``expand_once``) into an anonymous file beside the object in the store's cache:
 every later use reads the dense update back instead of expanding it again. The environment
 variable ``WOOLF_LORA_EXPAND=each`` turns this off (benchmarks/lora_memory.py measures both).
@@ -44,9 +44,9 @@ log = logging.getLogger(__name__)
 def load_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> dict[str, torch.Tensor]:
     """The PR's delta, its whole object's sha256 the one submission.json declares; raises Rejected."""
     cfg = ctx.ledger.config
-    check_declared(adm.meta["delta"], expect_spec, cfg.limits)  # issue 37: dense ones too (validator/intake.py)
+    check_declared(adm.meta["delta"], expect_spec, cfg.limits)  # dense ones too (validator/intake.py)
     declared = adm.meta["delta"]
-    if declared.get("kind") in ("dense", "lora"):  # lora (issue 33): expanded one target at a time
+    if declared.get("kind") in ("dense", "lora"):  # lora: expanded one target at a time
         return _lazy_delta(ctx, adm, expect_spec)
 
     def read(path, on_block):  # hashed as it is loaded when this clone has not hashed it yet
@@ -70,7 +70,7 @@ def _fetch_delta(ctx: ValidatorContext, adm: Admitted, read=None, defer: bool = 
     ledger = ctx.ledger
     cfg, declared = ledger.config, adm.meta["delta"]
     cached = ledger.store.cache_path(adm.pointer.md5).is_file()
-    try:  # issue 37: a keyless PR's download draws on the pass's budget (validator/intake.py; Deferred)
+    try:  # a keyless PR's download draws on the pass's budget (validator/intake.py; Deferred)
         with download_budget(ctx.state, adm, cfg.forge.delta_timeout, cached) as deadline:
             if "url" in declared:
                 return (ledger.store.fetch_url(adm.pointer, declared["url"], replace(cfg.forge, delta_timeout=deadline),
@@ -128,7 +128,7 @@ def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensor
     checks, the screen, scoring and the merge each hold one of its tensors at a time, never it all.
     Its file is opened before it is hashed: what is read later is the inode that was hashed."""
     lora, limits = adm.meta["delta"].get("kind") == "lora", ctx.ledger.config.limits
-    # issue 35: a dense delta's content sha256 (the replay check's) from the read that hashes the file,
+    # a dense delta's content sha256 (the replay check's) from the read that hashes the file,
     # its md5 meanwhile in a helper thread (``pending``)
     # and its tensors' norms and sketches for the copy index (validator/copyindex.py as_read) from that read
     on_tensor = None if lora else copy_index(ctx.state).as_read(adm.meta["delta"]["sha256"], expect_spec)
@@ -136,7 +136,7 @@ def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensor
         lambda p, on_block: read_hashed(p, limits, on_block, on_tensor=on_tensor)), defer=True)
     delta = None
     try:
-        opener = LoraTensors if lora else LazyTensors  # issue 33
+        opener = LoraTensors if lora else LazyTensors
         delta = opener.open(path, limits, expect=expect_spec, label="delta")
     except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
         problem = problem or exc.message

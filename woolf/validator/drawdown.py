@@ -1,4 +1,4 @@
-"""The drawdown bound's reference (issue 37, breach 2): the best version ever reached in the window of
+"""The drawdown bound's reference: the best version ever reached in the window of
 trust, not the best of a sliding window that tolerated regressions push along.
 
 Usage:

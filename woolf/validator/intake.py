@@ -1,4 +1,4 @@
-"""What a PR may bring into the validator (issue 37, breaches 4 and 5): bytes bounded by the model's
+"""What a PR may bring into the validator: bytes bounded by the model's
 spec before any download, time and bytes of keyless downloads out of one budget per pass, and
 nothing a rejected PR brought left in the cache.
 

@@ -50,7 +50,7 @@ def merge(ctx: ValidatorContext, pr, main, verdict: Verdict, step: Step, timer: 
     work = ctx.ledger.root / layout.WORK / "validator"
     files: dict[str, bytes | None] = {}
     with timer("upload"):
-        ahead = take_ahead(ctx, pr.id, step.candidate)  # issue 35: written and hashed while it was evaluated
+        ahead = take_ahead(ctx, pr.id, step.candidate)  # written and hashed while it was evaluated
         if ahead is not None:
             tmp, md5, sha = ahead
         else:
@@ -91,5 +91,5 @@ def merge(ctx: ValidatorContext, pr, main, verdict: Verdict, step: Step, timer: 
     with timer("push"):
         ctx.forge.merge(pr, commit, main.commit, also=also)
     failpoint("after-push")
-    keep_main(ctx, commit, step.candidate, verdict.metrics["after"])  # issue 35: the next PR's main
+    keep_main(ctx, commit, step.candidate, verdict.metrics["after"])  # the next PR's main
     verdict.timings = dict(timer)

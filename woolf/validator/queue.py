@@ -46,7 +46,8 @@ from woolf.workloads.base import resolve_device
 ORIGIN_MAIN = "refs/remotes/origin/main"
 MAX_RACES = 8
 RETRY_AFTER = 60.0  # seconds before a PR that failed without a verdict is tried again by the same validator
-BATCH = 64  # rejections pushed together in one atomic push (one run of the hub's hook), where the forge batches_verdicts
+# rejections pushed together in one atomic push (one run of the hub's hook), where the forge batches_verdicts
+BATCH = 64
 log = logging.getLogger("woolf.validator")
 
 
@@ -122,7 +123,7 @@ class Validator:
                     continue  # failed without a verdict moments ago (its rejection could not be written): later
                 verdict = self.validate_one(sub_id)
                 landed([verdict] if verdict is not None else [])
-                run = state.keyless  # issue 37: a signed PR pushed meanwhile ends a keyless stretch (intake.py)
+                run = state.keyless  # a signed PR pushed meanwhile ends a keyless stretch (intake.py)
                 if run is not None and sub_id not in run.signed and signed_arrived(self.ctx, run, set(queue)):
                     self._fetched = False
                     break
@@ -200,7 +201,7 @@ class Validator:
                     if pr.state != "open":
                         return None
                 verdict, step = evaluate(self.ctx, pr, main, timer, write_ahead=True)  # merge() publishes it
-                if not verdict.accepted:  # issue 37: nothing a rejected PR brought stays (validator/intake.py)
+                if not verdict.accepted:  # nothing a rejected PR brought stays (validator/intake.py)
                     evict_rejected(self.ledger, pr, merged_deltas(self.ctx, main))
                 if not verdict.accepted and self.state.batching:  # pushed with others by run(): one hook run
                     self._fetched = True  # a rejection moves nothing the next PR is judged against
@@ -226,7 +227,7 @@ class Validator:
                     continue  # main moved or another validator decided: re-fetch, re-check, re-evaluate
             log.warning("%s: lost %d races in a row; it stays in the queue for the next pass", sub_id, MAX_RACES)
             return None
-        except Deferred as exc:  # issue 37: this pass's keyless budget is spent; the PR waits, unjudged
+        except Deferred as exc:  # this pass's keyless budget is spent; the PR waits, unjudged
             log.info("%s", exc.message)
             return None
         except (StorageError, ForgeError, IntegrityError):
@@ -239,7 +240,7 @@ class Validator:
             verdict = Verdict(pr.id, False, "rejected",
                               f"the validator could not process this PR ({type(exc).__name__}); "
                               "it is rejected so that the queue goes on", pr.contributor, pr.base_version)
-            evict_rejected(self.ledger, pr, self.state.merged.sha256s if self.state.merged else set())  # issue 37
+            evict_rejected(self.ledger, pr, self.state.merged.sha256s if self.state.merged else set())
             try:
                 self.forge.reject(pr, verdict.reason, verdict_trailers(self.ctx, verdict, timer))
             except Exception as again:  # noqa: BLE001 - the verdict could not be written either
@@ -254,6 +255,6 @@ class Validator:
         in queue order): one batch of signature checks (unsigned heads cost none)."""
         text = signers_text(self.ledger.git, self.ledger.git.rev_parse(ORIGIN_MAIN) or "HEAD")
         signed = signed_by_own_key(self.ledger.git, {p.id: p.head for p in prs}, text)
-        quorum = self.ledger.config.validators.quorum > 1  # issue 37: keyless downloads share a budget
+        quorum = self.ledger.config.validators.quorum > 1  # keyless downloads share a budget
         self.state.keyless = None if quorum else Pass(signed)  # per pass (validator/intake.py)
         return [p for p in prs if p.id in signed] + [p for p in prs if p.id not in signed]

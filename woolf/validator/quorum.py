@@ -228,7 +228,8 @@ def _cast(ctx: ValidatorContext, r: Round) -> Outcome | None:
     out = tally(r.current, r.q.quorum, r.q.epsilon)
     if out.state == "merged" and r.judged.step is None and verdict.accepted and r.unpushed is None \
             and r.me in {b.validator for b in out.votes}:
-        verdict, step, sha = (ctx.judge or judge)(ctx, r.pr, r.main, r.timer)  # its candidate was dropped: make it again
+        # its candidate was dropped: make it again
+        verdict, step, sha = (ctx.judge or judge)(ctx, r.pr, r.main, r.timer)
         if verdict is None or sha != out.candidate:
             return None
         r.judged = Judged(r.main.commit, verdict, step, sha)  # for this round only, as the vote stands

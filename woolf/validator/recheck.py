@@ -1,4 +1,4 @@
-"""The privileged apply job signs nothing it did not compute (issue 37, breach 6).
+"""The privileged apply job signs nothing it did not compute.
 
 Usage (from woolf/validator/ci.py apply_record, with the job's ValidatorContext):
     verdict = own_rejection(ctx, pr, main, record, verdict, timer)   # a record's rejection, evaluated here

@@ -1,4 +1,4 @@
-"""Main's weights kept in memory between PRs (issue 35): the version this validator merged last.
+"""Main's weights kept in memory between PRs: the version this validator merged last.
 
 Usage (validator/step.py takes, validator/publish.py keeps):
     current, norm = take_main(ctx, main)          # resident weights when main is still that commit, else read

@@ -213,7 +213,8 @@ def place_start(ledger, opt: dict, state_dir: Path) -> None:
         path = ledger.store.fetch_object(Pointer(opt["md5"], opt["size"], "optimizer.safetensors"),
                                          max_bytes=ledger.config.limits.max_delta_bytes)
     except (StorageError, IntegrityError) as exc:
-        raise Rejected(f"retrain: its carried optimizer state is unavailable in storage ({exc.message[:200]})") from None
+        raise Rejected(f"retrain: its carried optimizer state is unavailable in storage "
+                       f"({exc.message[:200]})") from None
     if hashes_of_file(Path(path))[1] != opt["sha256"]:
         raise Rejected("retrain: its carried optimizer state does not hash to the sha256 its recipe pins")
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -249,7 +250,8 @@ def _taken(ledger, recipe: dict, contributor: str) -> tuple[str, int] | None:
             rec = read_tasks(ledger.git)[0].get(task)
     except WoolfError:
         return None
-    if rec is None or rec[0].contributor != contributor or rec[0].shard != f"{data.get('owner')}@v{data.get('version')}":
+    shard = f"{data.get('owner')}@v{data.get('version')}"
+    if rec is None or rec[0].contributor != contributor or rec[0].shard != shard:
         return None
     return data["owner"], data["version"]
 

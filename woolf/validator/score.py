@@ -168,7 +168,7 @@ def drawdown_limit(policy) -> float:
 
 def drawdown_reason(ledger, probe: dict, main=None) -> str | None:
     """The candidate may never be more than `policy.max_drawdown` behind the best version reached in the
-    window of trust (issue 37: woolf/validator/drawdown.py; no longer the best of a sliding window)."""
+    window of trust (woolf/validator/drawdown.py; no longer the best of a sliding window)."""
     return trusted_drawdown(ledger, main if main is not None else ledger.head(), probe)
 
 
@@ -177,8 +177,8 @@ def judge(ledger, verdict, before: dict, probe: dict) -> str | None:
     cfg = ledger.config
     s = verdict.scores
     b, a = _metric(before, cfg.policy.metric), _metric(probe, cfg.policy.metric)
-    if s and "revert" not in verdict.flags and b is not None and a is not None and abs(s["assigned"]) < cfg.scoring.min_effect \
-            and abs(b - a) < cfg.scoring.min_effect:
+    measured = s and "revert" not in verdict.flags and b is not None and a is not None
+    if measured and abs(s["assigned"]) < cfg.scoring.min_effect and abs(b - a) < cfg.scoring.min_effect:
         return (f"the delta changes nothing measurable (benchmark {b - a:+.2g}, its shard {s['assigned']:+.2g}, "
                 f"under scoring.min_effect {cfg.scoring.min_effect:g})")
     return drawdown_reason(ledger, probe)
@@ -204,6 +204,7 @@ def judge_scores(cfg, verdict) -> str | None:
 
 def verdict_fields(verdict, cfg=None) -> dict:
     """The scoring trailers of a verdict, merged or rejected (absent values are not written)."""
-    return {"Woolf-Benchmark": benchmark_label(cfg) if cfg is not None else None, "Woolf-Scores": verdict.scores or None, "Woolf-Flags": verdict.flags or None,
+    return {"Woolf-Benchmark": benchmark_label(cfg) if cfg is not None else None,
+            "Woolf-Scores": verdict.scores or None, "Woolf-Flags": verdict.flags or None,
             "Woolf-Delta-Content": verdict.content, "Woolf-Delta-Norm": verdict.delta_norm,
             "Woolf-Delta-Clip": verdict.clip}

@@ -104,7 +104,7 @@ def check_queue(ledger, forge, state: ValidatorState, pr) -> None:
 
 
 def _room(signed) -> str:
-    """How a contributor makes room (issue 37): a keyless one cannot withdraw what anyone may have pushed."""
+    """How a contributor makes room: a keyless one cannot withdraw what anyone may have pushed."""
     if signed is not None:
         return "withdraw one of your own open PRs to make room"
     return ("an unsigned name is anyone's to fill: sign with a key listed in ledger/allowed_signers, whose "
@@ -140,7 +140,7 @@ def _load(ledger, state: ValidatorState, pointer: Pointer, key: str, spec,
                                            deadline=cfg.forge.delta_timeout)
         if declared.get("kind") == "dense" and pointer.size > CACHE_BYTES:  # compared tensor by tensor, not kept
             return LazyTensors.open(path, cfg.limits, expect=spec, label="delta")
-        if declared.get("kind") == "lora":  # issue 33: its product, one target at a time, never kept
+        if declared.get("kind") == "lora":  # its product, one target at a time, never kept
             return LoraTensors.open(path, cfg.limits, expect=spec, label="delta")
         delta = load_delta(path, declared, spec, cfg.limits, "delta")
     except WoolfError as exc:
@@ -165,7 +165,7 @@ def _earlier(ledger, forge, state: ValidatorState, adm: Admitted, spec, delta, c
     except (WoolfError, BlobTooLargeError) as exc:
         log.info("copy check: merged deltas unreadable (%s)", getattr(exc, "message", exc))
         pointers = {}
-    # issue 35: merged deltas through the copy index too (a sketch each, read once per validator)
+    # merged deltas through the copy index too (a sketch each, read once per validator)
     keyed = [(r, *pointers[r.version], r.delta_sha256 or pointers[r.version][0].md5) for r in recs
              if r.version in pointers]  # (record, pointer, declared, key): the item and what reads it
     merged = [(k, k[1], k[2], k[3]) for k in keyed]
@@ -179,7 +179,7 @@ def _earlier(ledger, forge, state: ValidatorState, adm: Admitted, spec, delta, c
         return
     over = _over(state, snapshot, ledger.config.queue.max_open_per_contributor)
     earlier = [p for p in snapshot if p.queue_key() < mine.queue_key() and p.id not in over]
-    # issue 37: every earlier open PR, through the copy index (validator/copyindex.py), not the 64 oldest
+    # every earlier open PR, through the copy index (validator/copyindex.py), not the 64 oldest
     for p, ptr, d in indexed_candidates(ledger, state, adm, earlier, (delta, content), spec, _load):
         other = _load(ledger, state, ptr, d["sha256"], spec, d)
         if other is not None:
@@ -256,7 +256,7 @@ def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, curr
     if cfg.limits.min_delta_norm_ratio > 0 and n <= cfg.limits.min_delta_norm_ratio * max(w, 1e-12):
         raise Rejected(f"the delta is a no-op (norm {n:.3g}, {n / max(w, 1e-12):.3g}x the model's, under "
                        f"limits.min_delta_norm_ratio {cfg.limits.min_delta_norm_ratio:g}); it would change nothing")
-    content = getattr(delta, "content", None) or content_sha256(delta)  # issue 35: from the load's read
+    content = getattr(delta, "content", None) or content_sha256(delta)  # from the load's read
     recent = merged_records(ledger, limit=max(sc.copy_window, sc.norm_window))
     norms = per_contributor([(r.contributor, r.delta_norm) for r in recent], sc.norm_window)
     what, least = f"the median norm of the last {len(norms or ())} contributors' merged deltas", 2
@@ -264,7 +264,7 @@ def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, curr
         who = canonical(adm.meta["contributor"])
         norms = [r.delta_norm for r in recent[: sc.norm_window] if r.delta_norm is not None and r.contributor == who]
         what, least = f"the median norm of its last {len(norms)} merged deltas", 3
-    # issue 37: keyless names may raise the median, never lower it under keyed contributors' or the floor
+    # keyless names may raise the median, never lower it under keyed contributors' or the floor
     bound = standing_bound(ledger, main, norm_limit(norms, sc.norm_multiple, least), w)  # validator/standing.py
     limit = bound.limit if bound is not None else None
     flags, clip = ["revert"] if revert_of else [], None

@@ -1,4 +1,4 @@
-"""The norm guard's bound by standing (issue 37, breach 1): keyless or new names do not set it.
+"""The norm guard's bound by standing: keyless or new names do not set it.
 
 Usage (screen_delta's hook, after the guard's own median limit):
     bound = standing_bound(ledger, main, median_limit, model_norm)   # core.bounds.NormBound or None

@@ -97,7 +97,7 @@ class MergedDeltas:
 
 @dataclass(frozen=True)
 class Resident:
-    """Main's weights kept in memory between PRs (issue 35): the version this validator merged last."""
+    """Main's weights kept in memory between PRs: the version this validator merged last."""
 
     commit: str  # the version's commit: used only while main's head is still that commit
     weights: dict  # {name: tensor}: what this validator wrote, hashed and pushed as that version
@@ -144,17 +144,17 @@ class ValidatorState:
     # other PRs' deltas read by the copy check, by delta sha256 (or md5), least recently used first;
     # at most screen.CACHE_BYTES of tensors (screen._load evicts)
     deltas: OrderedDict[str, dict] = field(default_factory=OrderedDict)
-    # issue 37: this pass's keyless download budget and signed PR ids (validator/intake.py Pass); None
+    # this pass's keyless download budget and signed PR ids (validator/intake.py Pass); None
     # outside run() and under a quorum: no budget. keyless_spent: PR id -> its download seconds, all passes
     keyless: object | None = None
     keyless_spent: dict[str, float] = field(default_factory=dict)
-    # issue 37: the copy index (woolf/validator/copyindex.py): content hash and sketch of every delta the
+    # the copy index (woolf/validator/copyindex.py): content hash and sketch of every delta the
     # copy check read, by delta sha256, with its secret seed; made on first use
     copy_index: object | None = None
-    # issue 35: main's weights as this validator merged them last (publish.merge sets it after the push;
+    # main's weights as this validator merged them last (publish.merge sets it after the push;
     # step.candidate takes it when main's head is still that commit, else drops it and reads main)
     resident: Resident | None = None
-    # issue 35: the candidate being written and hashed in a helper thread while it is evaluated
+    # the candidate being written and hashed in a helper thread while it is evaluated
     # (validator/ahead.py): publish.merge takes it; a verdict that publishes nothing cancels it
     ahead: object | None = None
     # quorum: PR id -> this validator's judgment, until the PR is settled or no longer open; at most

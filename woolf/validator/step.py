@@ -76,8 +76,9 @@ def candidate(ctx: ValidatorContext, adm: Admitted, main, att: float, timer: Tim
 
     ``before_merge(current, delta, spent)``: runs after the checks and before the merge (scoring reads
     the delta there, and may spend current's memory: it says so in ``spent``; for a stale PR current
-    is emptied before it, since scoring reads the base version instead); a reason it returns vetoes the merge: (current, None). The merge then
-    writes the candidate into the delta's memory (the delta is not needed after it).
+    is emptied before it, since scoring reads the base version instead); a reason it returns vetoes
+    the merge: (current, None). The merge then writes the candidate into the delta's memory (the
+    delta is not needed after it).
 
     ``in_place``: the caller needs main's benchmark metrics only from ``state.eval_cache``, so they
     are measured here first, and the merge may then write the candidate into current's memory
@@ -214,7 +215,7 @@ def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer, u
     with timer("checks"):
         adm: Admitted = admit(ctx.ledger, pr, main, merged_deltas(ctx, main))
         check_queue(ctx.ledger, ctx.forge, ctx.state, pr)  # over its contributor's open-PR limit: rejected unread
-        reason = recipe_reason(ctx.ledger, adm)  # issue 34: the recipe's rules, before any weights are read
+        reason = recipe_reason(ctx.ledger, adm)  # the recipe's rules, before any weights are read
         if reason:
             raise Rejected(reason)
     verdict.base_version, verdict.staleness = adm.base.version, adm.staleness
@@ -228,7 +229,7 @@ def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer, u
         with timer("scoring"):  # assigned vs random shard; a delta that learned nothing is refused here
             verdict.scores = score_delta(ctx.ledger, ctx.device, adm, main, current, delta, wl, spent)
         verdict.reason = judge_scores(ctx.ledger.config, verdict) or ""
-        if not verdict.reason:  # issue 34: a drawn PR re-trained from its recipe (validator/retrain.py)
+        if not verdict.reason:  # a drawn PR re-trained from its recipe (validator/retrain.py)
             with timer("retrain"):
                 verdict.reason = retrain_check(ctx.ledger, ctx.device, adm, delta, verdict, pr.head) or ""
         return verdict.reason
@@ -239,7 +240,7 @@ def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer, u
                               unsettled=unsettled)
     if step is None:  # vetoed by the scores (verdict.reason says why)
         return verdict, None
-    if write_ahead:  # issue 35: written and hashed while it is evaluated; published only if accepted
+    if write_ahead:  # written and hashed while it is evaluated; published only if accepted
         start_ahead(ctx, pr.id, step.candidate)
     bench = gate_benchmark(ctx.ledger)  # the hidden benchmark when the config pins one (ledger/benchmark.py)
     before = evaluate_before(ctx, main, current, timer)  # measured already when the merge was in place
@@ -254,7 +255,7 @@ def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer, u
     reference = gate_reference(ctx, before)
     decision = decide(cfg.policy, reference, probe)
     verdict.reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
-    if not decision.accepted:  # issue 37: a hidden benchmark's numbers to 0.01 in a rejection, like its metrics
+    if not decision.accepted:  # a hidden benchmark's numbers to 0.01 in a rejection, like its metrics
         verdict.reason = published_reason(cfg, verdict.reason)
         return verdict, None
     veto = judge(ctx.ledger, verdict, before, probe)  # changes nothing, drawdown
@@ -270,7 +271,7 @@ def _check_norm(ctx: ValidatorContext, adm: Admitted, current, delta,
     """(norm of the delta, norm of the model), float32-accumulated (scores.norm: plenty for a ratio,
     nothing big allocated); scoring's screen reuses them instead of two more passes. ``model_norm``:
     the model's, measured already (a resident main's). A delta read from its file is sketched for the
-    copy index in the same read (issue 35: one read of its tensors for both)."""
+    copy index in the same read (one read of its tensors for both)."""
     limit = ctx.ledger.config.limits.max_delta_norm_ratio
     w = norm(current) if model_norm is None else model_norm
     if isinstance(delta, LazyTensors):
@@ -298,5 +299,5 @@ def verdict_trailers(ctx: ValidatorContext, v: Verdict, timer: Timer) -> dict:
         "Woolf-Validator": ctx.name, "Woolf-Timings": dict(timer),
         "Woolf-Device": v.device,  # None (omitted) when nothing was evaluated
         **verdict_fields(v, ctx.ledger.config),
-        "Woolf-Retrain": v.retrain,  # issue 34: whether this validator re-trained the PR, and how it compared
+        "Woolf-Retrain": v.retrain,  # whether this validator re-trained the PR, and how it compared
     }

@@ -37,7 +37,7 @@ class Verdict:
     content: str | None = None  # sha256 of the delta's tensors
     delta_norm: float | None = None
     clip: float | None = None  # the factor the delta was clipped by, when it was
-    retrain: dict | None = None  # issue 34: {"retrain": matched | mismatch | not drawn | ..., "distance", ...}
+    retrain: dict | None = None  # {"retrain": matched | mismatch | not drawn | ..., "distance", ...}
 
     def to_json(self) -> dict:
         return asdict(self)

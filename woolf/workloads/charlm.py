@@ -95,7 +95,7 @@ class CharLM(TextCorpus):
         if not isinstance(optimizer_warmup, int) or isinstance(optimizer_warmup, bool) or optimizer_warmup < 0:
             raise UsageError(f"workload.params.optimizer_warmup must be an integer >= 0, got {optimizer_warmup!r}")
         self.optimizer_warmup = optimizer_warmup  # linear warm-up over each AdamW's own first steps
-        try:  # issue 33: the ledger's default LoRA training (`woolf train --lora` overrides it; charlm_lora.py)
+        try:  # the ledger's default LoRA training (`woolf train --lora` overrides it; charlm_lora.py)
             self.lora = parse_lora(lora) if isinstance(lora, str) else parse_lora("?")
         except ValueError as exc:
             raise ConfigError(f"workload.params.lora = {lora!r}: {exc}") from None

@@ -1,4 +1,4 @@
-"""LoRA training for the built-in `charlm` workload, with peft (issue 33): what `woolf demo --lora R` runs.
+"""LoRA training for the built-in `charlm` workload, with peft: what `woolf demo --lora R` runs.
 
 Usage (CharLM.train_lora calls this; woolf/participant/lora.py calls that):
     factors, summary = train_lora(wl, weights, data, steps, parse_lora("r=4"), device="cpu", seed=0)

@@ -37,7 +37,8 @@ from woolf.cli.app import App, json_option, key_values, pass_app
               help="continued-*: genesis is a charlm pretrained on the corpus (built once, cached); scratch-*: "
                    "random weights. *-domain: each participant its own part of the corpus; *-iid: a shared pool.")
 @click.option("--adversaries", default="", metavar="KIND,...",
-              help="Add cheating participants: free-rider, copycat, overfitter, noise, flooder, lazy (comma-separated).")
+              help="Add cheating participants: free-rider, copycat, overfitter, noise, flooder, lazy "
+                   "(comma-separated).")
 @click.option("--lora", metavar="R", default=None,
               help="Participants contribute LoRA adapters of rank R (peft; or a spec such as r=8,alpha=8), sent "
                    "as factor pairs and merged exactly; the demo ledger accepts the lora kind.")

@@ -31,4 +31,5 @@ def export(app: App, version, directory, dtype, max_shard_size, as_json):
     if as_json:
         app.emit_json(result)
         return
-    app.console.print(f"version {version} -> {result['path']} ({result['dtype']}; {', '.join([*result['files'], 'woolf-export.json'])})")
+    files = ", ".join([*result["files"], "woolf-export.json"])
+    app.console.print(f"version {version} -> {result['path']} ({result['dtype']}; {files})")

@@ -102,7 +102,7 @@ def show(app: App, version, as_json):
     data = {**v.to_json(), "weights_md5": ptr.md5, "weights_size": ptr.size}
     from woolf.ledger.recipes import version_recipe  # deferred: loads yaml
 
-    data.update(version_recipe(ledger, v))  # issue 34: the PR's recipe and its re-training, when it has them
+    data.update(version_recipe(ledger, v))  # the PR's recipe and its re-training, when it has them
     if as_json:
         app.emit_json(data)
         return

@@ -76,8 +76,9 @@ def credit(app: App, since, as_json):
         app.emit_json(data)
         return
     app.table(["contributor", "share", "credited", "improvement", "versions", "regressions", "retrain-failed"],
-              [[r["contributor"], _f(r["share"], "{:.1%}"), _f(r["credited"], "{:+.4f}"), _f(r["improvement"], "{:+.4f}"),
-                str(r["versions"]), str(r["regressions"]), str(r.get("retrain_failed", 0))] for r in data["rows"]])
+              [[r["contributor"], _f(r["share"], "{:.1%}"), _f(r["credited"], "{:+.4f}"),
+                _f(r["improvement"], "{:+.4f}"), str(r["versions"]), str(r["regressions"]),
+                str(r.get("retrain_failed", 0))] for r in data["rows"]])
     app.console.print(f"total {data['metric']} improvement {data['improvement']:+.4f} over {data['versions']} versions"
                       + (f" after version {since}" if since is not None else "") + f", {data['total']:+.4f} credited")
     app.console.print(data["rule"][0].upper() + data["rule"][1:] + ".")

@@ -35,7 +35,8 @@ from woolf.errors import UsageError
 @click.option("--key", "signing_key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               envvar="WOOLF_SIGNING_KEY",
               help="Your SSH private key: you become maintainer and validator [env: WOOLF_SIGNING_KEY].")
-@click.option("--signer", help="Your name in ledger/allowed_signers (default: the key's comment, else your contributor id).")
+@click.option("--signer", help="Your name in ledger/allowed_signers "
+                                "(default: the key's comment, else your contributor id).")
 @click.option("--add-signer", "extra", multiple=True, metavar="LINE",
               help="Another allowed_signers line, e.g. from `woolf key create` (repeatable).")
 @click.option("--unsigned", is_flag=True, help="No signatures: anyone who can push to the hub has authority.")
@@ -94,7 +95,8 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
     else:
         app.console.print("  the gate is the public benchmark in git, which participants can train on: "
                           "`woolf init --hidden-benchmark FILE` gates on a private file instead (docs/protocol.md)")
-    app.console.print(f"  next: `woolf hub init hub.git --from {ledger.root}`, then clone the hub to train and validate")
+    app.console.print(f"  next: `woolf hub init hub.git --from {ledger.root}`, "
+                      "then clone the hub to train and validate")
     if ledger.config.forge.kind == "github" and "WOOLF_SOURCE=''\n" in (ledger.root / "ci" / "install.sh").read_text():
         app.err.print("[yellow]note:[/] ci/install.sh (the GitHub workflow's installer) pins no GoodWoolf source: "
                       "pass --woolf-source git+https://HOST/PATH@COMMIT for a ledger on GitHub (docs/github.md)")

@@ -154,7 +154,7 @@ def _share(gate: dict) -> str:
 
 
 def _say_contributor_fallback(app: App, ledger, contributor) -> None:
-    """Once per clone: the contributor id fell back to the OS user, and how to set one (issue 38)."""
+    """Once per clone: the contributor id fell back to the OS user, and how to set one."""
     from woolf.protocol import layout  # deferred: fast --help
     from woolf.protocol.contributor import OS_USER, contributor_source  # deferred: fast --help
 
@@ -185,7 +185,8 @@ def _earlier_result(ledger) -> str:
 @click.command()
 @click.option("--weights", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Submit these weights (trained by any means) instead of `woolf train`'s.")
-@click.option("--base", "base_version", type=int, help="With --weights: the version they were trained from (default: local main).")
+@click.option("--base", "base_version", type=int,
+              help="With --weights: the version they were trained from (default: local main).")
 @click.option("-m", "--message", default="", help="A note for the PR.")
 @click.option("--delta-url-base", envvar="WOOLF_DELTA_URL_BASE",
               help="Public https URL of your own DVC storage, for fork PRs [env: WOOLF_DELTA_URL_BASE].")

@@ -110,7 +110,8 @@ class _Idle:
             self.app.err.print(f"waiting for PRs… (polling every {self.interval:g}s; Ctrl-C to stop)")
         elif now - self.last >= self.EVERY:
             self.last = now
-            self.app.err.print(f"still waiting: no open PRs since {time.strftime('%H:%M:%S', time.localtime(self.since))}")
+            since = time.strftime("%H:%M:%S", time.localtime(self.since))
+            self.app.err.print(f"still waiting: no open PRs since {since}")
 
 
 def _ci_step(app: App, validator, ids, evaluate_out, apply_file, as_json) -> None:

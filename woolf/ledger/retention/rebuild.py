@@ -146,5 +146,6 @@ def rebuild_missing(ledger, version, missing: StorageError | IntegrityError) -> 
         raise StorageError(f"{missing.message}; {again.message}", hint=again.hint) from None
     if planted:
         ptr = ledger.pointer(version.commit)
-        ledger.last_rebuild.setdefault("tampered", []).insert(0, {"version": version.version, "md5": ptr.md5, "why": missing.message})
+        ledger.last_rebuild.setdefault("tampered", []).insert(
+            0, {"version": version.version, "md5": ptr.md5, "why": missing.message})
     return path

@@ -93,7 +93,7 @@ def flood_problems(git, updates: list[tuple[str, str, str]], main: str | None) -
             if held[mine] > limit:
                 how = ("withdraw some (`woolf pr withdraw`)" if who in names else
                        "an unsigned name is anyone's to fill, so sign with a key listed in ledger/allowed_signers "
-                       "(its PRs count apart), or submit under another name")  # issue 37: keyless cannot withdraw
+                       "(its PRs count apart), or submit under another name")  # keyless cannot withdraw
                 errors.append(f"{who} has {held[mine] - 1} open PRs on this hub; queue.max_open_per_contributor is "
                               f"{limit}: wait for verdicts, or {how}")
         if mine is None or who not in names:

@@ -67,7 +67,8 @@ def check_task(git, task_id: str, old: str, new: str, main: str | None, now: flo
     stamp = git.commit_time(new)
     skew = stamp - (time.time() if now is None else now) if stamp is not None else float("inf")
     if abs(skew) > MAX_SKEW:
-        return [f"its commit time is {skew:+.0f} s off the hub's clock (at most {MAX_SKEW} s): fix this machine's clock"]
+        return [f"its commit time is {skew:+.0f} s off the hub's clock (at most {MAX_SKEW} s): "
+                "fix this machine's clock"]
     problem = _signer_problem(git, rec, new, main)
     return [problem] if problem else []
 

@@ -30,7 +30,7 @@ from woolf.storage.shards import INDEX, check_sharded
 
 MODEL_DIR = "ledger/model"
 REQUIRED = ("config.json", "tokenizer.json")  # committed and pinned; the weights go to DVC
-# Every other file a model needs to be used, kept (committed, pinned, exported) where present (issue 38):
+# Every other file a model needs to be used, kept (committed, pinned, exported) where present:
 # its chat template, special and added tokens, a slow tokenizer's vocabulary, processor configs.
 OPTIONAL = ("tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
             "chat_template.jinja", "chat_template.json", "added_tokens.json",
@@ -63,7 +63,7 @@ def transformers_version() -> str:
 
 
 def _need_transformers() -> None:
-    os.environ["HF_HUB_OFFLINE"] = "1"  # forced, never defaulted: nothing is ever downloaded (issue 25)
+    os.environ["HF_HUB_OFFLINE"] = "1"  # forced, never defaulted: nothing is ever downloaded
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     try:
         import tokenizers  # noqa: F401  # deferred: tokenizers
@@ -82,13 +82,14 @@ _LOADS_CODE = {"auto_map", "trust_remote_code", "custom_pipelines", "use_kernels
 def code_problem(raw, where: str, depth: int = 0) -> None:
     """Refuse a config that makes transformers reach for code: an `attn_implementation` naming anything
     but a built-in kernel (a Hub kernel repo, "org/name"), `auto_map` at any depth (a nested
-    text_config too), and any field that loads code. Checked at every level of nesting (issue 25)."""
+    text_config too), and any field that loads code. Checked at every level of nesting."""
     if depth > 16:
         raise UsageError(f"{where}: nested deeper than 16 levels")
     items = raw.items() if isinstance(raw, dict) else enumerate(raw) if isinstance(raw, list) else ()
     for key, value in items:
         if key in _LOADS_CODE:
-            raise UsageError(f"{where}: {key!r} loads code from outside the installed transformers (woolf never sets trust_remote_code); refused",
+            raise UsageError(f"{where}: {key!r} loads code from outside the installed transformers "
+                             "(woolf never sets trust_remote_code); refused",
                              hint="use a model type that transformers ships (docs/workloads.md)")
         if key in ("attn_implementation", "_attn_implementation") and value not in BUILTIN_ATTENTION:
             raise UsageError(f"{where}: attn_implementation {str(value)[:80]!r} is not a built-in attention "
@@ -135,7 +136,7 @@ def build_config(data: bytes, where: str = "config.json"):
 def not_causal_lm(config, where: str) -> None:
     """Refuse a checkpoint whose config.json says it is not a causal LM (``architectures``): a
     sentence encoder such as BertModel has a model_type transformers can build a causal LM of, but
-    no language-model head, and would load as random weights beside a mismatch (issue 38)."""
+    no language-model head, and would load as random weights beside a mismatch."""
     from transformers.models.auto.modeling_auto import (  # deferred: transformers
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         MODEL_FOR_MASKED_LM_MAPPING_NAMES,

@@ -8,8 +8,8 @@ Usage:
     losses, secs, resumed, amp = fit(wl, model, ids, steps, ...)   # the loop of Transformers.train (hf/workload.py)
     sharded = use_fsdp(model, device)   # FSDP2 rather than DDP under torchrun; out_of_memory(wl, ...): its error
 
-Memory (issue 35): a model whose parameters are about to be assigned is built uninitialised
-(issue 33: transformers' random initialisation would touch a second model's worth of memory);
+Memory: a model whose parameters are about to be assigned is built uninitialised
+(transformers' random initialisation would touch a second model's worth of memory);
 the weights given are the parameters (no second copy of the model, no
 checkpoint kept beside it); gradients are set to None once the last step is taken; the
 optimizer state is written to its file tensor by tensor and dropped before the trained

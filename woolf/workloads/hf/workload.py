@@ -99,7 +99,7 @@ class Transformers(TextCorpus):
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}.{key} = {value!r}", hint="use true or false")
         self.checkpointing, self.compile = checkpointing, compile
-        try:  # issue 33: the ledger's default LoRA training (`woolf train --lora` overrides it)
+        try:  # the ledger's default LoRA training (`woolf train --lora` overrides it)
             self.lora = parse_lora(lora) if isinstance(lora, str) else parse_lora("?")
         except ValueError as exc:
             raise ConfigError(f"{where}.lora = {lora!r}: {exc}") from None
@@ -278,7 +278,7 @@ class Transformers(TextCorpus):
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
                    progress: Progress | None = None):
-        """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (issue 33, hf/lora.py)."""
+        """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (hf/lora.py)."""
         from woolf.workloads.hf.lora import train_lora  # deferred: peft
 
         return train_lora(self, weights, data, steps, spec, device, seed, progress)
