@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import gc
 import time
+from dataclasses import dataclass, field
 
 import torch
 from peft import LoraConfig, get_peft_model
@@ -47,6 +48,8 @@ from peft.tuners.lora import LoraLayer
 from woolf.errors import UsageError
 from woolf.protocol.lora_spec import LoraSpec
 from woolf.workloads.base import TrainData, train_summary
+
+CARRY_HINT = "start fresh adapters: `woolf train --fresh`"
 
 
 def compute_dtype(wl, spec: LoraSpec, device: str) -> torch.dtype:
@@ -79,6 +82,87 @@ def linear_names(model) -> list[str]:
     return [n for n, m in model.named_modules() if isinstance(m, kinds)]
 
 
+@dataclass
+class AdapterState:
+    """A participant's adapters and their AdamW moments carried from one contribution to the next.
+
+    ``tensors`` (empty: start fresh) holds, per target tensor T of the model, ``T.lora_A`` and
+    ``T.lora_B`` (peft's own orientation) and their moments ``exp_avg/T.lora_A``, ``exp_avg_sq/...``,
+    and the optimizer's step count ``step``; ``train_lora`` reads it at the start and replaces it with
+    the state at the end. Re-based onto each new version: A and the moments carry over, B starts at
+    zero, so the model starts exactly at the new version (the last product is merged in it already)."""
+
+    tensors: dict = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return int(self.tensors["step"]) if "step" in self.tensors else 0
+
+
+def _slots(model, owner: dict[int, str]) -> dict:
+    """{"T.lora_A": parameter, "T.lora_B": parameter} for every adapted target tensor T."""
+    out = {}
+    for m in model.modules():
+        if isinstance(m, LoraLinear) and id(m.get_base_layer().weight) in owner:
+            tensor = owner[id(m.get_base_layer().weight)]
+            out[f"{tensor}.lora_A"], out[f"{tensor}.lora_B"] = m.lora_A["default"].weight, m.lora_B["default"].weight
+    return out
+
+
+def _restore(state: AdapterState, slots: dict, opt, spec: LoraSpec) -> None:
+    """Start from ``state`` (re-based: A and the moments carried, B zero); UsageError when it does not fit."""
+    keys = {k for k in state.tensors if "/" not in k and k != "step"}
+    if keys != set(slots):
+        raise UsageError(f"--lora {spec.text()}: the carried adapters are for other targets "
+                         f"({len(keys) // 2} tensors, these are {len(slots) // 2})", hint=CARRY_HINT)
+    with torch.no_grad():
+        for key, p in slots.items():
+            moments = {m: state.tensors.get(f"{m}/{key}") for m in ("exp_avg", "exp_avg_sq")}
+            if any(t is None or t.shape != p.shape for t in (state.tensors[key], *moments.values())):
+                raise UsageError(f"--lora {spec.text()}: the carried adapter {key} is "
+                                 f"{list(state.tensors[key].shape)}, this rank needs {list(p.shape)}",
+                                 hint=CARRY_HINT)
+            if key.endswith(".lora_A"):
+                p.copy_(state.tensors[key])
+            else:
+                p.zero_()
+            opt.state[p] = {"step": state.tensors["step"].clone().float(),
+                            **{m: t.to(p.device, p.dtype).clone() for m, t in moments.items()}}
+
+
+def _capture(slots: dict, opt) -> dict:
+    out = {}
+    for key, p in slots.items():
+        out[key] = p.detach().to("cpu", torch.float32).clone()
+        for m in ("exp_avg", "exp_avg_sq"):
+            out[f"{m}/{key}"] = opt.state[p][m].detach().to("cpu", torch.float32).clone()
+        out["step"] = torch.tensor(float(opt.state[p]["step"]), dtype=torch.float32)
+    return out
+
+
+def check_targets(model, spec: LoraSpec, targets: list[str] | None) -> None:
+    """Before training: every named target matches a linear layer of the model (peft's rule: the module's
+    name, or its last components), and the rank fits each matched layer; one line listing the model's
+    linear layers otherwise."""
+    linear = {n: m for n, m in model.named_modules() if n in set(linear_names(model))}
+    for target in targets or ():
+        named = [n for n, _ in model.named_modules() if n == target or n.endswith("." + target)]
+        if not named:
+            raise UsageError(f"--lora {spec.text()}: target {target!r} matches no layer of the model",
+                             hint=_hint(model))
+        if not any(n in linear for n in named):
+            kind = type(dict(model.named_modules())[named[0]]).__name__
+            raise UsageError(f"--lora {spec.text()}: target {target!r} is a {kind}; only linear layers are LoRA "
+                             "targets", hint=_hint(model))
+    for name, m in linear.items():
+        if targets and not any(name == t or name.endswith("." + t) for t in targets):
+            continue
+        width = min(m.weight.shape)
+        if spec.r > width:
+            raise UsageError(f"--lora {spec.text()}: rank {spec.r} is above the width {width} of layer {name!r} "
+                             f"(a rank-{width} update is all it can hold)", hint=f"use r <= {width}")
+
+
 def _factors(model, owner: dict[int, str], hint: str) -> dict:
     """{target tensor: (A, B, scale)} from the peft model's adapters, in the delta file's convention."""
     out = {}
@@ -100,16 +184,52 @@ def _factors(model, owner: dict[int, str], hint: str) -> dict:
     return out
 
 
+def auto_scale(fan_in: int, spec: LoraSpec) -> float:
+    """``lr_scale=auto`` for a layer of ``fan_in`` inputs: the rate at which an adapter's first steps move its
+    layer's weights as much as full training's AdamW steps do. With B = 0 and A at peft's initialisation
+    (entries of RMS 1/sqrt(3 fan_in)), B's sign-like steps of size lr make B·A·scale move each weight by
+    about lr * scale * sqrt(r / (3 fan_in)); full training moves it by lr. So: sqrt(3 fan_in / r) / scale
+    (137k-parameter charlm, scale 2: 1.7 at r = 16, 3.5 at r = 4; a 4096-wide layer at r = 16: 14, the
+    "about 10x, 15x for short runs" the field measures: benchmarks/RESULTS.md §17b)."""
+    return (3 * fan_in / spec.r) ** 0.5 / spec.scale
+
+
+def _groups(params: list, slots: dict, spec: LoraSpec) -> list[dict]:
+    """AdamW's parameter groups, each with its ``scale`` on the workload's rate: one group at ``lr_scale``,
+    or with ``lr_scale=auto`` one per fan-in (a layer's A and B share its scale)."""
+    if spec.lr_scale is not None:
+        return [{"params": params, "scale": spec.lr_scale}]
+    fan_in = {}
+    for key, p in slots.items():
+        if key.endswith(".lora_A"):
+            fan_in[id(p)] = fan_in[id(slots[key[:-1] + "B"])] = p.shape[1]
+    groups: dict[float, list] = {}
+    for p in params:
+        groups.setdefault(auto_scale(fan_in[id(p)], spec) if id(p) in fan_in else 1.0, []).append(p)
+    return [{"params": ps, "scale": scale} for scale, ps in sorted(groups.items())]
+
+
 def _hint(model) -> str:
     names = linear_names(model)
     shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
     return f"name the model's linear layers in --lora targets=NAME+NAME: {shown}"
 
 
+def default_targets(wl, model) -> list[str]:
+    """The targets when ``--lora`` names none: the workload's ``LORA_TARGETS``, else every linear layer but
+    the output head (the attention and the MLP: LoRA on the MLP is what lets it match full training)."""
+    if getattr(wl, "LORA_TARGETS", None):
+        return list(wl.LORA_TARGETS)
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    modules = dict(model.named_modules())
+    return [n for n in linear_names(model) if modules[n] is not out]
+
+
 def _adapted(wl, model, spec: LoraSpec, seed: int):
     """The peft model: adapters on ``spec``'s targets (the workload's default when none are named),
-    initialised from ``seed`` alone."""
-    targets = list(spec.targets) or (list(wl.LORA_TARGETS) if getattr(wl, "LORA_TARGETS", None) else None)
+    initialised from ``seed`` alone; the targets checked first."""
+    targets = list(spec.targets) or default_targets(wl, model)
+    check_targets(model, spec, targets)
     cfg = LoraConfig(r=spec.r, lora_alpha=spec.alpha or 2 * spec.r, lora_dropout=spec.dropout,
                      target_modules=targets, bias="none")
     try:
@@ -119,8 +239,11 @@ def _adapted(wl, model, spec: LoraSpec, seed: int):
 
 
 def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, device: str = "cpu",
-               seed: int = 0, progress=None) -> tuple[dict, dict]:
+               seed: int = 0, progress=None, state: AdapterState | None = None) -> tuple[dict, dict]:
     """({target tensor: (A, B, scale)}, summary) after ``steps`` AdamW steps on the adapters alone.
+
+    ``state`` (AdapterState): the adapters and moments to start from (empty: fresh), replaced by those at
+    the end; None: fresh, nothing kept.
 
     ``weights`` may be consumed by the workload's ``lora_model`` (the transformers workload casts it IN
     PLACE to the compute dtype where it differs, and empties it when the model lives on another device:
@@ -139,12 +262,16 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     model = _adapted(wl, model, spec, seed)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=wl.lr, weight_decay=getattr(wl, "weight_decay", 0.0))
+    slots = _slots(model, owner)
+    opt = torch.optim.AdamW(_groups(params, slots, spec), lr=wl.lr, weight_decay=getattr(wl, "weight_decay", 0.0))
+    carried = state.steps if state is not None and state.tensors else 0
     kind, accum = torch.device(device).type, getattr(wl, "grad_accum", 1)
+    if carried:
+        _restore(state, slots, opt, spec)
     t0, losses = time.perf_counter(), []
     for step in range(1, steps + 1):
-        for group in opt.param_groups:
-            group["lr"] = wl.lr_at(step - 1) * lr_factor(wl, step - 1, steps)
+        for group in opt.param_groups:  # the ramp counts the carried optimizer's steps: it warms up once
+            group["lr"] = wl.lr_at(step - 1) * group["scale"] * lr_factor(wl, carried + step - 1, steps)
         opt.zero_grad(set_to_none=True)
         total = 0.0
         for _ in range(accum):
@@ -161,6 +288,8 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
         if progress:
             progress(step, steps, total)
     secs = time.perf_counter() - t0
+    if state is not None:
+        state.tensors = _capture(slots, opt)
     factors = _factors(model, owner, hint)
     trainable = sum(p.numel() for p in params)
     ckpt = hasattr(model.get_base_model(), "gradient_checkpointing_enable")
@@ -169,4 +298,5 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     lora = {"spec": spec.text(), "targets": len(factors), "trainable": trainable,
             **({"checkpointing": spec.checkpointing} if ckpt else {}), "dtype": str(dtype).replace("torch.", "")}
     return factors, train_summary(steps, secs, losses, steps * accum * wl.batch_size * wl.context, data,
-                                  optimizer="fresh (lora)", device=device, lora=lora)
+                                  optimizer=f"carried (lora, step {carried})" if carried else "fresh (lora)",
+                                  device=device, lora=lora)

@@ -276,12 +276,12 @@ class Transformers(TextCorpus):
                                   autocast=str(amp).replace("torch.", "") if amp else "off")
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
-                   progress: Progress | None = None):
+                   progress: Progress | None = None, state=None):
         """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (workloads/lora.py).
         ``weights`` is consumed (cast in place to the compute dtype; emptied for a GPU: training.py ``frozen``)."""
         from woolf.workloads.lora import train_lora  # deferred: peft
 
-        return train_lora(self, weights, data, steps, spec, device, seed, progress)
+        return train_lora(self, weights, data, steps, spec, device, seed, progress, state)
 
     # what the LoRA trainer (workloads/lora.py) asks: the frozen model, batches and loss (LORA_TARGETS: peft's
     # default for the architecture)
