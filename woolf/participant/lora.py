@@ -24,6 +24,7 @@ from woolf.errors import UsageError
 from woolf.forges import forge_for
 from woolf.ledger.submission import SubmitDeltaOptions, submit_delta
 from woolf.participant.feedback import remember
+from woolf.participant.lora_state import keep_adapters, load_adapters
 from woolf.participant.state import mark_submitted, work_dir
 from woolf.protocol.lora_spec import LoraSpec, parse_lora
 from woolf.storage.files import hashes_of_file
@@ -35,6 +36,9 @@ FACTORS = "lora.safetensors"
 
 def lora_spec(ledger, text: str | None) -> LoraSpec | None:
     """``--lora TEXT`` (``off`` turns a ledger default off), else ``workload.params.lora``; None: no LoRA."""
+    if text is not None and not text.strip():  # `--lora ''` would silently train every parameter
+        raise UsageError("--lora '': an empty LoRA spec", hint="give one, e.g. --lora r=16, or --lora off to "
+                                                                "train every parameter")
     if text is None:
         text = ledger.config.workload.params.get("lora", "")
         if not isinstance(text, str):
@@ -78,12 +82,17 @@ def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, d
     from woolf.storage.lora import LoraFile  # deferred: loads torch
 
     spec_in = spec_of(base)
+    state, start = load_adapters(ledger, wl, spec) if spec.carry else (None, None)  # refused: nothing changed
     # the workload casts ``base`` in place to its compute dtype when it differs (tensor by tensor)
-    factors, summary = wl.train_lora(base, data, steps, spec, device=device, seed=seed, progress=progress)
+    factors, summary = wl.train_lora(base, data, steps, spec, device=device, seed=seed, progress=progress,
+                                     **({"state": state} if state is not None else {}))
     cast = spec_of(base) != spec_in
     delta = LoraFile(factors, spec_in, ledger.config.limits.max_lora_rank)  # checked as a validator would
     out = work_dir(ledger) / FACTORS
     delta.write(out)
+    if state is not None:  # for the next contribution (lora_state.py); the recipe names where this one began
+        keep_adapters(ledger, wl, spec, state)
+    summary["lora"] = {**summary.get("lora", {}), "recipe": spec.text(full=True), "start": start or {"start": "fresh"}}
     if cast:  # the arithmetic of record is on the version's own weights: read them again
         base.clear()
         base.update(ledger.load_weights(head))

@@ -62,7 +62,8 @@ def step_rate(steps: int, seconds: float) -> str:
                    "not fit one device): one per GPU, or N CPU processes (gloo). Each takes 1/N of every "
                    "global batch, so the result is one process's (docs/workloads.md, several GPUs).")
 @click.option("--lora", metavar="SPEC", envvar="WOOLF_LORA",
-              help="r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=0]: train LoRA "
+              help="r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=0][,lr_scale=X]"
+                   "[,carry=0|1]: train LoRA "
                    "adapters over the frozen version (transformers workload) and submit the factors; 'off' turns "
                    "the ledger's workload.params.lora off [env: WOOLF_LORA].")
 @contributor_option
