@@ -7,7 +7,7 @@ Usage:
 
 ``woolf train --lora ...`` and the ledger default ``workload.params.lora`` take this text.
 ``targets`` are module names as peft matches them (``target_modules``: a name's last
-component, e.g. c_attn, q_proj); none given: peft's default for the architecture.
+component, e.g. c_attn, q_proj); none given: the workload's default (every linear layer but the output head).
 ``dtype``: the frozen base's compute dtype, ``auto`` (bf16 on a GPU, float32 on a CPU),
 ``bf16`` or ``fp32``. ``ckpt``: gradient checkpointing, on by default (activations recomputed in
 the backward pass: ~30% more compute for a fraction of the activations' memory, the numbers
@@ -34,7 +34,7 @@ _SYNTAX = ("expected r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|b
 class LoraSpec:
     r: int = 8  # rank of every factor pair
     alpha: float = 0.0  # scale numerator (parse_lora: 2r when left out; 0 here means that too)
-    targets: tuple = ()  # peft target_modules; (): peft's default for the architecture
+    targets: tuple = ()  # peft target_modules; (): the workload's default (workloads/lora.py default_targets)
     dropout: float = 0.0  # lora_dropout
     dtype: str = "auto"  # the frozen base's compute dtype
     checkpointing: bool = True  # gradient checkpointing (ckpt=0: off)

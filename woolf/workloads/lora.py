@@ -10,7 +10,7 @@ A workload that trains LoRA (features.py: ``LORA``) supplies its model, its batc
                                             # parameters, in ``dtype`` on ``device``, frozen
     wl.lora_batches(data, gen)              # an iterator of micro-batches (tuples of tensors) drawn from gen
     wl.lora_loss(model, batch)              # the scalar loss of one micro-batch
-    wl.LORA_TARGETS                         # default targets (None: peft's default for the architecture)
+    wl.LORA_TARGETS                         # default targets (None: every linear layer but the output head)
     wl.LORA_BF16                            # False: the workload computes in float32 on every device
     wl.lr, wl.lr_at(step), wl.optimizer_warmup, wl.batch_size, wl.context, wl.grad_accum (default 1),
     wl.weight_decay (default 0)

@@ -283,8 +283,8 @@ class Transformers(TextCorpus):
 
         return train_lora(self, weights, data, steps, spec, device, seed, progress, state)
 
-    # what the LoRA trainer (workloads/lora.py) asks: the frozen model, batches and loss (LORA_TARGETS: peft's
-    # default for the architecture)
+    # what the LoRA trainer (workloads/lora.py) asks: the frozen model, batches and loss (LORA_TARGETS None:
+    # every linear layer but the output head, attention and MLP: benchmarks/RESULTS.md §22)
     LORA_TARGETS = None
 
     def lora_model(self, weights, device: str, dtype: torch.dtype) -> torch.nn.Module:
