@@ -59,16 +59,16 @@ def _accepts_lora(text: str) -> bool:
 
 def lora_facts(prs) -> dict:
     """Merged PRs by delta kind, and the median size of a LoRA PR's factor file (None: none submitted)."""
-    kinds: dict[str, int] = {}
+    merged: dict[str, int] = {}
     sizes = []
     for p in prs:
         delta = (p.submission or {}).get("delta") or {}
         kind = delta.get("kind", "dense")
         if p.state == "merged":
-            kinds[kind] = kinds.get(kind, 0) + 1
+            merged[kind] = merged.get(kind, 0) + 1
         if kinds.LORA.matches(delta) and isinstance(delta.get("size"), int):
             sizes.append(delta["size"])
-    return {"merged_kinds": dict(sorted(kinds.items())),
+    return {"merged_kinds": dict(sorted(merged.items())),
             "lora_bytes": int(statistics.median(sizes)) if sizes else None}
 
 
