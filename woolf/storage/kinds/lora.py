@@ -7,10 +7,11 @@ Usage:
     md5, sha256 = LORA.write(LoraFile(factors, spec, max_rank), path, declared)
     LORA.accepted_by(cfg.delta.accept)                      # does this ledger take LoRA PRs?
 
-Its file is bounded like a dense delta's (base: ``limits.max_delta_bytes`` bounds it further, and
-its rank ``limits.max_lora_rank``, checked when it is opened). A lora delta is hashed whole before it
-is opened (no reader hashes it on the way), and never kept in memory whole: holding it would mean
-expanding every target. Re-training does not compare it yet (base.py ``unreplayable``).
+Before download its declared size is held to a dense delta's bound (``limits.max_delta_bytes``
+bounds it further, and ``limits.max_lora_rank`` its rank, checked when it is opened). A lora delta is
+hashed whole before it is opened (no reader hashes it on the way), and never kept in memory whole:
+holding it would mean expanding every target. Re-training does not compare it yet (base.py
+``unreplayable``).
 """
 
 from __future__ import annotations
