@@ -42,7 +42,7 @@ from woolf.ledger.benchmark import gate_benchmark
 from woolf.ledger.ledger import Ledger
 from woolf.protocol.config import LedgerConfig
 from woolf.protocol.config_text import apply_overrides
-from woolf.protocol.lora_spec import parse_lora
+from woolf.protocol.lora_spec import LORA_PARAM, parse_lora
 from woolf.report.story import activity, rejection_kinds, version_facts
 from woolf.workloads import corpus
 from woolf.workloads.base import load_workload
@@ -234,7 +234,7 @@ def _check_lora(lora: str | None, overrides: dict[str, str]) -> str:
                          "(it comes with the hf extra: pip install -e '.[hf]')")
     cfg = apply_overrides(LedgerConfig(), overrides)
     spec = parse_lora(lora)
-    params = {k: v for k, v in cfg.workload.params.items() if k != "lora"}  # a workload without LoRA has no lora
+    params = {k: v for k, v in cfg.workload.params.items() if k != LORA_PARAM}  # a workload without LoRA: no such param
     if LORA not in features_of(load_workload(replace(cfg.workload, params=params))):
         raise UsageError(f"--lora: the {cfg.workload.name} workload does not train LoRA adapters",
                          hint="use the demo's charlm workload, or drop --lora")

@@ -24,7 +24,9 @@ from woolf.forges import forge_for
 from woolf.ledger.submission import SubmitDeltaOptions, submit_delta
 from woolf.participant.feedback import remember
 from woolf.participant.state import mark_submitted, work_dir
+from woolf.protocol.compress_spec import UNCOMPRESSED
 from woolf.protocol.lora_spec import LoraSpec, parse_lora
+from woolf.storage import kinds
 from woolf.storage.weights import TRUSTED_LIMITS, read_spec, spec_of
 from woolf.workloads.features import LORA, features_of
 
@@ -50,7 +52,7 @@ def lora_spec(ledger, text: str | None) -> LoraSpec | None:
         raise UsageError(f"the {ledger.config.workload.name} workload does not train LoRA adapters",
                          hint="LoRA needs a workload that declares it (transformers, charlm); "
                               "drop --lora here")
-    if "lora" not in ledger.config.delta.accept:
+    if not kinds.LORA.accepted_by(ledger.config.delta.accept):
         accepted = ", ".join(ledger.config.delta.accept)
         raise UsageError(f"this ledger does not accept lora deltas (delta.accept: {accepted})",
                          hint="drop --lora, or ask the maintainer to add lora to delta.accept")
@@ -73,7 +75,7 @@ def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, d
     import torch  # deferred: torch
 
     from woolf.core.lora import expand  # deferred: loads torch
-    from woolf.storage.lora import LoraFile  # deferred: loads torch
+    from woolf.storage.kinds.lora_file import LoraFile  # deferred: loads torch
 
     spec_in = spec_of(base)
     # the workload casts ``base`` in place to its compute dtype when it differs (tensor by tensor)
@@ -95,18 +97,18 @@ def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, d
 
 def submit_lora(ledger, record: dict, who: str, base, o) -> dict:
     """The work area's factor file as a `lora` PR on ``base`` (options ``o``: SubmitOptions)."""
-    from woolf.storage.lora import LoraFile, LoraTensors  # deferred: loads torch
+    from woolf.storage.kinds.lora_file import LoraFile  # deferred: loads torch
 
     cfg = ledger.config
-    if o.compress not in (None, "dense"):
+    if o.compress not in (None, UNCOMPRESSED):
         raise UsageError("--compress does not apply to a LoRA contribution: its factors are sent as they are")
-    if "lora" not in cfg.delta.accept:
+    if not kinds.LORA.accepted_by(cfg.delta.accept):
         raise UsageError(f"this ledger does not accept lora deltas (delta.accept: {', '.join(cfg.delta.accept)})")
     path = work_dir(ledger) / FACTORS
     if not path.exists():
         raise UsageError(f"{path} is missing", hint="`woolf train --lora ...` again")
     spec = read_spec(ledger.weights_path(base), TRUSTED_LIMITS, f"version {base.version}")
-    opened = LoraTensors.open(Path(path), cfg.limits, expect=spec, label="lora delta")
+    opened = kinds.LORA.open(Path(path), kinds.LORA.declared(), spec, cfg.limits, label="lora delta")
     try:
         factors = {t: (A, B, s) for t, A, B, s in opened.factor_pairs()}
     finally:

@@ -6,7 +6,7 @@ Usage:
                          optimizer=FRESH, device="cpu", libraries={"torch": "2.13"}, seconds=4.2)
     reason = check_recipe(recipe, contributor="alice", base_version=3, limits=RecipeLimits(10_000, 4096),
                           known_params={"lr", "batch_size"}, taken=None)   # None, or "recipe: ..."
-    why = unverifiable(recipe, delta_kind="dense")   # None: re-trainable; else why not (private data, ...)
+    why = unverifiable(recipe)     # None: its recipe can be re-trained; else why not (private data, ...)
     x = retrain_draw(receipt_commit, pr_id, salt)    # a number in [0, 1): re-trained when x < retrain_rate
     d = relative_distance(sq_diff, sq_norm)          # |retrained - submitted| / |submitted|
 
@@ -154,8 +154,9 @@ def estimate_seconds(recipe: dict, seconds_per_step: float | None) -> float | No
     return rate * recipe["steps"]
 
 
-def unverifiable(recipe, delta_kind: str = "dense") -> str | None:
-    """Why a PR cannot be re-trained (its delta is not a function of its recipe alone), or None."""
+def unverifiable(recipe) -> str | None:
+    """Why a PR cannot be re-trained (its delta is not a function of its recipe alone), or None. Whether
+    re-training can compare its delta's kind is the kind's to say (storage/kinds/ ``unreplayable``)."""
     if recipe is None:
         return "no recipe declared"
     if recipe["data"]["kind"] == "private":
@@ -164,8 +165,6 @@ def unverifiable(recipe, delta_kind: str = "dense") -> str | None:
         return "it followed main's newer versions while training (workload.follow_every)"
     if recipe.get("transform"):
         return f"its delta was transformed after training ({recipe['transform']})"
-    if delta_kind != "dense":
-        return f"a {delta_kind} delta (re-training compares dense deltas)"
     return None
 
 

@@ -11,23 +11,22 @@ Usage:
         ...download within deadline seconds...
     evict_rejected(ledger, pr, merged_sha256s)               # the rejected PR's delta leaves the cache
 
-A dense delta is the model's tensors, dtype for dtype and shape for shape (storage/weights.py
-compare_spec): its file is at most 8 bytes, a header of at most `limits.max_header_bytes`, and the
-tensors' bytes. A compressed kind's bound follows from its k (storage/sparse.py size_bound).
+Each kind bounds its own files (storage/kinds/ ``size_bound``): a dense delta is the model's tensors,
+dtype for dtype and shape for shape, so its file is at most 8 bytes, a header of at most
+`limits.max_header_bytes`, and the tensors' bytes; a compressed kind's bound follows from its k.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import re
 import time
 
 from woolf.errors import Rejected, WoolfError
 from woolf.protocol.rules.flood import signed_by_own_key
 from woolf.protocol.signers import signers_text
-from woolf.storage.sparse import size_bound
+from woolf.storage.kinds import kind_for
 
 log = logging.getLogger("woolf.validator")
 KEYLESS_SECONDS = 30.0  # download time all keyless PRs of one pass may spend together
@@ -35,29 +34,19 @@ KEYLESS_BYTES = 8 << 30  # bytes all keyless PRs of one pass may download togeth
 PREEMPT_EVERY = 10.0  # seconds of keyless work between two looks for newly pushed signed PRs
 ORIGIN_MAIN = "refs/remotes/origin/main"
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
-
-
-def dense_bound(model_spec: dict, limits) -> int:
-    """The most bytes a dense delta of this model can take: tensors as the model's, and a header."""
-    data = 0
-    for dtype, shape in model_spec.values():
-        data += math.prod(shape) * DTYPE_BYTES.get(dtype, 8)
-    return 8 + limits.max_header_bytes + data
 
 
 def declared_bound(declared: dict, model_spec: dict, limits) -> int:
-    bound = size_bound(declared, model_spec)
-    return dense_bound(model_spec, limits) if bound is None else bound
+    return kind_for(declared).size_bound(declared, model_spec, limits)
 
 
 def check_declared(declared: dict, model_spec: dict, limits) -> None:
     """A delta that declares more bytes than its kind can take for this model is refused unread."""
-    bound = declared_bound(declared, model_spec, limits)
+    kind = kind_for(declared)
+    bound = kind.size_bound(declared, model_spec, limits)
     if declared["size"] > bound:
-        k = " with the declared k" if declared.get("kind") != "dense" else ""
-        raise Rejected(f"delta declares {declared['size']} bytes; a {declared.get('kind')} delta of this model"
-                       f"{k} is at most {bound} (refused before download)")
+        raise Rejected(f"delta declares {declared['size']} bytes; a {kind.name} delta of this model"
+                       f"{kind.bound_words} is at most {bound} (refused before download)")
 
 
 class Deferred(WoolfError):

@@ -53,6 +53,7 @@ from woolf.protocol.recipe import (
 )
 from woolf.protocol.tasks import read_tasks
 from woolf.storage.files import hashes_of_file
+from woolf.storage.kinds import kind_for
 from woolf.storage.pointer import Pointer
 from woolf.workloads.features import BIND, GLOBAL_STEP, STATE_DIR, features_of
 
@@ -79,7 +80,7 @@ def recipe_reason(ledger, adm) -> str | None:
                               taken=_taken(ledger, recipe, contributor))
         if reason:
             return reason
-    why = unverifiable(recipe, adm.meta["delta"].get("kind", "dense"))
+    why = unverifiable(recipe) or kind_for(adm.meta["delta"]).unreplayable()
     if why and cfg.policy.require_retrain:
         return f"retrain: this PR cannot be re-trained ({why}) and the ledger's policy.require_retrain is on"
     if why or cfg.validators.retrain_rate <= 0:
@@ -100,7 +101,7 @@ def retrain_check(ledger, device: str, adm, delta, verdict, pr_head: str | None 
     recipe, rate = adm.meta.get("recipe"), cfg.validators.retrain_rate
     if rate <= 0:
         return None
-    why = unverifiable(recipe, adm.meta["delta"].get("kind", "dense"))
+    why = unverifiable(recipe) or kind_for(adm.meta["delta"]).unreplayable()
     if why:
         verdict.retrain = {"retrain": "unverifiable", "why": why}
         return None

@@ -35,10 +35,9 @@ from woolf.ledger.retention.deltas import delta_pointers
 from woolf.ledger.verdicts import merged_records
 from woolf.protocol.signatures import signatures
 from woolf.protocol.signers import signers_text
+from woolf.storage.kinds import DENSE, kind_for
 from woolf.storage.lazy import LazyTensors
-from woolf.storage.lora import LoraTensors
 from woolf.storage.pointer import Pointer
-from woolf.storage.sparse import load_delta
 from woolf.storage.weights import spec_of
 from woolf.validator.admission import Admitted
 from woolf.validator.copyindex import indexed_candidates, merged_candidates
@@ -134,15 +133,14 @@ def _load(ledger, state: ValidatorState, pointer: Pointer, key: str, spec,
         cache.move_to_end(key)
         return cache[key]
     cfg = ledger.config
-    declared = declared or {"kind": "dense"}
+    declared = declared or DENSE.declared()
     try:
         path = ledger.store.fetch_object(pointer, max_bytes=cfg.limits.max_delta_bytes,
                                            deadline=cfg.forge.delta_timeout)
-        if declared.get("kind") == "dense" and pointer.size > CACHE_BYTES:  # compared tensor by tensor, not kept
-            return LazyTensors.open(path, cfg.limits, expect=spec, label="delta")
-        if declared.get("kind") == "lora":  # its product, one target at a time, never kept
-            return LoraTensors.open(path, cfg.limits, expect=spec, label="delta")
-        delta = load_delta(path, declared, spec, cfg.limits, "delta")
+        kind = kind_for(declared)
+        if not kind.held_whole(pointer.size, CACHE_BYTES):  # compared tensor by tensor, not kept
+            return kind.open(path, declared, spec, cfg.limits, "delta")
+        delta = kind.load(path, declared, spec, cfg.limits, "delta")
     except WoolfError as exc:
         log.info("copy check: delta %s unreadable (%s)", key[:16], exc.message)
         return None

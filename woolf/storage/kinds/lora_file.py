@@ -1,4 +1,4 @@
-"""The `lora` delta file: factor pairs per target tensor, checked before any arithmetic, expanded one tensor at a time.
+"""The `lora` kind's file: factor pairs per target tensor, checked before any arithmetic, expanded one tensor at a time.
 
 Usage:
     LoraFile({"h.0.attn.c_attn.weight": (A, B, 2.0)}, base_spec).write(out)   # (md5, sha256); a PR's delta
@@ -6,7 +6,7 @@ Usage:
     delta["h.0.attn.c_attn.weight"]   # the float32 update scale·B·A (core/lora.py's arithmetic of record)
     delta["wte.weight"]               # an untargeted tensor: -0.0 everywhere (the merge leaves it bit for bit)
     delta.targets                      # {target: rank}
-    delta.expand_once(work_dir)        # the validator (validator/delta_load.py): every target expanded now,
+    delta.expand_once(work_dir)        # the validator (lora.py expand_ahead): every target expanded now,
                                        # once, into an anonymous file; later reads read that file
 
 
@@ -52,7 +52,6 @@ from woolf.storage.lazy import LazyTensors
 from woolf.storage.weights import save_atomic, torch_dtypes
 
 SUFFIXES = (".lora_A", ".lora_B", ".lora_scale")
-KIND = "lora"
 
 
 def split_name(key: str) -> tuple[str, str] | None:
@@ -223,7 +222,7 @@ def factor_tensors(factors: dict) -> dict[str, torch.Tensor]:
 class LoraFile:
     """A participant's lora delta, checked against the base's spec, written as a PR's delta file."""
 
-    declared = {"kind": KIND}
+    declared = {"kind": "lora"}  # what submission.json declares for it: the lora kind's (lora.py) fields
 
     def __init__(self, factors: dict, base_spec: dict, max_rank: int, label: str = "lora delta"):
         tensors = factor_tensors(factors)
