@@ -5,7 +5,7 @@ Usage:
     settings = lora_settings(spec, {})    # the demo ledger's keys: workload.params.lora, delta.accept += lora
     facts = lora_facts(snapshot.prs)      # {"lora_prs": merged LoRA PRs, "lora_bytes": median factor file, ...}
 
-The participants train with peft on the charlm workload (woolf/workloads/charlm_lora.py) through the
+The participants train with peft on the charlm workload (woolf/workloads/lora.py) through the
 same `woolf train` / `woolf submit` path as `--lora` (woolf/participant/lora.py): each PR carries the
 factor pairs, and validators expand and merge them exactly like any delta. A bad value is one line.
 """

@@ -5,7 +5,7 @@ Usage (contribute.train and submit.submit call these when LoRA is asked for):
     trained, summary = train_lora(ledger, wl, head, base, data, steps, spec, device, seed, progress)
         # -> .woolf/work/lora.safetensors (the factors) and the trained weights base + B·A·scale
         #    (base is consumed: evaluate it first)
-    pr = submit_lora(ledger, record, who, base, options)   # the factor file is the PR's delta, never a product
+    pr = submit_lora(ledger, record, who, base, options)   # the factor file train wrote is the PR's delta
 
 The trained weights that `train` keeps and evaluates are what the validator computes from the
 factors (woolf/core/lora.py's expansion added to the version's weights), so the metrics a
@@ -17,6 +17,7 @@ built uninitialised and assigned the same tensors, and only the targets get new 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from woolf.errors import UsageError
@@ -27,6 +28,7 @@ from woolf.participant.state import mark_submitted, work_dir
 from woolf.protocol.compress_spec import UNCOMPRESSED
 from woolf.protocol.lora_spec import LoraSpec, parse_lora
 from woolf.storage import kinds
+from woolf.storage.files import hashes_of_file
 from woolf.storage.weights import TRUSTED_LIMITS, read_spec, spec_of
 from woolf.workloads.features import LORA, features_of
 
@@ -95,10 +97,35 @@ def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, d
     return base, summary
 
 
-def submit_lora(ledger, record: dict, who: str, base, o) -> dict:
-    """The work area's factor file as a `lora` PR on ``base`` (options ``o``: SubmitOptions)."""
-    from woolf.storage.kinds.lora_file import LoraFile  # deferred: loads torch
+class TrainedFactors:
+    """The factor file `train` wrote, sent as it is (never read into tensors and written again): copied
+    into the outgoing file, hashed, and checked there as a validator checks it, so the bytes checked
+    are the bytes sent."""
 
+    def __init__(self, path: Path, spec: dict, limits):
+        self.path, self.spec, self.limits = path, spec, limits
+        self.declared = kinds.LORA.declared()
+
+    def write(self, out: Path) -> tuple[str, str]:
+        """(md5, sha256) of the copy at ``out``; InvalidWeightsError (nothing left at ``out``) when it fails a check."""
+        from woolf.storage.kinds.lora_file import LoraFile, LoraTensors  # deferred: loads torch
+
+        shutil.copyfile(self.path, out)
+        try:
+            opened = LoraTensors.open(out, self.limits, expect=self.spec, label="lora delta")
+            try:  # the rules of the file's header, then its values (finite, not all zero)
+                LoraFile({t: (A, B, s) for t, A, B, s in opened.factor_pairs()}, self.spec,
+                         self.limits.max_lora_rank)
+            finally:
+                opened.close()
+            return hashes_of_file(out)
+        except BaseException:
+            out.unlink(missing_ok=True)
+            raise
+
+
+def submit_lora(ledger, record: dict, who: str, base, o) -> dict:
+    """The work area's factor file, as `train` wrote it, as a `lora` PR on ``base`` (options ``o``: SubmitOptions)."""
     cfg = ledger.config
     if o.compress not in (None, UNCOMPRESSED):
         raise UsageError("--compress does not apply to a LoRA contribution: its factors are sent as they are")
@@ -108,12 +135,7 @@ def submit_lora(ledger, record: dict, who: str, base, o) -> dict:
     if not path.exists():
         raise UsageError(f"{path} is missing", hint="`woolf train --lora ...` again")
     spec = read_spec(ledger.weights_path(base), TRUSTED_LIMITS, f"version {base.version}")
-    opened = kinds.LORA.open(Path(path), kinds.LORA.declared(), spec, cfg.limits, label="lora delta")
-    try:
-        factors = {t: (A, B, s) for t, A, B, s in opened.factor_pairs()}
-    finally:
-        opened.close()
-    result = submit_delta(ledger, LoraFile(factors, spec, cfg.limits.max_lora_rank), base, SubmitDeltaOptions(
+    result = submit_delta(ledger, TrainedFactors(path, spec, cfg.limits), base, SubmitDeltaOptions(
         who=who, message=o.message, the_forge=forge_for(ledger, o.forge), record=record,
         delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, prechecked=True))
     mark_submitted(ledger, result["id"])
