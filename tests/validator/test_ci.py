@@ -97,7 +97,8 @@ def test_forged_metrics_recomputed_with_woolfs_own_functions_merge_nothing(evalu
     net, val, records = evaluated
     main = git("rev-parse", "main", cwd=net.hub)
     bad = records["bad"]
-    from woolf.validator.step import candidate, fresh, merged_deltas
+    from woolf.validator.stages import merged_deltas
+    from woolf.validator.step import candidate, fresh
 
     ctx = Validator(val, device="cpu").ctx
     pr, head = fresh(ctx, bad["id"])

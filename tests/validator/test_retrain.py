@@ -25,7 +25,6 @@ from woolf.report.board import credit, leaderboard
 from woolf.storage.files import hashes_of_file
 from woolf.storage.weights import save_atomic
 from woolf.validator import Validator
-from woolf.validator import retrain as retrain_mod
 
 RETRAIN = {"validators.retrain_rate": "1", "policy.min_improvement": "-10"}
 
@@ -96,8 +95,7 @@ def test_a_lazy_pr_is_rejected_for_its_retraining_and_its_contributor_flagged(ma
     assert {r["contributor"]: r.get("retrain_failed") for r in credit(val)["rows"]}["bob"] == 1
 
 
-def test_bad_recipes_and_a_crashing_retraining_each_end_in_one_verdict(make_net, monkeypatch):
-    monkeypatch.setattr(retrain_mod, "_SPEED", {})  # the estimate from the declared seconds, as on a new validator
+def test_bad_recipes_and_a_crashing_retraining_each_end_in_one_verdict(make_net):
     net = make_net(**RETRAIN, **{"limits.max_retrain_seconds": "50", "scoring.copy_threshold": "0.9999"})
     bob, val = net.clone("bob"), net.clone("val")
     reasons = {}
@@ -118,7 +116,7 @@ def test_bad_recipes_and_a_crashing_retraining_each_end_in_one_verdict(make_net,
     assert got["crash"].retrain["retrain"] == "failed" and "retrain-failed" not in got["crash"].flags
 
 
-def test_private_data_under_require_retrain_and_a_timed_out_retraining(make_net, monkeypatch, tmp_path):
+def test_private_data_under_require_retrain_and_a_timed_out_retraining(make_net, tmp_path):
     net = make_net(**RETRAIN, **{"policy.require_retrain": "true", "limits.max_retrain_seconds": "0.001"})
     alice, val = net.clone("alice"), net.clone("val")
     text = tmp_path / "mine.txt"
@@ -127,7 +125,6 @@ def test_private_data_under_require_retrain_and_a_timed_out_retraining(make_net,
     private = submit(alice, SubmitOptions(contributor="alice"))["id"]
     train(alice, TrainOptions(steps=20, contributor="alice", seed=4, device="cpu"))
     _rewrite_recipe(alice, seconds=0.0)  # declared instantly re-trainable: the estimate lets it through
-    monkeypatch.setattr(retrain_mod, "_SPEED", {})
     timed = submit(alice, SubmitOptions(contributor="alice"))["id"]
     got = {v.id: v for v in Validator(val, device="cpu", name="v1").run()}
     assert got[private].reason.startswith("retrain: this PR cannot be re-trained (private data")

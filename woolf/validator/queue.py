@@ -38,8 +38,9 @@ from woolf.validator.context import ValidatorContext
 from woolf.validator.intake import Deferred, Pass, evict_rejected, signed_arrived
 from woolf.validator.publish import merge
 from woolf.validator.quorum import vote_one
+from woolf.validator.stages import merged_deltas
 from woolf.validator.state import Pending, ValidatorState
-from woolf.validator.step import evaluate, fresh, merged_deltas, verdict_trailers
+from woolf.validator.step import evaluate, fresh, verdict_trailers
 from woolf.validator.verdict import Verdict
 from woolf.workloads.base import resolve_device
 

@@ -1,9 +1,12 @@
 """Proof of training: a validator re-trains a drawn share of PRs from the recipe each declares, and compares.
 
-Usage (two hooks in the validator's evaluation: after admission, and after scoring before the benchmark):
-    reason = recipe_reason(ledger, adm)                            # None, or "recipe: ..." / "retrain: ..."
-    reason = retrain_check(ledger, device, adm, delta, verdict)   # None, or "retrain: ..."
-    verdict.retrain     # {"retrain": "matched", "distance": 3e-8, "tolerance": 0.02, "seconds": .., ...}
+Usage (two stages of the validator's evaluation, validator/stages.py: "recipe" after admission, and
+"retrain" after scoring, before the merge and the benchmark; over the validator's context):
+    reason = recipe_reason(ctx, adm)          # None, or "recipe: ..." / "retrain: ..."
+    reason = retrain_check(ctx, cand)         # None, or "retrain: ..."; fills the candidate record's
+    cand.retrain        # {"retrain": "matched", "distance": 3e-8, "tolerance": 0.02, "seconds": .., ...}
+
+The estimate of a re-training's time uses what this validator measured (``ctx.state.speed``).
 
 What happens to a PR (docs/protocol.md#re-training):
 - a recipe that breaks a rule (woolf/protocol/recipe.py check_recipe: a shard not assigned to the
@@ -41,7 +44,7 @@ from woolf.errors import IntegrityError, Rejected, StorageError, WoolfError
 from woolf.ledger.benchmark import hidden_benchmark
 from woolf.ledger.tasks import fetch_tasks
 from woolf.protocol import layout
-from woolf.protocol.receipts import MAX_RECEIPTS, RECEIPTS
+from woolf.protocol.receipts import receipt_commit
 from woolf.protocol.recipe import (
     RETRAIN_FLAG,
     RecipeLimits,
@@ -60,17 +63,16 @@ from woolf.workloads.features import BIND, GLOBAL_STEP, STATE_DIR, features_of
 log = logging.getLogger("woolf.validator")
 
 FLAG = RETRAIN_FLAG  # Woolf-Flags mark of a PR whose re-training did not match
-_SPEED: dict[str, float] = {}  # workload fingerprint -> this validator's measured seconds per step
-_RECEIPTS: dict[str, dict[str, str]] = {}  # receipts tip -> {PR id: receipt commit}
 
 
 class RetrainTimeout(Exception):
     """Raised from the training loop's progress callback past the deadline."""
 
 
-def recipe_reason(ledger, adm) -> str | None:
+def recipe_reason(ctx, adm) -> str | None:
     """Before any weights are read: why ``adm``'s recipe is refused ("recipe: ..."), or why a PR that
     cannot be re-trained is refused under policy.require_retrain ("retrain: ..."); None when neither."""
+    ledger = ctx.ledger
     cfg = ledger.config
     recipe, contributor = adm.meta.get("recipe"), adm.meta["contributor"]
     if recipe is not None:
@@ -86,61 +88,63 @@ def recipe_reason(ledger, adm) -> str | None:
     if why or cfg.validators.retrain_rate <= 0:
         return None
     limit = cfg.limits.max_retrain_seconds
-    est = estimate_seconds(recipe, _SPEED.get(_fingerprint(ledger.workload())))
+    est = estimate_seconds(recipe, ctx.state.speed.get(_fingerprint(ledger.workload())))
     if est is not None and est > limit:
         return (f"recipe: re-training its {recipe['steps']} steps would take about {est:.0f} s, over the "
                 f"ledger's limits.max_retrain_seconds {limit:g}")
     return None
 
 
-def retrain_check(ledger, device: str, adm, delta, verdict, pr_head: str | None = None) -> str | None:
+def retrain_check(ctx, cand) -> str | None:
     """After recipe_reason passed and the delta's checks and scores: with probability
-    validators.retrain_rate, re-train and compare. The reason ``adm``'s PR is refused ("retrain: ..."), or
-    None; fills verdict.retrain."""
+    validators.retrain_rate, re-train and compare. The reason the candidate ``cand``'s PR is refused
+    ("retrain: ..."), or None; fills cand.retrain (and flags a mismatch)."""
+    ledger, adm = ctx.ledger, cand.adm
     cfg = ledger.config
     recipe, rate = adm.meta.get("recipe"), cfg.validators.retrain_rate
     if rate <= 0:
         return None
     why = unverifiable(recipe) or kind_for(adm.meta["delta"]).unreplayable()
     if why:
-        verdict.retrain = {"retrain": "unverifiable", "why": why}
+        cand.retrain = {"retrain": "unverifiable", "why": why}
         return None
-    draw = retrain_draw(receipt_of(ledger.git, adm.meta["id"]) or pr_head or "", adm.meta["id"], salt(ledger))
+    receipt = receipt_commit(ledger.git, adm.meta["id"])  # the hub's receipt log (protocol/receipts.py)
+    draw = retrain_draw(receipt or cand.pr.head or "", adm.meta["id"], salt(ledger))
     if draw >= rate:
-        verdict.retrain = {"retrain": "not drawn", "draw": round(draw, 6)}
+        cand.retrain = {"retrain": "not drawn", "draw": round(draw, 6)}
         return None
-    return _retrain_and_compare(ledger, device, adm, delta, verdict, recipe, draw, _fingerprint(ledger.workload()))
+    return _retrain_and_compare(ctx, cand, recipe, draw, _fingerprint(ledger.workload()))
 
 
-def _retrain_and_compare(ledger, device, adm, delta, verdict, recipe, draw, fingerprint) -> str | None:
-    cfg = ledger.config
+def _retrain_and_compare(ctx, cand, recipe, draw, fingerprint) -> str | None:
+    cfg, adm = ctx.ledger.config, cand.adm
     limit, tol = cfg.limits.max_retrain_seconds, cfg.validators.retrain_tolerance
     t0 = time.perf_counter()
     record = {"draw": round(draw, 6), "tolerance": tol, "trained_seconds": recipe.get("seconds")}
     try:
-        retrained = retrain(ledger, recipe, adm.base, device, limit)
+        retrained = retrain(ctx.ledger, recipe, adm.base, ctx.device, limit)
     except RetrainTimeout as exc:
-        verdict.retrain = {**record, "retrain": "timed out", "seconds": round(time.perf_counter() - t0, 3)}
+        cand.retrain = {**record, "retrain": "timed out", "seconds": round(time.perf_counter() - t0, 3)}
         return (f"retrain: re-training its recipe ran past limits.max_retrain_seconds {limit:g} ({exc}); "
                 "declare fewer steps")
     except Rejected as exc:
-        verdict.retrain = {**record, "retrain": "failed"}
+        cand.retrain = {**record, "retrain": "failed"}
         return exc.message
     except Exception as exc:  # noqa: BLE001 - one PR's recipe never stops the queue: it gets one verdict
-        verdict.retrain = {**record, "retrain": "failed"}
+        cand.retrain = {**record, "retrain": "failed"}
         log.info("%s: re-training failed: %s: %s", adm.meta["id"], type(exc).__name__, exc)
         return f"retrain: its recipe could not be re-trained ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
     seconds = time.perf_counter() - t0
-    _SPEED[fingerprint] = seconds / recipe["steps"]
+    ctx.state.speed[fingerprint] = seconds / recipe["steps"]
     clip = adm.screened.clip if adm.screened is not None and adm.screened.clip else 1.0
-    dist = distance(retrained, delta, clip)
+    dist = distance(retrained, cand.delta, clip)
     record.update(distance=dist if math.isfinite(dist) else -1.0, seconds=round(seconds, 3))
     if dist <= tol:
-        verdict.retrain = {**record, "retrain": "matched"}
+        cand.retrain = {**record, "retrain": "matched"}
         return None
-    verdict.retrain = {**record, "retrain": "mismatch"}
-    if FLAG not in verdict.flags:
-        verdict.flags.append(FLAG)
+    cand.retrain = {**record, "retrain": "mismatch"}
+    if FLAG not in cand.flags:
+        cand.flags.append(FLAG)
     shown = f"{dist:.3g}" if math.isfinite(dist) else "incomparable (other tensors)"
     return (f"retrain: the delta is {shown} (relative distance) from a re-training of its own recipe, over "
             f"validators.retrain_tolerance {tol:g}: it was not trained as its recipe declares")
@@ -255,29 +259,6 @@ def _taken(ledger, recipe: dict, contributor: str) -> tuple[str, int] | None:
     if rec is None or rec[0].contributor != contributor or rec[0].shard != shard:
         return None
     return data["owner"], data["version"]
-
-
-def receipt_of(git, sub_id: str) -> str | None:
-    """The commit of the hub's receipt that first lists ``sub_id`` (its committer time is the hub's
-    clock: no submitter knows it before the push lands); None without one."""
-    tip = git.rev_parse(RECEIPTS)
-    if tip is None:
-        return None
-    found = _RECEIPTS.get(tip)
-    if found is None:
-        proc = git.run("log", "--first-parent", f"--max-count={MAX_RECEIPTS}", "--format=%H%x01%B%x00", tip,
-                       check=False)
-        found = {}
-        for entry in proc.stdout.decode(errors="replace").split("\x00"):
-            commit, _, message = entry.strip("\n").partition("\x01")
-            for line in message.splitlines():
-                if line.startswith("Woolf-Received: "):
-                    for i in line[len("Woolf-Received: "):].strip("[]").split(","):
-                        found[i.strip().strip('"')] = commit  # oldest last: the first receipt wins
-        if len(_RECEIPTS) > 8:
-            _RECEIPTS.clear()
-        _RECEIPTS[tip] = found
-    return found.get(sub_id)
 
 
 def salt(ledger) -> bytes:
