@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from woolf.core.merge import compute_delta
+from woolf.core.retrain_speed import RetrainSpeed
 from woolf.forges.local import LocalForge
 from woolf.ledger.recipes import fresh_recipe, global_step, version_recipe
 from woolf.participant import SubmitOptions, TrainOptions, submit, train
@@ -97,7 +98,7 @@ def test_a_lazy_pr_is_rejected_for_its_retraining_and_its_contributor_flagged(ma
 
 
 def test_bad_recipes_and_a_crashing_retraining_each_end_in_one_verdict(make_net, monkeypatch):
-    monkeypatch.setattr(retrain_mod, "_SPEED", {})  # the estimate from the declared seconds, as on a new validator
+    monkeypatch.setattr(retrain_mod, "_SPEED", RetrainSpeed())  # the estimate from the declared seconds, as on a new validator
     net = make_net(**RETRAIN, **{"limits.max_retrain_seconds": "50", "scoring.copy_threshold": "0.9999"})
     bob, val = net.clone("bob"), net.clone("val")
     reasons = {}
@@ -127,7 +128,7 @@ def test_private_data_under_require_retrain_and_a_timed_out_retraining(make_net,
     private = submit(alice, SubmitOptions(contributor="alice"))["id"]
     train(alice, TrainOptions(steps=20, contributor="alice", seed=4, device="cpu"))
     _rewrite_recipe(alice, seconds=0.0)  # declared instantly re-trainable: the estimate lets it through
-    monkeypatch.setattr(retrain_mod, "_SPEED", {})
+    monkeypatch.setattr(retrain_mod, "_SPEED", RetrainSpeed())
     timed = submit(alice, SubmitOptions(contributor="alice"))["id"]
     got = {v.id: v for v in Validator(val, device="cpu", name="v1").run()}
     assert got[private].reason.startswith("retrain: this PR cannot be re-trained (private data")
@@ -185,3 +186,24 @@ def test_a_carried_state_that_does_not_hash_to_its_pin_is_refused(make_net):
     assert got["missing"].reason.startswith("retrain: its carried optimizer state is unavailable")
     assert got["other bytes"].reason == "retrain: its carried optimizer state does not hash to the sha256 its recipe pins"
     assert all(v.state == "rejected" and v.retrain["retrain"] == "failed" for v in got.values())
+
+
+def test_one_slow_recipe_does_not_move_the_estimate_that_refuses_honest_prs(make_net, monkeypatch):
+    """Issue 49, breach 3: a validator estimated every recipe from the speed of its LAST re-training
+    (seconds / steps, set-up included): one legal 1-step recipe at the ledger's largest batch made honest
+    PRs be refused as "about N s, over limits.max_retrain_seconds" until the process ended. Now the
+    estimate is per unit of work (steps x batch x context), from the training loop alone, a median over
+    many re-trainings (core/retrain_speed.py): one PR cannot move it."""
+    monkeypatch.setattr(retrain_mod, "_SPEED", RetrainSpeed())  # a new validator's
+    net = make_net(**RETRAIN, **{"limits.max_retrain_seconds": "8"})
+    alice, bob, val = net.clone("alice"), net.clone("bob"), net.clone("val")
+    train(alice, TrainOptions(steps=1, contributor="alice", device="cpu"))
+    big = {**alice.config.workload.params, "batch_size": alice.config.limits.max_batch}
+    _rewrite_recipe(alice, params=big, batch=big["batch_size"], seconds=0.1)  # 1 step at the largest batch
+    poison = submit(alice, SubmitOptions(contributor="alice"))["id"]  # signed: judged first
+    honest = [net.train_submit(bob, "bob", seed=s)["id"] for s in (1, 2)]
+    got = {v.id: v for v in Validator(val, device="cpu", name="v1").run()}
+    assert got[poison].state == "rejected" and got[poison].retrain["retrain"] in ("mismatch", "failed"), \
+        got[poison].reason
+    for i in honest:  # before: "recipe: re-training its 20 steps would take about 4x s, over ... 8"
+        assert got[i].retrain and got[i].retrain["retrain"] == "matched", got[i].reason

@@ -37,6 +37,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from woolf.core.retrain_speed import Clock, RetrainSpeed
 from woolf.errors import IntegrityError, Rejected, StorageError, WoolfError
 from woolf.ledger.benchmark import hidden_benchmark
 from woolf.ledger.tasks import fetch_tasks
@@ -46,7 +47,6 @@ from woolf.protocol.recipe import (
     RETRAIN_FLAG,
     RecipeLimits,
     check_recipe,
-    estimate_seconds,
     relative_distance,
     retrain_draw,
     unverifiable,
@@ -59,7 +59,7 @@ from woolf.workloads.features import BIND, GLOBAL_STEP, STATE_DIR, features_of
 log = logging.getLogger("woolf.validator")
 
 FLAG = RETRAIN_FLAG  # Woolf-Flags mark of a PR whose re-training did not match
-_SPEED: dict[str, float] = {}  # workload fingerprint -> this validator's measured seconds per step
+_SPEED = RetrainSpeed()  # this validator's re-training samples (core/retrain_speed.py): per unit, not last-wins
 _RECEIPTS: dict[str, dict[str, str]] = {}  # receipts tip -> {PR id: receipt commit}
 
 
@@ -76,7 +76,7 @@ def recipe_reason(ledger, adm) -> str | None:
         reason = check_recipe(recipe, contributor=contributor, base_version=adm.base.version,
                               limits=RecipeLimits(cfg.workload.max_steps, cfg.limits.max_batch),
                               known_params=known_params(ledger.workload()),
-                              taken=_taken(ledger, recipe, contributor))
+                              taken=_taken(ledger, recipe, contributor), workload=cfg.workload.name)
         if reason:
             return reason
     why = unverifiable(recipe, adm.meta["delta"].get("kind", "dense"))
@@ -84,9 +84,9 @@ def recipe_reason(ledger, adm) -> str | None:
         return f"retrain: this PR cannot be re-trained ({why}) and the ledger's policy.require_retrain is on"
     if why or cfg.validators.retrain_rate <= 0:
         return None
-    limit = cfg.limits.max_retrain_seconds
-    est = estimate_seconds(recipe, _SPEED.get(_fingerprint(ledger.workload())))
-    if est is not None and est > limit:
+    limit, wl = cfg.limits.max_retrain_seconds, ledger.workload()
+    est = _SPEED.over(recipe, wl, _fingerprint(wl), limit)  # never on the estimate alone (core/retrain_speed.py)
+    if est is not None:
         return (f"recipe: re-training its {recipe['steps']} steps would take about {est:.0f} s, over the "
                 f"ledger's limits.max_retrain_seconds {limit:g}")
     return None
@@ -116,8 +116,9 @@ def _retrain_and_compare(ledger, device, adm, delta, verdict, recipe, draw, fing
     limit, tol = cfg.limits.max_retrain_seconds, cfg.validators.retrain_tolerance
     t0 = time.perf_counter()
     record = {"draw": round(draw, 6), "tolerance": tol, "trained_seconds": recipe.get("seconds")}
+    clock = Clock()
     try:
-        retrained = retrain(ledger, recipe, adm.base, device, limit)
+        retrained = retrain(ledger, recipe, adm.base, device, limit, clock)
     except RetrainTimeout as exc:
         verdict.retrain = {**record, "retrain": "timed out", "seconds": round(time.perf_counter() - t0, 3)}
         return (f"retrain: re-training its recipe ran past limits.max_retrain_seconds {limit:g} ({exc}); "
@@ -130,7 +131,7 @@ def _retrain_and_compare(ledger, device, adm, delta, verdict, recipe, draw, fing
         log.info("%s: re-training failed: %s: %s", adm.meta["id"], type(exc).__name__, exc)
         return f"retrain: its recipe could not be re-trained ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
     seconds = time.perf_counter() - t0
-    _SPEED[fingerprint] = seconds / recipe["steps"]
+    _SPEED.record(fingerprint, adm.meta["contributor"], recipe, ledger.workload(), clock)
     clip = adm.screened.clip if adm.screened is not None and adm.screened.clip else 1.0
     dist = distance(retrained, delta, clip)
     record.update(distance=dist if math.isfinite(dist) else -1.0, seconds=round(seconds, 3))
@@ -165,7 +166,7 @@ def distance(retrained: dict, delta, clip: float = 1.0) -> float:
     return relative_distance(sq_diff, sq_norm)
 
 
-def retrain(ledger, recipe: dict, base_version, device: str, limit: float) -> dict:
+def retrain(ledger, recipe: dict, base_version, device: str, limit: float, clock: Clock | None = None) -> dict:
     """The delta ``recipe`` gives from ``base_version``'s weights: float32 trained - base, as `submit` makes
     it. Raises RetrainTimeout past ``limit`` seconds, Rejected for a recipe its workload contradicts."""
     import torch  # deferred: torch
@@ -173,7 +174,7 @@ def retrain(ledger, recipe: dict, base_version, device: str, limit: float) -> di
     from woolf.workloads.base import load_workload  # deferred: loads torch
 
     cfg = ledger.config
-    wl = load_workload(replace(cfg.workload, name=recipe["workload"], params=recipe["params"]))
+    wl = load_workload(replace(cfg.workload, params=recipe["params"]))  # the ledger's workload, never the recipe's
     feats = features_of(wl)
     if BIND in feats:
         wl.bind(lambda rel: ledger.git.show_bytes(f"{ledger.main_ref}:{rel}"))
@@ -186,6 +187,8 @@ def retrain(ledger, recipe: dict, base_version, device: str, limit: float) -> di
     deadline = time.monotonic() + limit
 
     def progress(step: int, total: int, loss: float) -> None:
+        if clock is not None:
+            clock.tick()
         if time.monotonic() > deadline:
             raise RetrainTimeout(f"stopped at step {step} of {total}")
 
