@@ -145,7 +145,8 @@ class ValidatorState:
     # at most screen.CACHE_BYTES of tensors (screen._load evicts)
     deltas: OrderedDict[str, dict] = field(default_factory=OrderedDict)
     # this pass's keyless download budget and signed PR ids (validator/intake.py Pass); None
-    # outside run() and under a quorum: no budget. keyless_spent: PR id -> its download seconds, all passes
+    # outside run() and under a quorum: no budget. keyless_spent: "PR id sha256" -> its download seconds,
+    # all passes (run() makes it a validator/downloads.py DownloadTimes: kept on disk, across processes)
     keyless: object | None = None
     keyless_spent: dict[str, float] = field(default_factory=dict)
     # the copy index (woolf/validator/copyindex.py): content hash and sketch of every delta the
