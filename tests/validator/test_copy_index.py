@@ -204,3 +204,36 @@ def test_the_exact_band_holds_every_copy_and_rules_out_what_is_far_from_one():
             kept = may_copy_many(matrix(sketch({"w": b}, seed)), torch.tensor([float(b.double().norm() ** 2)]),
                                  matrix(sketch({"w": a}, seed)).unsqueeze(0), 0.97)
             assert bool(kept[0]) is want, cos
+
+
+def test_slow_url_deltas_neither_block_nor_crowd_the_original_out_of_the_copy_check(make_net, monkeypatch):
+    """Four keyless PRs whose delta URLs trickle, received before an honest keyless PR whose URL is quick:
+    the copy check downloads every URL delta at once, each in its own thread, once a pass within the
+    copy-fetch budget (validator/copyfetch.py), so the signed copy is still refused as the original's."""
+    import hashlib
+
+    from safetensors.torch import save
+
+    from tests.crafting import random_delta
+    from tests.e2e.test_keyless_budget import Trickle
+    from woolf.validator import copyfetch, intake
+
+    monkeypatch.setattr(copyfetch, "COPY_FETCH_SECONDS", 2.0)  # the product's 30 s, shortened
+    monkeypatch.setattr(intake, "KEYLESS_SECONDS", 2.0)
+    net = make_net(**{"forge.delta_schemes": '["https", "http"]'})
+    val, dave, mal = net.clone("val"), net.clone("dave"), net.clone("alice")
+    with Trickle() as slow, _Files(net.root / "storage") as files:
+        for i in range(4):
+            data = save(random_delta(mal, scale=0.001, seed=i))
+            d = {"kind": "dense", "sha256": hashlib.sha256(data).hexdigest(), "md5": hashlib.md5(data).hexdigest(),
+                 "size": len(data), "url": f"{slow.url}/d{i}"}
+            craft_pr(mal, raw=data, meta_patch={"delta": d}, who=f"slow{i}", sign_key=False)
+        honest = net.train_submit(dave, "dave", delta_url_base=files.url)["id"]
+        pr = next(p for p in LocalForge.for_ledger(val).list() if p.id == honest)
+        stolen = craft_pr(mal, tensors=_stolen_copy(val, pr), who="alice")  # signed: judged first
+        verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
+        hits = slow.hits
+    assert not verdicts[stolen].accepted and "a copy of PR " + honest in verdicts[stolen].reason, \
+        verdicts[stolen].reason
+    assert verdicts[honest].accepted, verdicts[honest].reason
+    assert hits <= 4 + 4, hits  # each slow URL tried once by the copy check and at most once as itself
