@@ -207,3 +207,28 @@ def test_one_slow_recipe_does_not_move_the_estimate_that_refuses_honest_prs(make
         got[poison].reason
     for i in honest:  # before: "recipe: re-training its 20 steps would take about 4x s, over ... 8"
         assert got[i].retrain and got[i].retrain["retrain"] == "matched", got[i].reason
+
+
+def test_a_carried_state_that_does_not_load_is_refused_never_replaced_by_a_fresh_one(make_net, tmp_path):
+    """A pinned carried state whose bytes are right but that does not load here (another model's) was
+    silently replaced by a fresh one: the re-training then did not match and the honest contributor was
+    flagged retrain-failed. Now the re-training refuses to go on, and says why."""
+    from woolf.workloads.charlm import CharLM
+
+    net = make_net(**RETRAIN)
+    alice, val = net.clone("alice"), net.clone("val")
+    train(alice, TrainOptions(steps=5, contributor="alice", seed=0, device="cpu"))
+    train(alice, TrainOptions(steps=20, contributor="alice", seed=1, device="cpu"))  # from the carried state
+    other = CharLM(d_model=16, n_layer=1, context=16, batch_size=2)
+    other.train(other.genesis(), other.default_data("x", 0), 1, state_dir=tmp_path)  # another model's state
+    state = tmp_path / "optimizer.safetensors"
+    md5, sha = hashes_of_file(state)
+    size = state.stat().st_size
+    alice.store.put(state, "optimizer.safetensors", md5=md5)
+    _rewrite_recipe(alice, optimizer={"start": "carried", "sha256": sha, "md5": md5, "size": size})
+    pr = submit(alice, SubmitOptions(contributor="alice"))["id"]
+    [v] = Validator(val, device="cpu", name="v1").run()
+    assert v.id == pr and v.state == "rejected", v.reason
+    assert v.reason.startswith("retrain: its carried optimizer state did not load here (fresh (carried state "
+                               "did not load: made for 'charlm:d16"), v.reason  # before: "retrain: the delta is ..."
+    assert v.retrain["retrain"] == "failed" and "retrain-failed" not in v.flags

@@ -203,8 +203,12 @@ def retrain(ledger, recipe: dict, base_version, device: str, limit: float, clock
         if GLOBAL_STEP in feats:
             extra["global_step"] = recipe["global_step"]
         torch.manual_seed(recipe["seed"])
-        trained, _ = wl.train(base, train_data, recipe["steps"], device=device, seed=recipe["seed"],
-                              progress=progress, **extra)
+        trained, summary = wl.train(base, train_data, recipe["steps"], device=device, seed=recipe["seed"],
+                                    progress=progress, **extra)
+    how = str((summary or {}).get("optimizer", ""))
+    if recipe["optimizer"]["start"] == "carried" and not how.startswith("resumed"):  # never silently fresh
+        raise Rejected(f"retrain: its carried optimizer state did not load here ({how[:200]}); a re-training "
+                       "from a fresh one would not be its recipe")
     return {k: trained[k].to(torch.float32) - base[k].to(torch.float32) for k in trained}
 
 
