@@ -1,6 +1,6 @@
 """The re-training estimate (woolf.core.retrain_speed.py): per unit of work, medians over many re-trainings.
 
-Issue 49, breach 3: a validator kept the speed of its LAST re-training (seconds / steps, set-up included),
+The poisoned estimate: a validator kept the speed of its LAST re-training (seconds / steps, set-up included),
 so one legal 1-step recipe at the largest batch made every later honest recipe be refused for hours.
 """
 

@@ -120,7 +120,7 @@ def test_the_keyless_budget_defers_rather_than_rejects():
 
 
 def test_an_honest_keyless_pr_behind_slow_keyless_urls_gets_its_turn_over_passes(make_net, monkeypatch, capsys):
-    """Issue 49, breach 4: the download time each PR spent lived in one process's memory, so every new
+    """Starved keyless PRs: the download time each PR spent lived in one process's memory, so every new
     `woolf validate --all` started the slow PRs from zero: an honest keyless PR queued behind three slow
     keyless URLs stayed open pass after pass, and each pass printed "no open pull requests". Now the time
     spent is kept in the validator's work area (per PR id and delta sha256) and the keyless PR that has

@@ -100,7 +100,7 @@ def test_relative_distance():
     (_recipe(workload="command"), "recipe: workload 'command' is not the ledger's 'charlm'"),
 ])
 def test_a_recipes_parameters_never_override_the_ledgers_limits_or_workload(recipe, expected):
-    """Issue 49: a recipe's params.batch_size over limits.max_batch (with batch null) was re-trained, and
+    """A recipe's params.batch_size over limits.max_batch (with batch null) was re-trained, and
     its workload name was never compared with the ledger's."""
     reason = _check(recipe, workload="charlm")
     assert reason == expected or reason.startswith(expected), reason

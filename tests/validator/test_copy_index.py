@@ -101,7 +101,7 @@ def _stolen_copy(val, pr) -> dict:
 
 
 def test_keyless_decoys_that_declare_the_copys_sha256_cannot_crowd_the_original_out(make_net):
-    """Issue 49, breach 1: a PR that only DECLARES another PR's sha256 (its delta not in storage) took one
+    """The crowded copy check: a PR that only DECLARES another PR's sha256 (its delta not in storage) took one
     of the copy check's eight exact places; twelve such keyless decoys let a signed copy of an honest
     open PR merge first, and the honest PR was refused as a copy of its own copy. Only bytes read and
     proven to be a sha256 count now, and there is no bound a crowd can fill."""
@@ -153,7 +153,7 @@ class _Files:
 
 
 def test_an_open_pr_whose_delta_is_a_url_is_copy_checked(make_net):
-    """Issue 49, breach 2: a PR whose delta is behind a URL (`woolf submit --delta-url-base`) was never
+    """URL deltas: a PR whose delta is behind a URL (`woolf submit --delta-url-base`) was never
     listed by the copy index; a signed copy of it merged first and the original was refused as its copy."""
     net = make_net(**{"forge.delta_schemes": '["https", "http"]'})
     val, dave, mal = net.clone("val"), net.clone("dave"), net.clone("alice")

@@ -189,7 +189,7 @@ def test_a_carried_state_that_does_not_hash_to_its_pin_is_refused(make_net):
 
 
 def test_one_slow_recipe_does_not_move_the_estimate_that_refuses_honest_prs(make_net, monkeypatch):
-    """Issue 49, breach 3: a validator estimated every recipe from the speed of its LAST re-training
+    """The poisoned estimate: a validator estimated every recipe from the speed of its LAST re-training
     (seconds / steps, set-up included): one legal 1-step recipe at the ledger's largest batch made honest
     PRs be refused as "about N s, over limits.max_retrain_seconds" until the process ended. Now the
     estimate is per unit of work (steps x batch x context), from the training loop alone, a median over
