@@ -43,11 +43,12 @@ def _jobs(ledger, state, index, items: list) -> list:
     todo = [(p, ptr, d) for p, ptr, d in items if ptr.md5 not in index.fetch_tried and not _cached(ledger, ptr)
             and spent.get(key_of(p), 0.0) < ledger.config.forge.delta_timeout]
     todo.sort(key=lambda job: tries.get(key_of(job[0]), 0))
-    jobs, total = [], 0
+    jobs, total, md5s = [], 0, set()
     for job in todo:
-        if total + job[1].size <= COPY_FETCH_BYTES:
+        if job[1].md5 not in md5s and total + job[1].size <= COPY_FETCH_BYTES:  # one download per object
             jobs.append(job)
             total += job[1].size
+            md5s.add(job[1].md5)
     return jobs
 
 
