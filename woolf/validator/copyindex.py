@@ -12,8 +12,9 @@ are kept by delta sha256. A PR is then compared with every earlier open PR's ske
 each). What takes part, and how (the crowded copy check: eight PRs that merely declared a copy's
 sha256 once filled the eight exact places, and a signed copy of an honest PR merged first):
 
-- only a delta whose bytes were read and proven to be the sha256 its PR declares has an entry
-  (``proven``): a PR declaring another's sha256, or whose delta cannot be had, takes no place;
+- only a delta whose bytes were read and proven to be the sha256 its PR declares, and that reads as
+  the kind and parameters it declares, has an entry (``proven``, ``keyed``): a PR declaring another's
+  sha256, or another kind for the same bytes, or whose delta cannot be had, takes no place;
 - an earlier PR with the same tensor content is a copy outright, decided by the content hash without
   reading it again, however many there are;
 - every earlier PR the sketches cannot rule out as a copy (core/sketch.py may_copy_many: a band of
@@ -63,6 +64,7 @@ class CopyIndex:
         self.ahead_norms: dict[str, dict] = {}  # delta sha256 -> its tensors' norms, beside ``ahead``
         self.proofs: dict[tuple, bool] = {}  # (md5, size, sha256) -> whether that object hashes to that sha256
         self.fetch_pass: object = None  # the pass whose URL deltas copyfetch tried (its open snapshot)
+        self.declared: dict[str, tuple] = {}  # entry key -> the declared kind and parameters it was read under
         self.fetch_tried: set[str] = set()  # md5s of URL deltas tried in that pass
 
     def _entry(self, delta, content: str | None = None, sk: dict | None = None, norms: dict | None = None) -> Entry:
@@ -137,15 +139,30 @@ class CopyIndex:
     def forget(self, key: str) -> None:
         """Drop what was made of the delta ``key`` (its bytes were found not to be that sha256's:
         validator/step.py; an honest entry of that key is made again from its own bytes when needed)."""
-        self.entries.pop(key, None)
+        for k in [k for k in self.entries if k == key or k.startswith(f"{key} ")]:  # under any declaration
+            del self.entries[k]
         self.ahead.pop(key, None)
         self.norms.pop(key, None)
         self.ahead_norms.pop(key, None)
 
+    def keyed(self, sha256: str, declared) -> str:
+        """The entry key of a delta of ``sha256`` read under ``declared`` (its kind and parameters): the
+        sha256 for the first declaration it is read under, another key for another (the same bytes read
+        as another kind, or with other parameters, are other tensors, or none)."""
+        how = _how(declared)
+        first = self.declared.setdefault(sha256, how)
+        if first == how:
+            return sha256
+        key = f"{sha256} {how}"
+        self.declared.setdefault(key, how)
+        return key
+
     def prune(self, keep: set[str]) -> None:
         """Forget the deltas of PRs no longer open (``keep``: the sha256s still wanted)."""
-        for key in [k for k in self.entries if k not in keep]:
+        for key in [k for k in self.entries if k.split(" ", 1)[0] not in keep]:
             del self.entries[key]
+        for key in [k for k in self.declared if k.split(" ", 1)[0] not in keep]:
+            del self.declared[key]
         for proof in [p for p in self.proofs if p[2] not in keep]:
             del self.proofs[proof]
 
@@ -201,6 +218,12 @@ class CopyIndex:
         return same + [(item, False) for _, item in band] + [(item, False) for _, item in wide[:MAX_EXACT]]
 
 
+def _how(declared) -> tuple:
+    """A declared delta's kind and parameters: what its bytes are read as (storage/sparse.py)."""
+    d = declared if isinstance(declared, dict) else {}
+    return tuple(str(d.get(k)) for k in ("kind", "chunk", "k", "bits"))
+
+
 def copy_index(state) -> CopyIndex:
     """The validator's index, made on first use (it lives as long as the ValidatorState)."""
     index = getattr(state, "copy_index", None)
@@ -242,13 +265,14 @@ def _judged(ledger, state, adm, sources: list, mine: tuple, spec, load) -> list:
     sha256 takes no place."""
     index = copy_index(state)
     delta, content = mine
-    me = index.add(adm.meta["delta"]["sha256"], delta, content)
+    me = index.add(index.keyed(adm.meta["delta"]["sha256"], adm.meta["delta"]), delta, content)
     items = []
     for item, ptr, d, key, sha in sources:
         url = isinstance(d, dict) and "url" in d
         if not index.proven(ledger, ptr, sha, url):
             items.append((item, None))
             continue
+        key = index.keyed(key, d)  # read under its own declaration: one it cannot be read under takes no place
         entry = index.entry(key, lambda: load(ledger, state, ptr, key, spec, d))  # noqa: B023
         items.append((item, entry))
     return index.candidates(me, items, ledger.config.scoring.copy_threshold)
