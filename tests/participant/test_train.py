@@ -117,11 +117,12 @@ def test_state_of_another_model_is_set_aside_with_a_warning(network, tmp_path, c
     other.train(other.genesis(), other.default_data("x", 0), 1, state_dir=state)
     r = cli("train", "--steps", "2", "--offline", cwd=alice.root)
     assert r.returncode == 0, r.stderr
-    assert "warning" in r.stderr and "set aside" in r.stderr
+    assert "warning: your optimizer started fresh (carried state did not load: made for" in r.stderr
     assert len(list(state.glob("optimizer.safetensors.set-aside-*"))) == 1
     (state / "optimizer.safetensors").write_bytes(b"\x00" * 64)  # corrupted
-    result = train(alice, TrainOptions(steps=2, contributor="alice", offline=True))
-    assert result["training"]["optimizer"].startswith("set aside (unreadable")
+    r = cli("train", "--steps", "2", "--offline", "--json", cwd=alice.root)  # JSON: said on stderr all the same
+    assert r.returncode == 0 and "started fresh (carried state did not load: unreadable" in r.stderr
+    assert json.loads(r.stdout)["training"]["optimizer"].startswith("fresh (carried state did not load: unreadable")
 
 
 def test_steps_auto_sizes_contributions_from_measured_speed(make_net, cli):
