@@ -91,6 +91,30 @@ def _pretrained_defaults(cfg, wl, overrides: dict) -> bool:
     return bool(added)
 
 
+MAX_BENCHMARK = 64 << 20  # a benchmark lives in git and is read whole by every evaluation
+
+
+def _benchmark_text(path: Path) -> bytes:
+    """`woolf init --benchmark FILE`: the file's bytes, refused in one line when they cannot be a text
+    benchmark (unreadable, empty, over MAX_BENCHMARK, or not UTF-8 text)."""
+    try:
+        size = Path(path).stat().st_size
+        if size > MAX_BENCHMARK:
+            raise UsageError(f"--benchmark {path}: {size} bytes, over {MAX_BENCHMARK >> 20} MiB",
+                             hint="a benchmark is committed to git and evaluated whole: use a sample of it")
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--benchmark {path}: cannot read it ({exc.strerror})") from None
+    if not data.strip():
+        raise UsageError(f"--benchmark {path}: the file is empty", hint="give the text the gate should score")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--benchmark {path}: not UTF-8 text (byte {exc.start})",
+                         hint="a benchmark is the text a model is scored on") from None
+    return data
+
+
 @dataclass(frozen=True)
 class CreateOptions:
     """What the new ledger is; each field is the keyword `create_ledger` takes, same default."""
@@ -106,6 +130,8 @@ class CreateOptions:
     signer: str | None = None  # the creator's name in allowed_signers; None: the key's comment
     extra_signers: list[str] | tuple[str, ...] = ()  # more allowed_signers lines
     woolf_source: str | None = None  # where ci/install.sh installs GoodWoolf from; None: detected
+    benchmark: Path | None = None  # the public benchmark's text (the gate's, unless a hidden one is set);
+    # None: the workload's own (the built-ins: held-out Python standard library sources)
 
 
 def _check_target(path: Path) -> None:
@@ -173,7 +199,7 @@ def create_ledger(path: Path, options: CreateOptions | None = None) -> None:
         wl = load_workload(cfg.workload)
     if model_files:
         wl.bind(model_files.get)
-    bench = wl.benchmark_bytes()
+    bench = _benchmark_text(o.benchmark) if o.benchmark is not None else wl.benchmark_bytes()
     cfg.benchmark.sha256 = hashlib.sha256(bench).hexdigest()
     if model_files:  # float32 masters for a bf16/fp16 checkpoint, unless the config asks otherwise
         genesis = imported.as_dtype(wl.dtype)

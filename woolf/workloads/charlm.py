@@ -207,6 +207,8 @@ class CharLM(TextCorpus):
         model = self.load_model(weights, device).eval()
         data = torch.frombuffer(bytearray(benchmark), dtype=torch.uint8).long()
         n = (len(data) - 1) // self.context
+        if n == 0:  # no window: the loss would read 0.0, a perfect score
+            raise UsageError(f"the benchmark has {len(data)} bytes, less than one window of {self.context + 1}")
         x = data[: n * self.context].view(n, self.context)
         y = data[1 : n * self.context + 1].view(n, self.context)
         total, count = 0.0, 0
