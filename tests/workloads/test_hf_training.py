@@ -1,0 +1,39 @@
+"""The transformers workload's training loop (woolf/workloads/hf/training.py): the optimizer warm-up."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
+from woolf.workloads.textcommon import TextCorpus  # noqa: E402
+
+
+@pytest.mark.unit
+def test_the_optimizer_ramp_is_capped_by_the_contribution():
+    wl = TextCorpus()
+    wl.optimizer_warmup = 60
+    assert [wl.opt_factor(s) for s in (0, 29, 59, 60)] == [1 / 60, 0.5, 1.0, 1.0]  # uncapped: as before
+    assert [wl.opt_factor(s, cap=10) for s in (0, 4, 9, 10)] == [0.1, 0.5, 1.0, 1.0]
+    assert wl.opt_factor(0, cap=1) == 1.0 and wl.opt_factor(5, cap=100) == 6 / 60
+
+
+def test_a_short_contribution_under_a_long_warm_up_trains_at_the_full_rate(tmp_path):
+    """`optimizer_warmup=60` (the README's line for a pretrained checkpoint) with 3-step contributions ran every
+    step at 1/60-3/60 of the rate: the ramp is at most a third of a contribution, so these 3 steps train as
+    without a warm-up (a one-step ramp), and a longer contribution still ramps."""
+    net = hf_network(tmp_path, tiny.make_tiny_model(tmp_path / "m"))
+    wl = net.work.workload()
+    base = net.work.load_weights(net.work.show(0))
+    data = wl.default_data("alice", 0)
+
+    def delta(warmup: int, steps: int) -> torch.Tensor:
+        wl.optimizer_warmup = warmup
+        torch.manual_seed(3)  # dropout draws from the global generator, as `woolf train` seeds it
+        trained, _ = wl.train({k: v.clone() for k, v in base.items()}, data, steps, seed=3)
+        return torch.cat([(trained[k] - base[k]).flatten() for k in sorted(base)])
+
+    assert torch.equal(delta(60, 3), delta(0, 3))
+    assert delta(60, 9).norm() < delta(0, 9).norm()  # a ramp over 3 of 9 steps still eases in
