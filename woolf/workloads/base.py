@@ -39,8 +39,9 @@ class TrainData:
     """What a participant trains on: named files of text, and where they came from."""
 
     texts: list[bytes]
-    source: str  # "shard:<contributor>@v<base>" or a user path
+    source: str  # "shard:<contributor>@v<base>", or "private" for a participant's own files (userdata.py)
     files: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # `--data DIR`: what was left out, and why (userdata.py)
 
 
 class Workload(Protocol):

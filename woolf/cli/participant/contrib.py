@@ -123,6 +123,11 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
     app.console.print(f"trained {result['training']['steps']} steps from version {result['base_version']} "
                       f"in {result['training']['seconds']:.1f}s; benchmark loss "
                       f"{m['before']['loss']:.4f} -> {m['after']['loss']:.4f}")
+    if result.get("skipped"):
+        names = result["skipped"]
+        more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+        app.say(f"note: --data left out {len(names)} path(s) that are hidden or not UTF-8 text: "
+                f"{', '.join(names[:6])}{more}", err=True)
     how = result["training"].get("optimizer")
     if how and how.startswith("set aside"):
         app.err.print(f"[yellow]warning:[/] your optimizer state was {how}")
