@@ -27,6 +27,7 @@ from woolf.participant.state import (
     waiting_result,
     work_dir,
 )
+from woolf.participant.verifiable import retrain_note
 from woolf.protocol import layout
 from woolf.protocol.contributor import contributor_id
 from woolf.storage.streamdelta import StreamedDelta
@@ -110,7 +111,8 @@ def submit(ledger, options: SubmitOptions | None = None) -> dict:
                               "first")
     base = _base(ledger, base_version, record)
     if record.get("lora") and o.weights is None:  # the factors are sent, never a dense product
-        return submit_lora(ledger, record, who, base, o)
+        result = submit_lora(ledger, record, who, base, o)
+        return {**result, "unverifiable": retrain_note(ledger.config, record.get("recipe"), result["delta_kind"])}
     cfg = ledger.config
     timer = Timer()
     feedback = cfg.workload.error_feedback if o.error_feedback is None else o.error_feedback
@@ -126,7 +128,7 @@ def submit(ledger, options: SubmitOptions | None = None) -> dict:
         if o.weights is None:
             mark_submitted(ledger, result["id"])
         remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
-        return {**result, "error_feedback": ""}
+        return {**result, "error_feedback": "", "unverifiable": retrain_note(cfg, record.get("recipe"), "dense")}
     with timer("load"):
         # a float32 model is read and subtracted in numpy: torch is imported only if a step needs it
         base_w = ledger.load_weights(base, numpy="float32")  # hashed as read, if not verified yet
@@ -175,7 +177,8 @@ def submit(ledger, options: SubmitOptions | None = None) -> dict:
     keep_residual(ledger, kept, cspec)  # what top-k dropped rides in the next delta
     if feedback_note:
         clear_residual(ledger, result["id"])  # it is part of this PR's delta now
-    return {**result, "error_feedback": feedback_note}
+    return {**result, "error_feedback": feedback_note,
+            "unverifiable": retrain_note(cfg, record.get("recipe"), result["delta_kind"])}
 
 
 def _transform(cspec, feedback: bool) -> str | None:

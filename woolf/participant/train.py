@@ -34,6 +34,7 @@ from woolf.participant.state import (
     state_dir,
     work_dir,
 )
+from woolf.participant.verifiable import retrain_note
 from woolf.protocol.contributor import contributor_id
 from woolf.protocol.recipe import PRIVATE
 from woolf.storage.files import write_bytes_atomic
@@ -188,7 +189,8 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
             record["recipe"] = recipe  # an external command's training declares none
         write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
     return {**record, "weights": str(out / "trained.safetensors"),
-            "skipped": train_data.skipped if train_data else []}  # `--data DIR`'s: shown here, never sent
+            "skipped": train_data.skipped if train_data else [],  # `--data DIR`'s: shown here, never sent
+            "unverifiable": retrain_note(cfg, record.get("recipe"), "lora" if lora else "dense")}
 
 
 def _summarize_data(summary: dict, data, train_data) -> None:

@@ -128,6 +128,7 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
         more = f" and {len(names) - 6} more" if len(names) > 6 else ""
         app.say(f"note: --data left out {len(names)} path(s) that are hidden or not UTF-8 text: "
                 f"{', '.join(names[:6])}{more}", err=True)
+    _say_unverifiable(app, result)
     how = result["training"].get("optimizer")
     if how and how.startswith("set aside"):
         app.err.print(f"[yellow]warning:[/] your optimizer state was {how}")
@@ -148,6 +149,14 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
         app.console.print(f"LoRA {result['lora']}: {lo.get('targets')} target tensors, {lo.get('bytes')} bytes "
                           f"to send ({lo.get('bytes', 0) / max(lo.get('dense_bytes', 1), 1):.2%} of a dense delta)")
     app.console.print("next: `woolf submit`")
+
+
+def _say_unverifiable(app: App, result: dict) -> None:
+    """The ledger re-trains PRs and this one cannot be (participant/verifiable.py): say so before it is sent."""
+    note = result.get("unverifiable")
+    if note:
+        refused = "will refuse it" in note
+        app.say(("warning:" if refused else "note:", "yellow"), f" {note}", err=True)
 
 
 def _share(gate: dict) -> str:
@@ -235,3 +244,4 @@ def submit(app: App, weights, base_version, message, delta_url_base, delta_remot
                       f"sha256 {result['delta_sha256'][:12]})")
     if result["error_feedback"]:  # what was carried, or a residual set aside
         app.err.print(f"note: {result['error_feedback']}")
+    _say_unverifiable(app, result)

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from woolf import interrupts
-from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
+from woolf.cli.app import App, device_option, forge_option, json_option, pass_app, retrain_text
 from woolf.errors import IntegrityError, UsageError
 from woolf.interrupts import interruptible
 
@@ -22,8 +22,10 @@ def _print_verdict(app: App, v) -> None:
     colour = "green" if v.accepted else "red"
     where = f"-> version {v.version}" if v.accepted else v.state
     att = "-" if v.attenuation is None else f"{v.attenuation:.3f}"
+    retrain = retrain_text(v.retrain)
     # a reason can quote PR paths and names: printable text, never markup
-    app.say((v.id, colour), f" {where}  staleness {v.staleness}  attenuation {att}  {v.reason}")
+    app.say((v.id, colour), f" {where}  staleness {v.staleness}  attenuation {att}  {v.reason}"
+            + (f"  [{retrain}]" if retrain else ""))
 
 
 @click.command()
