@@ -7,14 +7,14 @@ Usage:
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import click
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from woolf import interrupts
 from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
+from woolf.cli.participant.progress import TrainProgress, step_rate  # noqa: F401 (step_rate: its old home)
+from woolf.errors import UsageError
 
 contributor_option = click.option(
     "--contributor", envvar="WOOLF_CONTRIBUTOR",
@@ -34,14 +34,6 @@ class StepsType(click.ParamType):
         if n <= 0:
             self.fail(f"{n} is not a positive number of steps", param, ctx)
         return n
-
-
-def step_rate(steps: int, seconds: float) -> str:
-    """The training speed as people read it: "12.3 steps/s", or "79.0 s/step" for slow steps."""
-    if steps <= 0 or seconds <= 0:
-        return ""
-    rate = steps / seconds
-    return f"{rate:.1f} steps/s" if rate >= 1 else f"{seconds / steps:.1f} s/step"
 
 
 @click.command()
@@ -75,6 +67,8 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
     from woolf.participant.distributed import launch, rank_of  # deferred: fast --help
 
     ledger = app.ledger()
+    if nproc > 1 and _lora_asked(ledger, lora):  # refused here, before torchrun starts N processes
+        raise UsageError("--lora trains on one process", hint="run `woolf train --lora ...` without --nproc")
     if nproc > 1:  # N copies of this command under torchrun; rank 0 prints what one process would
         argv = ["-C", str(ledger.root), "train", "--device", device, "--seed", str(seed)]
         for flag, value in (("--steps", steps), ("--data", data), ("--take", take), ("--contributor", contributor),
@@ -88,32 +82,24 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
                                       contributor=contributor, fresh=fresh, take=take, lora=lora))
         return
     _say_contributor_fallback(app, ledger, contributor)
-    with Progress(TextColumn("training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=app.err,
-                  disable=as_json) as bar:
-        task = bar.add_task("train", total=steps if isinstance(steps, int) else ledger.config.workload.steps,
-                            info="")
-        state = {"t0": None, "step": 0, "first": 0}
-
-        def progress(step, total, loss):
-            state["step"] = step
-            interrupts.check()  # Ctrl-C is deferred while training (see woolf/interrupts.py)
-            if state["t0"] is None:
-                state["t0"], state["first"] = time.perf_counter(), step
-            rate = step_rate(step - state["first"], time.perf_counter() - state["t0"])
-            bar.update(task, completed=step, total=total, info=f"loss {loss:.3f}  {rate}")
-
+    total = steps if isinstance(steps, int) else ledger.config.workload.steps
+    with TrainProgress(app.err, total, quiet=as_json) as progress:
         options = TrainOptions(steps=steps, data=data, device=device, seed=seed, offline=offline,
                                contributor=contributor, progress=progress, fresh=fresh, take=take, lora=lora)
+        # a step of a real model takes a minute on a CPU: the first Ctrl-C is answered at once
+        interrupts.announce(lambda: app.err.print("stopping after this step (Ctrl-C again to abort)"))
+        done = False
         try:
             result = do_train(ledger, options)
-            state["done"] = True
+            done = True
+            interrupts.announce(None)
             interrupts.release(restore=True)
         except KeyboardInterrupt:
-            bar.stop()
+            interrupts.announce(None)
+            progress.stop()
             app.err.print("interrupted after training finished: the result is kept; `woolf submit` opens a PR"
-                          if state.get("done") else
-                          f"interrupted at step {state['step']}: nothing from this run was saved or submitted"
+                          if done else
+                          f"interrupted at step {progress.step}: nothing from this run was saved or submitted"
                           + _earlier_result(ledger))
             raise click.exceptions.Exit(130) from None
     if as_json:
@@ -149,6 +135,12 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
         app.console.print(f"LoRA {result['lora']}: {lo.get('targets')} target tensors, {lo.get('bytes')} bytes "
                           f"to send ({lo.get('bytes', 0) / max(lo.get('dense_bytes', 1), 1):.2%} of a dense delta)")
     app.console.print("next: `woolf submit`")
+
+
+def _lora_asked(ledger, lora: str | None) -> bool:
+    """Whether this run would train LoRA adapters: --lora (or WOOLF_LORA), else the ledger's default."""
+    text = lora if lora is not None else ledger.config.workload.params.get("lora", "")
+    return isinstance(text, str) and text.strip().lower() not in ("", "off", "none")
 
 
 def _say_unverifiable(app: App, result: dict) -> None:
