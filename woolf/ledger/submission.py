@@ -164,5 +164,6 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
     if task and (also is None or ledger.git.rev_parse(also[1]) != also[0]):  # it did not ride: on its own
         record_submitted(ledger, task, sub_id)
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
-            "delta_sha256": sha, "delta_size": size, "delta_kind": meta["delta"]["kind"], "number": pr.number,
+            "delta_sha256": sha, "delta_md5": md5, "delta_size": size, "delta_kind": meta["delta"]["kind"],
+            "number": pr.number,
             "timings": dict(timer), "pointer": pointer, "declared": meta["delta"]}

@@ -137,6 +137,19 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
     app.console.print("next: `woolf submit`")
 
 
+def _say_disk(app: App, ledger, freed: int) -> None:
+    """What submit removed from this clone, and what `woolf gc --local` could (a clone grew by about three
+    models per PR)."""
+    from woolf.participant.cleanup import reclaimable  # deferred: fast --help
+
+    more = reclaimable(ledger)
+    if freed:
+        app.err.print(f"removed {freed / 2**20:,.1f} MiB from this clone: the cached copies of what was uploaded")
+    if more >= 1 << 20:
+        app.err.print(f"this clone's DVC cache keeps {more / 2**20:,.1f} MiB of older versions and deltas: "
+                      "`woolf gc --local` removes those that storage holds")
+
+
 def _lora_asked(ledger, lora: str | None) -> bool:
     """Whether this run would train LoRA adapters: --lora (or WOOLF_LORA), else the ledger's default."""
     text = lora if lora is not None else ledger.config.workload.params.get("lora", "")
@@ -237,3 +250,4 @@ def submit(app: App, weights, base_version, message, delta_url_base, delta_remot
     if result["error_feedback"]:  # what was carried, or a residual set aside
         app.err.print(f"note: {result['error_feedback']}")
     _say_unverifiable(app, result)
+    _say_disk(app, ledger, result.get("freed", 0))
