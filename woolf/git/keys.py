@@ -31,7 +31,10 @@ def create_key(path: Path, name: str) -> tuple[Path, str]:
     path = Path(path)
     if path.exists() or path.with_suffix(path.suffix + ".pub").exists():
         raise UsageError(f"{path} already exists", hint="choose another --out, or use the existing key")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a path under a file, a read-only directory
+        raise UsageError(f"--out {path}: cannot create {path.parent} ({exc.strerror})") from None
     proc = subprocess.run([ssh_keygen(), "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)],
                           capture_output=True, text=True)
     if proc.returncode != 0:

@@ -36,7 +36,7 @@ from woolf.protocol.layout import CONTRIBUTOR
 from woolf.protocol.signers import SIGNERS_PATH, Signers, signer_line
 from woolf.protocol.trailers import format_message
 from woolf.storage.dvcstore import DvcStore, init_dvc
-from woolf.storage.files import hashes_of_file
+from woolf.storage.files import hashes_of_file, make_dir
 
 
 def write_ci_files(root: Path, woolf_source: str | None = None) -> None:
@@ -160,6 +160,18 @@ def _new_config(path: Path, o: CreateOptions) -> LedgerConfig:
     return apply_overrides(cfg, o.overrides or {})
 
 
+def _workload_for_init(cfg, o: CreateOptions):
+    """The new ledger's workload; a param it refuses is the option's (`--set workload.params.lr=abc`), not
+    a config file's the user has not seen yet (the error said "ledger/woolf.toml: ...")."""
+    from woolf.workloads.base import load_workload  # deferred: loads torch
+
+    try:
+        return load_workload(cfg.workload)
+    except ConfigError as exc:
+        text = exc.message.removeprefix("ledger/woolf.toml: ")
+        raise UsageError(f"--set {text}" if text.startswith("workload.params") else text, hint=exc.hint) from None
+
+
 def create_ledger(path: Path, options: CreateOptions | None = None) -> None:
     """Refuses a path that holds a ledger or anything else; removes what it made if it fails."""
     from woolf.storage.weights import (  # deferred: loads numpy
@@ -194,7 +206,7 @@ def create_ledger(path: Path, options: CreateOptions | None = None) -> None:
     elif weights is not None and Path(weights).is_dir():
         raise UsageError(f"--weights {weights} is a directory", hint="a Hugging Face model directory needs "
                          "--workload transformers; other workloads take one .safetensors file")
-    wl = load_workload(cfg.workload)
+    wl = _workload_for_init(cfg, o)
     if weights is not None and _pretrained_defaults(cfg, wl, o.overrides or {}):
         wl = load_workload(cfg.workload)
     if model_files:
@@ -214,7 +226,7 @@ def create_ledger(path: Path, options: CreateOptions | None = None) -> None:
     if "limits.max_delta_bytes" not in (o.overrides or {}):  # a dense delta is the model's size
         cfg.limits.max_delta_bytes = max(cfg.limits.max_delta_bytes, delta_bytes_needed(genesis))
 
-    path.mkdir(parents=True, exist_ok=True)
+    make_dir(path, "PATH")
     try:
         git, store = Git(path), DvcStore(path)
         git.run("init", "-q", "-b", "main")

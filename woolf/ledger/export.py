@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 from woolf.errors import UsageError
+from woolf.storage.files import make_dir
 from woolf.storage.shards import parse_size, write_sharded
 
 _SPEC_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
@@ -132,8 +133,12 @@ def export_version(ledger, number: int, out: Path, dtype: str | None = None,
         def cast(t):
             return t.to(target) if t.is_floating_point() else t
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.export-"))
+    make_dir(out.parent, "DIRECTORY")
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.export-"))
+    except OSError as exc:
+        raise UsageError(f"cannot write into {out.parent}: {exc.strerror}",
+                         hint="export somewhere you can write") from None
     try:
         files = write_sharded(source, names, tmp, limit, cast=cast, dtype_bytes=DTYPES.get(want))
         if hf:

@@ -228,6 +228,10 @@ def submit(app: App, weights, base_version, message, delta_url_base, delta_remot
     from woolf.participant import SubmitOptions  # deferred: fast --help
     from woolf.participant import submit as do_submit  # deferred: fast --help
 
+    if base_version is not None and weights is None:  # it was ignored: the trained result names its own base
+        raise UsageError("--base goes with --weights: `woolf train`'s result already records the version it "
+                         "was trained from", hint="drop --base, or pass the weights with --weights FILE")
+
     options = SubmitOptions(weights=weights, message=message, contributor=contributor,
                             base_version=base_version, forge=forge, delta_url_base=delta_url_base,
                             delta_remote=delta_remote, error_feedback=error_feedback,
