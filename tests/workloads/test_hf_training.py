@@ -37,3 +37,17 @@ def test_a_short_contribution_under_a_long_warm_up_trains_at_the_full_rate(tmp_p
 
     assert torch.equal(delta(60, 3), delta(0, 3))
     assert delta(60, 9).norm() < delta(0, 9).norm()  # a ramp over 3 of 9 steps still eases in
+
+
+def test_a_lora_run_prints_no_library_deprecation_warnings(tmp_path):
+    """transformers' `gradient_checkpointing_enable` warned of its removal on every LoRA run (checkpointing is
+    LoRA's default); the workload calls the current name."""
+    import subprocess
+    import sys
+
+    net = hf_network(tmp_path, tiny.make_tiny_model(tmp_path / "m"))
+    alice = net.clone("alice")
+    r = subprocess.run([sys.executable, "-W", "default", "-m", "woolf", "train", "--offline", "--steps", "1",
+                        "--lora", "r=2"], cwd=alice.root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Warning" not in r.stderr and "deprecated" not in r.stderr, r.stderr

@@ -54,7 +54,7 @@ class StepsType(click.ParamType):
                    "not fit one device): one per GPU, or N CPU processes (gloo). Each takes 1/N of every "
                    "global batch, so the result is one process's (docs/workloads.md, several GPUs).")
 @click.option("--lora", metavar="SPEC", envvar="WOOLF_LORA",
-              help="r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=0]: train LoRA "
+              help="R or r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=0]: train LoRA "
                    "adapters over the frozen version (transformers workload) and submit the factors; 'off' turns "
                    "the ledger's workload.params.lora off [env: WOOLF_LORA].")
 @contributor_option
@@ -66,6 +66,8 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
     from woolf.participant import train as do_train  # deferred: fast --help
     from woolf.participant.distributed import launch, rank_of  # deferred: fast --help
 
+    if lora is not None and lora.strip().isdigit():  # a bare rank, as `woolf demo --lora 16` takes it
+        lora = f"r={lora.strip()}"
     ledger = app.ledger()
     if nproc > 1 and _lora_asked(ledger, lora):  # refused here, before torchrun starts N processes
         raise UsageError("--lora trains on one process", hint="run `woolf train --lora ...` without --nproc")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +34,7 @@ from transformers import PreTrainedModel
 from woolf.errors import UsageError
 from woolf.protocol.lora_spec import LoraSpec
 from woolf.workloads.base import TrainData
-from woolf.workloads.hf.training import uninitialised
+from woolf.workloads.hf.training import enable_checkpointing, uninitialised
 
 
 def compute_dtype(spec: LoraSpec, device: str) -> torch.dtype:
@@ -104,12 +105,15 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
         weights.clear()  # the model holds its own copies on the device: the host's go (the caller reads again)
     owner = {id(p): n for n, p in model.named_parameters(remove_duplicate=True) if n in weights}
     if spec.checkpointing:  # activations recomputed in the backward pass: less memory, ~30% more compute
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(model)
     cfg = LoraConfig(r=spec.r, lora_alpha=spec.alpha or 2 * spec.r, lora_dropout=spec.dropout,
                      target_modules=list(spec.targets) or None, bias="none")
     try:
         torch.manual_seed(seed)  # the adapters' initialisation: from the seed alone (the model is built
-        model = get_peft_model(model, cfg)  # uninitialised: nothing else draws from the generator)
+        with warnings.catch_warnings():  # uninitialised: nothing else draws from the generator)
+            # GPT-2's Conv1D: peft sets fan_in_fan_out itself, and said so on every run
+            warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False", category=UserWarning)
+            model = get_peft_model(model, cfg)
     except ValueError as exc:  # peft: target modules not found, or no default for this architecture
         raise UsageError(f"--lora {spec.text()}: {str(exc).splitlines()[0][:200]}",
                          hint="name the model's linear modules: --lora r=8,targets=q_proj+v_proj") from None

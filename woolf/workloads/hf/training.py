@@ -2,6 +2,7 @@
 
 Usage:
     model = uninitialised(config, torch.float32)          # the architecture, its parameters never written
+    enable_checkpointing(model)                           # activations recomputed in the backward pass
     model = assign(model, weights, device, copy=False)   # the model's parameters ARE the given tensors
     rows = batch_rows(len(ids), context, steps * grad_accum, batch_size, generator)   # all batches, drawn once
     tap = LossTap(steps, device); tap.put(step, loss); tap.latest()   # read without waiting on the device
@@ -82,6 +83,16 @@ def assign(model: torch.nn.Module, weights: dict[str, torch.Tensor], device: str
             for mod, attr, is_param in owners[id(old)]:
                 (mod._parameters if is_param else mod._buffers)[attr] = new
     return model.to(device)  # what the weights do not hold (non-persistent buffers) follows
+
+
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """Activations recomputed in the backward pass (non-reentrant), by the installed transformers' current name:
+    the old one, ``gradient_checkpointing_enable``, printed a FutureWarning on every LoRA run."""
+    on = getattr(model, "activation_checkpointing_enable", None)
+    if on is not None:
+        on(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:  # a transformers 5 that predates the new name
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def batch_rows(n_tokens: int, context: int, micro_batches: int, batch_size: int,

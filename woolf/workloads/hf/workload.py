@@ -58,6 +58,7 @@ from woolf.workloads.hf.modeldir import (
 from woolf.workloads.hf.training import (
     AUTOCAST,
     assign,
+    enable_checkpointing,
     fit,
     out_of_memory,
     uninitialised,
@@ -246,7 +247,7 @@ class Transformers(TextCorpus):
         names = list(canonical(model))
         sharded = bool(par) and use_fsdp(model, device)
         if self.checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_checkpointing(model)
         try:
             losses, secs, resumed, amp = fit(self, model, ids, steps, device, seed, progress, state_dir,
                                              global_step, follow, follow_every, par, sharded)

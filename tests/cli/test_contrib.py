@@ -1,5 +1,5 @@
-"""`woolf train`'s progress (woolf/cli/participant/progress.py): lines off a terminal, no empty bar before an
-early error; and `--lora` with `--nproc` refused before torchrun starts."""
+"""`woolf train` and `woolf submit` as commands (woolf/cli/participant/contrib.py, progress.py): progress
+lines off a terminal, no empty bar before an early error, `--lora` with `--nproc` refused before torchrun starts."""
 
 from __future__ import annotations
 
@@ -23,3 +23,11 @@ def test_lora_with_several_processes_is_refused_before_torchrun_starts(network, 
         r = cli("train", "--nproc", "2", *args, cwd=alice.root, env=env)
         assert r.returncode == 2 and r.stderr.count("error:") == 1, r.stderr
         assert "--lora trains on one process" in r.stderr and "torchrun" not in r.stderr.lower()
+
+
+def test_train_lora_takes_a_bare_rank_as_demo_lora_does(network, cli):
+    net_ledger = network.clone("alice")
+    r = cli("train", "--steps", "2", "--lora", "2", cwd=net_ledger.root)
+    # this charlm ledger does not accept lora deltas: the refusal shows --lora 2 was read as r=2
+    assert r.returncode == 2 and "does not accept lora deltas" in r.stderr, r.stderr
+    assert "expected r=R" not in r.stderr
