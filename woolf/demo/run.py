@@ -212,6 +212,7 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
             result.alone_losses, result.alone_loss = refs.alone_losses, refs.alone_loss
             result.alone_loss_mean, result.parallel_loss = refs.alone_loss_mean, refs.parallel_loss
             result.baseline_loss = refs.baseline_loss
+            result.margin_noise, result.margin_windows = _margin_noise(observer, refs)
         except KeyboardInterrupt:
             result.interrupted = True
             console.print("[yellow]interrupted: reference runs stopped[/]")
@@ -243,3 +244,16 @@ def _check_lora(lora: str | None, overrides: dict[str, str]) -> str:
     if spec.targets:
         return "+".join(spec.targets)
     return "+".join(LORA_TARGETS) if cfg.workload.name == "charlm" else "the workload's default targets"
+
+
+def _margin_noise(observer, refs) -> tuple[float | None, int]:
+    """The benchmark noise of the ledger's margin over the best participant alone (demo/references.py)."""
+    from woolf.demo.references import margin_noise, window_losses  # deferred: loads torch
+    from woolf.ledger.benchmark import gate_benchmark  # deferred: the ledger
+
+    if not refs.alone_losses:
+        return None, 0
+    best = min(refs.alone_losses, key=refs.alone_losses.get)
+    wl = observer.workload()
+    final = window_losses(wl, observer.load_weights(observer.head()), gate_benchmark(observer))
+    return margin_noise(final, refs.alone_windows.get(best))
