@@ -51,3 +51,16 @@ def test_a_lora_run_prints_no_library_deprecation_warnings(tmp_path):
                         "--lora", "r=2"], cwd=alice.root, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "Warning" not in r.stderr and "deprecated" not in r.stderr, r.stderr
+
+
+def test_audit_reevaluate_reads_a_transformers_ledgers_model_files(tmp_path, cli):
+    """`woolf audit --reevaluate` built the transformers workload without its pinned model files and reported
+    every merged version as a problem ("the transformers workload has no model files")."""
+    from woolf.validator import Validator
+
+    net = hf_network(tmp_path, tiny.make_tiny_model(tmp_path / "m"))
+    alice, val = net.clone("alice"), net.clone("val")
+    net.train_submit(alice, "alice", steps=2)
+    assert [v.state for v in Validator(val, device="cpu").run()] == ["merged"]
+    r = cli("audit", "--reevaluate", cwd=net.clone("carol").root)
+    assert r.returncode == 0 and "2 versions checked: ok" in r.stdout, r.stdout + r.stderr

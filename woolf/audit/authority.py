@@ -153,6 +153,7 @@ def _object_types(git, shas) -> dict[str, str]:
 
 def _reevaluate(ledger, report, versions) -> None:
     from woolf.workloads.base import load_workload  # deferred: loads torch
+    from woolf.workloads.features import BIND, features_of  # deferred: the workloads package
 
     for v in versions:
         if v.submission is None or not v.metrics:
@@ -160,6 +161,8 @@ def _reevaluate(ledger, report, versions) -> None:
         try:
             cfg = parse_config((ledger.git.show_bytes(f"{v.parents[0]}:{layout.CONFIG}") or b"").decode())
             wl = load_workload(cfg.workload)
+            if BIND in features_of(wl):  # its model files, as that config pinned them (the transformers workload)
+                wl.bind(lambda rel, at=v.parents[0]: ledger.git.show_bytes(f"{at}:{rel}"))
             if cfg.benchmark.hidden_sha256:  # the validators' private set: only with a copy at hand
                 if not os.environ.get(HIDDEN_ENV):
                     continue
