@@ -47,3 +47,9 @@ def test_submit_base_without_weights_is_refused_not_ignored(network, cli):
     alice = network.clone("alice")
     assert cli("train", "--steps", "2", cwd=alice.root).returncode == 0
     _one_line(cli("submit", "--base", "99", cwd=alice.root), "--base goes with --weights")
+
+
+def test_config_set_names_itself_not_the_config_file(network, cli):
+    r = cli("config", "set", "workload.params.lr=abc", cwd=network.work.root)
+    _one_line(r, "woolf config set: workload.params.lr = 'abc' is not a number")
+    assert "ledger/woolf.toml" not in r.stderr
