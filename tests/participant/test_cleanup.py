@@ -30,11 +30,14 @@ def test_submit_and_gc_local_keep_a_clone_from_growing(network, cli):
     current = Pointer.parse((alice.root / layout.POINTER).read_bytes(), layout.POINTER).md5
     older = _cached(alice) - {current}
     assert older  # versions 0 and 1, pulled before
+    left = alice.root / layout.WORK / "outgoing" / "20260101T000000000Z-alice-dead.safetensors"
+    left.write_bytes(b"a delta whose upload failed")  # what a submit that failed midway leaves
     r = cli("gc", "--local", "--dry-run", cwd=alice.root)
     assert r.returncode == 0 and "would remove" in r.stdout and _cached(alice) - {current} == older, r.stderr
     r = cli("gc", "--local", cwd=alice.root)
     assert r.returncode == 0, r.stderr
     assert _cached(alice) == {current} and not (work_dir(alice) / "trained.safetensors").exists()
+    assert not left.exists()
     # nothing it removed is missing later: the clone trains, submits and checks out an old version again
     train(alice, TrainOptions(steps=3, contributor="alice", seed=2))
     submit(alice, SubmitOptions(contributor="alice"))

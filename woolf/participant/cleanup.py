@@ -10,7 +10,8 @@ after two PRs): the trained weights in the work area, the copy of the optimizer 
 from, and in DVC's cache the delta and that optimizer state as uploaded, and every version's weights.
 Once the PR is open the last three are in storage or no longer needed, so `submit` removes them (the trained
 weights are overwritten by the next `train`). The DVC cache's other objects (older versions' weights, earlier
-deltas) and submitted trained weights are removed only by `woolf gc --local`, and cached objects only where
+deltas), submitted trained weights and what a failed submit left in the way out are removed only by
+`woolf gc --local`, and cached objects only where
 the ledger's storage holds them (each is fetched again, hash-checked, if ever needed): the current version's
 weights and state stay, and so does anything uploaded only to a remote of your own.
 """
@@ -78,6 +79,10 @@ def clean_cache(ledger, dry_run: bool = False) -> dict:
     weights already submitted."""
     keep = _needed(ledger)
     removed, kept, freed = [], [], 0
+    for left in sorted((ledger.root / layout.WORK / "outgoing").glob("*.safetensors")) + \
+            sorted(work_dir(ledger).glob("*.outgoing")):  # a submit that failed before its upload consumed them
+        freed += left.stat().st_size if dry_run else _unlink(left)
+        removed.append(str(left.relative_to(ledger.root)))
     waiting = waiting_result(ledger)
     trained = work_dir(ledger) / "trained.safetensors"
     if waiting is not None and waiting["submitted"] and trained.exists():
