@@ -29,7 +29,7 @@ from woolf.demo.hub import create_hub
 from woolf.demo.kinds import parse_kinds
 from woolf.demo.live import LiveView, snapshot
 from woolf.demo.lora import contribution_words, demo_lora, lora_facts, lora_settings
-from woolf.demo.references import reference_losses
+from woolf.demo.references import margin_noise, reference_losses, window_losses
 from woolf.demo.regimes import DEFAULT as DEFAULT_REGIME
 from woolf.demo.regimes import REGIMES, prepare_regime
 from woolf.demo.result import DemoResult, judge_validators, outcomes
@@ -42,7 +42,7 @@ from woolf.ledger.benchmark import gate_benchmark
 from woolf.ledger.ledger import Ledger
 from woolf.protocol.config import LedgerConfig
 from woolf.protocol.config_text import apply_overrides
-from woolf.protocol.lora_spec import parse_lora
+from woolf.protocol.lora_spec import LORA_PARAM, parse_lora
 from woolf.report.story import activity, rejection_kinds, version_facts
 from woolf.workloads import corpus
 from woolf.workloads.base import load_workload
@@ -211,6 +211,7 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
             result.alone_losses, result.alone_loss = refs.alone_losses, refs.alone_loss
             result.alone_loss_mean, result.parallel_loss = refs.alone_loss_mean, refs.parallel_loss
             result.baseline_loss = refs.baseline_loss
+            result.margin_noise, result.margin_windows = _margin_noise(observer, refs)
         except KeyboardInterrupt:
             result.interrupted = True
             console.print("[yellow]interrupted: reference runs stopped[/]")
@@ -233,7 +234,7 @@ def _check_lora(lora: str | None, overrides: dict[str, str]) -> str:
                          "(it comes with the hf extra: pip install -e '.[hf]')")
     cfg = apply_overrides(LedgerConfig(), overrides)
     spec = parse_lora(lora)
-    params = {k: v for k, v in cfg.workload.params.items() if k != "lora"}  # a workload without LoRA has no lora
+    params = {k: v for k, v in cfg.workload.params.items() if k != LORA_PARAM}  # a workload without LoRA: no such param
     wl = load_workload(replace(cfg.workload, params=params))
     if LORA not in features_of(wl):
         raise UsageError(f"--lora: the {cfg.workload.name} workload does not train LoRA adapters",
@@ -244,3 +245,13 @@ def _check_lora(lora: str | None, overrides: dict[str, str]) -> str:
         return "+".join(spec.targets)
     default = getattr(wl, "LORA_TARGETS", None)  # workloads/lora.py: None, every linear layer but the head
     return "+".join(default) if default else "every linear layer but the output head"
+
+
+def _margin_noise(observer, refs) -> tuple[float | None, int]:
+    """The benchmark noise of the ledger's margin over the best participant alone (demo/references.py)."""
+    if not refs.alone_losses:
+        return None, 0
+    best = min(refs.alone_losses, key=refs.alone_losses.get)
+    wl = observer.workload()
+    final = window_losses(wl, observer.load_weights(observer.head()), gate_benchmark(observer))
+    return margin_noise(final, refs.alone_windows.get(best))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +27,29 @@ from woolf.protocol.compress_spec import CompressSpec
 from woolf.protocol.trailers import format_message
 from woolf.protocol.versions import Version
 from woolf.storage.dvcstore import REMOTE_NAME
-from woolf.storage.sparse import save_delta
+from woolf.storage.kinds import DENSE, kind_for
 from woolf.storage.streamdelta import StreamedDelta, ZeroDelta
 from woolf.timing import Timer
+
+# a place on the submitter's machine: an absolute path, a home-relative one, a drive letter, a file: URL;
+# at the start of a value or after a separator (a shard label "domain 1/3:alice@v0" is none)
+_PLACE = re.compile(r"(?:^|[\s'\"=:(,\[])(?:/[^\s/]|~[/\\]|[A-Za-z]:[\\/]|file:)")
+MAX_PUBLIC_DEPTH = 8
+
+
+def public(value, depth: int = 0):
+    """``value`` (a training summary, as a workload or an external command wrote it) as a PR publishes it:
+    every string that names a place on the submitter's machine is "private". A PR's objects are public
+    for good (git keeps history); nothing in them may say where a participant keeps its files."""
+    if isinstance(value, str):
+        return "private" if _PLACE.search(value) else value
+    if depth >= MAX_PUBLIC_DEPTH:
+        return None
+    if isinstance(value, dict):
+        return {k: public(v, depth + 1) for k, v in value.items() if not _PLACE.search(str(k))}
+    if isinstance(value, (list, tuple)):
+        return [public(v, depth + 1) for v in value]
+    return value
 
 
 def check_delta(delta: dict, zeros: str, hint: str | None = None) -> None:
@@ -38,6 +59,15 @@ def check_delta(delta: dict, zeros: str, hint: str | None = None) -> None:
         raise InvalidWeightsError(f"delta: tensor {bad!r} holds NaN or Inf values")
     if not nonzero:
         raise InvalidWeightsError(zeros, hint=hint)
+
+
+def _public_recipe(recipe: dict) -> dict:
+    """The recipe without a local file's place: a carried optimizer start is published by its hashes only
+    (participant/recipe.py publish() removes the snapshot's path; one that was not published loses it here)."""
+    opt = recipe.get("optimizer")
+    if isinstance(opt, dict) and "path" in opt:
+        recipe = {**recipe, "optimizer": {k: v for k, v in opt.items() if k != "path"}}
+    return recipe
 
 
 def new_id(who: str) -> str:
@@ -75,24 +105,22 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
     who, timer, reverts, cspec, parts = o.who, o.timer, o.reverts, o.cspec, o.parts
     record = o.record or {}
     cfg = ledger.config
-    own = getattr(delta, "declared", None)  # a file that writes itself as its kind (storage/lora.py)
+    own = getattr(delta, "declared", None)  # a file that writes itself as its kind (storage/kinds/lora_file.py)
     streamed = isinstance(delta, StreamedDelta) or own is not None  # written by its own write()
-    declared = own or (cspec.declared() if cspec else {"kind": "dense"})
+    declared = own or (cspec.declared() if cspec else DENSE.declared())
+    kind = kind_for(declared)
     if not o.prechecked and not streamed:
         check_delta(delta, "the delta is all zeros: it would change nothing")
     sub_id = new_id(who)
     delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
     tmp = ledger.root / layout.WORK / "outgoing" / f"{sub_id}.safetensors"
     with timer("save"):  # hashed while written: md5 for DVC, sha256 for the record
-        if streamed:
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                md5, sha = delta.write(tmp)
-            except ZeroDelta:
-                raise InvalidWeightsError(o.zeros or "the delta is all zeros: it would change nothing",
-                                          hint=o.zeros_hint) from None
-        else:
-            md5, sha = save_delta(delta, tmp, cspec, parts)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            md5, sha = kind.write(delta, tmp, declared, parts)
+        except ZeroDelta:
+            raise InvalidWeightsError(o.zeros or "the delta is all zeros: it would change nothing",
+                                      hint=o.zeros_hint) from None
         del delta, parts
     size = tmp.stat().st_size
     if size > cfg.limits.max_delta_bytes:
@@ -107,10 +135,10 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
         "schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
         "base_commit": base.commit, "message": o.message,
         "delta": {**declared, "sha256": sha, "md5": md5, "size": size},
-        "training": record.get("training"), "metrics": record.get("metrics"),
+        "training": public(record.get("training")), "metrics": record.get("metrics"),
     }
     if record.get("recipe"):  # how the delta was trained (protocol/recipe.py), signed with the PR
-        meta["recipe"] = record["recipe"]
+        meta["recipe"] = _public_recipe(record["recipe"])
     if o.delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where
         meta["delta"]["url"] = f"{o.delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"
     if reverts is not None:
@@ -134,5 +162,6 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
     if task and (also is None or ledger.git.rev_parse(also[1]) != also[0]):  # it did not ride: on its own
         record_submitted(ledger, task, sub_id)
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
-            "delta_sha256": sha, "delta_size": size, "delta_kind": meta["delta"]["kind"], "number": pr.number,
+            "delta_sha256": sha, "delta_md5": md5, "delta_size": size, "delta_kind": meta["delta"]["kind"],
+            "number": pr.number,
             "timings": dict(timer), "pointer": pointer, "declared": meta["delta"]}

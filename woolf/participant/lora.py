@@ -26,7 +26,9 @@ from woolf.ledger.submission import SubmitDeltaOptions, submit_delta
 from woolf.participant.feedback import remember
 from woolf.participant.lora_state import keep_adapters, load_adapters
 from woolf.participant.state import mark_submitted, work_dir
+from woolf.protocol.compress_spec import UNCOMPRESSED
 from woolf.protocol.lora_spec import LoraSpec, parse_lora
+from woolf.storage import kinds
 from woolf.storage.files import hashes_of_file
 from woolf.storage.weights import TRUSTED_LIMITS, read_spec, spec_of
 from woolf.workloads.features import LORA, features_of
@@ -56,7 +58,7 @@ def lora_spec(ledger, text: str | None) -> LoraSpec | None:
         raise UsageError(f"the {ledger.config.workload.name} workload does not train LoRA adapters",
                          hint="LoRA needs a workload that declares it (transformers, charlm); "
                               "drop --lora here")
-    if "lora" not in ledger.config.delta.accept:
+    if not kinds.LORA.accepted_by(ledger.config.delta.accept):
         accepted = ", ".join(ledger.config.delta.accept)
         raise UsageError(f"this ledger does not accept lora deltas (delta.accept: {accepted})",
                          hint="drop --lora, or ask the maintainer to add lora to delta.accept")
@@ -79,7 +81,7 @@ def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, d
     import torch  # deferred: torch
 
     from woolf.core.lora import expand  # deferred: loads torch
-    from woolf.storage.lora import LoraFile  # deferred: loads torch
+    from woolf.storage.kinds.lora_file import LoraFile  # deferred: loads torch
 
     spec_in = spec_of(base)
     state, start = load_adapters(ledger, wl, spec) if spec.carry else (None, None)  # refused: nothing changed
@@ -110,14 +112,12 @@ class TrainedFactors:
     are the bytes sent."""
 
     def __init__(self, path: Path, spec: dict, limits):
-        from woolf.storage.lora import LoraFile  # deferred: loads torch
-
         self.path, self.spec, self.limits = path, spec, limits
-        self.declared = LoraFile.declared
+        self.declared = kinds.LORA.declared()
 
     def write(self, out: Path) -> tuple[str, str]:
         """(md5, sha256) of the copy at ``out``; InvalidWeightsError (nothing left at ``out``) when it fails a check."""
-        from woolf.storage.lora import LoraFile, LoraTensors  # deferred: loads torch
+        from woolf.storage.kinds.lora_file import LoraFile, LoraTensors  # deferred: loads torch
 
         shutil.copyfile(self.path, out)
         try:
@@ -136,9 +136,9 @@ class TrainedFactors:
 def submit_lora(ledger, record: dict, who: str, base, o) -> dict:
     """The work area's factor file, as `train` wrote it, as a `lora` PR on ``base`` (options ``o``: SubmitOptions)."""
     cfg = ledger.config
-    if o.compress not in (None, "dense"):
+    if o.compress not in (None, UNCOMPRESSED):
         raise UsageError("--compress does not apply to a LoRA contribution: its factors are sent as they are")
-    if "lora" not in cfg.delta.accept:
+    if not kinds.LORA.accepted_by(cfg.delta.accept):
         raise UsageError(f"this ledger does not accept lora deltas (delta.accept: {', '.join(cfg.delta.accept)})")
     path = work_dir(ledger) / FACTORS
     if not path.exists():

@@ -23,6 +23,7 @@ import math
 import re
 from dataclasses import dataclass
 
+LORA_PARAM = "lora"  # the workload parameter (workload.params.lora) holding a ledger's default LoRA text
 DTYPES = ("auto", "bf16", "fp32")
 _TARGET = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
 _KEYS = ("r", "alpha", "targets", "dropout", "dtype", "ckpt", "lr_scale", "carry")

@@ -1,9 +1,12 @@
 """Proof of training: a validator re-trains a drawn share of PRs from the recipe each declares, and compares.
 
-Usage (two hooks in the validator's evaluation: after admission, and after scoring before the benchmark):
-    reason = recipe_reason(ledger, adm)                            # None, or "recipe: ..." / "retrain: ..."
-    reason = retrain_check(ledger, device, adm, delta, verdict)   # None, or "retrain: ..."
-    verdict.retrain     # {"retrain": "matched", "distance": 3e-8, "tolerance": 0.02, "seconds": .., ...}
+Usage (two stages of the validator's evaluation, validator/stages.py: "recipe" after admission, and
+"retrain" after scoring, before the merge and the benchmark; over the validator's context):
+    reason = recipe_reason(ctx, adm)          # None, or "recipe: ..." / "retrain: ..."
+    reason = retrain_check(ctx, cand)         # None, or "retrain: ..."; fills the candidate record's
+    cand.retrain        # {"retrain": "matched", "distance": 3e-8, "tolerance": 0.02, "seconds": .., ...}
+
+The estimate of a re-training's time uses what this validator measured (``ctx.state.speed``).
 
 What happens to a PR (docs/protocol.md#re-training):
 - a recipe that breaks a rule (woolf/protocol/recipe.py check_recipe: a shard not assigned to the
@@ -37,109 +40,112 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from woolf.core.retrain_speed import Clock
 from woolf.errors import IntegrityError, Rejected, StorageError, WoolfError
 from woolf.ledger.benchmark import hidden_benchmark
 from woolf.ledger.tasks import fetch_tasks
 from woolf.protocol import layout
-from woolf.protocol.receipts import MAX_RECEIPTS, RECEIPTS
+from woolf.protocol.receipts import receipt_commit
 from woolf.protocol.recipe import (
     RETRAIN_FLAG,
     RecipeLimits,
     check_recipe,
-    estimate_seconds,
     relative_distance,
     retrain_draw,
     unverifiable,
 )
 from woolf.protocol.tasks import read_tasks
 from woolf.storage.files import hashes_of_file
+from woolf.storage.kinds import kind_for
 from woolf.storage.pointer import Pointer
 from woolf.workloads.features import BIND, GLOBAL_STEP, STATE_DIR, features_of
 
 log = logging.getLogger("woolf.validator")
 
 FLAG = RETRAIN_FLAG  # Woolf-Flags mark of a PR whose re-training did not match
-_SPEED: dict[str, float] = {}  # workload fingerprint -> this validator's measured seconds per step
-_RECEIPTS: dict[str, dict[str, str]] = {}  # receipts tip -> {PR id: receipt commit}
 
 
 class RetrainTimeout(Exception):
     """Raised from the training loop's progress callback past the deadline."""
 
 
-def recipe_reason(ledger, adm) -> str | None:
+def recipe_reason(ctx, adm) -> str | None:
     """Before any weights are read: why ``adm``'s recipe is refused ("recipe: ..."), or why a PR that
     cannot be re-trained is refused under policy.require_retrain ("retrain: ..."); None when neither."""
+    ledger = ctx.ledger
     cfg = ledger.config
     recipe, contributor = adm.meta.get("recipe"), adm.meta["contributor"]
     if recipe is not None:
         reason = check_recipe(recipe, contributor=contributor, base_version=adm.base.version,
                               limits=RecipeLimits(cfg.workload.max_steps, cfg.limits.max_batch),
                               known_params=known_params(ledger.workload()),
-                              taken=_taken(ledger, recipe, contributor))
+                              taken=_taken(ledger, recipe, contributor), workload=cfg.workload.name)
         if reason:
             return reason
-    why = unverifiable(recipe, adm.meta["delta"].get("kind", "dense"))
+    why = unverifiable(recipe) or kind_for(adm.meta["delta"]).unreplayable()
     if why and cfg.policy.require_retrain:
         return f"retrain: this PR cannot be re-trained ({why}) and the ledger's policy.require_retrain is on"
     if why or cfg.validators.retrain_rate <= 0:
         return None
-    limit = cfg.limits.max_retrain_seconds
-    est = estimate_seconds(recipe, _SPEED.get(_fingerprint(ledger.workload())))
-    if est is not None and est > limit:
+    limit, wl = cfg.limits.max_retrain_seconds, ledger.workload()
+    est = ctx.state.speed.over(recipe, wl, _fingerprint(wl), limit)  # never on an estimate alone: core/retrain_speed.py
+    if est is not None:
         return (f"recipe: re-training its {recipe['steps']} steps would take about {est:.0f} s, over the "
                 f"ledger's limits.max_retrain_seconds {limit:g}")
     return None
 
 
-def retrain_check(ledger, device: str, adm, delta, verdict, pr_head: str | None = None) -> str | None:
+def retrain_check(ctx, cand) -> str | None:
     """After recipe_reason passed and the delta's checks and scores: with probability
-    validators.retrain_rate, re-train and compare. The reason ``adm``'s PR is refused ("retrain: ..."), or
-    None; fills verdict.retrain."""
+    validators.retrain_rate, re-train and compare. The reason the candidate ``cand``'s PR is refused
+    ("retrain: ..."), or None; fills cand.retrain (and flags a mismatch)."""
+    ledger, adm = ctx.ledger, cand.adm
     cfg = ledger.config
     recipe, rate = adm.meta.get("recipe"), cfg.validators.retrain_rate
     if rate <= 0:
         return None
-    why = unverifiable(recipe, adm.meta["delta"].get("kind", "dense"))
+    why = unverifiable(recipe) or kind_for(adm.meta["delta"]).unreplayable()
     if why:
-        verdict.retrain = {"retrain": "unverifiable", "why": why}
+        cand.retrain = {"retrain": "unverifiable", "why": why}
         return None
-    draw = retrain_draw(receipt_of(ledger.git, adm.meta["id"]) or pr_head or "", adm.meta["id"], salt(ledger))
+    receipt = receipt_commit(ledger.git, adm.meta["id"])  # the hub's receipt log (protocol/receipts.py)
+    draw = retrain_draw(receipt or cand.pr.head or "", adm.meta["id"], salt(ledger))
     if draw >= rate:
-        verdict.retrain = {"retrain": "not drawn", "draw": round(draw, 6)}
+        cand.retrain = {"retrain": "not drawn", "draw": round(draw, 6)}
         return None
-    return _retrain_and_compare(ledger, device, adm, delta, verdict, recipe, draw, _fingerprint(ledger.workload()))
+    return _retrain_and_compare(ctx, cand, recipe, draw, _fingerprint(ledger.workload()))
 
 
-def _retrain_and_compare(ledger, device, adm, delta, verdict, recipe, draw, fingerprint) -> str | None:
-    cfg = ledger.config
+def _retrain_and_compare(ctx, cand, recipe, draw, fingerprint) -> str | None:
+    cfg, adm = ctx.ledger.config, cand.adm
     limit, tol = cfg.limits.max_retrain_seconds, cfg.validators.retrain_tolerance
     t0 = time.perf_counter()
     record = {"draw": round(draw, 6), "tolerance": tol, "trained_seconds": recipe.get("seconds")}
+    clock = Clock()
     try:
-        retrained = retrain(ledger, recipe, adm.base, device, limit)
+        retrained = retrain(ctx.ledger, recipe, adm.base, ctx.device, limit, clock)
     except RetrainTimeout as exc:
-        verdict.retrain = {**record, "retrain": "timed out", "seconds": round(time.perf_counter() - t0, 3)}
+        cand.retrain = {**record, "retrain": "timed out", "seconds": round(time.perf_counter() - t0, 3)}
         return (f"retrain: re-training its recipe ran past limits.max_retrain_seconds {limit:g} ({exc}); "
                 "declare fewer steps")
     except Rejected as exc:
-        verdict.retrain = {**record, "retrain": "failed"}
+        cand.retrain = {**record, "retrain": "failed"}
         return exc.message
     except Exception as exc:  # noqa: BLE001 - one PR's recipe never stops the queue: it gets one verdict
-        verdict.retrain = {**record, "retrain": "failed"}
+        cand.retrain = {**record, "retrain": "failed"}
         log.info("%s: re-training failed: %s: %s", adm.meta["id"], type(exc).__name__, exc)
         return f"retrain: its recipe could not be re-trained ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
     seconds = time.perf_counter() - t0
-    _SPEED[fingerprint] = seconds / recipe["steps"]
+    ctx.state.speed.record(fingerprint, adm.meta["contributor"], recipe, ctx.ledger.workload(), clock)
     clip = adm.screened.clip if adm.screened is not None and adm.screened.clip else 1.0
-    dist = distance(retrained, delta, clip)
+    dist = distance(retrained, cand.delta, clip)
     record.update(distance=dist if math.isfinite(dist) else -1.0, seconds=round(seconds, 3))
     if dist <= tol:
-        verdict.retrain = {**record, "retrain": "matched"}
+        cand.retrain = {**record, "retrain": "matched"}
         return None
-    verdict.retrain = {**record, "retrain": "mismatch"}
-    if FLAG not in verdict.flags:
-        verdict.flags.append(FLAG)
+    cand.retrain = {**record, "retrain": "mismatch"}
+    if FLAG not in cand.flags:
+        cand.flags.append(FLAG)
     shown = f"{dist:.3g}" if math.isfinite(dist) else "incomparable (other tensors)"
     return (f"retrain: the delta is {shown} (relative distance) from a re-training of its own recipe, over "
             f"validators.retrain_tolerance {tol:g}: it was not trained as its recipe declares")
@@ -165,7 +171,7 @@ def distance(retrained: dict, delta, clip: float = 1.0) -> float:
     return relative_distance(sq_diff, sq_norm)
 
 
-def retrain(ledger, recipe: dict, base_version, device: str, limit: float) -> dict:
+def retrain(ledger, recipe: dict, base_version, device: str, limit: float, clock: Clock | None = None) -> dict:
     """The delta ``recipe`` gives from ``base_version``'s weights: float32 trained - base, as `submit` makes
     it. Raises RetrainTimeout past ``limit`` seconds, Rejected for a recipe its workload contradicts."""
     import torch  # deferred: torch
@@ -173,7 +179,7 @@ def retrain(ledger, recipe: dict, base_version, device: str, limit: float) -> di
     from woolf.workloads.base import load_workload  # deferred: loads torch
 
     cfg = ledger.config
-    wl = load_workload(replace(cfg.workload, name=recipe["workload"], params=recipe["params"]))
+    wl = load_workload(replace(cfg.workload, params=recipe["params"]))  # the ledger's workload, never the recipe's
     feats = features_of(wl)
     if BIND in feats:
         wl.bind(lambda rel: ledger.git.show_bytes(f"{ledger.main_ref}:{rel}"))
@@ -186,6 +192,8 @@ def retrain(ledger, recipe: dict, base_version, device: str, limit: float) -> di
     deadline = time.monotonic() + limit
 
     def progress(step: int, total: int, loss: float) -> None:
+        if clock is not None:
+            clock.tick()
         if time.monotonic() > deadline:
             raise RetrainTimeout(f"stopped at step {step} of {total}")
 
@@ -200,8 +208,12 @@ def retrain(ledger, recipe: dict, base_version, device: str, limit: float) -> di
         if GLOBAL_STEP in feats:
             extra["global_step"] = recipe["global_step"]
         torch.manual_seed(recipe["seed"])
-        trained, _ = wl.train(base, train_data, recipe["steps"], device=device, seed=recipe["seed"],
-                              progress=progress, **extra)
+        trained, summary = wl.train(base, train_data, recipe["steps"], device=device, seed=recipe["seed"],
+                                    progress=progress, **extra)
+    how = str((summary or {}).get("optimizer", ""))
+    if recipe["optimizer"]["start"] == "carried" and not how.startswith("resumed"):  # never silently fresh
+        raise Rejected(f"retrain: its carried optimizer state did not load here ({how[:200]}); a re-training "
+                       "from a fresh one would not be its recipe")
     return {k: trained[k].to(torch.float32) - base[k].to(torch.float32) for k in trained}
 
 
@@ -254,29 +266,6 @@ def _taken(ledger, recipe: dict, contributor: str) -> tuple[str, int] | None:
     if rec is None or rec[0].contributor != contributor or rec[0].shard != shard:
         return None
     return data["owner"], data["version"]
-
-
-def receipt_of(git, sub_id: str) -> str | None:
-    """The commit of the hub's receipt that first lists ``sub_id`` (its committer time is the hub's
-    clock: no submitter knows it before the push lands); None without one."""
-    tip = git.rev_parse(RECEIPTS)
-    if tip is None:
-        return None
-    found = _RECEIPTS.get(tip)
-    if found is None:
-        proc = git.run("log", "--first-parent", f"--max-count={MAX_RECEIPTS}", "--format=%H%x01%B%x00", tip,
-                       check=False)
-        found = {}
-        for entry in proc.stdout.decode(errors="replace").split("\x00"):
-            commit, _, message = entry.strip("\n").partition("\x01")
-            for line in message.splitlines():
-                if line.startswith("Woolf-Received: "):
-                    for i in line[len("Woolf-Received: "):].strip("[]").split(","):
-                        found[i.strip().strip('"')] = commit  # oldest last: the first receipt wins
-        if len(_RECEIPTS) > 8:
-            _RECEIPTS.clear()
-        _RECEIPTS[tip] = found
-    return found.get(sub_id)
 
 
 def salt(ledger) -> bytes:

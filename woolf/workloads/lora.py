@@ -23,7 +23,7 @@ a fresh optimizer (``optimizer_warmup``) capped at a third of the steps (a fresh
 B = 0, so the first steps' update is small; the full 60-step ramp of the continued regimes would
 leave a 15-step contribution at a quarter of the rate: benchmarks/RESULTS.md §17b). The factors
 come back per target TENSOR of the model (the ledger's names) in the delta file's convention
-B·A = update in the tensor's own shape (woolf/storage/lora.py): a GPT-2 Conv1D stores its weight
+B·A = update in the tensor's own shape (woolf/storage/kinds/lora_file.py): a GPT-2 Conv1D stores its weight
 transposed (peft's ``fan_in_fan_out``), so its pair is sent transposed (A := lora_B^T,
 B := lora_A^T). Only linear layers (Linear, Conv1D) are targets; an embedding or a tied tensor is
 refused with the name. The model and its adapters are dropped before returning: memory is the
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import gc
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -225,6 +226,16 @@ def default_targets(wl, model) -> list[str]:
     return [n for n in linear_names(model) if modules[n] is not out]
 
 
+def _checkpointing(model) -> None:
+    """Checkpointing by the installed transformers' current name: the old one, ``gradient_checkpointing_enable``,
+    printed a FutureWarning on every LoRA run."""
+    on = getattr(model, "activation_checkpointing_enable", None)
+    if on is not None:
+        on(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:  # a transformers that predates the new name
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def _adapted(wl, model, spec: LoraSpec, seed: int):
     """The peft model: adapters on ``spec``'s targets (the workload's default when none are named),
     initialised from ``seed`` alone; the targets checked first."""
@@ -233,7 +244,10 @@ def _adapted(wl, model, spec: LoraSpec, seed: int):
     cfg = LoraConfig(r=spec.r, lora_alpha=spec.alpha or 2 * spec.r, lora_dropout=spec.dropout,
                      target_modules=targets, bias="none")
     try:
-        return get_peft_model(model, cfg)
+        with warnings.catch_warnings():
+            # GPT-2's Conv1D: peft sets fan_in_fan_out itself, and said so on every run
+            warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False", category=UserWarning)
+            return get_peft_model(model, cfg)
     except ValueError as exc:  # peft: target modules not found, or no default for this architecture
         raise UsageError(f"--lora {spec.text()}: {str(exc).splitlines()[0][:200]}", hint=_hint(model)) from None
 
@@ -258,7 +272,7 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     hint = _hint(model)
     if spec.checkpointing and hasattr(model, "gradient_checkpointing_enable"):
         # activations recomputed in the backward pass: less memory, ~30% more compute
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        _checkpointing(model)
     model = _adapted(wl, model, spec, seed)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]

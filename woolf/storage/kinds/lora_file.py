@@ -1,4 +1,4 @@
-"""The `lora` delta file: factor pairs per target tensor, checked before any arithmetic, expanded one tensor at a time.
+"""The `lora` kind's file: factor pairs per target tensor, checked before any arithmetic, expanded one tensor at a time.
 
 Usage:
     LoraFile({"h.0.attn.c_attn.weight": (A, B, 2.0)}, base_spec).write(out)   # (md5, sha256); a PR's delta
@@ -6,7 +6,7 @@ Usage:
     delta["h.0.attn.c_attn.weight"]   # the float32 update scale·B·A (core/lora.py's arithmetic of record)
     delta["wte.weight"]               # an untargeted tensor: -0.0 everywhere (the merge leaves it bit for bit)
     delta.targets                      # {target: rank}
-    delta.expand_once(work_dir)        # the validator (validator/delta_load.py): every target expanded now,
+    delta.expand_once(work_dir)        # the validator (lora.py expand_ahead): every target expanded now,
                                        # once, into an anonymous file; later reads read that file
 
 
@@ -32,7 +32,9 @@ synthesised on read. Called only after ``open``'s checks (and the caller's sha25
 Rules (each refusal one line naming the tensor and the rule, before any data but the scales is
 read): every name is a factor of a target; the target names a tensor of the model; both halves
 and the scale are there; the target is a 2-D float32 tensor; A and B are float32/bfloat16 with
-shapes r x cols and rows x r; 1 <= r <= limits.max_lora_rank; the scale is finite, in (0, 1024].
+shapes r x cols and rows x r; 1 <= r <= limits.max_lora_rank and r <= min(rows, cols); the scale is
+finite, in (0, 1024]; the header has no ``__metadata__``; expanding every pair is at most
+``limits.max_lora_expand`` multiply-adds (sum of r·rows·cols: core/lora.py check_cost).
 """
 
 from __future__ import annotations
@@ -45,14 +47,13 @@ from pathlib import Path
 
 import torch
 
-from woolf.core.lora import check_pair, check_scale, expand
+from woolf.core.lora import check_cost, check_pair, check_scale, expand
 from woolf.errors import InvalidWeightsError
 from woolf.protocol.config import LimitsConfig
 from woolf.storage.lazy import LazyTensors
-from woolf.storage.weights import save_atomic, torch_dtypes
+from woolf.storage.weights import TRUSTED_LIMITS, save_atomic, torch_dtypes
 
 SUFFIXES = (".lora_A", ".lora_B", ".lora_scale")
-KIND = "lora"
 
 
 def split_name(key: str) -> tuple[str, str] | None:
@@ -63,8 +64,10 @@ def split_name(key: str) -> tuple[str, str] | None:
     return None
 
 
-def check_layout(file_spec: dict, model_spec: dict, max_rank: int, label: str = "delta") -> dict[str, int]:
-    """{target: rank} when the file's header is a lora delta of this model; else InvalidWeightsError."""
+def check_layout(file_spec: dict, model_spec: dict, max_rank: int, label: str = "delta",
+                 merged: bool = False) -> dict[str, int]:
+    """{target: rank} when the file's header is a lora delta of this model; else InvalidWeightsError.
+    ``merged``: a delta its ledger merged, read back (core/lora.py check_pair)."""
     dtypes = torch_dtypes()
     pairs: dict[str, dict] = {}
     for key in sorted(file_spec):
@@ -95,7 +98,7 @@ def check_layout(file_spec: dict, model_spec: dict, max_rank: int, label: str = 
         (a_dt, a_shape), (b_dt, b_shape) = parts[".lora_A"], parts[".lora_B"]
         try:
             ranks[target] = check_pair(target, (dtypes[a_dt], tuple(a_shape)), (dtypes[b_dt], tuple(b_shape)),
-                                       None, tuple(t_shape), max_rank)
+                                       None, tuple(t_shape), max_rank, merged)
         except ValueError as exc:
             raise InvalidWeightsError(f"{label}: {exc}") from None
     return ranks
@@ -115,8 +118,15 @@ class LoraTensors(LazyTensors):
             raise ValueError("a lora delta is opened against the model's spec")
         self = super().open(path, limits, None, label)  # the header, checked as any untrusted file's
         try:
+            self._fh.seek(8)  # the header read again (bounded, checked): a factor file carries no metadata
+            if "__metadata__" in json.loads(self._fh.read(self._start - 8)):
+                raise InvalidWeightsError(f"{label}: a lora delta carries no __metadata__ (factor pairs only)")
             self.factors = self.spec
-            self.targets = check_layout(self.factors, expect, limits.max_lora_rank, label)
+            self.targets = check_layout(self.factors, expect, limits.max_lora_rank, label, limits is TRUSTED_LIMITS)
+            try:  # the expansion's work, from the header alone: over the budget, nothing is read or expanded
+                check_cost({t: (r, *expect[t][1]) for t, r in self.targets.items()}, limits.max_lora_expand)
+            except ValueError as exc:
+                raise InvalidWeightsError(f"{label}: {exc}") from None
             self.spec = dict(expect)
             self.scales = {}
             for target in self.targets:
@@ -203,6 +213,13 @@ class LoraTensors(LazyTensors):
         """``self[name]`` in fresh memory (an expansion is made, not read: ``buf`` is not used)."""
         return self[name]
 
+    def pair(self, name: str):
+        """(A, B, scale) of the target ``name`` as the file holds them; None for another tensor, or once clipped.
+        core/scores.py similarity compares a tensor that has them in factor space, its product never formed."""
+        if name not in self.targets or self.scale is not None:
+            return None
+        return self._factor(f"{name}.lora_A"), self._factor(f"{name}.lora_B"), self.scales[name]
+
     def factor_pairs(self):
         """(target, A, B, scale) in name order, as the file holds them."""
         for target in sorted(self.targets):
@@ -223,7 +240,7 @@ def factor_tensors(factors: dict) -> dict[str, torch.Tensor]:
 class LoraFile:
     """A participant's lora delta, checked against the base's spec, written as a PR's delta file."""
 
-    declared = {"kind": KIND}
+    declared = {"kind": "lora"}  # what submission.json declares for it: the lora kind's (lora.py) fields
 
     def __init__(self, factors: dict, base_spec: dict, max_rank: int, label: str = "lora delta"):
         tensors = factor_tensors(factors)
