@@ -67,6 +67,7 @@ from woolf.protocol.config import PolicyConfig, StalenessConfig  # noqa: E402
 from woolf.protocol.lora_spec import parse_lora  # noqa: E402
 from woolf.workloads import corpus  # noqa: E402
 from woolf.workloads import lora as trainer  # noqa: E402
+from woolf.workloads import lora_carry as carry  # noqa: E402
 from woolf.workloads.base import TrainData  # noqa: E402
 from woolf.workloads.charlm_data import domain_shard  # noqa: E402
 
@@ -200,7 +201,7 @@ class KeepB:
     """``keepb``: the carried state's B restored too (the trainer re-bases with B = 0)."""
 
     def __init__(self, on: bool):
-        self.on, self.shipped = on, trainer._restore
+        self.on, self.shipped = on, carry.restore
 
     def __enter__(self):
         def restore(state, slots, opt, spec):
@@ -211,10 +212,10 @@ class KeepB:
                         p.copy_(state.tensors[key])
 
         if self.on:
-            trainer._restore = restore
+            carry.restore = restore
 
     def __exit__(self, *exc):
-        trainer._restore = self.shipped
+        carry.restore = self.shipped
 
 
 def lora_delta(w: World, weights: dict, data, steps: int, seed: int, arm: Arm, state) -> dict:

@@ -16,9 +16,11 @@ A workload that trains LoRA (features.py: ``LORA``) supplies its model, its batc
     wl.weight_decay (default 0)
 
 and this module does the rest, the same for all: peft (``LoraConfig``, ``get_peft_model``) adds
-adapters to the spec's targets; AdamW (fresh for each contribution: the adapters are new each time,
-their product is merged into the full weights, as ReLoRA does) trains them alone for ``steps``
-steps of ``grad_accum`` micro-batches at the workload's learning rate, with the workload's ramp for
+adapters to the spec's targets (none named: every linear layer but the output head); AdamW (fresh
+for each contribution: the adapters are new each time, their product is merged into the full
+weights, as ReLoRA does; ``carry=1``: the participant's last A and moments, lora_carry.py) trains
+them alone for ``steps`` steps of ``grad_accum`` micro-batches at the workload's learning rate
+times ``lr_scale`` (per layer with ``lr_scale=auto``), with the workload's ramp for
 a fresh optimizer (``optimizer_warmup``) capped at a third of the steps (a fresh adapter starts at
 B = 0, so the first steps' update is small; the full 60-step ramp of the continued regimes would
 leave a 15-step contribution at a quarter of the rate: benchmarks/RESULTS.md §17b). The factors
@@ -39,7 +41,6 @@ from __future__ import annotations
 import gc
 import time
 import warnings
-from dataclasses import dataclass, field
 
 import torch
 from peft import LoraConfig, get_peft_model
@@ -48,9 +49,9 @@ from peft.tuners.lora import LoraLayer
 
 from woolf.errors import UsageError
 from woolf.protocol.lora_spec import LoraSpec
+from woolf.workloads import lora_carry
 from woolf.workloads.base import TrainData, train_summary
-
-CARRY_HINT = "start fresh adapters: `woolf train --fresh`"
+from woolf.workloads.lora_carry import AdapterState
 
 
 def compute_dtype(wl, spec: LoraSpec, device: str) -> torch.dtype:
@@ -81,64 +82,6 @@ def linear_names(model) -> list[str]:
     except ImportError:  # charlm alone, without transformers: torch's Linear only
         pass
     return [n for n, m in model.named_modules() if isinstance(m, kinds)]
-
-
-@dataclass
-class AdapterState:
-    """A participant's adapters and their AdamW moments carried from one contribution to the next.
-
-    ``tensors`` (empty: start fresh) holds, per target tensor T of the model, ``T.lora_A`` and
-    ``T.lora_B`` (peft's own orientation) and their moments ``exp_avg/T.lora_A``, ``exp_avg_sq/...``,
-    and the optimizer's step count ``step``; ``train_lora`` reads it at the start and replaces it with
-    the state at the end. Re-based onto each new version: A and the moments carry over, B starts at
-    zero, so the model starts exactly at the new version (the last product is merged in it already)."""
-
-    tensors: dict = field(default_factory=dict)
-
-    @property
-    def steps(self) -> int:
-        return int(self.tensors["step"]) if "step" in self.tensors else 0
-
-
-def _slots(model, owner: dict[int, str]) -> dict:
-    """{"T.lora_A": parameter, "T.lora_B": parameter} for every adapted target tensor T."""
-    out = {}
-    for m in model.modules():
-        if isinstance(m, LoraLinear) and id(m.get_base_layer().weight) in owner:
-            tensor = owner[id(m.get_base_layer().weight)]
-            out[f"{tensor}.lora_A"], out[f"{tensor}.lora_B"] = m.lora_A["default"].weight, m.lora_B["default"].weight
-    return out
-
-
-def _restore(state: AdapterState, slots: dict, opt, spec: LoraSpec) -> None:
-    """Start from ``state`` (re-based: A and the moments carried, B zero); UsageError when it does not fit."""
-    keys = {k for k in state.tensors if "/" not in k and k != "step"}
-    if keys != set(slots):
-        raise UsageError(f"--lora {spec.text()}: the carried adapters are for other targets "
-                         f"({len(keys) // 2} tensors, these are {len(slots) // 2})", hint=CARRY_HINT)
-    with torch.no_grad():
-        for key, p in slots.items():
-            moments = {m: state.tensors.get(f"{m}/{key}") for m in ("exp_avg", "exp_avg_sq")}
-            if any(t is None or t.shape != p.shape for t in (state.tensors[key], *moments.values())):
-                raise UsageError(f"--lora {spec.text()}: the carried adapter {key} is "
-                                 f"{list(state.tensors[key].shape)}, this rank needs {list(p.shape)}",
-                                 hint=CARRY_HINT)
-            if key.endswith(".lora_A"):
-                p.copy_(state.tensors[key])
-            else:
-                p.zero_()
-            opt.state[p] = {"step": state.tensors["step"].clone().float(),
-                            **{m: t.to(p.device, p.dtype).clone() for m, t in moments.items()}}
-
-
-def _capture(slots: dict, opt) -> dict:
-    out = {}
-    for key, p in slots.items():
-        out[key] = p.detach().to("cpu", torch.float32).clone()
-        for m in ("exp_avg", "exp_avg_sq"):
-            out[f"{m}/{key}"] = opt.state[p][m].detach().to("cpu", torch.float32).clone()
-        out["step"] = torch.tensor(float(opt.state[p]["step"]), dtype=torch.float32)
-    return out
 
 
 def check_targets(model, spec: LoraSpec, targets: list[str] | None) -> None:
@@ -276,12 +219,12 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     model = _adapted(wl, model, spec, seed)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    slots = _slots(model, owner)
+    slots = lora_carry.slots(model, owner)
     opt = torch.optim.AdamW(_groups(params, slots, spec), lr=wl.lr, weight_decay=getattr(wl, "weight_decay", 0.0))
     carried = state.steps if state is not None and state.tensors else 0
     kind, accum = torch.device(device).type, getattr(wl, "grad_accum", 1)
     if carried:
-        _restore(state, slots, opt, spec)
+        lora_carry.restore(state, slots, opt, spec)  # (a module attribute: the study swaps it)
     t0, losses = time.perf_counter(), []
     for step in range(1, steps + 1):
         for group in opt.param_groups:  # the ramp counts the carried optimizer's steps: it warms up once
@@ -303,7 +246,7 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
             progress(step, steps, total)
     secs = time.perf_counter() - t0
     if state is not None:
-        state.tensors = _capture(slots, opt)
+        state.tensors = lora_carry.capture(slots, opt)
     factors = _factors(model, owner, hint)
     trainable = sum(p.numel() for p in params)
     ckpt = hasattr(model.get_base_model(), "gradient_checkpointing_enable")
