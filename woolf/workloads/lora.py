@@ -29,7 +29,8 @@ B := lora_A^T). Only linear layers (Linear, Conv1D) are targets; an embedding or
 refused with the name. The model and its adapters are dropped before returning: memory is the
 weights, one compute-dtype model, the adapters and their moments.
 
-Compute dtype (``spec.dtype``): auto = bf16 on a GPU, float32 on a CPU, unless the workload
+Compute dtype (``spec.dtype``): auto = bf16 on a GPU; on a CPU the checkpoint's own dtype (``wl.stored_dtype``:
+bf16 for a bf16 checkpoint, else float32), unless the workload
 computes in float32 only (``LORA_BF16 = False``: charlm, whose ``dtype=bf16`` is refused with the
 reason). ``ckpt`` (gradient checkpointing) applies to a model that offers it (transformers').
 """
@@ -57,6 +58,8 @@ def compute_dtype(wl, spec: LoraSpec, device: str) -> torch.dtype:
         return torch.float32
     if spec.dtype == "bf16" or (spec.dtype == "auto" and torch.device(device).type == "cuda"):
         return torch.bfloat16
+    if spec.dtype == "auto":  # the checkpoint's own dtype: a bf16 checkpoint's base stays 2 bytes per parameter
+        return getattr(wl, "stored_dtype", torch.float32)
     return torch.float32
 
 

@@ -68,6 +68,7 @@ from woolf.workloads.parallel import Parallel
 from woolf.workloads.textcommon import TextCorpus
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
+EVAL_DTYPES = ("float32", "bfloat16")  # workload.params.eval_dtype: the ledger's evaluations (docs/workloads.md)
 
 
 class Transformers(TextCorpus):
@@ -79,7 +80,7 @@ class Transformers(TextCorpus):
                  lr: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, autocast: str = "",
                  eval_batch: int = 8, benchmark_bytes: int = 32768, shard_files: int = 8,
                  checkpoint_dtype: str = "", checkpointing: bool = False, compile: bool = False,
-                 lora: str = "", optimizer_warmup: int = 0):
+                 lora: str = "", optimizer_warmup: int = 0, eval_dtype: str = "float32"):
         files = dict(files or {})
         where = "ledger/woolf.toml: workload.params"
         missing = [n for n in REQUIRED if n not in files]
@@ -96,6 +97,9 @@ class Transformers(TextCorpus):
             if value not in DTYPES:
                 raise ConfigError(f"{where}.{key} = {value!r}", hint=f"use one of {', '.join(DTYPES)}")
         self.checkpoint_dtype = checkpoint_dtype or dtype
+        if eval_dtype not in EVAL_DTYPES:
+            raise ConfigError(f"{where}.eval_dtype = {eval_dtype!r}", hint=f"use one of {', '.join(EVAL_DTYPES)}")
+        self.eval_dtype = eval_dtype  # what every benchmark evaluation of this ledger computes in
         for key, value in (("checkpointing", checkpointing), ("compile", compile)):
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}.{key} = {value!r}", hint="use true or false")
@@ -309,9 +313,33 @@ class Transformers(TextCorpus):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
 
     # -- evaluation --------------------------------------------------------------
+    @property
+    def stored_dtype(self) -> torch.dtype:
+        """The checkpoint's own floating dtype where it is bf16 (LoRA's frozen base on a CPU: workloads/lora.py);
+        float32 otherwise (fp16 and float32 checkpoints: a CPU computes float32)."""
+        return torch.bfloat16 if self.checkpoint_dtype == "bfloat16" else torch.float32
+
     @torch.no_grad()
-    def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
-        """Per-token loss (nats) and perplexity over fixed windows of ``context`` tokens, in float32."""
+    def evaluate(self, weights, benchmark: bytes, device: str = "cpu", dtype: torch.dtype | None = None
+                 ) -> dict[str, float]:
+        """Per-token loss (nats) and perplexity over fixed windows of ``context`` tokens, computed in the
+        ledger's ``eval_dtype`` (float32 unless the ledger says bfloat16), or in ``dtype`` when given (a LoRA
+        participant's frozen dtype: participant/lora.py). In float32 the weights ARE the model's parameters;
+        in another dtype the model holds their casts (its own memory: half the float32 weights' for bf16)."""
+        want = dtype or getattr(torch, self.eval_dtype)
+        if want == torch.float32:
+            model = self._load(weights, device)
+        else:  # an uninitialised model of that dtype: weights already in it are its parameters, others cast
+            names = set(canonical(self.model()))
+            if set(weights) != names:
+                raise InvalidWeightsError("weights are not this model's: "
+                                          f"missing {sorted(names - set(weights))[:4]}")
+            model = assign(uninitialised(self.config, want), weights, device, copy=False)
+        return self.evaluate_model(model, benchmark, device)
+
+    @torch.no_grad()
+    def evaluate_model(self, model, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
+        """``evaluate`` of a model already built (a LoRA participant's frozen or quantized one), in its dtype."""
         key = hashlib.sha256(benchmark).hexdigest()
         if self._bench is None or self._bench[0] != key:
             self._bench = (key, self.tokens([benchmark]))
@@ -321,12 +349,15 @@ class Transformers(TextCorpus):
             raise UsageError(f"the benchmark has {len(ids)} tokens, less than one window of {self.context + 1}")
         x = ids[: n * self.context].view(n, self.context)
         y = ids[1 : n * self.context + 1].view(n, self.context)
-        model = self._load(weights, device).eval()
+        was = model.training
+        model.eval()
         total, count = 0.0, 0
         for i in range(0, n, self.eval_batch):
             logits = model(input_ids=x[i : i + self.eval_batch].to(device)).logits.float()
             yb = y[i : i + self.eval_batch].to(device)
             total += F.cross_entropy(logits.view(-1, logits.shape[-1]), yb.reshape(-1), reduction="sum").item()
             count += yb.numel()
+            del logits
+        model.train(was)
         loss = total / count
         return {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
