@@ -48,8 +48,10 @@ from woolf.workloads.features import LORA, features_of
 FACTORS = "lora.safetensors"
 
 
-def lora_spec(ledger, text: str | None) -> LoraSpec | None:
-    """``--lora TEXT`` (``off`` turns a ledger default off), else ``workload.params.lora``; None: no LoRA."""
+def lora_spec(ledger, text: str | None, device: str | None = None) -> LoraSpec | None:
+    """``--lora TEXT`` (``off`` turns a ledger default off), else ``workload.params.lora``; None: no LoRA.
+    ``base=nf4`` is checked here, on ``device``, before anything is reserved or written: one line when
+    the workload, bitsandbytes or the model cannot."""
     if text is None:
         text = ledger.config.workload.params.get("lora", "")
         if not isinstance(text, str):
@@ -74,6 +76,12 @@ def lora_spec(ledger, text: str | None) -> LoraSpec | None:
     if spec.r > ledger.config.limits.max_lora_rank:
         raise UsageError(f"--lora r={spec.r} is above this ledger's limits.max_lora_rank "
                          f"{ledger.config.limits.max_lora_rank}")
+    if spec.base and not getattr(wl, "LORA_NF4", False):
+        raise UsageError(f"--lora {spec.text()}: the {ledger.config.workload.name} workload has no quantized base "
+                         "(QLoRA is the transformers workload's)", hint="drop base=nf4")
+    problem = wl.nf4_problem(device or "cpu") if spec.base else None
+    if problem:
+        raise UsageError(problem)
     return spec
 
 
@@ -87,6 +95,10 @@ def lora_base(ledger, wl, head, spec: LoraSpec, device: str) -> dict:
 
     from woolf.workloads.lora import compute_dtype  # deferred: peft
 
+    if spec.base:  # QLoRA: the float32 masters read as they are quantized (workloads/hf/qlora.py)
+        from woolf.storage.lazy import LazyTensors  # deferred: loads torch
+
+        return Quantized(LazyTensors.open(ledger.weights_path(head), TRUSTED_LIMITS, label="weights"))
     dtype = compute_dtype(wl, spec, device)
     if dtype == torch.float32 and torch.device(device).type == "cpu":
         return ledger.load_weights(head)
@@ -117,6 +129,8 @@ def evaluation(wl, base: dict) -> tuple:
     (before and after both measured here, so the predicted gate compares like with like)."""
     import torch  # deferred: torch
 
+    if isinstance(base, Quantized):
+        return base.evaluate(wl), {"dtype": "nf4", "exact": False}
     dtype = next((t.dtype for t in base.values() if t.is_floating_point()), torch.float32)
     name, ledger = str(dtype).replace("torch.", ""), getattr(wl, "eval_dtype", "float32")
     if name == ledger:
@@ -144,19 +158,73 @@ def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, d
 
     path = ledger.weights_path(head)
     spec_in = read_spec(path, TRUSTED_LIMITS, f"version {head.version}")  # the float32 masters' spec
-    dtype = next((t.dtype for t in base.values() if t.is_floating_point()), torch.float32)
-    on = next((t.device for t in base.values()), torch.device(device))
-    factors, summary = wl.train_lora(base, data, steps, spec, device=device, seed=seed, progress=progress)
+    if isinstance(base, Quantized):  # QLoRA: the quantized model is kept, its adapters attached, to evaluate
+        keep: list = []
+        factors, summary = wl.train_lora(base.masters, data, steps, spec, device=device, seed=seed,
+                                         progress=progress, keep=keep)
+        base.model = keep[0]
+        trained = base.trained()
+    else:
+        dtype = next((t.dtype for t in base.values() if t.is_floating_point()), torch.float32)
+        on = next((t.device for t in base.values()), torch.device(device))
+        factors, summary = wl.train_lora(base, data, steps, spec, device=device, seed=seed, progress=progress)
     delta = LoraFile(factors, spec_in, ledger.config.limits.max_lora_rank)  # checked as a validator would
     out = work_dir(ledger) / FACTORS
     delta.write(out)
-    if not base:  # the frozen model held its own copies (another device): the version's weights again
-        base.update(read_as(path, dtype, str(on)))
-    with Merged(ledger, head) as merged:
-        merged.into(base, 1.0, masters_held=dtype == torch.float32 and on.type == "cpu")
+    if not isinstance(base, Quantized):
+        if not base:  # the frozen model held its own copies (another device): the version's weights again
+            base.update(read_as(path, dtype, str(on)))
+        with Merged(ledger, head) as merged:
+            merged.into(base, 1.0, masters_held=dtype == torch.float32 and on.type == "cpu")
+        trained = base
     summary["lora"] = {**summary.get("lora", {}), "file": FACTORS, "bytes": out.stat().st_size,
                        "dense_bytes": sum(4 * math.prod(s) for d, s in spec_in.values() if d.startswith("F"))}
-    return base, summary
+    return trained, summary
+
+
+def rescale(ledger, head, trained, scale: float) -> None:
+    """``trained`` (train_lora's) made the validator's merge of this PR at ``scale`` (the predicted gate's)."""
+    if isinstance(trained, Quantized):
+        trained.rescale(scale)
+        return
+    with Merged(ledger, head) as merged:
+        merged.into(trained, scale)
+
+
+class Quantized:
+    """A QLoRA run's weights as `train` sees them: the version's float32 masters (read lazily, quantized as the
+    frozen model is built) and, once trained, that NF4 model with the trained adapters. Its evaluations are
+    of the model itself (workload ``evaluate_model``): the base with the adapters disabled, the trained
+    weights with them attached (base + B·A·scale: the merge, for evaluation, without a merged copy), both
+    an estimate of the validator's float32 numbers (the NF4 base is not the masters)."""
+
+    def __init__(self, masters, model=None, adapters: bool = False):
+        self.masters, self.model, self.adapters = masters, model, adapters
+        self.scales: dict | None = None
+
+    def trained(self) -> Quantized:
+        return Quantized(self.masters, self.model, adapters=True)
+
+    def evaluate(self, wl):
+        def evaluate(weights: Quantized, benchmark: bytes, device: str):
+            if weights.model is None:
+                return None  # before training: measured after it with the adapters off (B = 0 at the start)
+            if weights.adapters:
+                return wl.evaluate_model(weights.model, benchmark, device)
+            with weights.model.disable_adapter():
+                return wl.evaluate_model(weights.model, benchmark, device)
+
+        return evaluate
+
+    def rescale(self, scale: float) -> None:
+        """Every adapter's scale times ``scale`` (of its trained value): base + scale·B·A·alpha/r."""
+        from peft.tuners.lora import LoraLayer  # deferred: peft
+
+        layers = [m for m in self.model.modules() if isinstance(m, LoraLayer)]
+        if self.scales is None:
+            self.scales = {id(m): m.scaling["default"] for m in layers}
+        for m in layers:
+            m.scaling["default"] = self.scales[id(m)] * scale
 
 
 class Merged:

@@ -26,7 +26,7 @@ from woolf.ledger.recipes import global_step
 from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
 from woolf.participant.distributed import Group, broadcast, fault_check, join, leave
-from woolf.participant.lora import Merged, evaluation, lora_base, lora_spec, train_lora
+from woolf.participant.lora import Merged, evaluation, lora_base, lora_spec, rescale, train_lora
 from woolf.participant.recipe import declare, snapshot_start
 from woolf.participant.state import (
     auto_steps,
@@ -114,7 +114,7 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
     if group and DISTRIBUTED not in features:
         raise UsageError(f"workload {cfg.workload.name!r} cannot train on several processes",
                          hint="run `woolf train` without --nproc or torchrun")
-    lora = lora_spec(ledger, o.lora)  # None trains every parameter
+    lora = lora_spec(ledger, o.lora, resolve_device(o.device))  # None trains every parameter
     if lora is not None and group:
         raise UsageError("--lora trains on one process", hint="run `woolf train --lora ...` without --nproc")
     fingerprint = wl.fingerprint() if FINGERPRINT in features else cfg.workload.name
@@ -240,11 +240,7 @@ def _rescale_lora(ledger, head):
     """``rescale`` of a LoRA result: each target the version's float32 tensor plus scale times its expansion,
     in the trained weights' dtype (participant/lora.py ``Merged``): the validator's merge at that scale."""
 
-    def rescale(trained: dict, scale: float) -> None:
-        with Merged(ledger, head) as merged:
-            merged.into(trained, scale)
-
-    return rescale
+    return lambda trained, scale: rescale(ledger, head, trained, scale)
 
 
 def _progress(progress, group: Group | None):

@@ -55,6 +55,7 @@ from woolf.workloads.hf.modeldir import (
     max_positions,
     transformers_version,
 )
+from woolf.workloads.hf.qlora import frozen_nf4, nf4_problem
 from woolf.workloads.hf.training import (
     AUTOCAST,
     assign,
@@ -280,19 +281,27 @@ class Transformers(TextCorpus):
                                   autocast=str(amp).replace("torch.", "") if amp else "off")
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
-                   progress: Progress | None = None):
+                   progress: Progress | None = None, keep: list | None = None):
         """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (workloads/lora.py).
         ``weights`` is consumed (cast in place to the compute dtype; emptied for a GPU: training.py ``frozen``)."""
         from woolf.workloads.lora import train_lora  # deferred: peft
 
-        return train_lora(self, weights, data, steps, spec, device, seed, progress)
+        return train_lora(self, weights, data, steps, spec, device, seed, progress, keep)
+
+    def nf4_problem(self, device: str) -> str | None:
+        """Why ``--lora base=nf4`` cannot run here (bitsandbytes, or a model without linear layers), or None."""
+        return nf4_problem(device, self.config)
 
     # what the LoRA trainer (workloads/lora.py) asks: the frozen model, batches and loss (LORA_TARGETS: peft's
     # default for the architecture)
     LORA_TARGETS = None
 
-    def lora_model(self, weights, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    LORA_NF4 = True  # base=nf4 (QLoRA): lora_model quantizes the frozen base (hf/qlora.py)
+
+    def lora_model(self, weights, device: str, dtype: torch.dtype, base: str = "") -> torch.nn.Module:
         self._model = None  # the evaluation model's hold on the weights goes (rebuilt, uninitialised, when needed)
+        if base == "nf4":  # bitsandbytes is imported there, when asked for (optional: the qlora extra)
+            return frozen_nf4(self.config, weights, device, dtype)
         return frozen(self.config, weights, device, dtype)
 
     def lora_batches(self, data: TrainData, gen: torch.Generator):
