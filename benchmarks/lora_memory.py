@@ -8,6 +8,10 @@ Usage:
     python benchmarks/lora_memory.py --compare-expand --layers 6 --width 512   # validate: expand per use vs once
     python benchmarks/lora_memory.py --only-lora "r=16;r=16,ckpt=1" --out lora_memory_v2.json   # LoRA rows alone
     python benchmarks/lora_memory.py --one-b "r=16;r=16,dtype=bf16" --out lora_memory_1b.json  # the 1.2B Llama
+    python benchmarks/lora_memory.py --one-b "r=16" --llama 3b --phases --validate   # 3.14B: peak RSS per phase
+    python benchmarks/lora_memory.py --one-b "r=16;r=16,base=nf4" --phases --pythonpath OTHER_CHECKOUT  # before
+    python benchmarks/lora_memory.py --quality "r=16;r=16,base=nf4" --steps 30 --context 64 --batch 8 \
+        --benchmark-bytes 20000    # QLoRA's cost in loss: each merged version's float32 loss (58M Llama)
 
 Memory: a ledger of random GPT-2 weights (float32 masters, a 512-token tokenizer trained
 locally; nothing downloaded); two clones of its hub train the same steps from version 0,
@@ -49,7 +53,8 @@ LLAMA_1B = {"hidden": 2048, "layers": 16, "mlp": 8192, "vocab": 32000, "kv": 204
 LLAMA_3B = {"hidden": 3072, "layers": 26, "mlp": 8192, "vocab": 32000, "kv": 3072}  # 3.14B parameters
 LLAMA_7B = {"hidden": 4096, "layers": 32, "mlp": 11008, "vocab": 32000, "kv": 4096}  # 6.74B: Llama-2-7B's shape
 TINY_LLAMA = {"hidden": 256, "layers": 2, "mlp": 512, "vocab": 1024, "kv": 256}  # --one-b --dry-run
-LLAMAS = {"1b": LLAMA_1B, "3b": LLAMA_3B, "7b": LLAMA_7B, "tiny": TINY_LLAMA}
+LLAMA_SMALL = {"hidden": 512, "layers": 8, "mlp": 1536, "vocab": 32000, "kv": 512}  # 58M: --quality
+LLAMAS = {"small": LLAMA_SMALL, "1b": LLAMA_1B, "3b": LLAMA_3B, "7b": LLAMA_7B, "tiny": TINY_LLAMA}
 
 
 class Phases:
@@ -106,6 +111,7 @@ def phase_child(clone: Path, spec: str, steps: int, out: Path) -> None:
     The phases are the functions a LoRA contribution runs (whichever of them this checkout has: the
     benchmark measures the code before and after a change alike)."""
     import importlib
+    import importlib.util
 
     import woolf.workloads.hf.workload as hfw
     import woolf.workloads.lora as wlora
@@ -114,6 +120,8 @@ def phase_child(clone: Path, spec: str, steps: int, out: Path) -> None:
     from woolf.storage.kinds.lora_file import LoraFile
 
     plora = importlib.import_module("woolf.participant.lora")  # the package exports functions of the same names
+    if importlib.util.find_spec("woolf.participant.lora_weights"):
+        plora = importlib.import_module("woolf.participant.lora_weights")
     ptrain = importlib.import_module("woolf.participant.train")
     ph = Phases()
     ph.wrap(Ledger, "load_weights", "load (float32 masters)")
@@ -283,6 +291,44 @@ def one_b(root: Path, a) -> dict:
             "batch": a.batch, "eval_dtype": a.eval_dtype or "float32", "rows": rows}
 
 
+def quality(root: Path, a) -> dict:
+    """``--quality SPEC;SPEC``: what each spec's merged version scores. A bf16 Llama (``--llama``, default small)
+    imported by `woolf init`; each `woolf train --lora SPEC` from version 0 in its own clone, the same steps,
+    data and seed; then the float32 benchmark loss of its trained file, which is the validator's merge of
+    the PR at scale 1 bit for bit (tests/e2e/test_hf_lora_eval.py): the loss the ledger records for it."""
+    from safetensors.torch import load_file
+
+    from woolf.ledger.ledger import Ledger
+
+    dims = TINY_LLAMA if a.dry_run else LLAMAS[a.llama]
+    model = build_llama(root, a.context, dims)
+    sets = {"policy.min_improvement": "-1e9", "scoring.min_effect": "0", "scoring.enabled": "false",
+            "workload.params.context": str(a.context), "workload.params.batch_size": str(a.batch),
+            "workload.params.benchmark_bytes": str(a.benchmark_bytes), "workload.params.lr": str(a.lr)}
+    Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="transformers", weights=model,
+                overrides=sets))
+    _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
+    work = Ledger.open(root / "work")
+    wl, bench = work.workload(), work.benchmark()
+    rows = []
+    for i, text in enumerate(a.quality.split(";")):
+        clone = root / f"q{i}"
+        _git("clone", "-q", str(root / "hub.git"), str(clone), cwd=root)
+        _git("config", "user.name", "lora", cwd=clone)
+        row = timed(f"train {text}", ["-C", str(clone), "train", "--steps", str(a.steps), "--device", "cpu",
+                                      "--json", "--contributor", "lora", "--lora", text], root)
+        merged = wl.evaluate(load_file(str(clone / ".woolf" / "work" / "trained.safetensors")), bench, "cpu")
+        res = row["result"]
+        row["result"] = {"reported": res["metrics"], "evaluation": res["training"]["lora"].get("evaluation"),
+                         "train_losses": res["training"].get("losses", [])[-3:],
+                         "merged_float32_loss": merged["loss"]}
+        print(f"    merged version's float32 loss {merged['loss']:.6f} (reported after "
+              f"{res['metrics']['after']['loss']:.6f}, before {res['metrics']['before']['loss']:.6f})", flush=True)
+        rows.append(row)
+    return {"model": "Llama-shaped " + json.dumps(dims) + ", bf16 checkpoint", "steps": a.steps, "lr": a.lr,
+            "context": a.context, "batch": a.batch, "v0_float32_loss": work.show(0).metrics["loss"], "rows": rows}
+
+
 def llama_1b_spec(dims: dict | None = None) -> tuple[dict, list[str]]:
     c = dims or LLAMA_1B
     h, m = c["hidden"], c["mlp"]
@@ -344,6 +390,9 @@ def main() -> None:
     ap.add_argument("--validate", action="store_true", help="--one-b: then `woolf validate --all` in that clone")
     ap.add_argument("--eval-dtype", default="", help="--one-b: the ledger's workload.params.eval_dtype")
     ap.add_argument("--pythonpath", default="", help="--phases: run the child with this PYTHONPATH (another checkout)")
+    ap.add_argument("--quality", default="", metavar="SPEC;SPEC",
+                    help="each spec's merged-version float32 loss after --steps (QLoRA against bf16 LoRA)")
+    ap.add_argument("--lr", type=float, default=1e-3, help="--quality: workload.params.lr")
     ap.add_argument("--phase-child", default="", help=argparse.SUPPRESS)
     ap.add_argument("--spec", default="", help=argparse.SUPPRESS)
     ap.add_argument("--compare-expand", action="store_true",
@@ -353,6 +402,15 @@ def main() -> None:
     if a.phase_child:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         return phase_child(Path(a.phase_child), a.spec, a.steps, Path(a.out))
+    if a.quality:
+        a.llama = a.llama if a.llama != "1b" else "small"
+        if a.dry_run:
+            a.steps, a.context, a.batch, a.benchmark_bytes = 2, 32, 2, 1500
+        result = {"machine": machine(), "args": vars(a)}
+        with tempfile.TemporaryDirectory(prefix="woolf-lora-") as tmp:
+            result["quality"] = quality(Path(tmp), a)
+        print(f"wrote {write_json(a.out, result)}")
+        return
     if a.one_b:  # 1 step of 1 x 32 (a dry run: the tiny Llama)
         a.steps, a.context, a.batch, a.benchmark_bytes = 1, 32, 1, 1500
     elif a.dry_run:

@@ -26,7 +26,8 @@ from woolf.ledger.recipes import global_step
 from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
 from woolf.participant.distributed import Group, broadcast, fault_check, join, leave
-from woolf.participant.lora import Merged, evaluation, lora_base, lora_spec, rescale, train_lora
+from woolf.participant.lora import lora_spec, train_lora
+from woolf.participant.lora_weights import Merged, evaluation, lora_base, rescale
 from woolf.participant.recipe import declare, snapshot_start
 from woolf.participant.state import (
     auto_steps,
@@ -130,7 +131,7 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
         data = ("shard", owner, version)
     with task.running() if task else contextlib.nullcontext():
         device = group.device if group else resolve_device(o.device)
-        # a LoRA run's base in its frozen dtype, read a tensor at a time (participant/lora.py)
+        # a LoRA run's base in its frozen dtype, read a tensor at a time (participant/lora_weights.py)
         base = ledger.load_weights(head) if lora is None else lora_base(ledger, wl, head, lora, device)
         out = work_dir(ledger)
         out.mkdir(parents=True, exist_ok=True)
@@ -238,7 +239,7 @@ def _rescale_dense(base_path):
 
 def _rescale_lora(ledger, head):
     """``rescale`` of a LoRA result: each target the version's float32 tensor plus scale times its expansion,
-    in the trained weights' dtype (participant/lora.py ``Merged``): the validator's merge at that scale."""
+    in the trained weights' dtype (participant/lora_weights.py ``Merged``): the validator's merge at that scale."""
 
     return lambda trained, scale: rescale(ledger, head, trained, scale)
 

@@ -130,7 +130,7 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     PLACE to the compute dtype where it differs, and empties it when the model lives on another device:
     the caller reads the version's weights again for the arithmetic of record, woolf/participant/lora.py).
     ``keep`` (a list): the trained peft model is appended to it, in eval mode, instead of being dropped (a
-    QLoRA run evaluates its quantized base with the adapters attached: participant/lora.py)."""
+    QLoRA run evaluates its quantized base with the adapters attached: participant/lora_weights.py)."""
     gen = torch.Generator().manual_seed(seed)
     batches = wl.lora_batches(data, gen)
     dtype = compute_dtype(wl, spec, device)

@@ -88,7 +88,7 @@ def frozen(config, weights: dict, device: str, dtype: torch.dtype) -> torch.nn.M
     """The architecture with ``weights`` as its parameters in ``dtype`` on ``device``, frozen: LoRA's base
     (workloads/lora.py). ``weights`` is cast IN PLACE, one tensor at a time, where its dtype differs (never
     the masters beside a cast model), and emptied when the model holds copies of them on another device
-    (given there already, as participant/lora.py ``lora_base`` places them, they are its parameters). A
+    (given there already, as participant/lora_weights.py ``lora_base`` places them, they are its parameters). A
     tensor already in ``dtype`` on ``device`` IS the parameter (no copy); the model is built uninitialised
     (its own random weights would touch a second model's worth of memory)."""
     for name in sorted(weights):

@@ -20,7 +20,6 @@ eval mode, over fixed non-overlapping windows, so it is deterministic on CPU.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,6 +44,7 @@ from woolf.workloads.features import (
     LORA,
     STATE_DIR,
 )
+from woolf.workloads.hf.evaluation import window_loss
 from woolf.workloads.hf.modeldir import (
     MODEL_DIR,
     REQUIRED,
@@ -333,7 +333,7 @@ class Transformers(TextCorpus):
                  ) -> dict[str, float]:
         """Per-token loss (nats) and perplexity over fixed windows of ``context`` tokens, computed in the
         ledger's ``eval_dtype`` (float32 unless the ledger says bfloat16), or in ``dtype`` when given (a LoRA
-        participant's frozen dtype: participant/lora.py). In float32 the weights ARE the model's parameters;
+        participant's frozen dtype: participant/lora_weights.py). In float32 the weights ARE the model's parameters;
         in another dtype the model holds their casts (its own memory: half the float32 weights' for bf16)."""
         want = dtype or getattr(torch, self.eval_dtype)
         if want == torch.float32:
@@ -346,27 +346,9 @@ class Transformers(TextCorpus):
             model = assign(uninitialised(self.config, want), weights, device, copy=False)
         return self.evaluate_model(model, benchmark, device)
 
-    @torch.no_grad()
     def evaluate_model(self, model, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
-        """``evaluate`` of a model already built (a LoRA participant's frozen or quantized one), in its dtype."""
+        """``evaluate`` of a model already built (a QLoRA participant's quantized one), in its dtype."""
         key = hashlib.sha256(benchmark).hexdigest()
         if self._bench is None or self._bench[0] != key:
             self._bench = (key, self.tokens([benchmark]))
-        ids = self._bench[1]
-        n = (len(ids) - 1) // self.context
-        if n == 0:
-            raise UsageError(f"the benchmark has {len(ids)} tokens, less than one window of {self.context + 1}")
-        x = ids[: n * self.context].view(n, self.context)
-        y = ids[1 : n * self.context + 1].view(n, self.context)
-        was = model.training
-        model.eval()
-        total, count = 0.0, 0
-        for i in range(0, n, self.eval_batch):
-            logits = model(input_ids=x[i : i + self.eval_batch].to(device)).logits.float()
-            yb = y[i : i + self.eval_batch].to(device)
-            total += F.cross_entropy(logits.view(-1, logits.shape[-1]), yb.reshape(-1), reduction="sum").item()
-            count += yb.numel()
-            del logits
-        model.train(was)
-        loss = total / count
-        return {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
+        return window_loss(model, self._bench[1], self.context, self.eval_batch, device)
