@@ -62,7 +62,7 @@ class Phases:
     at every boundary the kernel's high-water mark (VmHWM) is read and reset (/proc/self/clear_refs 5)."""
 
     def __init__(self):
-        self.stack, self.rows = ["start"], []
+        self.stack, self.rows = ["(between phases: pull, bookkeeping)"], []
 
     @staticmethod
     def _status(key: str) -> float:
@@ -151,7 +151,9 @@ def phase_child(clone: Path, spec: str, steps: int, out: Path) -> None:
 def _env() -> dict:
     from woolf.git.repo import clean_env
 
-    return {**clean_env(), "PYTHONPATH": str(ROOT), "WOOLF_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
+    extra = os.environ.get("PYTHONPATH", "")  # e.g. a bitsandbytes installed with --target (the qlora runs)
+    return {**clean_env(), "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), extra) if p), "WOOLF_DEVICE": "cpu",
+            "HF_HUB_OFFLINE": "1"}
 
 
 def _git(*args, cwd):
