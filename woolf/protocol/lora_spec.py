@@ -1,4 +1,4 @@
-"""How a participant asks for LoRA training: ``r=R[,alpha=A][,targets=N+N][,dropout=P][,dtype=D][,ckpt=0]...``.
+"""How a participant asks for LoRA: ``r=R[,alpha=A][,targets=N+N][,dropout=P][,dtype=D][,ckpt=0][,base=nf4]...``.
 
 Usage:
     spec = parse_lora("r=16,alpha=32,targets=c_attn+c_proj")   # LoraSpec(r=16, alpha=32.0, ...)
@@ -8,13 +8,17 @@ Usage:
 ``woolf train --lora ...`` and the ledger default ``workload.params.lora`` take this text.
 ``targets`` are module names as peft matches them (``target_modules``: a name's last
 component, e.g. c_attn, q_proj); none given: the workload's default (every linear layer but the output head).
-``dtype``: the frozen base's compute dtype, ``auto`` (bf16 on a GPU, float32 on a CPU),
+``dtype``: the frozen base's compute dtype, ``auto`` (bf16 on a GPU; on a CPU the checkpoint's, bf16 or float32),
 ``bf16`` or ``fp32``. ``ckpt``: gradient checkpointing, on by default (activations recomputed in
 the backward pass: ~30% more compute for a fraction of the activations' memory, the numbers
 unchanged; at 152M on the CPU it is what keeps a LoRA run under 2 GiB: benchmarks/RESULTS.md §17);
-``ckpt=0`` keeps every activation instead. ``alpha`` (> 0; left out: 2r) over r is the scale of the
-update B·A. ``lr_scale``: the adapters' learning rate is the workload's ``lr`` times this.
-Standard library only (the config check may run without torch).
+``ckpt=0`` keeps every activation instead. ``base=nf4``: QLoRA, the frozen base's linear layers quantized to
+4-bit NF4 through bitsandbytes (the factors are merged into the float32 masters like any LoRA PR's;
+woolf/workloads/hf/qlora.py). ``alpha`` (> 0; left out: 2r) over r is the scale of the update B·A.
+``lr_scale``: the adapters' learning rate is the workload's ``lr`` times this (``auto``: per layer,
+workloads/lora.py ``auto_scale``). ``carry=1``: the adapters and their AdamW moments carried from one
+contribution to the next (workloads/lora_carry.py). Standard library only (the config check may run
+without torch).
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ from dataclasses import dataclass
 
 LORA_PARAM = "lora"  # the workload parameter (workload.params.lora) holding a ledger's default LoRA text
 DTYPES = ("auto", "bf16", "fp32")
+BASES = ("", "nf4")  # the frozen base as it is (its dtype), or quantized to 4-bit NF4 (QLoRA)
 _TARGET = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
-_KEYS = ("r", "alpha", "targets", "dropout", "dtype", "ckpt", "lr_scale", "carry")
-_SYNTAX = ("expected r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=1|0][,lr_scale=X]"
-           "[,carry=1|0], e.g. r=16,alpha=32")
+_KEYS = ("r", "alpha", "targets", "dropout", "dtype", "ckpt", "base", "lr_scale", "carry")
+_SYNTAX = ("expected r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=1|0][,base=nf4]"
+           "[,lr_scale=X|auto][,carry=1|0], e.g. r=16,alpha=32")
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,7 @@ class LoraSpec:
     dropout: float = 0.0  # lora_dropout
     dtype: str = "auto"  # the frozen base's compute dtype
     checkpointing: bool = True  # gradient checkpointing (ckpt=0: off)
+    base: str = ""  # "nf4": the frozen base quantized to 4-bit NF4 (QLoRA)
     lr_scale: float | None = 1.0  # the adapters' learning rate: the workload's lr times this (None: auto)
     carry: bool = False  # the adapters and their AdamW moments carried from one contribution to the next
 
@@ -58,6 +64,8 @@ class LoraSpec:
             parts.append(f"dtype={self.dtype}")
         if not self.checkpointing or full:
             parts.append(f"ckpt={int(self.checkpointing)}")
+        if self.base:
+            parts.append(f"base={self.base}")
         if self.lr_scale != LoraSpec.lr_scale or full:
             parts.append(f"lr_scale={'auto' if self.lr_scale is None else format(self.lr_scale, 'g')}")
         if self.carry != LoraSpec.carry or full:
@@ -108,10 +116,12 @@ def parse_lora(text: str) -> LoraSpec | None:
         raise ValueError(f"targets: {bad[0][:40]!r} is not a module name (letters, digits, _ and .)")
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: use one of {', '.join(DTYPES)}")
+    if fields.get("base", "") not in BASES:
+        raise ValueError(f"base={fields['base'][:20]!r}: use base=nf4 (a 4-bit frozen base), or leave it out")
     flags = {}
     for key in ("ckpt", "carry"):
         default = "1" if getattr(LoraSpec, {"ckpt": "checkpointing"}.get(key, key)) else "0"
         if fields.get(key, default) not in ("0", "1"):
             raise ValueError(f"{key}={fields[key]!r}: use 0 or 1")
         flags[key] = fields.get(key, default) == "1"
-    return LoraSpec(r, alpha, targets, dropout, dtype, flags["ckpt"], lr_scale, flags["carry"])
+    return LoraSpec(r, alpha, targets, dropout, dtype, flags["ckpt"], fields.get("base", ""), lr_scale, flags["carry"])

@@ -175,7 +175,7 @@ class CharLM(TextCorpus):
         """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (workloads/lora.py)."""
         from woolf.workloads.lora import train_lora  # deferred: peft
 
-        return train_lora(self, weights, data, steps, spec, device, seed, progress, state)
+        return train_lora(self, weights, data, steps, spec, device, seed, progress, state=state)
 
     # what the LoRA trainer (workloads/lora.py) asks of a workload: its frozen model, batches and loss
     def lora_model(self, weights, device: str, dtype: torch.dtype) -> TinyGPT:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from peft.tuners.lora import Linear as LoraLinear
+from peft.tuners.lora import LoraLayer
 
 from woolf.errors import UsageError
 from woolf.protocol.lora_spec import LoraSpec
@@ -46,7 +46,7 @@ def slots(model, owner: dict[int, str]) -> dict:
     """{"T.lora_A": parameter, "T.lora_B": parameter} for every adapted target tensor T."""
     out = {}
     for m in model.modules():
-        if isinstance(m, LoraLinear) and id(m.get_base_layer().weight) in owner:
+        if isinstance(m, LoraLayer) and id(m.get_base_layer().weight) in owner:  # Linear, Conv1D, QLoRA's 4-bit
             tensor = owner[id(m.get_base_layer().weight)]
             out[f"{tensor}.lora_A"], out[f"{tensor}.lora_B"] = m.lora_A["default"].weight, m.lora_B["default"].weight
     return out
