@@ -48,14 +48,20 @@ def declare(ledger, wl, head, data, steps: int, seed: int, device: str, summary:
         declared = shard_data(who, head.version)
     carried = start is not None and str(summary.get("optimizer", "")).startswith("resumed")
     optimizer = {"start": "carried", "path": str(start)} if carried else dict(FRESH)
+    lora = summary.get("lora") or {}
+    if isinstance(lora.get("start"), dict):  # a LoRA run: its adapters' start (participant/lora_state.py)
+        optimizer = dict(lora["start"])
     cfg = ledger.config
-    return make_recipe(base_version=head.version, base_commit=head.commit, data=declared, seed=seed, steps=steps,
+    recipe = make_recipe(base_version=head.version, base_commit=head.commit, data=declared, seed=seed, steps=steps,
                        workload=cfg.workload.name, params=cfg.workload.params,
                        batch=getattr(wl, "batch_size", None), lr=getattr(wl, "lr", None),
                        global_step=int(extra.get("global_step", 0)), optimizer=optimizer,
                        device="cuda" if str(device).startswith("cuda") else str(device),
                        libraries=libraries(), seconds=summary.get("seconds"),
                        follow=int(summary.get("followed") or 0))
+    if lora.get("recipe"):
+        recipe["lora"] = lora["recipe"]  # every field of the spec, defaults spelled out
+    return recipe
 
 
 def publish(ledger, record: dict, transform: str | None = None, remote: str | None = None) -> dict:

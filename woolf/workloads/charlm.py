@@ -171,11 +171,11 @@ class CharLM(TextCorpus):
                                   optimizer=resumed)
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
-                   progress: Progress | None = None):
+                   progress: Progress | None = None, state=None):
         """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (workloads/lora.py)."""
         from woolf.workloads.lora import train_lora  # deferred: peft
 
-        return train_lora(self, weights, data, steps, spec, device, seed, progress)
+        return train_lora(self, weights, data, steps, spec, device, seed, progress, state=state)
 
     # what the LoRA trainer (workloads/lora.py) asks of a workload: its frozen model, batches and loss
     def lora_model(self, weights, device: str, dtype: torch.dtype) -> TinyGPT:

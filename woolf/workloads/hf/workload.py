@@ -276,19 +276,19 @@ class Transformers(TextCorpus):
                                   autocast=str(amp).replace("torch.", "") if amp else "off")
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
-                   progress: Progress | None = None, keep: list | None = None):
+                   progress: Progress | None = None, keep: list | None = None, state=None):
         """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (workloads/lora.py).
         ``weights`` is consumed (cast in place to the compute dtype; emptied for a GPU: training.py ``frozen``)."""
         from woolf.workloads.lora import train_lora  # deferred: peft
 
-        return train_lora(self, weights, data, steps, spec, device, seed, progress, keep)
+        return train_lora(self, weights, data, steps, spec, device, seed, progress, keep=keep, state=state)
 
     def nf4_problem(self, device: str) -> str | None:
         """Why ``--lora base=nf4`` cannot run here (bitsandbytes, or a model without linear layers), or None."""
         return nf4_problem(device, self.config)
 
-    # what the LoRA trainer (workloads/lora.py) asks: the frozen model, batches and loss (LORA_TARGETS: peft's
-    # default for the architecture)
+    # what the LoRA trainer (workloads/lora.py) asks: the frozen model, batches and loss (LORA_TARGETS None:
+    # every linear layer but the output head, attention and MLP: benchmarks/RESULTS.md §22)
     LORA_TARGETS = None
 
     LORA_NF4 = True  # base=nf4 (QLoRA): lora_model quantizes the frozen base (hf/qlora.py)
