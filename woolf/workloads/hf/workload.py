@@ -5,7 +5,8 @@ Usage:
     wl.bind(lambda rel: ledger.git.show_bytes(f"origin/main:{rel}"))   # Ledger.workload() does this
     w1, summary = wl.train(w0, wl.default_data("alice", 0), steps=20, device="cuda")
     wl.evaluate(w1, wl_benchmark)     # {"loss": nats per token, "ppl": perplexity}
-    wl.FEATURES                       # state_dir, global_step, follow, fingerprint, bind
+    wl.window_losses(w1, data, [3, 0, 7])   # each window's loss (windows(data): count, tokens each)
+    wl.FEATURES                       # state_dir, global_step, follow, fingerprint, bind, windows
 
 The model's config and tokenizer are committed in the ledger (``model``) and
 pinned by sha256 in ``files``; ``bind`` reads them and refuses other bytes.
@@ -44,7 +45,9 @@ from woolf.workloads.features import (
     IN_PLACE,
     LORA,
     STATE_DIR,
+    WINDOWS,
 )
+from woolf.workloads.hf.evaluation import TokenCache, window_losses
 from woolf.workloads.hf.modeldir import (
     MODEL_DIR,
     REQUIRED,
@@ -72,7 +75,7 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 class Transformers(TextCorpus):
     name = "transformers"
-    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND, IN_PLACE, DISTRIBUTED, LORA})
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND, IN_PLACE, DISTRIBUTED, LORA, WINDOWS})
 
     def __init__(self, model: str = MODEL_DIR, files: dict | None = None, dtype: str = "float32",
                  transformers: str = "", context: int = 128, batch_size: int = 8, grad_accum: int = 1,
@@ -117,7 +120,7 @@ class Transformers(TextCorpus):
         self.eval_batch, self.benchmark_size, self.shard_files = eval_batch, benchmark_bytes, shard_files
         self._blobs: dict[str, bytes] | None = None
         self._model = self._config = self._tok = None
-        self._bench: tuple[str, torch.Tensor] | None = None
+        self._texts = TokenCache()  # token ids of the texts evaluated lately (hf/evaluation.py)
 
     # -- the model's files -------------------------------------------------------
     def bind(self, read: Callable[[str], bytes | None]) -> None:
@@ -308,25 +311,32 @@ class Transformers(TextCorpus):
         logits = model(input_ids=x).logits
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
 
-    # -- evaluation --------------------------------------------------------------
-    @torch.no_grad()
+    # -- evaluation: fixed windows of ``context`` tokens (WINDOWS, features.py; hf/evaluation.py) -----------
+    LINEAR_METRICS = {"loss": 1.0}  # metrics that are a multiple of the loss (perplexity is not)
+
+    def windows(self, data: bytes) -> tuple[int, int]:
+        """(windows of ``data``, tokens predicted in each): non-overlapping, ``context`` tokens each."""
+        return max(0, (len(self._ids(data)) - 1) // self.context), self.context
+
+    def metrics_of(self, loss: float) -> dict[str, float]:
+        return {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
+
+    def window_losses(self, weights, data: bytes, index, device: str = "cpu") -> list[float]:
+        """The mean loss (nats per token) of each window in ``index`` (windows(data)), in that order, in float32."""
+        index = list(index)
+        if not index:
+            return []
+        model = self._load(weights, device).eval()
+        return window_losses(model, self._ids(data), index, self.context, self.eval_batch, device)
+
     def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
         """Per-token loss (nats) and perplexity over fixed windows of ``context`` tokens, in float32."""
-        key = hashlib.sha256(benchmark).hexdigest()
-        if self._bench is None or self._bench[0] != key:
-            self._bench = (key, self.tokens([benchmark]))
-        ids = self._bench[1]
-        n = (len(ids) - 1) // self.context
+        n, _ = self.windows(benchmark)
         if n == 0:
-            raise UsageError(f"the benchmark has {len(ids)} tokens, less than one window of {self.context + 1}")
-        x = ids[: n * self.context].view(n, self.context)
-        y = ids[1 : n * self.context + 1].view(n, self.context)
-        model = self._load(weights, device).eval()
-        total, count = 0.0, 0
-        for i in range(0, n, self.eval_batch):
-            logits = model(input_ids=x[i : i + self.eval_batch].to(device)).logits.float()
-            yb = y[i : i + self.eval_batch].to(device)
-            total += F.cross_entropy(logits.view(-1, logits.shape[-1]), yb.reshape(-1), reduction="sum").item()
-            count += yb.numel()
-        loss = total / count
-        return {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
+            raise UsageError(f"the benchmark has {len(self._ids(benchmark))} tokens, less than one window of "
+                             f"{self.context + 1}")
+        return self.metrics_of(math.fsum(self.window_losses(weights, benchmark, range(n), device)) / n)
+
+    def _ids(self, data: bytes) -> torch.Tensor:
+        """``data``'s token ids, kept for the last few texts (the benchmark and the scoring shards)."""
+        return self._texts.ids(data, lambda: self.tokens([data]))
