@@ -9,10 +9,10 @@ import random
 import pytest
 
 from woolf.core.sequential import (
-    alpha_per_look,
     block_ends,
     combined,
     interval,
+    reject_early,
     t_quantile,
     window_order,
 )
@@ -83,14 +83,11 @@ def test_combined_adds_the_variances_of_independent_parts():
 
 
 def _early_reject(population: list[float], need: float, confidence: float, seed: int) -> bool:
-    """The gate's rule (validator/paired.py): blocks in a drawn order, reject once the interval is below ``need``."""
-    n = len(population)
-    order, ends = window_order(str(seed), n), block_ends(n)
-    alpha = alpha_per_look(confidence, len(ends) - 1)
-    for end in ends[:-1]:
-        if interval([population[i] for i in order[:end]], n, alpha).below(need):
-            return True
-    return False
+    """The gate's loop (validator/paired.py) on a candidate whose improvement on window i is population[i]."""
+    main = [0.0] * len(population)
+    got, iv = reject_early(lambda idx: [-population[i] for i in idx], main, window_order(str(seed), len(main)),
+                           need, confidence)
+    return iv is not None
 
 
 @pytest.mark.parametrize(("outliers", "confidence", "most"), [(0.0, 0.99, 10), (0.1, 0.999, 4)])
@@ -110,10 +107,19 @@ def test_stopping_early_to_reject_errs_rarely(outliers, confidence, most):
     assert errors <= most
 
 
-def test_a_clear_regression_is_rejected_at_the_first_look():
+def test_a_clear_regression_is_rejected_at_the_first_look_and_a_pass_sees_every_window():
     rng = random.Random(1)
     pop = [rng.gauss(-0.5, 0.05) for _ in range(64)]
-    n = len(pop)
-    order, ends = window_order("x", n), block_ends(n)
-    alpha = alpha_per_look(0.99, len(ends) - 1)
-    assert interval([pop[i] for i in order[:ends[0]]], n, alpha).below(-0.02)
+    measured: list[int] = []
+
+    def measure(idx):
+        measured.extend(idx)
+        return [-pop[i] for i in idx]
+
+    got, iv = reject_early(measure, [0.0] * 64, window_order("x", 64), -0.02, 0.999)
+    assert iv is not None and iv.below(-0.02) and len(got) == len(measured) == block_ends(64)[0]
+    fine = [rng.gauss(0.01, 0.05) for _ in range(64)]
+    got, iv = reject_early(lambda idx: [-fine[i] for i in idx], [0.0] * 64, window_order("x", 64), -0.02, 0.999)
+    assert iv is None and sorted(got) == list(range(64))
+    nan, iv = reject_early(lambda idx: [math.nan] * len(idx), [0.0] * 64, window_order("x", 64), -0.02, 0.999)
+    assert iv is not None and len(nan) == 8  # a loss that is not finite: rejected at once

@@ -6,6 +6,7 @@ Usage:
     iv = interval(diffs, population=60, alpha=alpha_per_look(0.99, len(ends)))
     iv.mean, iv.half, iv.below(-0.02)                  # the whole population's mean is below -0.02?
     t_quantile(0.995, 7)                               # Student's t, integer degrees of freedom
+    got, iv = reject_early(measure, main, order, need=-0.02, confidence=0.999)   # the gate's loop
 
 Pure arithmetic (no I/O): the validator's woolf/validator/paired.py (the gate) and seqscore.py
 (scoring) evaluate windows in blocks and ask these whether the answer the whole population would give
@@ -25,6 +26,7 @@ import functools
 import hashlib
 import math
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -149,3 +151,26 @@ def combined(parts: list[tuple[float, Interval]], alpha: float) -> Interval:
 
 def _df(iv: Interval) -> int:
     return max(1, min(iv.n, iv.population - iv.n) - 1)
+
+
+def reject_early(measure: Callable[[list[int]], list[float]], main: Sequence[float], order: list[int], need: float,
+                 confidence: float, factor: float = 1.0,
+                 direction: str = "minimize") -> tuple[dict[int, float], Interval | None]:
+    """The gate's sequential loop: the candidate's loss on each window of ``order`` measured block by block
+    (``measure(windows) -> losses``), paired with ``main``'s loss on the same window (improvement in the
+    metric's units: ``factor`` times the loss difference, signed by ``direction``), until the interval of the
+    mean improvement over every window lies below ``need`` (or a candidate loss is not finite). Returns
+    (the candidate's losses by window, the interval that settled the rejection), or (every window's, None):
+    the whole benchmark decides."""
+    n = len(order)
+    ends = block_ends(n)
+    alpha = alpha_per_look(confidence, len(ends) - 1)
+    got: dict[int, float] = {}
+    sign = 1.0 if direction == "minimize" else -1.0
+    for end in ends:
+        idx = order[len(got):end]
+        got.update(zip(idx, measure(idx), strict=True))
+        iv = interval([sign * factor * (main[i] - got[i]) for i in order[:end]], n, alpha)
+        if not iv.complete and (iv.below(need) or not math.isfinite(iv.mean)):
+            return got, iv
+    return got, None

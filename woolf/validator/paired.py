@@ -29,7 +29,7 @@ import math
 
 from woolf.core.policy import decide
 from woolf.core.scores import improvement
-from woolf.core.sequential import alpha_per_look, block_ends, interval, window_order
+from woolf.core.sequential import reject_early, window_order
 from woolf.validator.candidate import Candidate
 from woolf.validator.context import ValidatorContext
 from woolf.validator.score import score_seed
@@ -72,25 +72,23 @@ def paired_gate(ctx: ValidatorContext, cand: Candidate, bench: bytes, before: di
     cfg, step = ctx.ledger.config, cand.step
     policy, wl = cfg.policy, ctx.ledger.workload()
     n, size = wl.windows(bench)
-    factor = wl.LINEAR_METRICS[policy.metric]
     main = kept(ctx, cand.main.commit, bench)  # every window: main_metrics measured them first
     if len(main) < n:
         raise RuntimeError("main's benchmark windows were not all measured before the gate")
     # what the paired mean must reach: the policy's bar, moved by how far main is from the reference
     need = policy.min_improvement - improvement(float(reference[policy.metric]), float(before[policy.metric]),
                                                 policy.direction)
-    order, ends = window_order(f"gate:{score_seed(ctx.ledger, cand.main)}", n), block_ends(n)
-    alpha = alpha_per_look(cfg.validators.confidence, len(ends) - 1)
-    got: dict[int, float] = {}
-    for end in ends:
-        idx = order[len(got):end]
+    order = window_order(f"gate:{score_seed(ctx.ledger, cand.main)}", n)
+
+    def measure(idx: list[int]) -> list[float]:
         with cand.timer("evaluation"):
-            got.update(zip(idx, wl.window_losses(step.probe, bench, idx, ctx.device), strict=True))
-        diffs = [factor * improvement(main[i], got[i], policy.direction) for i in order[:end]]
-        iv = interval(diffs, n, alpha)
-        if not iv.complete and (iv.below(need) or not math.isfinite(iv.mean)):
-            return _early(ctx, cand, [main[i] for i in order[:end]], list(got.values()), iv, need, size, reference,
-                          before)
+            return wl.window_losses(step.probe, bench, idx, ctx.device)
+
+    got, iv = reject_early(measure, [main[i] for i in range(n)], order, need, cfg.validators.confidence,
+                           wl.LINEAR_METRICS[policy.metric], policy.direction)
+    if iv is not None:
+        done = order[:len(got)]
+        return _early(ctx, cand, [main[i] for i in done], [got[i] for i in done], iv, need, size, reference, before)
     probe = with_tokens(wl.metrics_of(_mean([got[i] for i in range(n)])), n * size)
     if step.applied and cand.pr is not None:
         hold(ctx, cand.pr.id, cand.main.commit, bench, got)  # the next main's, if this is published

@@ -2,6 +2,7 @@
 
 Usage (validator/score.py score_delta, under `validators.eval = "sequential"`):
     out = sequential_scores(ctx, shards, base, base_commit, after, seed)
+    out = settle_scores(measure, sizes, seed, cfg)    # the loop alone: measure(shard, windows) -> (before, after)
     # {"assigned", "random", "randoms", "difference", "tokens"}, or {"assigned", "tokens"} when the assigned
     # shard alone settles a refusal (scoring.min_assigned)
 
@@ -41,28 +42,33 @@ def sequential_scores(ctx: ValidatorContext, shards: list[bytes], base: dict, ba
     """The scores of ``after`` - ``base`` on ``shards`` (assigned first); see the module's docstring. Raises
     ValueError when a shard has no whole window (the caller records no scores, as for a short shard)."""
     cfg, wl = ctx.ledger.config, ctx.ledger.workload()
-    policy = cfg.policy
-    factor = wl.LINEAR_METRICS[policy.metric]
-    sizes = [wl.windows(s) for s in shards]
+
+    def measure(j: int, idx: list[int]) -> tuple[list[float], list[float]]:
+        return (window_losses(ctx, base_commit, base, shards[j], idx),
+                window_losses(ctx, None, after, shards[j], idx))
+
+    return settle_scores(measure, [wl.windows(s) for s in shards], seed, cfg, wl.LINEAR_METRICS[cfg.policy.metric])
+
+
+def settle_scores(measure, sizes: list[tuple[int, int]], seed: str, cfg, factor: float = 1.0) -> dict:
+    """The loop of sequential_scores over ``measure(shard, windows) -> (base's losses, after's losses)`` and each
+    shard's (windows, tokens per window); ``cfg``: the ledger's config (scoring, policy, validators)."""
+    direction = cfg.policy.direction
     if any(n == 0 for n, _ in sizes):
         raise ValueError("a scoring shard is shorter than one window")
     orders = [window_order(f"score:{seed}:{j}", n) for j, (n, _) in enumerate(sizes)]
     ends = [block_ends(n) for n, _ in sizes]
     alpha = alpha_per_look(cfg.validators.confidence, max(1, max(len(e) for e in ends) - 1))
-    diffs: list[list[float]] = [[] for _ in shards]
-    look = 0
-    while True:
-        for j, shard in enumerate(shards):
+    diffs: list[list[float]] = [[] for _ in sizes]
+    look, verdict = 0, None
+    while verdict is None:
+        for j in range(len(sizes)):
             if look < len(ends[j]):
-                idx = orders[j][len(diffs[j]):ends[j][look]]
-                before = window_losses(ctx, base_commit, base, shard, idx)
-                got = window_losses(ctx, None, after, shard, idx)
-                diffs[j] += [factor * improvement(b, a, policy.direction) for b, a in zip(before, got, strict=True)]
+                before, got = measure(j, orders[j][len(diffs[j]):ends[j][look]])
+                diffs[j] += [factor * improvement(b, a, direction) for b, a in zip(before, got, strict=True)]
         ivs = [interval(d, n, alpha) for d, (n, _) in zip(diffs, sizes, strict=True)]
         look += 1
         verdict = _settled(cfg, ivs, alpha)
-        if verdict is not None:
-            break
     tokens = sum(len(d) * size for d, (_, size) in zip(diffs, sizes, strict=True))
     if verdict == "floor":
         return {"assigned": _finite(ivs[0].mean), "tokens": tokens}
