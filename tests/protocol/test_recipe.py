@@ -11,7 +11,6 @@ from woolf.protocol.recipe import (
     PRIVATE,
     RecipeLimits,
     check_recipe,
-    estimate_seconds,
     make_recipe,
     relative_distance,
     retrain_draw,
@@ -76,13 +75,6 @@ def test_what_cannot_be_retrained_says_why():
     # a topk or lora delta: the kind says so (tests/storage/kinds/test_registry.py)
 
 
-def test_the_estimate_uses_the_validators_speed_before_the_declared_one():
-    r = _recipe(steps=20, seconds=2.0)
-    assert estimate_seconds(r, None) == pytest.approx(2.0)
-    assert estimate_seconds(r, 0.5) == pytest.approx(10.0)  # the validator's own measured speed wins
-    assert estimate_seconds(_recipe(seconds=None), None) is None
-
-
 def test_the_draw_is_uniform_deterministic_and_needs_the_salt():
     xs = [retrain_draw(f"{i:040x}", "pr", b"salt") for i in range(4000)]
     assert all(0 <= x < 1 for x in xs)
@@ -96,3 +88,20 @@ def test_relative_distance():
     assert relative_distance(0.0, 4.0) == 0.0
     assert relative_distance(1.0, 4.0) == pytest.approx(0.5)
     assert math.isinf(relative_distance(1.0, 0.0))
+
+
+@pytest.mark.parametrize("recipe, expected", [
+    (_recipe(batch=None, params={"d_model": 32, "batch_size": 4096}),
+     "recipe: params.batch_size 4096, over the ledger's limits.max_batch 64"),
+    (_recipe(batch=32, params={"batch_size": 32, "grad_accum": 4}),
+     "recipe: params.batch_size 32 x params.grad_accum 4, over the ledger's limits.max_batch 64"),
+    (_recipe(batch=None, params={"batch_size": 2.5}), "recipe: params.batch_size must be an integer >= 1"),
+    (_recipe(batch=None, params={"batch_size": True}), "recipe: params.batch_size must be an integer >= 1"),
+    (_recipe(workload="command"), "recipe: workload 'command' is not the ledger's 'charlm'"),
+])
+def test_a_recipes_parameters_never_override_the_ledgers_limits_or_workload(recipe, expected):
+    """A recipe's params.batch_size over limits.max_batch (with batch null) was re-trained, and
+    its workload name was never compared with the ledger's."""
+    reason = _check(recipe, workload="charlm")
+    assert reason == expected or reason.startswith(expected), reason
+    assert _check(_recipe(params={"batch_size": 8, "grad_accum": 8}, batch=8), workload="charlm", known_params=None) is None

@@ -182,3 +182,48 @@ def test_a_carried_state_that_does_not_hash_to_its_pin_is_refused(make_net):
     assert got["missing"].reason.startswith("retrain: its carried optimizer state is unavailable")
     assert got["other bytes"].reason == "retrain: its carried optimizer state does not hash to the sha256 its recipe pins"
     assert all(v.state == "rejected" and v.retrain["retrain"] == "failed" for v in got.values())
+
+
+def test_one_slow_recipe_does_not_move_the_estimate_that_refuses_honest_prs(make_net):
+    """The poisoned estimate: a validator estimated every recipe from the speed of its LAST re-training
+    (seconds / steps, set-up included): one legal 1-step recipe at the ledger's largest batch made honest
+    PRs be refused as "about N s, over limits.max_retrain_seconds" until the process ended. Now the
+    estimate is per unit of work (steps x batch x context), from the training loop alone, a median over
+    many re-trainings (core/retrain_speed.py): one PR cannot move it."""
+    net = make_net(**RETRAIN, **{"limits.max_retrain_seconds": "8"})
+    alice, bob, val = net.clone("alice"), net.clone("bob"), net.clone("val")
+    train(alice, TrainOptions(steps=1, contributor="alice", device="cpu"))
+    big = {**alice.config.workload.params, "batch_size": alice.config.limits.max_batch}
+    _rewrite_recipe(alice, params=big, batch=big["batch_size"], seconds=0.1)  # 1 step at the largest batch
+    poison = submit(alice, SubmitOptions(contributor="alice"))["id"]  # signed: judged first
+    honest = [net.train_submit(bob, "bob", seed=s)["id"] for s in (1, 2)]
+    got = {v.id: v for v in Validator(val, device="cpu", name="v1").run()}
+    assert got[poison].state == "rejected" and got[poison].retrain["retrain"] in ("mismatch", "failed"), \
+        got[poison].reason
+    for i in honest:  # before: "recipe: re-training its 20 steps would take about 4x s, over ... 8"
+        assert got[i].retrain and got[i].retrain["retrain"] == "matched", got[i].reason
+
+
+def test_a_carried_state_that_does_not_load_is_refused_never_replaced_by_a_fresh_one(make_net, tmp_path):
+    """A pinned carried state whose bytes are right but that does not load here (another model's) was
+    silently replaced by a fresh one: the re-training then did not match and the honest contributor was
+    flagged retrain-failed. Now the re-training refuses to go on, and says why."""
+    from woolf.workloads.charlm import CharLM
+
+    net = make_net(**RETRAIN)
+    alice, val = net.clone("alice"), net.clone("val")
+    train(alice, TrainOptions(steps=5, contributor="alice", seed=0, device="cpu"))
+    train(alice, TrainOptions(steps=20, contributor="alice", seed=1, device="cpu"))  # from the carried state
+    other = CharLM(d_model=16, n_layer=1, context=16, batch_size=2)
+    other.train(other.genesis(), other.default_data("x", 0), 1, state_dir=tmp_path)  # another model's state
+    state = tmp_path / "optimizer.safetensors"
+    md5, sha = hashes_of_file(state)
+    size = state.stat().st_size
+    alice.store.put(state, "optimizer.safetensors", md5=md5)
+    _rewrite_recipe(alice, optimizer={"start": "carried", "sha256": sha, "md5": md5, "size": size})
+    pr = submit(alice, SubmitOptions(contributor="alice"))["id"]
+    [v] = Validator(val, device="cpu", name="v1").run()
+    assert v.id == pr and v.state == "rejected", v.reason
+    assert v.reason.startswith("retrain: its carried optimizer state did not load here (fresh (carried state "
+                               "did not load: made for 'charlm:d16"), v.reason  # before: "retrain: the delta is ..."
+    assert v.retrain["retrain"] == "failed" and "retrain-failed" not in v.flags

@@ -27,6 +27,7 @@ from woolf.errors import Rejected, WoolfError
 from woolf.protocol.rules.flood import signed_by_own_key
 from woolf.protocol.signers import signers_text
 from woolf.storage.kinds import kind_for
+from woolf.validator.downloads import record, spent_key
 
 log = logging.getLogger("woolf.validator")
 KEYLESS_SECONDS = 30.0  # download time all keyless PRs of one pass may spend together
@@ -96,21 +97,28 @@ def download_budget(state, adm, timeout: float, cached: bool):
     A keyless PR gets its share of the pass's KeylessBudget (Deferred when none is left; nothing is
     downloaded). A download cut short by the budget, not by its own timeout, is Deferred to the next
     pass; a PR's downloads over all passes never take more than ``timeout`` in all (then the timeout's
-    rejection stands). ``cached``: the object is in the cache already (no bytes are counted)."""
+    rejection stands). ``cached``: the object is in the cache already: nothing is downloaded, nothing drawn.
+    The seconds a keyless PR's downloads took are kept per PR and delta, on disk when
+    ``state.keyless_spent`` is a validator/downloads.py DownloadTimes (Validator.run makes one)."""
     run = getattr(state, "keyless", None)
     sub_id = adm.meta["id"]
-    if run is None or sub_id in run.signed:
+    if run is None or sub_id in run.signed or cached:  # cached: nothing to download, nothing drawn
         yield timeout
         return
-    spent = state.keyless_spent.get(sub_id, 0.0)
-    size = 0 if cached else int(adm.meta["delta"]["size"])
-    deadline = run.budget.deadline(max(0.0, timeout - spent), size)
+    key = spent_key(sub_id, adm.meta["delta"].get("sha256"))  # kept on disk (validator/downloads.py)
+    spent = state.keyless_spent.get(key, 0.0)
+    size = int(adm.meta["delta"]["size"])
+    try:
+        deadline = run.budget.deadline(max(0.0, timeout - spent), size)
+    except Deferred:
+        run.budget.deferred.append(sub_id)
+        raise
     t0 = time.monotonic()
     try:
         yield deadline
     except (WoolfError, OSError):
         took = time.monotonic() - t0
-        state.keyless_spent[sub_id] = spent + took
+        record(state.keyless_spent, key, took)
         cut = deadline < timeout - spent and took >= deadline * 0.9
         if cut:
             run.budget.spend(took, size)

@@ -40,6 +40,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from woolf.core.retrain_speed import Clock
 from woolf.errors import IntegrityError, Rejected, StorageError, WoolfError
 from woolf.ledger.benchmark import hidden_benchmark
 from woolf.ledger.tasks import fetch_tasks
@@ -49,7 +50,6 @@ from woolf.protocol.recipe import (
     RETRAIN_FLAG,
     RecipeLimits,
     check_recipe,
-    estimate_seconds,
     relative_distance,
     retrain_draw,
     unverifiable,
@@ -79,7 +79,7 @@ def recipe_reason(ctx, adm) -> str | None:
         reason = check_recipe(recipe, contributor=contributor, base_version=adm.base.version,
                               limits=RecipeLimits(cfg.workload.max_steps, cfg.limits.max_batch),
                               known_params=known_params(ledger.workload()),
-                              taken=_taken(ledger, recipe, contributor))
+                              taken=_taken(ledger, recipe, contributor), workload=cfg.workload.name)
         if reason:
             return reason
     why = unverifiable(recipe) or kind_for(adm.meta["delta"]).unreplayable()
@@ -87,9 +87,9 @@ def recipe_reason(ctx, adm) -> str | None:
         return f"retrain: this PR cannot be re-trained ({why}) and the ledger's policy.require_retrain is on"
     if why or cfg.validators.retrain_rate <= 0:
         return None
-    limit = cfg.limits.max_retrain_seconds
-    est = estimate_seconds(recipe, ctx.state.speed.get(_fingerprint(ledger.workload())))
-    if est is not None and est > limit:
+    limit, wl = cfg.limits.max_retrain_seconds, ledger.workload()
+    est = ctx.state.speed.over(recipe, wl, _fingerprint(wl), limit)  # never on an estimate alone: core/retrain_speed.py
+    if est is not None:
         return (f"recipe: re-training its {recipe['steps']} steps would take about {est:.0f} s, over the "
                 f"ledger's limits.max_retrain_seconds {limit:g}")
     return None
@@ -121,8 +121,9 @@ def _retrain_and_compare(ctx, cand, recipe, draw, fingerprint) -> str | None:
     limit, tol = cfg.limits.max_retrain_seconds, cfg.validators.retrain_tolerance
     t0 = time.perf_counter()
     record = {"draw": round(draw, 6), "tolerance": tol, "trained_seconds": recipe.get("seconds")}
+    clock = Clock()
     try:
-        retrained = retrain(ctx.ledger, recipe, adm.base, ctx.device, limit)
+        retrained = retrain(ctx.ledger, recipe, adm.base, ctx.device, limit, clock)
     except RetrainTimeout as exc:
         cand.retrain = {**record, "retrain": "timed out", "seconds": round(time.perf_counter() - t0, 3)}
         return (f"retrain: re-training its recipe ran past limits.max_retrain_seconds {limit:g} ({exc}); "
@@ -135,7 +136,7 @@ def _retrain_and_compare(ctx, cand, recipe, draw, fingerprint) -> str | None:
         log.info("%s: re-training failed: %s: %s", adm.meta["id"], type(exc).__name__, exc)
         return f"retrain: its recipe could not be re-trained ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
     seconds = time.perf_counter() - t0
-    ctx.state.speed[fingerprint] = seconds / recipe["steps"]
+    ctx.state.speed.record(fingerprint, adm.meta["contributor"], recipe, ctx.ledger.workload(), clock)
     clip = adm.screened.clip if adm.screened is not None and adm.screened.clip else 1.0
     dist = distance(retrained, cand.delta, clip)
     record.update(distance=dist if math.isfinite(dist) else -1.0, seconds=round(seconds, 3))
@@ -170,7 +171,7 @@ def distance(retrained: dict, delta, clip: float = 1.0) -> float:
     return relative_distance(sq_diff, sq_norm)
 
 
-def retrain(ledger, recipe: dict, base_version, device: str, limit: float) -> dict:
+def retrain(ledger, recipe: dict, base_version, device: str, limit: float, clock: Clock | None = None) -> dict:
     """The delta ``recipe`` gives from ``base_version``'s weights: float32 trained - base, as `submit` makes
     it. Raises RetrainTimeout past ``limit`` seconds, Rejected for a recipe its workload contradicts."""
     import torch  # deferred: torch
@@ -178,7 +179,7 @@ def retrain(ledger, recipe: dict, base_version, device: str, limit: float) -> di
     from woolf.workloads.base import load_workload  # deferred: loads torch
 
     cfg = ledger.config
-    wl = load_workload(replace(cfg.workload, name=recipe["workload"], params=recipe["params"]))
+    wl = load_workload(replace(cfg.workload, params=recipe["params"]))  # the ledger's workload, never the recipe's
     feats = features_of(wl)
     if BIND in feats:
         wl.bind(lambda rel: ledger.git.show_bytes(f"{ledger.main_ref}:{rel}"))
@@ -191,6 +192,8 @@ def retrain(ledger, recipe: dict, base_version, device: str, limit: float) -> di
     deadline = time.monotonic() + limit
 
     def progress(step: int, total: int, loss: float) -> None:
+        if clock is not None:
+            clock.tick()
         if time.monotonic() > deadline:
             raise RetrainTimeout(f"stopped at step {step} of {total}")
 
@@ -205,8 +208,12 @@ def retrain(ledger, recipe: dict, base_version, device: str, limit: float) -> di
         if GLOBAL_STEP in feats:
             extra["global_step"] = recipe["global_step"]
         torch.manual_seed(recipe["seed"])
-        trained, _ = wl.train(base, train_data, recipe["steps"], device=device, seed=recipe["seed"],
-                              progress=progress, **extra)
+        trained, summary = wl.train(base, train_data, recipe["steps"], device=device, seed=recipe["seed"],
+                                    progress=progress, **extra)
+    how = str((summary or {}).get("optimizer", ""))
+    if recipe["optimizer"]["start"] == "carried" and not how.startswith("resumed"):  # never silently fresh
+        raise Rejected(f"retrain: its carried optimizer state did not load here ({how[:200]}); a re-training "
+                       "from a fresh one would not be its recipe")
     return {k: trained[k].to(torch.float32) - base[k].to(torch.float32) for k in trained}
 
 

@@ -22,6 +22,7 @@ from woolf.core.fairness import beyond_limit, canonical
 from woolf.core.merge import compute_delta
 from woolf.core.scale import f32
 from woolf.core.scores import (
+    Similarity,
     clip_delta,
     content_sha256,
     norm,
@@ -46,6 +47,7 @@ from woolf.validator.state import MergedContents, OverLimit, ValidatorState
 
 log = logging.getLogger("woolf.validator")
 CACHE_BYTES = 64 << 20  # other PRs' deltas kept between PRs (LRU); a big model's are re-read, not kept
+SAME = Similarity(1.0, 1.0)  # another delta whose tensors' content is this one's
 
 
 @dataclass
@@ -154,7 +156,8 @@ def _load(ledger, state: ValidatorState, pointer: Pointer, key: str, spec,
 
 
 def _earlier(ctx, adm: Admitted, spec, delta, content: str):
-    """(label, delta, PR id) of merged recent deltas, then of open PRs received before this one."""
+    """(label, delta, PR id) of merged recent deltas, then of open PRs received before this one; the delta
+    is None for one whose tensors' content is this PR's (the copy index proved its bytes: a copy unread)."""
     ledger, state = ctx.ledger, ctx.state
     cfg = ledger.config.scoring
     recs = [r for r in merged_records(ledger, limit=cfg.copy_window) if r.id and r.head and r.version is not None]
@@ -168,9 +171,10 @@ def _earlier(ctx, adm: Admitted, spec, delta, content: str):
     keyed = [(r, *pointers[r.version], r.delta_sha256 or pointers[r.version][0].md5) for r in recs
              if r.version in pointers]  # (record, pointer, declared, key): the item and what reads it
     merged = [(k, k[1], k[2], k[3]) for k in keyed]
-    for rec, ptr, declared, key in merged_candidates(ledger, state, adm, merged, (delta, content), spec, _load):
-        d = _load(ledger, state, ptr, key, spec, declared)
-        if d is not None:
+    for (rec, ptr, declared, key), same in merged_candidates(ledger, state, adm, merged, (delta, content), spec,
+                                                             _load):
+        d = None if same else _load(ledger, state, ptr, key, spec, declared)  # same content: nothing to read
+        if same or d is not None:
             yield f"merged PR {rec.id} (version {rec.version})", d, rec.id
     snapshot = open_snapshot(ctx)
     mine = next((p for p in snapshot if p.id == adm.meta["id"]), None)
@@ -179,9 +183,9 @@ def _earlier(ctx, adm: Admitted, spec, delta, content: str):
     over = _over(state, snapshot, ledger.config.queue.max_open_per_contributor)
     earlier = [p for p in snapshot if p.queue_key() < mine.queue_key() and p.id not in over]
     # every earlier open PR, through the copy index (validator/copyindex.py), not the 64 oldest
-    for p, ptr, d in indexed_candidates(ledger, state, adm, earlier, (delta, content), spec, _load):
-        other = _load(ledger, state, ptr, d["sha256"], spec, d)
-        if other is not None:
+    for (p, ptr, d), same in indexed_candidates(ledger, state, adm, earlier, (delta, content), spec, _load):
+        other = None if same else _load(ledger, state, ptr, d["sha256"], spec, d)  # same content: a copy
+        if same or other is not None:
             yield f"PR {p.id}, open and received earlier", other, p.id
 
 
@@ -287,7 +291,7 @@ def screen_delta(ctx, adm: Admitted, main, current: dict[str, torch.Tensor], del
     for label, other, other_id in _earlier(ctx, adm, spec, delta, content):
         if other_id == adm.meta["id"] or other_id in family:  # a verified revert negates its target
             continue
-        sim = similarity(delta, other, sc.copy_threshold)
+        sim = SAME if other is None else similarity(delta, other, sc.copy_threshold)
         if not sim.is_copy(sc.copy_threshold):
             continue
         if not label.startswith("merged") and _state_now(forge, other_id) not in ("open", "merged"):

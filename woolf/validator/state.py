@@ -21,6 +21,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from woolf.core.retrain_speed import RetrainSpeed
+
 if TYPE_CHECKING:
     from woolf.core.merge_rules import Step
     from woolf.forges.base import PullRequest
@@ -147,7 +149,8 @@ class ValidatorState:
     # at most screen.CACHE_BYTES of tensors (screen._load evicts)
     deltas: OrderedDict[str, dict] = field(default_factory=OrderedDict)
     # this pass's keyless download budget and signed PR ids (validator/intake.py Pass); None
-    # outside run() and under a quorum: no budget. keyless_spent: PR id -> its download seconds, all passes
+    # outside run() and under a quorum: no budget. keyless_spent: "PR id sha256" -> its download seconds,
+    # all passes (run() makes it a validator/downloads.py DownloadTimes: kept on disk, across processes)
     keyless: object | None = None
     keyless_spent: dict[str, float] = field(default_factory=dict)
     # the copy index (woolf/validator/copyindex.py): content hash and sketch of every delta the
@@ -168,8 +171,9 @@ class ValidatorState:
     voter_name: str | None = None
     # quorum: PR id -> unix time its delta was first found unavailable in storage; never dropped
     unavailable_since: dict[str, float] = field(default_factory=dict)
-    # re-training (validator/retrain.py): workload fingerprint -> this validator's measured seconds per step
-    speed: dict[str, float] = field(default_factory=dict)
+    # re-training (validator/retrain.py): this validator's measured re-training speeds, per unit of work
+    # and robust to one recipe (core/retrain_speed.py)
+    speed: RetrainSpeed = field(default_factory=RetrainSpeed)
     # the drawdown's reference (validator/drawdown.py): (main commit, metric, direction) -> the best
     # version reached in the window of trust, extended from the parent's entry as main moves
     best: dict[tuple[str, str, str], Best | None] = field(default_factory=dict)

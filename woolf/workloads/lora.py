@@ -23,7 +23,7 @@ a fresh optimizer (``optimizer_warmup``) capped at a third of the steps (a fresh
 B = 0, so the first steps' update is small; the full 60-step ramp of the continued regimes would
 leave a 15-step contribution at a quarter of the rate: benchmarks/RESULTS.md §17b). The factors
 come back per target TENSOR of the model (the ledger's names) in the delta file's convention
-B·A = update in the tensor's own shape (woolf/storage/lora.py): a GPT-2 Conv1D stores its weight
+B·A = update in the tensor's own shape (woolf/storage/kinds/lora_file.py): a GPT-2 Conv1D stores its weight
 transposed (peft's ``fan_in_fan_out``), so its pair is sent transposed (A := lora_B^T,
 B := lora_A^T). Only linear layers (Linear, Conv1D) are targets; an embedding or a tied tensor is
 refused with the name. The model and its adapters are dropped before returning: memory is the

@@ -129,3 +129,13 @@ def test_expand_once_reads_the_same_bits_and_frees_its_file(tmp_path, monkeypatc
     fh = once._expanded[0]
     once.close()
     assert fh.closed
+
+
+def test_a_factor_file_with_metadata_is_refused(tmp_path):
+    """docs/protocol.md: a lora file is factor pairs and nothing else; a safetensors __metadata__ map
+    was accepted all the same."""
+    path = tmp_path / "m.safetensors"
+    save_file(factor_tensors(_factors()), str(path), metadata={"note": "hello"})
+    with pytest.raises(InvalidWeightsError, match=r"delta: a lora delta carries no __metadata__"):
+        _open(path)
+    assert _open(_write(tmp_path, factor_tensors(_factors()))).targets == {"a.weight": 2}

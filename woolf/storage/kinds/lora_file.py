@@ -32,7 +32,8 @@ synthesised on read. Called only after ``open``'s checks (and the caller's sha25
 Rules (each refusal one line naming the tensor and the rule, before any data but the scales is
 read): every name is a factor of a target; the target names a tensor of the model; both halves
 and the scale are there; the target is a 2-D float32 tensor; A and B are float32/bfloat16 with
-shapes r x cols and rows x r; 1 <= r <= limits.max_lora_rank; the scale is finite, in (0, 1024].
+shapes r x cols and rows x r; 1 <= r <= limits.max_lora_rank; the scale is finite, in (0, 1024]; the
+header has no ``__metadata__``.
 """
 
 from __future__ import annotations
@@ -114,6 +115,9 @@ class LoraTensors(LazyTensors):
             raise ValueError("a lora delta is opened against the model's spec")
         self = super().open(path, limits, None, label)  # the header, checked as any untrusted file's
         try:
+            self._fh.seek(8)  # the header read again (bounded, checked): a factor file carries no metadata
+            if "__metadata__" in json.loads(self._fh.read(self._start - 8)):
+                raise InvalidWeightsError(f"{label}: a lora delta carries no __metadata__ (factor pairs only)")
             self.factors = self.spec
             self.targets = check_layout(self.factors, expect, limits.max_lora_rank, label)
             self.spec = dict(expect)
