@@ -24,7 +24,9 @@ train 7 or 15 steps from main (every third from the version two merges back: sta
 PRs are their deltas times a factor drawn from [-4, 3] (improvements and regressions of every size
 around the bar), one is Gaussian noise of 1-30x a merged delta's norm, and every fourth round an
 overfitter trains on the public benchmark. Main moves by the ledger's merge of each PR the full gate
-accepts. Results go to
+accepts. The gate's worst case is measured on each PR's own per-window differences too: shifted so that
+their mean is the bar (the full evaluation just accepts), the fraction of ORDERS drawn window orders in
+which the sequential loop rejects early (at_bar_rejected: what `1 - validators.confidence` bounds). Results go to
 benchmarks/results/decision_replay_<workload>.json.
 """
 
@@ -46,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 
 NAMES = ["p1", "p2", "p3", "p4", "p5"]
+ORDERS = 100  # window orders per PR for the worst-case error rate (at_bar)
 ADVERSARY_SCORING = {"scoring.min_assigned": "0.01", "scoring.uniqueness": "reject"}  # demo --adversaries
 
 
@@ -101,7 +104,26 @@ def gate_both(cfg, wl, main_losses: list[float], cand_losses: list[float], seed:
                            wl.LINEAR_METRICS[cfg.policy.metric], cfg.policy.direction)
     seq = full.accepted if iv is None else False
     return {"full": full.accepted, "sequential": seq, "improvement": full.improvement, "windows": len(got),
-            "of": n, "early": iv is not None}
+            "of": n, "early": iv is not None, "at_bar_rejected": at_bar(cfg, wl, main_losses, cand_losses, seed)}
+
+
+def at_bar(cfg, wl, main_losses: list[float], cand_losses: list[float], seed: str, orders: int = ORDERS) -> float:
+    """The gate's worst case on this PR's own per-window differences: shifted so that their mean over every
+    window is the bar itself (plus 1e-9: the full evaluation accepts), how often the sequential loop rejects
+    early over ``orders`` drawn window orders. What `1 - validators.confidence` bounds."""
+    from woolf.core.scores import improvement
+    from woolf.core.sequential import reject_early, window_order
+
+    n, factor = len(main_losses), wl.LINEAR_METRICS[cfg.policy.metric]
+    d = [factor * improvement(m, c, cfg.policy.direction) for m, c in zip(main_losses, cand_losses, strict=True)]
+    if not all(math.isfinite(x) for x in d):
+        return math.nan
+    shift = cfg.policy.min_improvement + 1e-9 - math.fsum(d) / n
+    at = [x + shift for x in d]  # improvement on window i, at the bar on average
+    wrong = sum(reject_early(lambda idx: [-at[i] for i in idx], [0.0] * n, window_order(f"bar:{seed}:{k}", n),
+                             cfg.policy.min_improvement, cfg.validators.confidence)[1] is not None
+                for k in range(orders))
+    return wrong / orders
 
 
 def scores_both(cfg, wl, shards: list[tuple[list[float], list[float]]], seed: str) -> dict:
@@ -226,6 +248,11 @@ def _with_scoring(cfg, adv):
     return SimpleNamespace(policy=cfg.policy, validators=cfg.validators, scoring=adv.scoring)
 
 
+def _mean_finite(xs: list[float]) -> float | None:
+    xs = [x for x in xs if math.isfinite(x)]
+    return math.fsum(xs) / len(xs) if xs else None
+
+
 def summary(out: dict) -> dict:
     rows = out["prs"]
     g = [r["gate"] for r in rows]
@@ -235,6 +262,9 @@ def summary(out: dict) -> dict:
            "gate_windows": {"full": sum(x["of"] for x in g), "sequential": sum(x["windows"] for x in g)},
            "rejected_windows": {"full": sum(x["of"] for x in g if not x["full"]),
                                 "sequential": sum(x["windows"] for x in g if not x["full"])},
+           "at_bar_rejected": _mean_finite([x["at_bar_rejected"] for x in g]),
+           "at_bar_rejected_max": max((x["at_bar_rejected"] for x in g if math.isfinite(x["at_bar_rejected"])),
+                                      default=None),
            "closest_early_rejection": min((x["improvement"] for x in g if x["early"]), default=None,
                                           key=lambda v: abs(v - out["policy"]["min_improvement"]))}
     for name in ("scoring_default", "scoring_adversaries"):

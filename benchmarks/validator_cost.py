@@ -3,6 +3,7 @@
 Usage:
     python benchmarks/validator_cost.py                  # SmolLM2-135M's shape, random init: hours on 2 shared cores
     python benchmarks/validator_cost.py --smoke          # a 2-layer Llama: the same stages in a few minutes
+    python benchmarks/validator_cost.py --shape small --steps 4   # a ~5M Llama: compute-bound, ~10 minutes
 
 The model is built here (nothing is downloaded): a Llama with SmolLM2-135M's shape (hidden 576, 30
 layers, 9 heads, 3 KV heads, MLP 1536, vocabulary 49152, tied embeddings), random weights written as
@@ -22,7 +23,7 @@ off) and by the real `Validator.validate_one` with the ledger's config (`"sequen
 on), which records the verdict. Both decisions are compared. Per PR: the verdicts' timings by stage,
 the tokens each evaluated, and the process's peak RSS after each step. The ratios to the PR's own
 training (the training loop's seconds, at ``--steps`` and, from its seconds per step, at 100 steps)
-are printed side by side. Results go to benchmarks/results/validator_cost[_smoke].json.
+are printed side by side. Results go to benchmarks/results/validator_cost[_<shape>].json.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from woolf.ledger.create import CreateOptions
 SPECIAL = "<|endoftext|>"
 SHAPES = {  # name: (layers, hidden, heads, kv heads, mlp, vocabulary)
     "smollm2-135m": (30, 576, 9, 3, 1536, 49152),
+    "small": (4, 256, 4, 2, 688, 8192),  # ~5M: compute outweighs the fixed costs, in minutes on 2 shared cores
     "smoke": (2, 64, 4, 2, 128, 4096),
 }
 
@@ -235,11 +237,12 @@ def ratios(out: dict) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="a 2-layer Llama instead of SmolLM2-135M's shape")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default=None, help="overrides --smoke")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    shape = "smoke" if a.smoke else "smollm2-135m"
+    shape = a.shape or ("smoke" if a.smoke else "smollm2-135m")
     start = __import__("os").getloadavg()
     with tempfile.TemporaryDirectory(prefix="woolf-vcost-", dir=a.workdir) as tmp:
         out = run(Path(tmp), shape, a.steps)
@@ -248,7 +251,7 @@ def main() -> None:
     out["ratios"] = ratios(out)
     for r in out["ratios"]:
         print(json.dumps(r), flush=True)
-    name = a.out or ("validator_cost_smoke.json" if a.smoke else "validator_cost.json")
+    name = a.out or ("validator_cost.json" if shape == "smollm2-135m" else f"validator_cost_{shape}.json")
     print(f"wrote {write_json(name, out)} in {out['seconds']:.0f} s", flush=True)
 
 

@@ -5,6 +5,7 @@ as "full" measures it; main's windows are measured once per main, also across va
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -12,9 +13,10 @@ from tests.crafting import craft_pr, random_delta
 from tests.validator.test_scoring import _trained
 from woolf.errors import ConfigError
 from woolf.ledger.benchmark import gate_benchmark
-from woolf.protocol.config import parse_config
+from woolf.protocol.config import LedgerConfig, parse_config
 from woolf.protocol.config_text import render_config
 from woolf.validator import Validator
+from woolf.validator.seqscore import settle_scores
 from woolf.validator.windows import kept
 
 
@@ -116,3 +118,22 @@ def test_the_evaluation_settings_are_checked(key, value):
         parse_config(text.replace("[validators]\n", f"[validators]\n{key} = {value}\n", 1)
                      .replace('eval = "sequential"\n', "" if key == "eval" else 'eval = "sequential"\n')
                      .replace("confidence = 0.999\n", "" if key == "confidence" else "confidence = 0.999\n"))
+
+
+@pytest.mark.unit
+def test_a_delta_that_changes_nothing_on_its_whole_shard_is_measured_whole():
+    """Scoring's early stop never settles the effect stage's "changes nothing measurable" on a part of the
+    assigned sample: here the mark is settled at the first block (random data got much worse), but the
+    assigned shard's improvements average to exactly 0 over the whole sample, so it is measured whole."""
+    rng = random.Random(5)
+    half = [rng.gauss(0.0, 0.02) for _ in range(32)]
+    assigned = half + [-x for x in half]  # mean 0 over the whole sample, not over a block of it
+    cfg = LedgerConfig()
+    assert cfg.scoring.uniqueness == "mark" and cfg.scoring.min_effect > 0
+
+    def measure(j, idx):
+        after = [-assigned[i] if j == 0 else 0.5 for i in idx]  # loss improvement: before - after
+        return [0.0] * len(idx), after
+
+    out = settle_scores(measure, [(64, 16)] * 3, "seed", cfg)
+    assert out["tokens"] == 3 * 64 * 16 and abs(out["assigned"]) < cfg.scoring.min_effect  # every shard advances

@@ -18,7 +18,10 @@ settled at `validators.confidence`:
 - `scoring.uniqueness = "reject"`: a refusal (random improved as much) stops early; a pass needs
   every sample whole,
 - `scoring.uniqueness = "mark"`: the mark's side, either way (not settled: every sample whole),
-- nothing in force (`"off"`, no floor): after the first block of each shard.
+- the effect stage's "changes nothing measurable" (`scoring.min_effect`, after the gate: score.py
+  effect_reason): the assigned shard's mean settled outside +-min_effect, or its whole sample (so a
+  delta whose whole sample says "nothing" is never passed on a block that happened to say more),
+- nothing else in force (`"off"`, no floor): once the effect is settled.
 
 So a refusal is made on fewer windows only when the whole sample would make it but for an error of
 at most ``1 - confidence``; a pass is the whole sample's; the recorded scores are the means over the
@@ -93,6 +96,8 @@ def _settled(cfg, ivs: list[Interval], alpha: float) -> str | None:
     pending = []
     if math.isfinite(s.min_assigned):
         pending.append(assigned.complete)  # a pass is the whole sample's
+    if s.min_effect > 0:  # the effect stage's "changes nothing measurable": settled outside +-min_effect, or whole
+        pending.append(assigned.complete or assigned.below(-s.min_effect) or assigned.above(s.min_effect))
     if s.uniqueness != "off":
         k = len(ivs) - 1
         diff = combined([(1.0, assigned)] + [(-1.0 / k, iv) for iv in ivs[1:]], alpha)
