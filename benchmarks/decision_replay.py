@@ -11,7 +11,8 @@ workload's window_losses, as the validator measures them), and base's and base +
 window of the three scoring samples (the assigned one and two random ones, drawn as score.py draws
 them). The "full" decisions are the policy's on the means over every window (what `validators.eval
 = "full"` records: evaluate() is that mean); the "sequential" ones are what the validator's own loops
-decide (core/sequential.py reject_early for the gate, validator/seqscore.py settle_scores for
+decide (core/sequential.py reject_early for the gate: what `validators.early_reject = true` does; the
+default measures every window and decides as "full"; validator/seqscore.py settle_scores for
 scoring), fed those same losses in the validator's drawn orders. Compared PR by PR: the gate's
 decision, and scoring's (the `not-unique` mark under the default config; the refusals under `woolf
 demo --adversaries`' settings, `scoring.min_assigned` 0.01 and `uniqueness = "reject"`), with the
@@ -26,7 +27,9 @@ around the bar), one is Gaussian noise of 1-30x a merged delta's norm, and every
 overfitter trains on the public benchmark. Main moves by the ledger's merge of each PR the full gate
 accepts. The gate's worst case is measured on each PR's own per-window differences too: shifted so that
 their mean is the bar (the full evaluation just accepts), the fraction of ORDERS drawn window orders in
-which the sequential loop rejects early (at_bar_rejected: what `1 - validators.confidence` bounds). Results go to
+which the sequential loop rejects early (at_bar_rejected: what `1 - validators.confidence` bounds).
+Each PR's gate is also decided both ways at the bars in BARS (main still moves by the ledger's bar),
+where more PRs lie near the bar than at the demo's -0.02. Results go to
 benchmarks/results/decision_replay_<workload>.json.
 """
 
@@ -48,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 
 NAMES = ["p1", "p2", "p3", "p4", "p5"]
+BARS = (0.0, 0.002, 0.005)  # other policy.min_improvement values each PR is also judged at (both ways)
 ORDERS = 100  # window orders per PR for the worst-case error rate (at_bar)
 ADVERSARY_SCORING = {"scoring.min_assigned": "0.01", "scoring.uniqueness": "reject"}  # demo --adversaries
 
@@ -92,7 +96,7 @@ class Losses:
         return self.kept[k]
 
 
-def gate_both(cfg, wl, main_losses: list[float], cand_losses: list[float], seed: str) -> dict:
+def gate_both(cfg, wl, main_losses: list[float], cand_losses: list[float], seed: str, bars: bool = True):
     from woolf.core.policy import decide
     from woolf.core.sequential import reject_early, window_order
 
@@ -103,8 +107,21 @@ def gate_both(cfg, wl, main_losses: list[float], cand_losses: list[float], seed:
                            cfg.policy.min_improvement, cfg.validators.confidence,
                            wl.LINEAR_METRICS[cfg.policy.metric], cfg.policy.direction)
     seq = full.accepted if iv is None else False
+    if not bars:
+        return [full.accepted, seq, len(got)]
     return {"full": full.accepted, "sequential": seq, "improvement": full.improvement, "windows": len(got),
-            "of": n, "early": iv is not None, "at_bar_rejected": at_bar(cfg, wl, main_losses, cand_losses, seed)}
+            "of": n, "early": iv is not None, "at_bar_rejected": at_bar(cfg, wl, main_losses, cand_losses, seed),
+            "bars": {str(bar): _at(cfg, wl, main_losses, cand_losses, seed, bar) for bar in BARS}}
+
+
+def _at(cfg, wl, main_losses: list[float], cand_losses: list[float], seed: str, bar: float) -> list:
+    """[full accepts, sequential accepts, windows the sequential gate measured] under policy.min_improvement
+    = ``bar``: the same PR's decisions where the bar lies nearer its improvement (main still moves by the
+    ledger's own bar)."""
+    from dataclasses import replace
+
+    return gate_both(replace(cfg, policy=replace(cfg.policy, min_improvement=bar)), wl, main_losses, cand_losses,
+                     seed, bars=False)
 
 
 def at_bar(cfg, wl, main_losses: list[float], cand_losses: list[float], seed: str, orders: int = ORDERS) -> float:
@@ -267,6 +284,11 @@ def summary(out: dict) -> dict:
                                       default=None),
            "closest_early_rejection": min((x["improvement"] for x in g if x["early"]), default=None,
                                           key=lambda v: abs(v - out["policy"]["min_improvement"]))}
+    for bar in BARS:
+        b = [x["bars"][str(bar)] for x in g]
+        res[f"bar {bar}"] = {"same": sum(f == q for f, q, _ in b), "rejected_full": sum(not f for f, _, _ in b),
+                             "accepted_by_seq_rejected_by_full": sum(q and not f for f, q, _ in b),
+                             "windows": {"full": sum(x["of"] for x in g), "sequential": sum(w for _, _, w in b)}}
     for name in ("scoring_default", "scoring_adversaries"):
         s = [r[name] for r in rows]
         res[name] = {"same_refusal": sum(x["full_refused"] == x["seq_refused"] for x in s),

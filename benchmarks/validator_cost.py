@@ -21,7 +21,8 @@ Each PR is judged twice against the same main: by a validator with `validators.e
 every PR cost before: a fresh process per PR evaluates main again, timed apart as "main"; re-training
 off) and by the real `Validator.validate_one` with the ledger's config (`"sequential"`, re-training
 on), which records the verdict. Both decisions are compared. Per PR: the verdicts' timings by stage,
-the tokens each evaluated, and the process's peak RSS after each step. The ratios to the PR's own
+the tokens each evaluated, the process's CPU seconds (all threads: steadier than wall seconds on a
+shared machine; the sequential judgment's include its re-training), and the peak RSS after each step. The ratios to the PR's own
 training (the training loop's seconds, at ``--steps`` and, from its seconds per step, at 100 steps)
 are printed side by side. Results go to benchmarks/results/validator_cost[_<shape>].json.
 """
@@ -136,21 +137,24 @@ def judged_full(full, sub_id: str) -> dict:
     pr, main = fresh(ctx, sub_id)
     ctx.ledger.config.validators.eval = "full"
     ctx.ledger.config.validators.retrain_rate = 0.0
-    t_main = Timer()
+    t_main, c0 = Timer(), time.process_time()
     weights = ctx.ledger.load_weights(main)
     evaluate_before(ctx, main, weights, t_main)
     del weights
-    timer = Timer()
+    timer, c1 = Timer(), time.process_time()
     verdict, _ = evaluate(ctx, pr, main, timer)
     cancel_ahead(ctx)
     return {"accepted": verdict.accepted, "reason": verdict.reason, "timings": dict(timer),
-            "main_evaluation": t_main.get("evaluation", 0.0), "metrics": verdict.metrics, "scores": verdict.scores,
+            "main_evaluation": t_main.get("evaluation", 0.0), "cpu_main": round(c1 - c0, 2),
+            "cpu": round(time.process_time() - c1, 2), "metrics": verdict.metrics, "scores": verdict.scores,
             "flags": verdict.flags, "peak_rss_mib": peak_rss_mib()}
 
 
 def judged_sequential(val, sub_id: str) -> dict:
+    c0 = time.process_time()
     v = val.validate_one(sub_id)
-    return {"accepted": v.accepted, "reason": v.reason, "timings": dict(v.timings), "metrics": v.metrics,
+    return {"accepted": v.accepted, "reason": v.reason, "timings": dict(v.timings),
+            "cpu": round(time.process_time() - c0, 2), "metrics": v.metrics,
             "scores": v.scores, "flags": v.flags, "retrain": v.retrain, "version": v.version,
             "peak_rss_mib": peak_rss_mib()}
 
@@ -180,6 +184,7 @@ def run(root: Path, shape: str, steps: int) -> dict:
         who = f"p{k}"
         led = _clone(root, who)
         row: dict = {"pr": k, "kind": kind}
+        c0 = time.process_time()
         if kind == "woolf train":
             rec = train(led, TrainOptions(steps=steps, contributor=who, device="cpu", seed=k, task=False))
             row["training"] = rec["training"]
@@ -192,6 +197,8 @@ def run(root: Path, shape: str, steps: int) -> dict:
             sub = submit(led, SubmitOptions(weights=_scaled(led, 3.0), base_version=led.head().version,
                                             contributor=who))
         sub_id = sub["id"]
+        if kind != "scaled":
+            row["training_cpu"] = round(time.process_time() - c0, 2)  # training and submit: CPU seconds, all threads
         row["peak_rss_after_training_mib"] = peak_rss_mib()
         print(f"PR {k} ({kind}) submitted: {sub_id}; training {row.get('training', {}).get('seconds')} s", flush=True)
         row["full"] = judged_full(full, sub_id)

@@ -150,6 +150,10 @@ class ValidatorsConfig:
     # scoring stops once its decisions are settled; "full": every window of the benchmark and of each shard
     eval: str = "sequential"
     confidence: float = 0.999  # sequential: a decision the full evaluation would not make at most 1 - this often
+    # sequential: the gate may stop a rejection once the windows drawn so far settle it. Off by default: an
+    # improvement carried by a few windows (a domain fine-tune) looks like a regression on most blocks, and
+    # was rejected early far more often than 1 - confidence (benchmarks/RESULTS.md §23)
+    early_reject: bool = False
 
 
 @dataclass

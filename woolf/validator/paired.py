@@ -1,5 +1,6 @@
 """The gate, paired and sequential: the candidate evaluated on the benchmark's windows in a drawn order, a few
-at a time, against main's losses on the same windows; a rejection stops as soon as it is settled.
+at a time, against main's losses on the same windows (kept: main is evaluated once per head); with
+`validators.early_reject` a rejection stops as soon as it is settled.
 
 Usage (the "gate" stage, validator/stages.py, under `validators.eval = "sequential"`):
     if sequential(ctx):                                       # validator/windows.py
@@ -12,8 +13,10 @@ windows are drawn in an order from the scoring seed (score.score_seed: main's co
 the hidden benchmark when there is one), in at most core.sequential.LOOKS blocks; after each block the
 paired improvement (main's loss minus the candidate's, per window, in the policy metric's units) gives
 an interval for its mean over every window (Student's t, finite population, alpha split over the
-looks). Once that interval lies wholly below what the policy requires, the PR is rejected: the full
-benchmark would have accepted it at most ``1 - validators.confidence`` of the time. Otherwise every
+looks). With `validators.early_reject` (off by default), once that interval lies wholly below what the
+policy requires, the PR is rejected: the full benchmark would have accepted it at most ``1 -
+validators.confidence`` of the time when the per-window improvements are roughly normal, and far more
+often when a few windows carry the improvement (measured: benchmarks/RESULTS.md §23). Otherwise every
 window is evaluated and the policy decides on the full benchmark exactly as under "full": an
 acceptance (and the metrics a version records) is always the whole benchmark's. Stopping early
 only to reject is what makes the order's secrecy unneeded: a submitter who knows it can only get
@@ -84,8 +87,11 @@ def paired_gate(ctx: ValidatorContext, cand: Candidate, bench: bytes, before: di
         with cand.timer("evaluation"):
             return wl.window_losses(step.probe, bench, idx, ctx.device)
 
-    got, iv = reject_early(measure, [main[i] for i in range(n)], order, need, cfg.validators.confidence,
-                           wl.LINEAR_METRICS[policy.metric], policy.direction)
+    if cfg.validators.early_reject:
+        got, iv = reject_early(measure, [main[i] for i in range(n)], order, need, cfg.validators.confidence,
+                               wl.LINEAR_METRICS[policy.metric], policy.direction)
+    else:  # every window, one pass (see ValidatorsConfig.early_reject); main's are still read, not measured
+        got, iv = dict(zip(range(n), measure(list(range(n))), strict=True)), None
     if iv is not None:
         done = order[:len(got)]
         return _early(ctx, cand, [main[i] for i in done], [got[i] for i in done], iv, need, size, reference, before)

@@ -19,7 +19,8 @@ Rejected (a check) or by returning the reason (a judgment of what it measured):
     retrain      a drawn PR re-trained from its recipe and compared (retrain.py)
     merge        the merge rule (ledger/transition.py), in main's memory where it can
     gate         the benchmark: main's metrics (once per head) against the candidate's, the policy decides
-                 (under `validators.eval = "sequential"` a settled rejection stops early: paired.py)
+                 (under `validators.eval = "sequential"`: main's windows kept, paired.py; with
+                 `validators.early_reject` a settled rejection stops early)
     effect       a delta that changes nothing measurable (score.py)
     drawdown     never further than policy.max_drawdown behind the best version reached (drawdown.py)
 
@@ -169,8 +170,8 @@ def merge(ctx: ValidatorContext, cand: Candidate) -> None:
 def gate(ctx: ValidatorContext, cand: Candidate) -> str | None:
     """The metrics "after" are those of the weights that become the version; a FedBuff merge that only
     buffers leaves them unchanged and is judged by its delta on its own ("probe"). A hidden benchmark's
-    numbers go to 0.01 in a rejection, like its metrics. Under `validators.eval = "sequential"` the
-    candidate is evaluated a few windows at a time and a settled rejection stops early (paired.py)."""
+    numbers go to 0.01 in a rejection, like its metrics. Under `validators.eval = "sequential"` main's
+    windows are kept (paired.py), and with `validators.early_reject` a settled rejection stops early."""
     cfg, step = ctx.ledger.config, cand.step
     bench = gate_benchmark(ctx.ledger)  # the hidden benchmark when the config pins one (ledger/benchmark.py)
     before = evaluate_before(ctx, cand.main, cand.current, cand.timer)  # measured already by an in-place merge
