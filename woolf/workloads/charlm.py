@@ -39,6 +39,7 @@ from woolf.workloads.features import (
 )
 from woolf.workloads.optstate import load_optimizer, save_optimizer
 from woolf.workloads.textcommon import TextCorpus
+from woolf.workloads.userdata import user_texts
 
 
 class Block(nn.Module):
@@ -120,12 +121,7 @@ class CharLM(TextCorpus):
         return TrainData([corpus.read(f) for f in files], f"domain {i + 1}/{n}:{contributor}@v{base_version}", files)
 
     def data_from_path(self, path: str) -> TrainData:
-        p = Path(path)
-        files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
-        texts = [f.read_bytes() for f in files if f.exists()]
-        if sum(len(t) for t in texts) < self.context + 2:
-            raise UsageError(f"--data {path}: not enough text to train on (need {self.context + 2}+ bytes)")
-        return TrainData(texts, str(p), [str(f) for f in files])
+        return user_texts(path, min_bytes=self.context + 2)  # text files only; the path stays private
 
     def load_model(self, weights, device):
         m = self.model()
@@ -246,7 +242,8 @@ class CharLM(TextCorpus):
         return out
 
     def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
-        """metrics_of the mean loss over every window (0.0 when the benchmark is shorter than one)."""
+        """metrics_of the mean loss over every window."""
         n, _ = self.windows(benchmark)
-        losses = self.window_losses(weights, benchmark, range(n), device)
-        return self.metrics_of(math.fsum(losses) / n if n else 0.0)
+        if n == 0:  # no window: the loss would read 0.0, a perfect score
+            raise UsageError(f"the benchmark has {len(benchmark)} bytes, less than one window of {self.context + 1}")
+        return self.metrics_of(math.fsum(self.window_losses(weights, benchmark, range(n), device)) / n)

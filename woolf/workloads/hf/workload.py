@@ -47,7 +47,7 @@ from woolf.workloads.features import (
     STATE_DIR,
     WINDOWS,
 )
-from woolf.workloads.hf.evaluation import TokenCache, window_losses
+from woolf.workloads.hf.evaluation import TokenCache, window_loss, window_losses
 from woolf.workloads.hf.modeldir import (
     MODEL_DIR,
     REQUIRED,
@@ -58,9 +58,11 @@ from woolf.workloads.hf.modeldir import (
     max_positions,
     transformers_version,
 )
+from woolf.workloads.hf.qlora import frozen_nf4, nf4_problem
 from woolf.workloads.hf.training import (
     AUTOCAST,
     assign,
+    enable_checkpointing,
     fit,
     frozen,
     out_of_memory,
@@ -69,8 +71,10 @@ from woolf.workloads.hf.training import (
 )
 from woolf.workloads.parallel import Parallel
 from woolf.workloads.textcommon import TextCorpus
+from woolf.workloads.userdata import user_texts
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
+EVAL_DTYPES = ("float32", "bfloat16")  # workload.params.eval_dtype: the ledger's evaluations (docs/workloads.md)
 
 
 class Transformers(TextCorpus):
@@ -82,7 +86,7 @@ class Transformers(TextCorpus):
                  lr: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, autocast: str = "",
                  eval_batch: int = 8, benchmark_bytes: int = 32768, shard_files: int = 8,
                  checkpoint_dtype: str = "", checkpointing: bool = False, compile: bool = False,
-                 lora: str = "", optimizer_warmup: int = 0):
+                 lora: str = "", optimizer_warmup: int = 0, eval_dtype: str = "float32"):
         files = dict(files or {})
         where = "ledger/woolf.toml: workload.params"
         missing = [n for n in REQUIRED if n not in files]
@@ -99,6 +103,9 @@ class Transformers(TextCorpus):
             if value not in DTYPES:
                 raise ConfigError(f"{where}.{key} = {value!r}", hint=f"use one of {', '.join(DTYPES)}")
         self.checkpoint_dtype = checkpoint_dtype or dtype
+        if eval_dtype not in EVAL_DTYPES:
+            raise ConfigError(f"{where}.eval_dtype = {eval_dtype!r}", hint=f"use one of {', '.join(EVAL_DTYPES)}")
+        self.eval_dtype = eval_dtype  # what every benchmark evaluation of this ledger computes in
         for key, value in (("checkpointing", checkpointing), ("compile", compile)):
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}.{key} = {value!r}", hint="use true or false")
@@ -209,14 +216,7 @@ class Transformers(TextCorpus):
 
 
     def data_from_path(self, path: str) -> TrainData:
-        p = Path(path)
-        if not p.exists():
-            raise UsageError(f"--data {path}: no such file or directory")
-        files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
-        texts = [f.read_bytes() for f in files]
-        if not any(texts):
-            raise UsageError(f"--data {path}: no text to train on")
-        return TrainData(texts, str(p), [str(f) for f in files])
+        return user_texts(path)  # text files only (userdata.py); train() checks there are enough tokens
 
     def tokens(self, texts: list[bytes]) -> torch.Tensor:
         """Token ids of ``texts`` in order, separated by the end-of-text token when the model has one."""
@@ -256,7 +256,7 @@ class Transformers(TextCorpus):
         names = list(canonical(model))
         sharded = bool(par) and use_fsdp(model, device)
         if self.checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_checkpointing(model)
         try:
             losses, secs, resumed, amp = fit(self, model, ids, steps, device, seed, progress, state_dir,
                                              global_step, follow, follow_every, par, sharded)
@@ -279,19 +279,27 @@ class Transformers(TextCorpus):
                                   autocast=str(amp).replace("torch.", "") if amp else "off")
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
-                   progress: Progress | None = None):
+                   progress: Progress | None = None, keep: list | None = None):
         """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (workloads/lora.py).
         ``weights`` is consumed (cast in place to the compute dtype; emptied for a GPU: training.py ``frozen``)."""
         from woolf.workloads.lora import train_lora  # deferred: peft
 
-        return train_lora(self, weights, data, steps, spec, device, seed, progress)
+        return train_lora(self, weights, data, steps, spec, device, seed, progress, keep)
+
+    def nf4_problem(self, device: str) -> str | None:
+        """Why ``--lora base=nf4`` cannot run here (bitsandbytes, or a model without linear layers), or None."""
+        return nf4_problem(device, self.config)
 
     # what the LoRA trainer (workloads/lora.py) asks: the frozen model, batches and loss (LORA_TARGETS: peft's
     # default for the architecture)
     LORA_TARGETS = None
 
-    def lora_model(self, weights, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    LORA_NF4 = True  # base=nf4 (QLoRA): lora_model quantizes the frozen base (hf/qlora.py)
+
+    def lora_model(self, weights, device: str, dtype: torch.dtype, base: str = "") -> torch.nn.Module:
         self._model = None  # the evaluation model's hold on the weights goes (rebuilt, uninitialised, when needed)
+        if base == "nf4":  # bitsandbytes is imported there, when asked for (optional: the qlora extra)
+            return frozen_nf4(self.config, weights, device, dtype)
         return frozen(self.config, weights, device, dtype)
 
     def lora_batches(self, data: TrainData, gen: torch.Generator):
@@ -314,6 +322,12 @@ class Transformers(TextCorpus):
     # -- evaluation: fixed windows of ``context`` tokens (WINDOWS, features.py; hf/evaluation.py) -----------
     LINEAR_METRICS = {"loss": 1.0}  # metrics that are a multiple of the loss (perplexity is not)
 
+    @property
+    def stored_dtype(self) -> torch.dtype:
+        """The checkpoint's own floating dtype where it is bf16 (LoRA's frozen base on a CPU: workloads/lora.py);
+        float32 otherwise (fp16 and float32 checkpoints: a CPU computes float32)."""
+        return torch.bfloat16 if self.checkpoint_dtype == "bfloat16" else torch.float32
+
     def windows(self, data: bytes) -> tuple[int, int]:
         """(windows of ``data``, tokens predicted in each): non-overlapping, ``context`` tokens each."""
         return max(0, (len(self._ids(data)) - 1) // self.context), self.context
@@ -322,20 +336,37 @@ class Transformers(TextCorpus):
         return {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
 
     def window_losses(self, weights, data: bytes, index, device: str = "cpu") -> list[float]:
-        """The mean loss (nats per token) of each window in ``index`` (windows(data)), in that order, in float32."""
+        """The mean loss (nats per token) of each window in ``index`` (windows(data)), in that order, computed
+        in the ledger's ``eval_dtype`` as evaluate() does (the gate and scoring take means of these)."""
         index = list(index)
         if not index:
             return []
-        model = self._load(weights, device).eval()
+        model = self._eval_model(weights, device).eval()
         return window_losses(model, self._ids(data), index, self.context, self.eval_batch, device)
 
-    def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
-        """Per-token loss (nats) and perplexity over fixed windows of ``context`` tokens, in float32."""
-        n, _ = self.windows(benchmark)
-        if n == 0:
-            raise UsageError(f"the benchmark has {len(self._ids(benchmark))} tokens, less than one window of "
-                             f"{self.context + 1}")
-        return self.metrics_of(math.fsum(self.window_losses(weights, benchmark, range(n), device)) / n)
+    @torch.no_grad()
+    def evaluate(self, weights, benchmark: bytes, device: str = "cpu", dtype: torch.dtype | None = None
+                 ) -> dict[str, float]:
+        """Per-token loss (nats) and perplexity over fixed windows of ``context`` tokens (the mean of
+        window_losses over every window), computed in the ledger's ``eval_dtype`` (float32 unless the ledger
+        says bfloat16), or in ``dtype`` when given (a LoRA participant's frozen dtype:
+        participant/lora_weights.py)."""
+        return self.evaluate_model(self._eval_model(weights, device, dtype), benchmark, device)
+
+    def evaluate_model(self, model, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
+        """``evaluate`` of a model already built (a QLoRA participant's quantized one), in its dtype."""
+        return window_loss(model, self._ids(benchmark), self.context, self.eval_batch, device)
+
+    def _eval_model(self, weights, device: str, dtype: torch.dtype | None = None) -> torch.nn.Module:
+        """The model evaluations compute with: in float32 the weights ARE its parameters; in another dtype an
+        uninitialised model of that dtype holds their casts (its own memory: half the float32 weights' for bf16)."""
+        want = dtype or getattr(torch, self.eval_dtype)
+        if want == torch.float32:
+            return self._load(weights, device)
+        names = set(canonical(self.model()))
+        if set(weights) != names:
+            raise InvalidWeightsError(f"weights are not this model's: missing {sorted(names - set(weights))[:4]}")
+        return assign(uninitialised(self.config, want), weights, device, copy=False)
 
     def _ids(self, data: bytes) -> torch.Tensor:
         """``data``'s token ids, kept for the last few texts (the benchmark and the scoring shards)."""
