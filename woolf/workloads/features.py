@@ -27,9 +27,14 @@ DATA_PARALLEL = "data_parallel"  # train_data_parallel(weights, datas, steps, de
 IN_PLACE = "in_place"  # train(..., in_place=True): may train in the given tensors' memory (one model, not two)
 DISTRIBUTED = "distributed"  # train() runs on every rank of a torchrun process group (workloads/parallel.py)
 LORA = "lora"  # train_lora(...) -> (factors, summary), by workloads/lora.py over lora_model/_batches/_loss
+# windows(data) -> (count, tokens each), window_losses(weights, data, index, device) -> [mean loss per window],
+# metrics_of(loss) -> evaluate()'s dict, LINEAR_METRICS {metric: factor}: evaluate() is metrics_of(the mean
+# of every window's loss); the validator's paired, sequential evaluation (validator/paired.py) uses them
+WINDOWS = "windows"
 
 _TRAIN_KEYWORDS = (STATE_DIR, GLOBAL_STEP, FOLLOW, IN_PLACE)
-_METHODS = {FINGERPRINT: "fingerprint", BIND: "bind", DATA_PARALLEL: "train_data_parallel", LORA: "train_lora"}
+_METHODS = {FINGERPRINT: "fingerprint", BIND: "bind", DATA_PARALLEL: "train_data_parallel", LORA: "train_lora",
+            WINDOWS: "window_losses"}
 
 
 def features_of(wl) -> frozenset[str]:
