@@ -72,7 +72,7 @@ def test_init_refuses_a_benchmark_file_that_cannot_gate(tmp_path, cli, content, 
 
 def test_init_benchmark_file_is_the_gate_of_a_transformers_ledger(tmp_path, cli):
     pytest.importorskip("transformers")
-    from tests.workloads.test_hf import tiny
+    from tests.workloads.hf.test_workload import tiny
 
     model = tiny.make_tiny_model(tmp_path / "m", arch="llama", dtype="bfloat16")
     (tmp_path / "chat.txt").write_text(CHAT)

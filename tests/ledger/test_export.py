@@ -42,7 +42,7 @@ def test_a_bf16_ledger_exports_in_bf16_and_loads_with_transformers(tmp_path):
     pytest.importorskip("transformers")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tests.workloads.test_hf import hf_network, tiny
+    from tests.workloads.hf.test_workload import hf_network, tiny
 
     model_dir = tiny.make_tiny_model(tmp_path / "m", dtype="bfloat16")
     net = hf_network(tmp_path / "net", model_dir)
@@ -65,7 +65,7 @@ def test_a_bf16_ledgers_export_after_small_merges_keeps_them_or_says_what_it_los
     checkpoint's bf16 equalled genesis. The default writes the masters' float32 then, and an export
     asked in bf16 says how much of the merged update survives."""
     pytest.importorskip("transformers")
-    from tests.workloads.test_hf import hf_network, tiny
+    from tests.workloads.hf.test_workload import hf_network, tiny
     from woolf.validator import Validator
 
     net = hf_network(tmp_path / "net", tiny.make_tiny_model(tmp_path / "m", dtype="bfloat16"),

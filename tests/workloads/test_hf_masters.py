@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 pytest.importorskip("transformers")
 
-from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
+from tests.workloads.hf.test_workload import hf_network, tiny  # noqa: E402
 from woolf.audit.recompute import audit  # noqa: E402
 from woolf.errors import InvalidWeightsError  # noqa: E402
 from woolf.forges import forge_for  # noqa: E402

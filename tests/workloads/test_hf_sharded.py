@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 pytest.importorskip("transformers")
 
-from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
+from tests.workloads.hf.test_workload import hf_network, tiny  # noqa: E402
 from woolf.errors import UsageError  # noqa: E402
 from woolf.ledger.create import CreateOptions
 from woolf.ledger.export import export_version  # noqa: E402

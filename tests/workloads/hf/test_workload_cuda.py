@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
+from tests.workloads.hf.test_workload import hf_network, tiny  # noqa: E402
 from woolf.participant import (
     SubmitOptions,
     TrainOptions,

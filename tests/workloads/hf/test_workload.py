@@ -27,7 +27,7 @@ from woolf.participant import TrainOptions
 from woolf.validator import Validator  # noqa: E402
 from woolf.workloads.hf import Transformers  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("make_tiny_model", ROOT / "examples" / "make_tiny_model.py")
 tiny = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tiny)

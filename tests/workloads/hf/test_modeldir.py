@@ -1,4 +1,5 @@
-"""Issue 38, the second hour with a real instruct model: every file it needs survives init and export.
+"""A model directory as woolf reads it (woolf/workloads/hf/modeldir.py): every file a real instruct model
+needs survives init and export, files that load code are refused, what woolf cannot read is named.
 
 A tiny Llama-shaped model is built locally (examples/make_tiny_model.py; nothing downloaded) and
 given a chat template, a special tokens map, added tokens, a slow tokenizer's vocabulary and a
@@ -18,10 +19,12 @@ import pytest
 
 pytest.importorskip("transformers")
 
+import pytest
+
 from woolf.errors import UsageError  # noqa: E402
 from woolf.ledger.ledger import Ledger  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("make_tiny_model", ROOT / "examples" / "make_tiny_model.py")
 tiny = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tiny)
@@ -171,3 +174,20 @@ def test_transformers_optimizer_warmup_is_checked():
     with pytest.raises(ConfigError, match="optimizer_warmup"):
         Transformers(files={"config.json": sha, "tokenizer.json": sha}, optimizer_warmup=-1)
     assert Transformers(files={"config.json": sha, "tokenizer.json": sha}, optimizer_warmup=60).opt_factor(0) == 1 / 60
+
+
+# A model directory woolf cannot read is named for what it is: a GGUF one.
+
+@pytest.mark.parametrize("as_file", [False, True])
+def test_a_gguf_checkpoint_is_diagnosed_as_gguf_with_its_conversion(tmp_path, cli, as_file):
+    d = tmp_path / "smol-gguf"
+    d.mkdir()
+    (d / "smollm2-135m-instruct-q8_0.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 64)
+    (d / "convert_hf_to_gguf.py").write_text("print('a conversion script shipped beside it')\n")
+    (d / "README.md").write_text("a model card\n")
+    weights = d / "smollm2-135m-instruct-q8_0.gguf" if as_file else d
+    r = cli("init", "led", "--unsigned", "--workload", "transformers", "--weights", str(weights), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "holds a GGUF checkpoint (smollm2-135m-instruct-q8_0.gguf)" in r.stderr, r.stderr
+    assert "Python code" not in r.stderr and "gguf_file='smollm2-135m-instruct-q8_0.gguf'" in r.stderr
+    assert not (tmp_path / "led").exists()

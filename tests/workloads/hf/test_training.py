@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
+from tests.workloads.hf.test_workload import hf_network, tiny  # noqa: E402
 from woolf.workloads.textcommon import TextCorpus  # noqa: E402
 
 
