@@ -1,14 +1,17 @@
-"""Bad inputs a new user types (woolf/cli/main.py and the commands): wrong paths, a path under a file, a
-directory nobody may write, a wrong parameter: one clear line each, never a traceback, nothing left behind."""
+"""The `woolf` command as a new user meets it (woolf/cli/main.py and the commands). Bad inputs (wrong paths, a
+path under a file, a directory nobody may write, a wrong parameter): one clear line each, never a traceback,
+nothing left behind. Arguments that do nothing are refused; the commands' words say what happened."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import git
+from tests.conftest import git, key_for
 from woolf.cli.main import main
+from woolf.ledger.change import set_signer
 
 READ_ONLY = Path("/sys/woolf-no-such-dir")  # mkdir there is refused even to root (tests run as root here)
 
@@ -59,6 +62,8 @@ def test_config_set_names_itself_not_the_config_file(network, cli):
 
 
 # Small things a new user met: arguments that did nothing said nothing, raw reprs, a key named `root`.
+
+
 def _run(capsys, *argv):
     rc = main(list(argv))
     out, err = capsys.readouterr()
@@ -100,7 +105,6 @@ def test_key_create_names_the_key_after_the_contributor_and_init_refuses_a_publi
 
 
 def test_config_get_show_and_json_from_config_set(network, capsys):
-    import json
 
     d = str(network.work.root)
     rc, out, _ = _run(capsys, "-C", d, "config", "get", "policy.min_improvement")
@@ -123,3 +127,36 @@ def test_piped_output_is_not_wrapped_at_80_columns(capsys, tmp_path):
     App(tmp_path).err.print("a long warning " * 12)
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 1 and len(err.splitlines()) == 1
+
+
+# The CLI's words say what happened.
+
+
+@pytest.mark.unit
+def test_a_workload_typo_is_blamed_on_the_option(tmp_path, cli):
+    r = cli("init", "led", "--unsigned", "--workload", "charml", cwd=tmp_path)
+    assert r.returncode == 2 and "--workload 'charml' is neither built in" in r.stderr, r.stderr
+    assert "woolf.toml" not in r.stderr and not (tmp_path / "led").exists()
+
+
+def test_log_diff_leaderboard_credit_and_config_set_say_what_they_mean(network, tmp_path, cli):
+    work = network.work
+    set_signer(work, "newval", Path(f"{key_for('newval')}.pub").read_text(), ["validator"])  # version 1
+    r = cli("log", cwd=work.root, env={"COLUMNS": "200"})
+    assert r.returncode == 0 and "(signers change)" in r.stdout, r.stdout
+    r = cli("diff", "0", "1", "--top", "3", cwd=work.root, env={"COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    n = len(work.load_weights(work.show(0)))
+    assert f"{n} of {n} tensors unchanged" in r.stdout and "tensor " not in r.stdout, r.stdout
+    r = cli("config", "set", "policy.min_improvement=abc", cwd=work.root)
+    assert r.returncode == 3 and "--set" not in r.stderr and "woolf config set" in r.stderr, r.stderr
+    r = cli("leaderboard", cwd=work.root, env={"COLUMNS": "200"})
+    assert r.returncode == 0 and "None" not in r.stdout and "rated windows of" in r.stdout, r.stdout
+    words = " ".join(r.stdout.split())
+    assert "rating and credit measure different things" in words
+    network.train_submit(network.clone("alice"), "alice", steps=3)
+    from woolf.validator import Validator
+
+    Validator(network.clone("val"), device="cpu").run()
+    r = cli("credit", cwd=network.clone("carol").root, env={"COLUMNS": "200"})
+    assert r.returncode == 0 and "rating and credit measure different things" in " ".join(r.stdout.split())
