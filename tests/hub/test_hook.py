@@ -1,4 +1,5 @@
-"""Red-team findings on refs and objects (F14, F1, F15, F6): one crafted ref never stops every reader.
+"""The hub's hook (woolf/hub/hook.py) against red-team refs and objects (F14, F1, F15, F6): one crafted ref
+never stops every reader.
 
 Each test pushes what an attacker pushed through the hub's real hook (refused, with the rule's
 message) and then puts the same object in place without the hook (a forge without protection,
@@ -11,8 +12,6 @@ import json
 import os
 import subprocess
 
-import pytest
-
 from tests.conftest import git
 from tests.crafting import craft_pr, push, refused
 from tests.hostile_corpus import delta, push_ref
@@ -20,25 +19,11 @@ from woolf.audit.recompute import audit
 from woolf.forges.local import LocalForge
 from woolf.protocol import layout
 from woolf.protocol.trailers import (
-    float_field,
     format_message,
-    int_field,
-    json_field,
     parse_message,
 )
 from woolf.protocol.votes import read_votes
 from woolf.validator import Validator
-
-
-@pytest.mark.unit
-def test_trailer_readers_never_raise_on_hostile_values():
-    f = {"big": "9" * 5000, "neg": "-" + "1" * 31, "ok": "-12", "deep": "[" * 100_000 + "]" * 100_000,
-         "nest": '{"a":' * 40 + "1" + "}" * 40, "jbig": "[" + "9" * 5000 + "]", "fbig": "1" * 65,
-         "nan": '{"loss":NaN}', "metrics": '{"loss":2.5}'}
-    assert int_field(f, "big") is None and int_field(f, "neg") is None and int_field(f, "ok") == -12
-    assert json_field(f, "deep") is None and json_field(f, "nest") is None and json_field(f, "jbig") is None
-    assert float_field(f, "fbig") is None and json_field(f, "metrics") == {"loss": 2.5}
-    assert json_field(f, "nan")["loss"] != json_field(f, "nan")["loss"]  # NaN: a validator may record one
 
 
 def _verdict(led, sub_id: str, fields: dict, body: str = "") -> str:
