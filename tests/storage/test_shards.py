@@ -1,4 +1,4 @@
-"""Sharded checkpoints in: `woolf init --weights DIR` with model.safetensors.index.json, round trip
+"""Sharded checkpoints (woolf/storage/shards.py) in: `woolf init --weights DIR` with model.safetensors.index.json, round trip
 through train, submit, validate and export to `from_pretrained`; and each bad index refused."""
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Issue 37, breaches 1 and 2: bounds that no attacker sets.
-
-1. Two keyless Sybils that merge noise no longer lock the norm guard: keyed contributors' merged
-   norms (and a floor from the model's own norm) set the reference; keyless names may only raise it.
-2. Tolerated regressions do not add up: the drawdown bound holds against the best version ever
-   reached since the config last changed, not against a window that slides with them.
-"""
+"""The norm guard's bound by standing (woolf/validator/standing.py), one no attacker sets: two keyless Sybils
+that merge noise no longer lock it; keyed contributors' merged norms (and a floor from the model's own norm)
+set the reference; keyless names may only raise it."""
 
 from __future__ import annotations
 
@@ -12,7 +8,6 @@ import pytest
 
 from tests.crafting import craft_pr, random_delta
 from woolf.ledger.verdicts import merged_records
-from woolf.participant import TrainOptions
 from woolf.validator import Validator
 
 
@@ -56,28 +51,3 @@ def test_norm_bound_is_raised_by_standing_and_the_floor_never_lowered():
     assert best_of([]) is None
 
 
-def test_many_tolerated_regressions_stop_at_the_drawdown_bound(make_net):
-    # window 1: the old reference (best of the last `window` versions) was main itself, so each
-    # regression within the gate merged and the loss climbed without end
-    from woolf.core.merge import compute_delta
-    from woolf.participant import train
-    from woolf.storage.weights import load_checked
-
-    net = make_net(**{"policy.window": "1"})  # gate -0.02, max_drawdown -1 = 0.04
-    val = net.clone("val")
-    base = val.load_weights(val.head())
-    train(val, TrainOptions(steps=20, contributor="x", seed=0, device="cpu"))
-    trained = load_checked(val.root / ".woolf" / "work" / "trained.safetensors", val.config.limits)
-    worse = compute_delta(base, trained)  # a step back from training: each PR regresses ~0.01, within the gate
-    verdicts = []
-    for i in range(8):
-        noise = random_delta(val, scale=0.005, seed=100 + i)  # each PR its own: no copies of each other
-        pr = craft_pr(val, tensors={k: 0.008 * worse[k] + noise[k] for k in worse}, who=f"noise{i % 4}")
-        verdicts.append(_validate(val)[pr])
-    losses = [v.metrics["loss"] for v in reversed(val.log(ref="refs/remotes/origin/main")) if v.metrics]
-    print("losses along main:", [round(x, 4) for x in losses])
-    print("reasons:", [v.reason for v in verdicts])
-    worst = max(losses[i] - min(losses[: i + 1]) for i in range(len(losses)))
-    assert worst <= 0.04 + 1e-9, f"the loss drifted {worst:.4f} above the best version reached"
-    assert any("policy.max_drawdown" in v.reason for v in verdicts), [v.reason for v in verdicts]
-    assert sum(v.accepted for v in verdicts) >= 2
