@@ -651,7 +651,7 @@ def test_a_vote_is_signed_by_the_validator_it_names(hub, key, problem):
     assert hub.push((ZERO, hub.vote(hub.pr(), key=key), ref)) == [f"{ref}: {problem}"]
 
 
-# -- tasks (woolf/protocol/rules/tasks.py: tests/protocol/test_rules_tasks.py) ------------------------
+# -- tasks (woolf/protocol/rules/tasks.py: tests/protocol/rules/test_tasks.py) ------------------------
 
 
 def test_task_refs_are_checked_by_the_task_rules(hub):
