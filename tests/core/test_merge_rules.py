@@ -121,7 +121,7 @@ def test_best_version_gate_refuses_cumulative_regression(make_net, gate):
     """Steps that each regress within the tolerance: the current-version gate lets them pile up,
     the best-recent-version gate stops them once the total passes the tolerance."""
     # the gate alone: the drawdown bound and the copy check (same direction each time) would stop
-    # these too, and are tested in test_scoring.py
+    # these too, and are tested in tests/validator/test_score.py
     net = make_net(**{"policy.gate": gate, "policy.min_improvement": "-0.05", "policy.max_drawdown": "0",
                       "scoring.copy_window": "0"})
     val = net.clone("val")

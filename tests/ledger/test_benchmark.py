@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from tests.crafting import craft_pr
-from tests.validator.test_scoring import _trained
+from tests.validator.test_score import _trained
 from woolf.audit.recompute import audit
 from woolf.errors import StorageError
 from woolf.forges.local import LocalForge

@@ -1,5 +1,6 @@
-"""Issue 12's attacks, each against a hub made by `woolf hub init`: refused at push time, or
-(where a forge cannot refuse: `force_ref`) ignored by validators and reported by `woolf audit`."""
+"""Authority (woolf/audit/authority.py and the hook's rules it shares): each attack against a hub made by
+`woolf hub init` is refused at push time, or (where a forge cannot refuse: `force_ref`) ignored by validators
+and reported by `woolf audit`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Ratings, the leaderboard and credit: pure functions of the verdict history in git (issue 13)."""
+"""Ratings, the leaderboard and credit (woolf/report/board.py over core/ratings.py): pure functions of the verdict
+history in git."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from tests.conftest import key_for
 from tests.crafting import craft_pr
-from tests.validator.test_scoring import _noise, _trained
+from tests.validator.test_score import _noise, _trained
 from woolf.core.fairness import canonical
 from woolf.core.ratings import rate
 from woolf.core.scores import rank_score
