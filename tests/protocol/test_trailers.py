@@ -283,3 +283,13 @@ def test_trailer_readers_never_raise_on_hostile_values():
     assert json_field(f, "deep") is None and json_field(f, "nest") is None and json_field(f, "jbig") is None
     assert float_field(f, "fbig") is None and json_field(f, "metrics") == {"loss": 2.5}
     assert json_field(f, "nan")["loss"] != json_field(f, "nan")["loss"]  # NaN: a validator may record one
+
+
+def test_trailers_roundtrip():
+    msg = format_message("woolf: version 3", {"Woolf-Version": 3, "Woolf-Metrics": {"loss": 2.5},
+                                              "Woolf-Reverts": None}, body="free text\nmore")
+    subject, fields = parse_message(msg)
+    assert subject == "woolf: version 3"
+    assert fields == {"Woolf-Version": "3", "Woolf-Metrics": '{"loss":2.5}'}
+    with pytest.raises(ValueError):
+        format_message("x", {"Woolf-Reason": "two\nlines"})
