@@ -14,7 +14,7 @@ pytest.importorskip("peft")
 
 from safetensors.torch import load_file  # noqa: E402
 
-from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
+from tests.workloads.hf.test_workload import hf_network, tiny  # noqa: E402
 from woolf.errors import UsageError  # noqa: E402
 from woolf.participant import SubmitOptions, TrainOptions, submit, train  # noqa: E402
 from woolf.participant.state import work_dir  # noqa: E402
