@@ -13,7 +13,7 @@ pytest.importorskip("peft")
 
 from safetensors.torch import load_file  # noqa: E402
 
-from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
+from tests.workloads.hf.test_workload import hf_network, tiny  # noqa: E402
 from woolf.participant import SubmitOptions, TrainOptions, submit, train  # noqa: E402
 from woolf.validator import Validator  # noqa: E402
 
