@@ -10,7 +10,7 @@ import random
 import pytest
 
 from tests.crafting import craft_pr, random_delta
-from tests.validator.test_scoring import _trained
+from tests.validator.test_score import _trained
 from woolf.errors import ConfigError
 from woolf.ledger.benchmark import gate_benchmark
 from woolf.protocol.config import LedgerConfig, parse_config

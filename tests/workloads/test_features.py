@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tests.workloads.test_hf import gpt2_dir, hf_network  # noqa: F401 - the tiny model's fixture
+from tests.workloads.hf.test_workload import gpt2_dir, hf_network  # noqa: F401 - the tiny model's fixture
 from woolf.errors import UsageError
 from woolf.workloads.charlm import CharLM
 from woolf.workloads.features import WINDOWS, features_of
