@@ -33,6 +33,7 @@ from woolf.workloads.features import (
     FOLLOW,
     GLOBAL_STEP,
     LORA,
+    PROOF,
     STATE_DIR,
 )
 from woolf.workloads.optstate import load_optimizer, save_optimizer
@@ -78,7 +79,7 @@ LORA_TARGETS = ("qkv", "proj", "mlp.0", "mlp.2")  # LoRA's default targets: ever
 
 class CharLM(TextCorpus):
     name = "charlm"
-    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL, LORA})
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL, LORA, PROOF})
     # what `woolf init --weights CHECKPOINT` sets for a pretrained genesis (ledger/create.py): a fresh
     # AdamW's first steps undo pretraining (first train 2.032 -> 2.050-2.079 without; benchmarks/RESULTS.md)
     PRETRAINED_DEFAULTS = {"optimizer_warmup": 60}
@@ -140,29 +141,34 @@ class CharLM(TextCorpus):
 
     def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0,
               progress: Progress | None = None, state_dir: Path | None = None, global_step: int = 0,
-              follow=None, follow_every: int = 0):
+              follow=None, follow_every: int = 0, proof=None):
         """``steps`` AdamW steps from ``weights``; with ``state_dir``, the optimizer's moments and
         step count carry over between calls (DiLoCo: new weights, same moments). With ``follow``
         (woolf/participant/follow.py), every ``follow_every`` steps the local weights move by whatever the
-        ledger's main moved since (``follow()`` returns that shift, or None)."""
+        ledger's main moved since (``follow()`` returns that shift, or None). ``proof``: the hook that
+        commits to the path or replays a segment of it (woolf/workloads/proof.py)."""
         gen = torch.Generator().manual_seed(seed)
         batches = self.batches(data, gen)
         model = self.load_model(weights, device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=0.0)
         resumed = load_optimizer(opt, model, state_dir, self.fingerprint()) if state_dir else "fresh"
         done = int(next(iter(opt.state.values()), {}).get("step", 0)) if opt.state else 0
+        first, last, done = (proof.begin(dict(model.named_parameters()), opt, gen, done, steps, device) if proof
+                             else (0, steps, done))
         t0, losses = time.perf_counter(), []
-        for step in range(1, steps + 1):
+        for step in range(first + 1, last + 1):
             for group in opt.param_groups:
                 group["lr"] = self.lr_at(global_step + step - 1) * self.opt_factor(done + step - 1)
             x, y = (t.to(device) for t in next(batches))
             loss = F.cross_entropy(model(x).view(-1, 256), y.view(-1))
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             losses.append(loss.item())
             apply_follow(model, follow, follow_every, step, steps)
+            if proof:
+                proof.step(step, loss, gnorm)
             if progress:
                 progress(step, steps, losses[-1])
         secs = time.perf_counter() - t0

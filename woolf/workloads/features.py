@@ -27,8 +27,9 @@ DATA_PARALLEL = "data_parallel"  # train_data_parallel(weights, datas, steps, de
 IN_PLACE = "in_place"  # train(..., in_place=True): may train in the given tensors' memory (one model, not two)
 DISTRIBUTED = "distributed"  # train() runs on every rank of a torchrun process group (workloads/parallel.py)
 LORA = "lora"  # train_lora(weights, data, steps, spec, device, seed, progress) -> (factors, summary)
+PROOF = "proof"  # train(..., proof=hook) (and train_lora): commits to its path, or replays a segment (proof.py)
 
-_TRAIN_KEYWORDS = (STATE_DIR, GLOBAL_STEP, FOLLOW, IN_PLACE)
+_TRAIN_KEYWORDS = (STATE_DIR, GLOBAL_STEP, FOLLOW, IN_PLACE, PROOF)
 _METHODS = {FINGERPRINT: "fingerprint", BIND: "bind", DATA_PARALLEL: "train_data_parallel", LORA: "train_lora"}
 
 
