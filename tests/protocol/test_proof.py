@@ -53,9 +53,9 @@ def test_an_honest_proof_passes_and_its_head_is_its_chain():
 @pytest.mark.parametrize("case, expect", [
     ("other delta", "does not end at the delta"),
     ("short chain", "do not cover the 20 declared steps"),
-    ("edited link", "its head is not the chain"),
-    ("start", "its first link is not its declared start"),
-    ("malformed", "malformed (link 2"),
+    ("edited link", "its proof's head is not the chain"),
+    ("start", "its chain's first link is not its declared start"),
+    ("malformed", "its proof is malformed (link 2"),
     ("no head", "malformed (head"),
     ("base", "do not rise to the PR's base version 3"),
     ("follow order", "not increasing steps"),

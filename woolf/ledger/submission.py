@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +63,8 @@ class SubmitDeltaOptions:
     prechecked: bool = False  # the caller already ran check_delta on the delta
     zeros: str | None = None  # a streamed delta that is all zeros: this refusal (and hint)
     zeros_hint: str | None = None
+    seal: Callable[[dict, str], dict] | None = None  # (recipe, the delta's sha256) -> the recipe sent: its
+    # proof of training bound to the delta (participant/proof.py)
 
 
 def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
@@ -110,7 +113,7 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
         "training": record.get("training"), "metrics": record.get("metrics"),
     }
     if record.get("recipe"):  # how the delta was trained (protocol/recipe.py), signed with the PR
-        meta["recipe"] = record["recipe"]
+        meta["recipe"] = o.seal(record["recipe"], sha) if o.seal else record["recipe"]
     if o.delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where
         meta["delta"]["url"] = f"{o.delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"
     if reverts is not None:
@@ -135,4 +138,4 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
         record_submitted(ledger, task, sub_id)
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
             "delta_sha256": sha, "delta_size": size, "delta_kind": meta["delta"]["kind"], "number": pr.number,
-            "timings": dict(timer), "pointer": pointer, "declared": meta["delta"]}
+            "timings": dict(timer), "pointer": pointer, "declared": meta["delta"], "recipe": meta.get("recipe")}

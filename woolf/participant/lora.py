@@ -23,6 +23,7 @@ from woolf.errors import UsageError
 from woolf.forges import forge_for
 from woolf.ledger.submission import SubmitDeltaOptions, submit_delta
 from woolf.participant.feedback import remember
+from woolf.participant.proof import keep_run, seal
 from woolf.participant.state import mark_submitted, work_dir
 from woolf.protocol.lora_spec import LoraSpec, parse_lora
 from woolf.storage.weights import TRUSTED_LIMITS, read_spec, spec_of
@@ -61,7 +62,7 @@ def lora_spec(ledger, text: str | None) -> LoraSpec | None:
 
 
 def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, device: str, seed: int,
-               progress) -> tuple[dict, dict]:
+               progress, proof=None) -> tuple[dict, dict]:
     """(trained weights = base + each target's expansion, summary); the factors written to the work area.
 
     ``base`` (version ``head``'s weights, as ``ledger.load_weights`` gave them) is consumed: the
@@ -77,7 +78,8 @@ def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, d
 
     spec_in = spec_of(base)
     # the workload casts ``base`` in place to its compute dtype when it differs (tensor by tensor)
-    factors, summary = wl.train_lora(base, data, steps, spec, device=device, seed=seed, progress=progress)
+    more = {"proof": proof} if proof is not None else {}  # the chain of its path (workloads/proof.py)
+    factors, summary = wl.train_lora(base, data, steps, spec, device=device, seed=seed, progress=progress, **more)
     cast = spec_of(base) != spec_in
     delta = LoraFile(factors, spec_in, ledger.config.limits.max_lora_rank)  # checked as a validator would
     out = work_dir(ledger) / FACTORS
@@ -113,7 +115,10 @@ def submit_lora(ledger, record: dict, who: str, base, o) -> dict:
         opened.close()
     result = submit_delta(ledger, LoraFile(factors, spec, cfg.limits.max_lora_rank), base, SubmitDeltaOptions(
         who=who, message=o.message, the_forge=forge_for(ledger, o.forge), record=record,
-        delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, prechecked=True))
+        delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, prechecked=True, seal=seal))
     mark_submitted(ledger, result["id"])
+    recipe = result.pop("recipe", None)
+    if recipe:  # the run's proof states kept for answering audits of this PR
+        keep_run(ledger, work_dir(ledger), result["id"], recipe, None)
     remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
     return {**result, "error_feedback": ""}

@@ -27,7 +27,8 @@ from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
 from woolf.participant.distributed import Group, broadcast, fault_check, join, leave
 from woolf.participant.lora import lora_spec, train_lora
-from woolf.participant.recipe import declare, snapshot_start
+from woolf.participant.proof import draft, recorder
+from woolf.participant.recipe import declare
 from woolf.participant.state import (
     auto_steps,
     record_speed,
@@ -144,14 +145,15 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
                           else wl.data_from_path(data) if data
                           else wl.default_data(who, head.version))
             extra, follower = _train_keywords(ledger, features, o, head, base, group) if lora is None else ({}, None)
-            start = snapshot_start(ledger, out, extra.get("state_dir")) if lead else None  # the recipe's
-            recipe_head = head  # optimizer start, and the version training began from
+            hook = recorder(ledger, features, steps, out, follower, lead)  # commits to the path (proof.py)
+            extra.update({"proof": hook} if hook is not None and lora is None else {})
+            recipe_head = head  # the version training began from
             if (extra.get("in_place") or lora is not None) and before is None and lead:  # base is trained where it is:
                 # measure it first (a LoRA run consumes base too: participant/lora.py)
                 before = wl.evaluate(base, bench, device)
             if lora is not None:  # adapters over the frozen version; the factors are the delta
                 trained, summary = train_lora(ledger, wl, head, base, train_data, steps, lora, device, o.seed,
-                                              o.progress)
+                                              o.progress, proof=hook)
             else:
                 trained, summary = wl.train(base, train_data, steps, device=device, seed=o.seed,
                                             progress=_progress(o.progress, group), **extra)
@@ -159,17 +161,15 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
                 return {"rank": group.rank, "base_version": head.version, "training": summary}
             summary["files"] = len(train_data.files)
             if follower is not None:  # one last look: the delta is relative to the newest version
-                shift = follower()
-                if shift is not None:
-                    trained = {k: (v.to(torch.float32) + shift[k]).to(v.dtype)
-                               for k, v in trained.items()}
-                summary["followed"] = follower.rebases
+                trained = _last_look(follower, hook, trained, steps, summary)
                 if follower.rebases:
                     head, base, before = follower.base, follower.base_weights, None
-            recipe = declare(ledger, wl, recipe_head, data, steps, o.seed, device, summary, extra, start, who,
-                             task.rec.id if task else None)  # how this delta was trained
+            recipe = declare(ledger, wl, recipe_head, data, steps, o.seed, device, summary, extra, who,
+                             task.rec.id if task else None, lora)  # how this delta was trained
             recipe.update(base_version=head.version, base_commit=head.commit,  # followed: the last base
                           nproc=group.world if group else 1)
+            if hook is not None and hook.links:  # its chain (sealed to the delta by submit)
+                recipe["proof"] = draft(ledger, hook, recipe_head.version, device, str(summary.get("autocast", "off")))
         record_speed(fingerprint, summary, state_dir(ledger))
         metrics = {"before": before or wl.evaluate(base, bench, device)}
         del base  # trained in place, or no longer needed: one model less while evaluating
@@ -184,6 +184,20 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
             record["recipe"] = recipe  # an external command's training declares none
         write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
     return {**record, "weights": str(out / "trained.safetensors")}
+
+
+def _last_look(follower, hook, trained: dict, steps: int, summary: dict) -> dict:
+    """After the last step, the weights moved by whatever main moved since the last follow (a follow point
+    at step ``steps`` in the proof's chain)."""
+    import torch  # deferred: torch
+
+    shift = follower()
+    if shift is not None:
+        trained = {k: (v.to(torch.float32) + shift[k]).to(v.dtype) for k, v in trained.items()}
+    if hook is not None:
+        hook.followed_at_end(steps)
+    summary["followed"] = follower.rebases
+    return trained
 
 
 def _predicted_gate(cfg, wl, base_path, trained: dict, metrics: dict, bench: bytes, device) -> dict:

@@ -152,25 +152,25 @@ def check_proof(proof, *, steps: int, delta_sha256: str, base_version: int) -> s
     on ``base_version``; None when nothing is. Costs no weights: the rules a validator checks on every PR."""
     bad = _shape(proof)
     if bad:
-        return f"malformed ({bad})"
+        return f"its proof is malformed ({bad})"
     at = link_steps(steps, proof["every"])
     if len(at) != len(proof["links"]):
-        return (f"its {len(proof['links'])} links do not cover the {steps} declared steps at one every "
+        return (f"its chain's {len(proof['links'])} links do not cover the {steps} declared steps at one every "
                 f"{proof['every']} ({len(at)} links)")
     if proof["every"] < effective_every(1, steps):
-        return f"its links are closer than the {MAX_LINKS} a proof may hold"
+        return f"its chain has more links than the {MAX_LINKS} a proof may hold"
     if proof["end"]["delta"] != delta_sha256:
         return "its chain does not end at the delta (end.delta is not the delta's sha256)"
     if chain_head(proof["links"], proof["start"], proof["end"]) != proof["head"]:
-        return "its head is not the chain of its links"
+        return "its proof's head is not the chain of its links"
     if state_digest({c: proof["start"][c] for c in COMPONENTS}) != proof["links"][0][0]:
-        return "its first link is not its declared start"
+        return "its chain's first link is not its declared start"
     follow = proof.get("follow", [])
     if any(s > steps for s, _ in follow) or [s for s, _ in follow] != sorted({s for s, _ in follow}):
-        return "its follow points are not increasing steps within the run"
+        return "its chain's follow points are not increasing steps within the run"
     versions = [proof["start"]["version"], *(v for _, v in follow)]
     if versions != sorted(set(versions)) or versions[-1] != base_version:
-        return (f"its versions (from {versions[0]}, followed to {versions[1:]}) do not rise to the PR's "
+        return (f"its chain's versions (from {versions[0]}, followed to {versions[1:]}) do not rise to the PR's "
                 f"base version {base_version}")
     return None
 

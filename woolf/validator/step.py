@@ -33,7 +33,7 @@ from woolf.validator.context import ValidatorContext
 from woolf.validator.copyindex import copy_index
 from woolf.validator.delta_load import load_delta, settle
 from woolf.validator.resident import give_back, take_main
-from woolf.validator.retrain import recipe_reason, retrain_check
+from woolf.validator.retrain import recipe_reason, retrain_check, retrain_record
 from woolf.validator.score import judge, judge_scores, score_delta, verdict_fields
 from woolf.validator.screen import check_queue, screen_delta
 from woolf.validator.state import MergedDeltas
@@ -215,8 +215,9 @@ def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer, u
     with timer("checks"):
         adm: Admitted = admit(ctx.ledger, pr, main, merged_deltas(ctx, main))
         check_queue(ctx.ledger, ctx.forge, ctx.state, pr)  # over its contributor's open-PR limit: rejected unread
-        reason = recipe_reason(ctx.ledger, adm)  # the recipe's rules, before any weights are read
-        if reason:
+        reason = recipe_reason(ctx.ledger, adm, ctx)  # the recipe's and proof's rules, before any weights
+        if reason:  # are read; a drawn PR waits here for the states its audit asked for (raises Deferred)
+            verdict.retrain = retrain_record(adm)
             raise Rejected(reason)
     verdict.base_version, verdict.staleness = adm.base.version, adm.staleness
     verdict.contributor = pr.contributor  # the forge's claim: None when a keyed name is not signed by its key
@@ -231,7 +232,7 @@ def _evaluate(ctx: ValidatorContext, pr, main, verdict: Verdict, timer: Timer, u
         verdict.reason = judge_scores(ctx.ledger.config, verdict) or ""
         if not verdict.reason:  # a drawn PR re-trained from its recipe (validator/retrain.py)
             with timer("retrain"):
-                verdict.reason = retrain_check(ctx.ledger, ctx.device, adm, delta, verdict, pr.head) or ""
+                verdict.reason = retrain_check(ctx.ledger, ctx.device, adm, delta, verdict, pr.head, ctx) or ""
         return verdict.reason
 
     # in_place: main's metrics are measured before the merge, which may then write the candidate

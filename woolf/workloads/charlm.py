@@ -181,11 +181,11 @@ class CharLM(TextCorpus):
                      "optimizer": resumed}
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
-                   progress: Progress | None = None):
+                   progress: Progress | None = None, proof=None):
         """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (charlm_lora.py)."""
         from woolf.workloads.charlm_lora import train_lora  # deferred: peft
 
-        return train_lora(self, weights, data, steps, spec, device, seed, progress)
+        return train_lora(self, weights, data, steps, spec, device, seed, progress, proof=proof)
 
     def train_data_parallel(self, weights, datas: list[TrainData], steps: int, device: str = "cpu",
                             seed: int = 0):

@@ -65,8 +65,9 @@ def lr_factor(wl, step: int, steps: int) -> float:
 
 
 def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, device: str = "cpu",
-               seed: int = 0, progress=None) -> tuple[dict, dict]:
-    """({target tensor: (A, B, scale)}, summary) after ``steps`` AdamW steps on the adapters alone."""
+               seed: int = 0, progress=None, proof=None) -> tuple[dict, dict]:
+    """({target tensor: (A, B, scale)}, summary) after ``steps`` AdamW steps on the adapters alone. ``proof``:
+    the hook that commits to the adapters' path or replays a segment of it (woolf/workloads/proof.py)."""
     _check(spec)
     gen = torch.Generator().manual_seed(seed)
     batches = wl.batches(data, gen)
@@ -85,17 +86,21 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=wl.lr, weight_decay=0.0)
+    first, last, _ = (proof.begin({n: p for n, p in model.named_parameters() if p.requires_grad}, opt, gen, 0,
+                                  steps, device) if proof else (0, steps, 0))
     t0, losses = time.perf_counter(), []
-    for step in range(1, steps + 1):
+    for step in range(first + 1, last + 1):
         for group in opt.param_groups:
             group["lr"] = wl.lr_at(step - 1) * lr_factor(wl, step - 1, steps)
         x, y = (t.to(device) for t in next(batches))
         loss = F.cross_entropy(model(x).view(-1, 256), y.view(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        gnorm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         losses.append(loss.item())
+        if proof:
+            proof.step(step, loss, gnorm)
         if progress:
             progress(step, steps, losses[-1])
     secs = time.perf_counter() - t0

@@ -145,15 +145,28 @@ class _Hook:
     def __init__(self):
         self.params: dict = {}
         self.opt = self.gen = self.device = None
-        self.fingerprints: list[str] = []
+        self._fingerprints: list[str] = []
+        self._pending: list = []  # (loss, gnorm) tensors not read yet: on a GPU, read at the next link
         self.current = 0  # the last step taken (a ReplayFollow reads it)
+
+    @property
+    def fingerprints(self) -> list[str]:
+        """Every step's fingerprint so far (reading the device's values once, not at every step)."""
+        if self._pending:
+            self._fingerprints += [fingerprint(float(loss), float(gnorm)) for loss, gnorm in self._pending]
+            self._pending = []
+        return self._fingerprints
+
+    @fingerprints.setter
+    def fingerprints(self, value: list[str]) -> None:
+        self._fingerprints, self._pending = list(value), []
 
     def _bind(self, params, opt, gen, device) -> None:
         self.params, self.opt, self.gen, self.device = dict(params), opt, gen, device
 
     def _fingerprint(self, step: int, loss, gnorm) -> None:
         self.current = step
-        self.fingerprints.append(fingerprint(float(loss.detach()), float(gnorm.detach())))
+        self._pending.append((loss.detach(), gnorm.detach()))
 
     def state(self) -> dict[str, torch.Tensor]:
         return capture(self.params, self.opt, self.gen, self.device)

@@ -84,8 +84,9 @@ def _factors(peft_model, owner: dict[int, str]) -> dict:
 
 
 def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, device: str = "cpu",
-               seed: int = 0, progress=None) -> tuple[dict, dict]:
-    """({target tensor: (A, B, scale)}, summary) after ``steps`` AdamW steps on the adapters alone.
+               seed: int = 0, progress=None, proof=None) -> tuple[dict, dict]:
+    """({target tensor: (A, B, scale)}, summary) after ``steps`` AdamW steps on the adapters alone; ``proof``:
+    the hook that commits to the adapters' path or replays a segment of it (woolf/workloads/proof.py).
 
     ``weights`` is consumed: cast IN PLACE to the compute dtype where it differs, and emptied when
     the model lives on another device (the caller reads the version's weights again for the
@@ -117,8 +118,10 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=wl.lr, weight_decay=wl.weight_decay)
     kind = torch.device(device).type
+    first, last, _ = (proof.begin({n: p for n, p in model.named_parameters() if p.requires_grad}, opt, gen, 0,
+                                  steps, device) if proof else (0, steps, 0))
     t0, losses = time.perf_counter(), []
-    for step in range(1, steps + 1):
+    for step in range(first + 1, last + 1):
         for group in opt.param_groups:
             group["lr"] = wl.lr_at(step - 1)
         opt.zero_grad(set_to_none=True)
@@ -133,9 +136,11 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
             loss.backward()
             total += loss.item()
             del logits, loss  # not kept through the next micro-batch's forward pass
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        gnorm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         losses.append(total)
+        if proof:
+            proof.step(step, torch.tensor(total, dtype=torch.float32), gnorm)
         if progress:
             progress(step, steps, total)
     secs = time.perf_counter() - t0

@@ -43,6 +43,7 @@ from woolf.workloads.features import (
     GLOBAL_STEP,
     IN_PLACE,
     LORA,
+    PROOF,
     STATE_DIR,
 )
 from woolf.workloads.hf.modeldir import (
@@ -71,7 +72,7 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 class Transformers(TextCorpus):
     name = "transformers"
-    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND, IN_PLACE, DISTRIBUTED, LORA})
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND, IN_PLACE, DISTRIBUTED, LORA, PROOF})
 
     def __init__(self, model: str = MODEL_DIR, files: dict | None = None, dtype: str = "float32",
                  transformers: str = "", context: int = 128, batch_size: int = 8, grad_accum: int = 1,
@@ -229,7 +230,7 @@ class Transformers(TextCorpus):
 
     def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0,
               progress: Progress | None = None, state_dir: Path | None = None, global_step: int = 0,
-              follow=None, follow_every: int = 0, in_place: bool = False):
+              follow=None, follow_every: int = 0, in_place: bool = False, proof=None):
         """``steps`` AdamW steps of ``grad_accum`` micro-batches each; the same contract as charlm's.
 
         ``in_place``: the given tensors become the parameters and are trained where they are
@@ -255,7 +256,7 @@ class Transformers(TextCorpus):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         try:
             losses, secs, resumed, amp = fit(self, model, ids, steps, device, seed, progress, state_dir,
-                                             global_step, follow, follow_every, par, sharded)
+                                             global_step, follow, follow_every, par, sharded, proof)
             state = par.full_state(model, sharded) if par else dict(model.state_dict())
         except (torch.OutOfMemoryError, RuntimeError) as exc:
             if not isinstance(exc, torch.OutOfMemoryError) and "can't allocate memory" not in str(exc):
@@ -277,11 +278,11 @@ class Transformers(TextCorpus):
                      "autocast": str(amp).replace("torch.", "") if amp else "off"}
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
-                   progress: Progress | None = None):
+                   progress: Progress | None = None, proof=None):
         """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (hf/lora.py)."""
         from woolf.workloads.hf.lora import train_lora  # deferred: peft
 
-        return train_lora(self, weights, data, steps, spec, device, seed, progress)
+        return train_lora(self, weights, data, steps, spec, device, seed, progress, proof=proof)
 
     # -- evaluation --------------------------------------------------------------
     @torch.no_grad()
