@@ -26,6 +26,7 @@ from woolf.report.board import credit, leaderboard
 from woolf.storage.weights import save_atomic
 from woolf.validator import Validator
 from woolf.validator import retrain as retrain_mod
+from woolf.workloads.charlm import CharLM
 from woolf.workloads.proof import Recorder
 
 RETRAIN = {"validators.retrain_rate": "1", "policy.min_improvement": "-10"}
@@ -134,12 +135,53 @@ def test_bad_recipes_and_a_crashing_replay_each_end_in_one_verdict(make_net, mon
     assert got["crash"].retrain["retrain"] == "failed" and "retrain-failed" not in got["crash"].flags
 
 
-def test_private_data_under_require_retrain_and_a_replay_past_its_time(make_net, monkeypatch, tmp_path):
+def test_a_private_data_prs_samples_are_sealed_to_the_validator_and_replay(make_net, tmp_path):
+    net = make_net(**RETRAIN, **{"policy.require_retrain": "true"})
+    alice, val = net.clone("alice"), net.clone("val")
+    text = tmp_path / "mine.txt"
+    text.write_bytes(b"my own private text, nobody else has it. " * 200)
+    train(alice, TrainOptions(steps=20, contributor="alice", data=str(text), device="cpu"))
+    pr = submit(alice, SubmitOptions(contributor="alice"))
+    assert Validator(val, device="cpu", name="v1").run() == []
+    [answered] = prove_once(alice)
+    val.fetch()
+    answer = val.git.message(val.git.rev_parse(f"refs/woolf/pr/{pr['id']}/answer"))
+    assert "samples:" in answer and b"nobody else" not in b"".join(  # sealed: storage never holds the text
+        p.read_bytes() for p in (net.root / "storage").rglob("*") if p.is_file())
+    [v] = Validator(val, device="cpu", name="v1").run()
+    assert v.state == "merged" and v.retrain["retrain"] == "matched", v.reason
+    recipe = json.loads(val.git.show_bytes(f"refs/woolf/pr/{pr['id']}/head:submissions/{pr['id']}/submission.json"))
+    assert recipe["recipe"]["data"]["kind"] == "private" and recipe["recipe"]["data"]["bytes"] > 0
+
+
+def test_private_samples_other_than_those_trained_on_do_not_replay(make_net, tmp_path, monkeypatch):
+    net = make_net(**RETRAIN)
+    alice, val = net.clone("alice"), net.clone("val")
+    text = tmp_path / "mine.txt"
+    text.write_bytes(b"my own private text, nobody else has it. " * 200)
+    train(alice, TrainOptions(steps=20, contributor="alice", data=str(text), device="cpu"))
+    submit(alice, SubmitOptions(contributor="alice"))
+    assert Validator(val, device="cpu", name="v1").run() == []
+    real = CharLM.sample_windows
+
+    def other(self, data, gen, steps):  # the same positions, other bytes: not what it trained on
+        got = real(self, data, gen, steps)
+        return {**got, "windows": got["windows"] ^ 1}
+
+    monkeypatch.setattr(CharLM, "sample_windows", other)
+    prove_once(alice)
+    [v] = Validator(val, device="cpu", name="v1").run()
+    assert v.state == "rejected" and v.reason.startswith("retrain: step ") and "does not replay" in v.reason
+
+
+def test_private_data_that_commits_to_nothing_under_require_retrain_and_a_replay_past_its_time(make_net, monkeypatch,
+                                                                                               tmp_path):
     net = make_net(**RETRAIN, **{"policy.require_retrain": "true", "limits.max_retrain_seconds": "0.001"})
     alice, val = net.clone("alice"), net.clone("val")
     text = tmp_path / "mine.txt"
     text.write_bytes(b"my own private text, nobody else has it. " * 200)
     train(alice, TrainOptions(steps=20, contributor="alice", data=str(text), device="cpu"))
+    _rewrite_recipe(alice, data={"kind": "private"})  # a recipe declared by hand: no digest, no samples
     private = submit(alice, SubmitOptions(contributor="alice"))["id"]
     train(alice, TrainOptions(steps=20, contributor="alice", seed=4, device="cpu", fresh=True))
     _rewrite_recipe(alice, seconds=0.0)  # declared instantly replayable: the estimate lets it through
@@ -159,10 +201,11 @@ def test_rate_zero_audits_nothing_and_private_data_is_recorded_unverifiable(make
     text = tmp_path / "mine.txt"
     text.write_bytes(b"private words " * 400)
     train(alice, TrainOptions(steps=20, contributor="alice", data=str(text), device="cpu"))
+    _rewrite_recipe(alice, data={"kind": "private"})
     submit(alice, SubmitOptions(contributor="alice"))
     [v] = Validator(val, device="cpu", name="v1").run()
-    assert v.state == "merged" and v.retrain == {"retrain": "unverifiable",
-                                                   "why": "private data (woolf train --data PATH)"}
+    assert v.state == "merged" and v.retrain == {
+        "retrain": "unverifiable", "why": "private data (woolf train --data PATH) that commits to no digest"}
 
 
 def test_under_a_quorum_each_vote_says_whether_it_audited(make_net):

@@ -2,6 +2,7 @@
 
 Usage (woolf/demo/adversaries.py; benchmarks/proof_check.py):
     forge_run(ledger, wl, "lazy", base, steps=30, seed=7, trained=0.5)        # half the steps, the rest made up
+    rec, weights = forge_chain(wl, w0, data, 30, 7, every=2, keep=tmp, trained=0.98)   # no ledger
     forge_run(ledger, wl, "lazy", base, 30, 7, trained=0.9, hide=True)         # a skip hidden in a middle segment
     forge_run(ledger, wl, "free-rider", base, 30, 7, data=other_text)           # the work on other data
     submit(ledger, SubmitOptions(contributor=name)); prove_once(ledger)        # as an honest participant would
@@ -73,25 +74,32 @@ def _forge_links(rec: _Until, state: dict, base: dict, stop: int) -> None:
         rec.kept[i] = name
 
 
+def forge_chain(wl, w0: dict, data, steps: int, seed: int, every: int, keep, trained: float = 1.0,
+                hide: bool = False, extra: dict | None = None):
+    """(its recorder, the weights it says it reached): a cheat's run from ``w0`` on ``data`` with a chain
+    of a link every ``every`` steps whose states are kept in ``keep`` (no ledger: benchmarks use it)."""
+    stop = max(1, min(steps, round(steps * trained))) if not hide else steps
+    rec = _Until(every, keep, steps, stop)
+    if hide and trained < 1.0:
+        rec = _hidden(rec, steps, trained)
+    torch.manual_seed(seed)
+    new, _ = wl.train(dict(w0), data, steps, seed=seed, proof=rec, **(extra or {}))
+    if stop < steps:
+        final = _made_up(rec.state(), w0, steps / stop)
+        _forge_links(rec, rec.state(), w0, stop)
+        new = {k: final[f"params/{k}"].detach().clone() if f"params/{k}" in final else v for k, v in new.items()}
+    return rec, new
+
+
 def forge_run(ledger, wl, name: str, base, steps: int, seed: int, trained: float = 1.0, data=None,
               hide: bool = False) -> dict:
     """Leave in .woolf/work what `woolf train` would, for a cheat (see the module's docstring); its record."""
     out = work_dir(ledger)
     out.mkdir(parents=True, exist_ok=True)
-    every = effective_every(ledger.config.proof.every, steps)
-    keep = out / RUN
-    stop = max(1, min(steps, round(steps * trained))) if not hide else steps
-    rec = _Until(every, keep, steps, stop)
     w0 = ledger.load_weights(base)
     extra = {"global_step": global_step(ledger, base)} if GLOBAL_STEP in features_of(wl) else {}
-    torch.manual_seed(seed)
-    if hide and trained < 1.0:
-        rec = _hidden(rec, steps, trained)
-    new, _ = wl.train(dict(w0), data or wl.default_data(name, base.version), steps, seed=seed, proof=rec, **extra)
-    if stop < steps:
-        final = _made_up(rec.state(), w0, steps / stop)
-        _forge_links(rec, rec.state(), w0, stop)
-        new = {k: final[f"params/{k}"].detach().clone() if f"params/{k}" in final else v for k, v in new.items()}
+    rec, new = forge_chain(wl, w0, data or wl.default_data(name, base.version), steps, seed,
+                           effective_every(ledger.config.proof.every, steps), out / RUN, trained, hide, extra)
     recipe = fresh_recipe(ledger, base, name, steps, seed)
     recipe["proof"] = draft(ledger, rec, base.version, "cpu")
     record = {"base_version": base.version, "base_commit": base.commit, "contributor": name,

@@ -61,11 +61,12 @@ def my_challenge(ledger, forge, pr, name: str, segments: list[int]) -> Challenge
 
 
 def issue_challenge(ledger, forge, pr, name: str, segments: list[int], deadline_seconds: float,
-                    ends: bool) -> Challenge:
-    """Push this validator's challenge (signed when the clone signs); its deadline is its time + the seconds."""
+                    ends: bool, key: str | None = None) -> Challenge:
+    """Push this validator's challenge (signed when the clone signs); its deadline is its time + the seconds;
+    ``key``: its public sealing key, for a private-data PR's samples (woolf/ledger/sealed.py)."""
     deadline = int(time.time() + deadline_seconds)
-    commit = forge.push_challenge(pr, name, challenge_message(pr.id, name, segments, deadline, ends))
-    return Challenge(pr.id, name, tuple(sorted(segments)), deadline, ends, commit)
+    commit = forge.push_challenge(pr, name, challenge_message(pr.id, name, segments, deadline, ends, key))
+    return Challenge(pr.id, name, tuple(sorted(segments)), deadline, ends, commit, key)
 
 
 def answers_to(ledger, forge, pr, challenge: Challenge) -> list[Answer]:

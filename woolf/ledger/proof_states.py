@@ -16,6 +16,7 @@ its sha256 checked against the answer's pin, and its tensors' digest against the
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import shutil
@@ -91,6 +92,20 @@ def fetch_state(ledger, pin: StatePin, bound: tuple[int, int], label: str, trust
     except (InvalidWeightsError, ValueError, UnicodeDecodeError) as exc:
         raise BadState(f"{label}'s state file is malformed ({getattr(exc, 'message', str(exc))[:160]})") from None
     return state, meta
+
+
+def fetch_blob(ledger, pin: StatePin, most: int, label: str) -> bytes:
+    """A served blob's bytes (a private PR's sealed samples): fetched by md5 within ``most`` bytes, sha256 checked."""
+    if pin.size > most:
+        raise BadState(f"{label} declare {pin.size} bytes, over the {most} they can take")
+    try:
+        path = ledger.store.fetch_object(Pointer(pin.md5, pin.size, NAME), max_bytes=most)
+    except IntegrityError as exc:
+        raise BadState(f"{label} are not the ones named ({exc.message[:160]})") from None
+    data = Path(path).read_bytes()
+    if hashlib.sha256(data).hexdigest() != pin.sha256:
+        raise BadState(f"{label} do not hash to the sha256 their answer names")
+    return data
 
 
 def digest_of(state: dict) -> tuple[str, dict[str, str]]:

@@ -25,7 +25,7 @@ import torch
 
 from woolf.errors import Rejected
 from woolf.storage.weights import save_atomic
-from woolf.workloads.base import load_workload
+from woolf.workloads.base import TrainData, load_workload
 from woolf.workloads.features import BIND, GLOBAL_STEP, PROOF, features_of
 from woolf.workloads.proof import Replay, StartCheck, Stop
 
@@ -99,13 +99,15 @@ def _threads(n):
 
 
 def run(ledger, recipe: dict, kind, hook, device: str, deadline: float | None = None, cache: dict | None = None,
-        stop=None):
+        stop=None, train_data=None):
     """The recipe's training under ``hook`` (a Replay or a StartCheck): the train's return. Past ``deadline``
     (time.monotonic), or when ``stop()`` says so (the ranks of a replay decide together), ReplayTimeout."""
     proof, cache = recipe["proof"], {} if cache is None else cache
     wl = workload_for(ledger, recipe)
     data = recipe["data"]
-    train_data = wl.default_data(data["owner"], data["version"])
+    if train_data is None:  # the declared shard; a private PR's samples come as ``train_data`` (a start reads none)
+        train_data = (wl.default_data(data["owner"], data["version"]) if data["kind"] == "shard"
+                      else TrainData([bytes(int(data.get("bytes", 0)))], "private data (not read)"))
     skeleton = dict(_weights(ledger, proof["start"]["version"], cache))  # the hook overwrites what it trains
     extra: dict = {}
     if GLOBAL_STEP in features_of(wl):
@@ -136,7 +138,7 @@ def start_digests(ledger, recipe: dict, kind, device: str, cache: dict | None = 
 
 def replay_segment(ledger, recipe: dict, kind, state: dict, first: int, last: int, device: str,
                    deadline: float | None = None, keep_end: bool = False, cache: dict | None = None,
-                   in_ranks: bool = False, stop=None):
+                   in_ranks: bool = False, stop=None, train_data=None):
     """(the Replay hook, the train's return) of steps first+1..last from ``state``; a run of ``nproc`` > 1
     processes is replayed on as many (woolf/ledger/replay_ranks.py) unless this is one of them."""
     if int(recipe.get("nproc", 1)) > 1 and not in_ranks:
@@ -149,5 +151,5 @@ def replay_segment(ledger, recipe: dict, kind, state: dict, first: int, last: in
             got = replay_in_ranks(ledger, recipe, kind.name, path, first, last, keep_end, wall)
         return got, got.out
     hook = Replay(state, first, last, keep_end=keep_end)
-    out = run(ledger, recipe, kind, hook, device, deadline, cache, stop)
+    out = run(ledger, recipe, kind, hook, device, deadline, cache, stop, train_data)
     return hook, out

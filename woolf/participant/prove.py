@@ -20,15 +20,19 @@ import shutil
 import time
 from pathlib import Path
 
-from safetensors.torch import load_file
+import torch
+from safetensors.torch import load_file, save
 
 from woolf.errors import UsageError, WoolfError
 from woolf.forges import forge_for
 from woolf.ledger.challenges import challenges, post_answer
 from woolf.ledger.proof_kinds import proof_kind
 from woolf.ledger.proof_states import upload_state, write_state
-from woolf.ledger.replay import replay_segment
-from woolf.participant.proof import proof_root
+from woolf.ledger.replay import replay_segment, workload_for
+from woolf.ledger.sealed import seal_to
+from woolf.participant.proof import PRIVATE, private_data, proof_root
+from woolf.protocol.challenge import StatePin
+from woolf.storage.files import hashes_of_file
 
 ANSWERED = "answered.json"
 
@@ -57,8 +61,22 @@ def _kind(recipe: dict) -> str:
     return "lora" if recipe.get("lora") else recipe.get("kind", "dense")
 
 
+def _samples(ledger, run: Path, recipe: dict, state: dict, steps: int, key: str) -> bytes:
+    """A private-data PR's batches of one segment (drawn from its data position), sealed to the validator."""
+    wl = workload_for(ledger, recipe)
+    where = _json(run / PRIVATE, {}).get("path")
+    data = wl.data_from_path(where) if isinstance(where, str) else None
+    if data is None or private_data(data)["sha256"] != recipe["data"].get("sha256"):
+        raise UsageError(f"{run.name}: its private data is not where it was trained from any more ({where})",
+                         hint="put it back to answer the audit")
+    gen = torch.Generator()
+    gen.set_state(state["data"])
+    return seal_to(key, save(wl.sample_windows(data, gen, steps)))
+
+
 def _serve(ledger, run: Path, recipe: dict, challenge) -> tuple[dict, int]:
-    """({segment or "end:<segment>": StatePin}, bytes) of the files answering ``challenge``, uploaded."""
+    """({segment, "end:<segment>" or "samples:<segment>": StatePin}, bytes) of the files answering
+    ``challenge``, uploaded."""
     chain = _json(run / "chain.json", {})
     at, fps = chain["at"], chain["fingerprints"]
     last = len(at) - 2
@@ -73,9 +91,16 @@ def _serve(ledger, run: Path, recipe: dict, challenge) -> tuple[dict, int]:
         keys = [(i, state, meta)]
         if challenge.ends:
             keys.append((f"end:{i}", _link_state(ledger, run, recipe, chain, i + 1), {"segment": i, "end": at[i + 1]}))
+        if recipe["data"].get("kind") == "private" and challenge.key:
+            keys.append((f"samples:{i}", _samples(ledger, run, recipe, state, at[i + 1] - at[i], challenge.key), None))
         for key, st, m in keys:
             out = run / f"served-{key}.safetensors".replace(":", "-")
-            pin = write_state(st, m, out)
+            if m is None:  # sealed bytes, uploaded as they are
+                out.write_bytes(st)
+                md5, sha = hashes_of_file(out)
+                pin = StatePin(md5, out.stat().st_size, sha)
+            else:
+                pin = write_state(st, m, out)
             pins[key] = upload_state(ledger, out, pin)
             sent += pin.size
             out.unlink(missing_ok=True)

@@ -20,7 +20,7 @@ from woolf.forges import forge_for
 from woolf.ledger.submission import SubmitDeltaOptions, check_delta, submit_delta
 from woolf.participant.feedback import clear_residual, remember, settle
 from woolf.participant.lora import submit_lora
-from woolf.participant.proof import keep_run, seal
+from woolf.participant.proof import carried_residual, keep_run, seal
 from woolf.participant.recipe import publish
 from woolf.participant.residual import compress_with_feedback, compression_spec, keep_residual
 from woolf.participant.state import (
@@ -169,7 +169,7 @@ def submit(ledger, options: SubmitOptions | None = None) -> dict:
     result = submit_delta(ledger, delta, base, SubmitDeltaOptions(
         who=who, message=o.message, the_forge=the_forge, timer=timer, record=record,
         delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, cspec=cspec, parts=parts,
-        prechecked=True, seal=_sealer(residual_in, kept)))
+        prechecked=True, seal=_sealer(ledger, residual_in, kept)))
     del delta, parts
     if o.weights is None:
         mark_submitted(ledger, result["id"])
@@ -181,13 +181,14 @@ def submit(ledger, options: SubmitOptions | None = None) -> dict:
     return {**result, "error_feedback": feedback_note}
 
 
-def _sealer(residual_in: dict | None, kept: dict | None):
+def _sealer(ledger, residual_in: dict | None, kept: dict | None):
     """The recipe's proof bound to the delta and to the compression residual going in and out (top-k)."""
     def sealed(recipe: dict, sha: str) -> dict:
         from woolf.core.chain import component_digest  # deferred: torch
 
-        return seal(recipe, sha, component_digest(residual_in) if residual_in is not None else None,
-                    component_digest(kept) if kept is not None else None)
+        went_in = component_digest(residual_in) if residual_in is not None else None
+        return seal(recipe, sha, went_in, component_digest(kept) if kept is not None else None,
+                    carried_residual(ledger, went_in))
 
     return sealed
 

@@ -27,7 +27,7 @@ from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
 from woolf.participant.distributed import Group, broadcast, fault_check, join, leave
 from woolf.participant.lora import lora_spec, train_lora
-from woolf.participant.proof import draft, recorder
+from woolf.participant.proof import draft, private_data, recorder
 from woolf.participant.recipe import declare
 from woolf.participant.state import (
     auto_steps,
@@ -169,7 +169,10 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
             recipe.update(base_version=head.version, base_commit=head.commit,  # followed: the last base
                           nproc=group.world if group else 1)
             if hook is not None and hook.links:  # its chain (sealed to the delta by submit)
-                recipe["proof"] = draft(ledger, hook, recipe_head.version, device, str(summary.get("autocast", "off")))
+                private = (data, train_data) if isinstance(data, str) else None
+                recipe["proof"] = draft(ledger, hook, recipe_head.version, device, str(summary.get("autocast", "off")),
+                                        private)
+                recipe["data"] = private_data(train_data) if private else recipe["data"]
         record_speed(fingerprint, summary, state_dir(ledger))
         metrics = {"before": before or wl.evaluate(base, bench, device)}
         del base  # trained in place, or no longer needed: one model less while evaluating

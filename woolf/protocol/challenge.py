@@ -51,6 +51,7 @@ class Challenge:
     deadline: int  # unix seconds, the hub's clock
     ends: bool  # the segments' end states too (a validator of another device class)
     commit: str = ""
+    key: str | None = None  # the validator's X25519 public key (hex): a private-data PR's samples are sealed to it
 
 
 @dataclass(frozen=True)
@@ -64,14 +65,16 @@ class StatePin:
 class Answer:
     sub_id: str
     challenge: str  # the challenge commit it answers
-    states: dict  # {segment: StatePin} (start states), and {"end:<segment>": StatePin} when ends were asked
+    states: dict  # {segment: StatePin} (start states); "end:<segment>" when ends were asked, "samples:<segment>"
     commit: str = ""
 
 
-def challenge_message(sub_id: str, validator: str, segments: list[int], deadline: int, ends: bool) -> str:
+def challenge_message(sub_id: str, validator: str, segments: list[int], deadline: int, ends: bool,
+                      key: str | None = None) -> str:
+    body = {"segments": sorted(segments), "ends": bool(ends), **({"key": key} if key else {})}
     return format_message(f"woolf: challenge {sub_id}", {
-        "Woolf-Challenge": {"segments": sorted(segments), "ends": bool(ends)}, "Woolf-Submission": sub_id,
-        "Woolf-Validator": validator, "Woolf-Deadline": int(deadline)})
+        "Woolf-Challenge": body, "Woolf-Submission": sub_id, "Woolf-Validator": validator,
+        "Woolf-Deadline": int(deadline)})
 
 
 def _int(x) -> bool:
@@ -88,15 +91,17 @@ def parse_challenge(message: str, sub_id: str, commit: str = "") -> tuple[Challe
         return None, "a challenge names its PR in Woolf-Submission"
     if not layout.CONTRIBUTOR.match(name):
         return None, "a challenge names its validator (one plain name) in Woolf-Validator"
-    if not isinstance(body, dict) or set(body) != {"segments", "ends"} or not isinstance(body["ends"], bool):
-        return None, 'Woolf-Challenge must be {"segments": [...], "ends": true|false}'
+    if not isinstance(body, dict) or set(body) - {"key"} != {"segments", "ends"} or not isinstance(body["ends"], bool):
+        return None, 'Woolf-Challenge must be {"segments": [...], "ends": true|false[, "key": hex]}'
+    if "key" in body and not (isinstance(body["key"], str) and _HEX64.match(body["key"])):
+        return None, "a challenge's key is an X25519 public key (64 hex)"
     segs = body["segments"]
     if not isinstance(segs, list) or not 1 <= len(segs) <= MAX_SEGMENTS \
             or not all(_int(s) and 0 <= s < 1 << 16 for s in segs) or segs != sorted(set(segs)):
         return None, f"a challenge asks for 1 to {MAX_SEGMENTS} distinct segments, increasing"
     if deadline is None or deadline <= 0:
         return None, "a challenge carries its deadline (Woolf-Deadline, unix seconds)"
-    return Challenge(sub_id, name, tuple(segs), deadline, body["ends"], commit), None
+    return Challenge(sub_id, name, tuple(segs), deadline, body["ends"], commit, body.get("key")), None
 
 
 def answer_message(sub_id: str, challenge: str, states: dict) -> str:
@@ -117,12 +122,12 @@ def _pin(x) -> StatePin | None:
 
 
 def _key(k: str):
-    """A state's key: a segment number (its start state) or "end:<segment>" (its end state)."""
-    end = k.startswith("end:")
-    digits = k[4:] if end else k
-    if not digits.isdigit() or len(digits) > 5:
+    """A state's key: a segment number (its start state), "end:<segment>" (its end state) or
+    "samples:<segment>" (a private-data PR's batches of that segment, sealed to the validator)."""
+    kind, _, digits = k.rpartition(":")
+    if kind not in ("", "end", "samples") or not digits.isdigit() or len(digits) > 5:
         return None
-    return f"end:{int(digits)}" if end else int(digits)
+    return f"{kind}:{int(digits)}" if kind else int(digits)
 
 
 def parse_answer(message: str, sub_id: str, commit: str = "") -> tuple[Answer | None, str | None]:
@@ -137,7 +142,7 @@ def parse_answer(message: str, sub_id: str, commit: str = "") -> tuple[Answer | 
     if not isinstance(body["challenge"], str) or not _HEX40.match(body["challenge"]):
         return None, "an answer names the challenge commit it answers"
     states = body["states"]
-    if not isinstance(states, dict) or not 1 <= len(states) <= 2 * MAX_SEGMENTS:
+    if not isinstance(states, dict) or not 1 <= len(states) <= 3 * MAX_SEGMENTS:
         return None, "an answer carries the states asked for"
     out = {}
     for k, v in states.items():

@@ -37,6 +37,7 @@ SCHEMA = 1
 FRESH = {"start": "fresh"}
 PRIVATE = {"kind": "private"}
 _OWNER = re.compile(r"^[^\x00-\x1f]{1,128}\Z")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 MAX_PARAMS = 64  # workload parameters one recipe may name
 RETRAIN_PREFIX = "retrain:"  # every reason a PR is refused for its re-training begins so
 RETRAIN_FLAG = "retrain-failed"  # the Woolf-Flags mark of a PR whose audit did not replay
@@ -99,6 +100,9 @@ def _shape_parts(r: dict) -> str | None:
     if d["kind"] == "shard" and (not isinstance(d.get("owner"), str) or not _OWNER.match(d["owner"])
                                  or not _int(d.get("version"))):
         return "a shard names its owner and version"
+    if d["kind"] == "private" and ("bytes" in d or "sha256" in d) and not (
+            _int(d.get("bytes")) and d["bytes"] > 0 and isinstance(d.get("sha256"), str) and _HEX64.match(d["sha256"])):
+        return "private data commits to its sha256 and its size in bytes"
     if not isinstance(o, dict) or o.get("start") not in ("fresh", "carried"):
         return "optimizer must be {start: fresh} or {start: carried}"
     if not _int(r.get("follow", 0)):
@@ -148,8 +152,8 @@ def unverifiable(recipe) -> str | None:
         return "no recipe declared"
     if not isinstance(recipe.get("proof"), dict):
         return "no proof of training (a recipe declared without `woolf train`'s chain)"
-    if recipe["data"]["kind"] == "private":
-        return "private data (woolf train --data PATH)"
+    if recipe["data"]["kind"] == "private" and "bytes" not in recipe["data"]:
+        return "private data (woolf train --data PATH) that commits to no digest"
     if recipe.get("transform"):
         return f"its delta is not the training's alone ({recipe['transform']})"
     return None

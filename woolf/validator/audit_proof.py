@@ -27,7 +27,7 @@ from woolf.errors import Rejected, WoolfError
 from woolf.git.repo import BlobTooLargeError
 from woolf.ledger.proof_kinds import Derivation, proof_kind
 from woolf.ledger.proof_states import fetch_state
-from woolf.ledger.replay import ReplayTimeout, final_shift, replay_segment, start_digests
+from woolf.ledger.replay import ReplayTimeout, final_shift, replay_segment, start_digests, workload_for
 from woolf.protocol import layout
 from woolf.protocol.layout import META_MAX_BYTES, META_MAX_DEPTH
 from woolf.protocol.proof import (
@@ -41,7 +41,8 @@ from woolf.protocol.proof import (
 from woolf.protocol.recipe import RETRAIN_FLAG
 from woolf.protocol.safejson import loads_untrusted
 from woolf.storage.weights import load_checked
-from woolf.validator.audit_wait import states_for
+from woolf.validator.audit_wait import samples_of, states_for
+from woolf.workloads.features import SAMPLES, features_of
 from woolf.workloads.proof import device_class
 
 log = logging.getLogger("woolf.validator")
@@ -76,6 +77,8 @@ def unproven(ledger, adm) -> str | None:
     residual going in must be the ends its previous PR committed to (a fresh optimizer needs none).
     Raises Rejected when it names a previous PR whose ends are not its start."""
     proof = adm.meta["recipe"]["proof"]
+    if adm.meta["recipe"]["data"]["kind"] == "private" and SAMPLES not in features_of(ledger.workload()):
+        return "private data, and its workload cannot serve the samples of a segment (no `samples` feature)"
     opt, residual = proof["start"]["opt"], proof["end"].get("residual_in")
     if opt == EMPTY and residual is None:
         return None
@@ -141,9 +144,13 @@ def _segment(ctx, adm, kind, plan, i: int, deadline: float, cache, record: dict,
     state, meta = fetch_state(ctx.ledger, plan.pins[i], plan.bound, f"segment {i}'s start", trusted=True)
     served = [f for f in (meta.get("fingerprints") or "").split(",") if f]
     residual = {k[len("residual/"):]: v for k, v in state.items() if k.startswith("residual/")}
+    data = None
+    if plan.private:  # the batches its participant served, sealed to this validator, at their positions
+        samples = samples_of(ctx, adm, plan.pins[f"samples:{i}"], i)
+        data = workload_for(ctx.ledger, recipe).sample_data(int(recipe["data"]["bytes"]), samples)
     hook, out = replay_segment(ctx.ledger, recipe, kind, {k: v for k, v in state.items()
                                                          if not k.startswith("residual/")},
-                               first, last, ctx.device, deadline, keep_end=plan.ends, cache=cache)
+                               first, last, ctx.device, deadline, keep_end=plan.ends, cache=cache, train_data=data)
     if plan.ends:
         end, _ = fetch_state(ctx.ledger, plan.pins[f"end:{i}"], plan.bound, f"segment {i}'s end", trusted=True)
         pick = [k for k in end if k.startswith("params/")]

@@ -22,13 +22,17 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from safetensors.torch import load
+
 from woolf.core.chain import digests
 from woolf.errors import Rejected, StorageError
 from woolf.git.keys import public_of
 from woolf.ledger.challenges import answers_to, issue_challenge, my_challenge
-from woolf.ledger.proof_states import BadState, fetch_state, fits_link, state_bound
+from woolf.ledger.proof_states import BadState, fetch_blob, fetch_state, fits_link, state_bound
+from woolf.ledger.replay import workload_for
+from woolf.ledger.sealed import open_sealed, validator_key
 from woolf.protocol import layout
-from woolf.protocol.proof import segment_digest
+from woolf.protocol.proof import segment_bounds, segment_digest
 from woolf.protocol.rules.flood import signed_by_own_key
 from woolf.protocol.signers import Signers, signers_text
 from woolf.storage.weights import TRUSTED_LIMITS, read_spec
@@ -46,6 +50,7 @@ class Plan:
     pins: dict = field(default_factory=dict)  # {segment or "end:<segment>": StatePin}
     bound: tuple[int, int] = (0, 0)  # (most bytes, most tensors) of one state of this model
     challenge: object = None
+    private: bool = False  # a private-data PR: each segment's samples come sealed to this validator
 
 
 def challenger(ctx) -> str:
@@ -65,16 +70,40 @@ def challenger(ctx) -> str:
 
 
 def _keys(plan: Plan) -> list:
-    return [*plan.segments, *(f"end:{i}" for i in plan.segments if plan.ends)]
+    return [*plan.segments, *(f"end:{i}" for i in plan.segments if plan.ends),
+            *(f"samples:{i}" for i in plan.segments if plan.private)]
+
+
+def samples_of(ctx, adm, pin, i: int) -> dict:
+    """A private-data PR's batches of segment ``i``, served sealed to this validator: fetched (bounded),
+    opened, checked to fit the declared data (woolf workload's sample_data). BadState when they do not."""
+    recipe = adm.meta["recipe"]
+    first, last = segment_bounds(recipe["proof"], recipe["steps"], i)
+    wl = workload_for(ctx.ledger, recipe)
+    per_step = (getattr(wl, "batch_size", 1) or 1) * ((getattr(wl, "context", 0) or 0) + 9)
+    blob = fetch_blob(ctx.ledger, pin, (last - first) * per_step + (1 << 16), f"segment {i}'s samples")
+    try:
+        samples = load(open_sealed(validator_key(ctx.ledger)[0], blob))
+        wl.sample_data(int(recipe["data"]["bytes"]), samples)
+    except Exception as exc:  # noqa: BLE001 - whatever a served blob makes the readers raise is its fault
+        raise BadState(f"segment {i}'s samples are unusable ({' '.join(str(exc).split())[:160]})") from None
+    if samples["positions"].shape[0] != last - first:
+        raise BadState(f"segment {i}'s samples are not its {last - first} steps' batches")
+    return samples
 
 
 def _check(ctx, adm, plan: Plan, key, pin) -> None:
     """BadState unless ``pin``'s file is the committed state for ``key`` (remembered once checked)."""
     proof = adm.meta["recipe"]["proof"]
+    memo = ctx.state.proofs.setdefault("checked", set())
+    if isinstance(key, str) and key.startswith("samples:"):
+        if (pin.sha256, key) not in memo:
+            samples_of(ctx, adm, pin, int(key[len("samples:"):]))
+            memo.add((pin.sha256, key))
+        return
     end = isinstance(key, str)
     i = int(key[4:]) if end else key
     link = proof["links"][i + 1 if end else i][0]
-    memo = ctx.state.proofs.setdefault("checked", set())
     if (pin.sha256, link) in memo:
         return
     label = f"segment {i}'s {'end' if end else 'start'}"
@@ -130,11 +159,13 @@ def states_for(ctx, adm, pr, segments: list[int], ends: bool) -> Plan:
     waiting for them, Rejected when the deadline passed or a signed answer served a bad one."""
     cfg = ctx.ledger.config
     spec = read_spec(ctx.ledger.weights_path(adm.base), TRUSTED_LIMITS, f"version {adm.base.version}")
-    plan = Plan(list(segments), ends, bound=state_bound(spec, ranks=int(adm.meta["recipe"].get("nproc", 1))))
+    plan = Plan(list(segments), ends, bound=state_bound(spec, ranks=int(adm.meta["recipe"].get("nproc", 1))),
+                private=adm.meta["recipe"]["data"]["kind"] == "private")
     name = challenger(ctx)
     challenge = my_challenge(ctx.ledger, ctx.forge, pr, name, segments)
     if challenge is None:
-        challenge = issue_challenge(ctx.ledger, ctx.forge, pr, name, segments, cfg.proof.deadline, ends)
+        key = validator_key(ctx.ledger)[1] if plan.private else None
+        challenge = issue_challenge(ctx.ledger, ctx.forge, pr, name, segments, cfg.proof.deadline, ends, key)
         raise Deferred(f"{pr.id}: drawn for an audit; challenged for segments {segments} (answer by "
                        f"{_when(challenge.deadline)})")
     plan.challenge = challenge

@@ -34,6 +34,7 @@ from woolf.workloads.features import (
     GLOBAL_STEP,
     LORA,
     PROOF,
+    SAMPLES,
     STATE_DIR,
 )
 from woolf.workloads.optstate import load_optimizer, save_optimizer
@@ -79,7 +80,7 @@ LORA_TARGETS = ("qkv", "proj", "mlp.0", "mlp.2")  # LoRA's default targets: ever
 
 class CharLM(TextCorpus):
     name = "charlm"
-    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL, LORA, PROOF})
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL, LORA, PROOF, SAMPLES})
     # what `woolf init --weights CHECKPOINT` sets for a pretrained genesis (ledger/create.py): a fresh
     # AdamW's first steps undo pretraining (first train 2.032 -> 2.050-2.079 without; benchmarks/RESULTS.md)
     PRETRAINED_DEFAULTS = {"optimizer_warmup": 60}
@@ -129,14 +130,46 @@ class CharLM(TextCorpus):
         m.load_state_dict(weights, strict=True)
         return m.to(device)
 
-    def batches(self, data: TrainData, gen: torch.Generator):
+    def _text(self, data: TrainData) -> torch.Tensor:
         text = torch.frombuffer(bytearray(b"\n".join(data.texts)), dtype=torch.uint8).long()
         if len(text) < self.context + 2:
             raise UsageError("training data is shorter than one context window")
+        return text
+
+    def batches(self, data: TrainData, gen: torch.Generator):
+        text = self._text(data)
         while True:
             ix = torch.randint(len(text) - self.context - 1, (self.batch_size,), generator=gen)
             yield (torch.stack([text[i : i + self.context] for i in ix]),
                    torch.stack([text[i + 1 : i + 1 + self.context] for i in ix]))
+
+    def sample_windows(self, data: TrainData, gen: torch.Generator, steps: int) -> dict[str, torch.Tensor]:
+        """What ``steps`` batches drawn from ``gen`` read (a private-data PR's audited samples):
+        ``positions`` int64 [steps, batch] and ``windows`` uint8 [steps, batch, context + 1]."""
+        text = self._text(data)
+        pos = torch.stack([torch.randint(len(text) - self.context - 1, (self.batch_size,), generator=gen)
+                           for _ in range(steps)])
+        win = torch.stack([torch.stack([text[i : i + self.context + 1] for i in row]) for row in pos])
+        return {"positions": pos, "windows": win.to(torch.uint8)}
+
+    def sample_data(self, nbytes: int, samples: dict[str, torch.Tensor]) -> TrainData:
+        """A text of ``nbytes`` holding only ``samples``' windows at their positions: the batches drawn from
+        the generator the samples were drawn from read exactly those windows. ValueError for samples that do
+        not fit (another shape, a position out of range, windows that disagree where they overlap)."""
+        pos, win = samples.get("positions"), samples.get("windows")
+        if (pos is None or win is None or pos.dtype != torch.int64 or win.dtype != torch.uint8 or pos.dim() != 2
+                or tuple(win.shape) != (*pos.shape, self.context + 1) or pos.shape[1] != self.batch_size):
+            raise ValueError("samples are not positions [steps, batch] and windows [steps, batch, context + 1]")
+        if bool((pos < 0).any()) or bool((pos > nbytes - self.context - 2).any()):
+            raise ValueError("a sample's position is outside the declared data")
+        text = torch.zeros(nbytes, dtype=torch.uint8)
+        seen = torch.zeros(nbytes, dtype=torch.bool)
+        for i, w in zip(pos.reshape(-1).tolist(), win.reshape(-1, self.context + 1), strict=True):
+            span = slice(i, i + self.context + 1)
+            if bool((seen[span] & (text[span] != w)).any()):
+                raise ValueError("samples disagree where their windows overlap")
+            text[span], seen[span] = w, True
+        return TrainData([bytes(text.numpy())], "private samples", [])
 
 
     def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0,

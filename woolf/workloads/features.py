@@ -28,9 +28,11 @@ IN_PLACE = "in_place"  # train(..., in_place=True): may train in the given tenso
 DISTRIBUTED = "distributed"  # train() runs on every rank of a torchrun process group (workloads/parallel.py)
 LORA = "lora"  # train_lora(weights, data, steps, spec, device, seed, progress) -> (factors, summary)
 PROOF = "proof"  # train(..., proof=hook) (and train_lora): commits to its path, or replays a segment (proof.py)
+SAMPLES = "samples"  # sample_windows(data, gen, steps), sample_data(nbytes, samples): a private PR's audited batches
 
 _TRAIN_KEYWORDS = (STATE_DIR, GLOBAL_STEP, FOLLOW, IN_PLACE, PROOF)
-_METHODS = {FINGERPRINT: "fingerprint", BIND: "bind", DATA_PARALLEL: "train_data_parallel", LORA: "train_lora"}
+_METHODS = {FINGERPRINT: "fingerprint", BIND: "bind", DATA_PARALLEL: "train_data_parallel", LORA: "train_lora",
+            SAMPLES: "sample_data"}
 
 
 def features_of(wl) -> frozenset[str]:
