@@ -256,7 +256,9 @@ def _audit(v, *people) -> list:
 def _row(route: str, verdict, trained: dict | None, led, pr: dict) -> dict:
     r = verdict.retrain or {}
     meta = led.git.show_bytes(f"refs/woolf/pr/{pr['id']}/head:submissions/{pr['id']}/submission.json") or b""
+    recipe = (json.loads(meta) if meta else {}).get("recipe") or {}
     return {"route": route, "state": verdict.state, "reason": verdict.reason[:160], "retrain": r.get("retrain"),
+            "follow_points": len((recipe.get("proof") or {}).get("follow", [])), "nproc": recipe.get("nproc"),
             "audit_seconds": r.get("seconds"), "replayed_steps": r.get("steps"),
             "train_seconds": (trained or {}).get("training", {}).get("seconds"),
             "delta_bytes": pr.get("delta_size"), "submission_json_bytes": len(meta)}

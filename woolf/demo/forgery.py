@@ -110,14 +110,14 @@ def forge_run(ledger, wl, name: str, base, steps: int, seed: int, trained: float
 
 
 def _hidden(rec: _Until, steps: int, trained: float) -> Recorder:
-    """A recorder whose run leaves out ``1 - trained`` of its steps' updates inside one middle segment
-    (chosen at random, never the final one) and commits to what it reached: the segments around it
-    replay, that one does not."""
+    """A recorder whose run leaves out ``1 - trained`` of its steps' updates in one block at a random place
+    before the final segment (which every audit replays) and commits to what it reached: the segments the
+    block touches do not replay, the others do."""
     at = link_steps(steps, rec.every)
-    pick = random.Random(secrets.randbits(64)).randrange(max(1, len(at) - 2))
-    first, last = at[pick], at[pick + 1]
-    skip = set(range(last - max(1, round(steps * (1 - trained))) + 1, last + 1)) & set(range(first + 1, last + 1))
-    return _Skipper(rec.every, rec.keep, skip)
+    room = at[-2]  # the steps before the final segment
+    n = min(room, max(1, round(steps * (1 - trained))))
+    start = random.Random(secrets.randbits(64)).randrange(room - n + 1)
+    return _Skipper(rec.every, rec.keep, set(range(start + 1, start + n + 1)))
 
 
 class _Skipper(Recorder):

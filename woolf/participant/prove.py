@@ -139,6 +139,24 @@ def prove_once(ledger, forge=None) -> list[dict]:
     return done
 
 
+def prune(ledger, forge=None) -> list[str]:
+    """Remove the kept states of PRs that are settled (or not on the hub), as this clone last fetched them."""
+    root = proof_root(ledger)
+    if not root.is_dir():
+        return []
+    forge = forge or forge_for(ledger)
+    gone = []
+    for run in sorted(p for p in root.iterdir() if p.is_dir()):
+        try:
+            settled = forge.get(run.name, fetch=False).state != "open"
+        except UsageError:
+            settled = True
+        if settled:
+            shutil.rmtree(run, ignore_errors=True)
+            gone.append(run.name)
+    return gone
+
+
 def open_runs(ledger) -> list[str]:
     root = proof_root(ledger)
     return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []

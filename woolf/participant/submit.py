@@ -197,7 +197,10 @@ def _keep(ledger, o: SubmitOptions, result: dict, residual_in: dict | None) -> N
     """The run's proof states kept for answering audits of this PR (participant/proof.py)."""
     recipe = result.pop("recipe", None)
     if o.weights is None and recipe:
+        from woolf.participant.prove import prune  # deferred: loads torch
+
         keep_run(ledger, work_dir(ledger), result["id"], recipe, residual_in)
+        prune(ledger)  # the states of PRs settled since are not needed any more
 
 
 def _streamed_delta(ledger, base, weights: Path, timer: Timer):

@@ -6,7 +6,7 @@ Usage:
     s = state_digest({"params": h1, "opt": h2, "data": h3, "rng": h4})
     f = fingerprint(loss, grad_norm)                     # one step's 16 hex: the two float32s' bits
     proof = make_proof(every=k, device_class=c, start=..., links=[[s0, ""], [s1, f1], ...], end=...)
-    why = check_proof(proof, steps=60, delta_sha256=sha)   # None, or what is wrong (one line)
+    why = check_proof(proof, steps=60, delta_sha256=sha, base_version=3)   # None, or what is wrong
     chosen = draw_segments(material, segments=15, extra=1)   # the final segment and `extra` others
 
 The proof lives in the recipe (``recipe["proof"]``, docs/protocol.md#proof-of-training), inside the
