@@ -39,7 +39,7 @@ def one_size_lora(root: Path, name: str, device: str, steps: int, context: int, 
 
     from woolf.ledger.ledger import Ledger
     from woolf.participant import submit, train
-    from woolf.storage.lora import dense_bytes
+    from woolf.storage.kinds.lora_file import dense_bytes
     from woolf.storage.weights import TRUSTED_LIMITS, read_spec
     from woolf.validator import Validator
 

@@ -23,7 +23,7 @@ SPEC` from version 0 in its own clone under `/usr/bin/time -v`: 1 step of batch 
 
 Bytes: a real lora file for a Llama-shaped 1B model (hidden 2048, 16 layers, MLP 8192,
 vocab 32000, untied head; targets q/k/v/o/gate/up/down) with r = 16 random factors, written by
-storage/lora.py, against the dense float32 delta of the same model (4 bytes per parameter).
+storage/kinds/lora_file.py, against the dense float32 delta of the same model (4 bytes per parameter).
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def bytes_1b(root: Path, rank: int) -> dict:
 
     import torch
 
-    from woolf.storage.lora import LoraFile, dense_bytes
+    from woolf.storage.kinds.lora_file import LoraFile, dense_bytes
 
     spec, targets = llama_1b_spec()
     g = torch.Generator().manual_seed(0)

@@ -16,14 +16,14 @@ defaults: a merge may raise the benchmark by at most 0.02). Arms, each at the sa
 
 - ``dense``: every parameter trained, the optimizer state carried between a participant's
   contributions (the demo's default, ``state_dir``);
-- ``lora-R``: peft adapters of rank R on the blocks' linear layers (workloads/charlm_lora.py), fresh
+- ``lora-R``: peft adapters of rank R on the blocks' linear layers (workloads/lora.py), fresh
   each contribution, the exact product (core/lora.py ``expand``) merged as a dense delta;
 - references (demo/references.py): each participant ``alone`` dense (one continuous run over its
   shards) and ``alone-lora-R`` (its contributions' products added at scale 1, round by round), and
   synchronous data parallel (dense, the bound).
 
 ``--ramp-ablation``: also ``lora-R-ramp60``, LoRA with the dense contributions' own learning-rate
-ramp (the whole 60-step ``optimizer_warmup`` of a fresh optimizer) instead of charlm_lora.py's ramp
+ramp (the whole 60-step ``optimizer_warmup`` of a fresh optimizer) instead of workloads/lora.py's ramp
 over a third of the contribution's steps.
 
 Seeds change every training seed (batches, adapter initialisation); genesis and data are fixed.
@@ -51,7 +51,7 @@ from woolf.core.staleness import attenuation  # noqa: E402
 from woolf.demo.references import alone_lora, shards_of  # noqa: E402
 from woolf.protocol.config import PolicyConfig, StalenessConfig  # noqa: E402
 from woolf.protocol.lora_spec import parse_lora  # noqa: E402
-from woolf.workloads import charlm_lora  # noqa: E402
+from woolf.workloads import lora as lora_trainer  # noqa: E402
 from woolf.workloads.charlm import CharLM  # noqa: E402
 from woolf.workloads.charlm_pretrained import PRETRAIN_STEPS, pretrained_genesis  # noqa: E402
 
@@ -149,13 +149,13 @@ def main() -> None:
         for arm, lora in [("dense", None), *((f"lora-{r}", r) for r in ranks)]:
             run["ledger"][arm] = ledger(wl, names, genesis, bench, args.rounds, args.steps, seed, lora)
         for r in ranks if args.ramp_ablation else ():
-            shipped = charlm_lora.lr_factor
-            charlm_lora.lr_factor = lambda wl, step, steps: min(1.0, (step + 1) / wl.optimizer_warmup)
+            shipped = lora_trainer.lr_factor
+            lora_trainer.lr_factor = lambda wl, step, steps: min(1.0, (step + 1) / wl.optimizer_warmup)
             try:
                 run["ledger"][f"lora-{r}-ramp60"] = ledger(wl, names, genesis, bench, args.rounds, args.steps,
                                                            seed, r)
             finally:
-                charlm_lora.lr_factor = shipped
+                lora_trainer.lr_factor = shipped
         run["references"] = references(wl, names, genesis, bench, args.rounds, args.steps, seed, ranks)
         runs.append(run)
         print(f"seed {seed}: " + "  ".join(f"{k} {v['final_loss']:.4f} ({v['merged']}/{v['judged']})"

@@ -1,4 +1,4 @@
-"""Proof of training, measured (benchmarks/RESULTS.md §19): bit-exactness, detection, verifier cost, honest false
+"""Proof of training, measured (benchmarks/RESULTS.md §21): bit-exactness, detection, verifier cost, honest false
 rejections, bytes per PR.
 
 Usage:

@@ -67,6 +67,7 @@ def ledger_costs(merges: int) -> dict:
     from woolf.storage.weights import spec_of
     from woolf.validator import Validator, drawdown, standing
     from woolf.validator.intake import declared_bound
+    from woolf.validator.state import ValidatorState
 
     root = Path(tempfile.mkdtemp(prefix="woolf-trust-"))
     net = make_network(root, **{"policy.min_improvement": "-10"})
@@ -76,21 +77,22 @@ def ledger_costs(merges: int) -> dict:
         Validator(val, device="cpu").run()
     val.fetch()
     main = val.head("refs/remotes/origin/main")
+    ctx = Validator(val, device="cpu").ctx  # what it reads once per main head lives in its state
 
     def cold_standing():
-        standing._CACHE.clear()
-        standing.standing_norms(val, main)
+        ctx.state = ValidatorState()
+        standing.standing_norms(ctx, main)
 
     def cold_best():
-        drawdown._CACHE.clear()
-        drawdown.trusted_best(val, main)
+        ctx.state = ValidatorState()
+        drawdown.trusted_best(ctx, main)
 
     spec = spec_of(val.load_weights(main))
     return {"merges": merges,
             "standing_cold_s": round(_timed(cold_standing), 4),
-            "standing_warm_s": round(_timed(lambda: standing.standing_norms(val, main)), 6),
+            "standing_warm_s": round(_timed(lambda: standing.standing_norms(ctx, main)), 6),
             "drawdown_cold_s": round(_timed(cold_best), 4),
-            "drawdown_warm_s": round(_timed(lambda: drawdown.trusted_best(val, main)), 6),
+            "drawdown_warm_s": round(_timed(lambda: drawdown.trusted_best(ctx, main)), 6),
             "dense_bound_s": round(_timed(lambda: declared_bound({"kind": "dense", "size": 1}, spec,
                                                                   val.config.limits), 10), 6)}
 

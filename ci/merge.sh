@@ -17,4 +17,9 @@ if [ -n "${WOOLF_VALIDATOR_KEY:-}" ]; then  # a signed ledger: the validator's S
   printf '%s\n' "$WOOLF_VALIDATOR_KEY" > "$key_file"
   export WOOLF_SIGNING_KEY="$key_file"
 fi
+if [ -n "${WOOLF_HIDDEN_BENCHMARK_URL:-}" ]; then  # it measures the benchmark again: the validators' private one
+  curl -fsS --proto =https --max-time 300 --max-filesize 1073741824 -o "$RUNNER_TEMP/hidden-benchmark" \
+    "$WOOLF_HIDDEN_BENCHMARK_URL"
+  export WOOLF_HIDDEN_BENCHMARK="$RUNNER_TEMP/hidden-benchmark"
+fi
 woolf validate --forge github --apply verdict.json

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import wait_until_deferred
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -52,7 +54,7 @@ def test_ctrl_c_stops_a_train_started_as_a_background_job(network):
     p = subprocess.Popen([sys.executable, "-m", "woolf", "train", "--offline", "--steps", "100000"],
                          cwd=alice.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=_ignore_sigint)
-    time.sleep(3.0)
+    wait_until_deferred(p)  # before it, the interpreter ignores SIGINT as the shell asked: no program sees it
     p.send_signal(signal.SIGINT)
     try:
         _, err = p.communicate(timeout=120)

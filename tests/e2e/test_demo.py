@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from tests.conftest import SMALL, git
+from tests.demo.test_workers import _shadow
 from woolf.audit.recompute import audit
 from woolf.demo.hub import prepare_dir
 from woolf.demo.run import DemoOptions, run_demo
@@ -31,11 +32,16 @@ def demo_run(tmp_path_factory):
 
 
 def test_default_demo_continues_a_pretrained_genesis_each_participant_on_its_own_data(tmp_path, monkeypatch):
+    """Started from a directory holding a `woolf/` folder (what `git clone ... woolf` leaves): the demo's
+    worker processes are not shadowed by it (a run of its own did only that)."""
     from woolf.workloads.base import load_workload
 
     monkeypatch.setenv("WOOLF_CACHE", str(tmp_path / "cache"))
+    _shadow(tmp_path / "cwd")
+    monkeypatch.chdir(tmp_path / "cwd")
     r = run_demo(tmp_path / "hub", DemoOptions(participants=2, rounds=1, validators=1, steps=5, quick=True,
                  settings=dict(SMALL), pretrain_steps=40))
+    assert r.versions_merged + r.prs_rejected == 2, (tmp_path / "hub" / "logs" / "p1.log").read_text()
     assert r.regime == "continued-domain" and "its own data, continuing a pretrained model" in r.regime_words
     ledger = Ledger.open(tmp_path / "hub" / "clones" / "observer")
     wl = load_workload(ledger.config.workload)

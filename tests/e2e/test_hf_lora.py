@@ -21,7 +21,7 @@ from woolf.ledger.retention.gc import collect  # noqa: E402
 from woolf.ledger.submission import SubmitDeltaOptions, submit_delta  # noqa: E402
 from woolf.participant import SubmitOptions, TrainOptions, submit, train  # noqa: E402
 from woolf.participant.state import work_dir  # noqa: E402
-from woolf.storage.lora import LoraFile, LoraTensors, dense_bytes  # noqa: E402
+from woolf.storage.kinds.lora_file import LoraFile, LoraTensors, dense_bytes  # noqa: E402
 from woolf.storage.weights import read_spec, spec_of  # noqa: E402
 from woolf.validator import Validator  # noqa: E402
 

@@ -117,3 +117,33 @@ def test_the_keyless_budget_defers_rather_than_rejects():
     with pytest.raises(Deferred):
         b.deadline(300.0, 1)
     assert "x" in Pass({"x"}).signed
+
+
+def test_an_honest_keyless_pr_behind_slow_keyless_urls_gets_its_turn_over_passes(make_net, monkeypatch, capsys):
+    """Starved keyless PRs: the download time each PR spent lived in one process's memory, so every new
+    `woolf validate --all` started the slow PRs from zero: an honest keyless PR queued behind three slow
+    keyless URLs stayed open pass after pass, and each pass printed "no open pull requests". Now the time
+    spent is kept in the validator's work area (per PR id and delta sha256) and the keyless PR that has
+    spent least goes first: each keyless PR gets its turn within a bounded number of passes."""
+    from woolf.cli.main import main
+
+    monkeypatch.setattr(intake, "KEYLESS_SECONDS", 1.0)  # the product's 30 s, shortened: the same rules
+    net = make_net(**{"forge.delta_schemes": '["https", "http"]', "policy.min_improvement": "-10"})
+    val, mal, dave = net.clone("val"), net.clone("mal"), net.clone("dave")
+    with Trickle() as slow:
+        for i in range(3):
+            data = save(random_delta(mal, scale=0.001, seed=i))
+            d = {"kind": "dense", "sha256": hashlib.sha256(data).hexdigest(), "md5": hashlib.md5(data).hexdigest(),
+                 "size": len(data), "url": f"{slow.url}/d{i}"}
+            craft_pr(mal, raw=data, meta_patch={"delta": d}, who=f"slow{i}")
+        honest = net.train_submit(dave, "dave")["id"]  # keyless too, received after the slow ones
+        forge, said = LocalForge.for_ledger(dave), []
+        for _ in range(5):  # each pass a new `woolf validate --all`: nothing carried in memory
+            assert main(["-C", str(val.root), "validate", "--all", "--device", "cpu"]) == 0
+            said.append(capsys.readouterr().out.strip())
+            if {p.id: p.state for p in forge.list()}.get(honest) != "open":
+                break
+    print(said)
+    assert {p.id: p.state for p in forge.list()}.get(honest) == "merged", said  # before: open after every pass
+    assert len(said) == 4 and honest in said[3], said  # three passes cut one slow download each, the fourth judges it
+    assert said[0] == "4 open PRs deferred (keyless download budget)", said  # before: "no open pull requests"

@@ -8,6 +8,8 @@ import sys
 import threading
 import time
 
+from tests.processes import wait_until_deferred
+
 
 def _start(cwd, *args):
     p = subprocess.Popen([sys.executable, "-m", "woolf", "validate", *args, "--device", "cpu"], cwd=cwd,
@@ -43,7 +45,8 @@ def test_idle_watch_says_it_waits_and_ctrl_c_ends_it_quietly(network):
 def test_ctrl_c_while_validate_starts_says_nothing_changed(network):
     val = network.clone("val")
     p, err = _start(val.root, "--watch")
-    time.sleep(2.5)  # woolf is running, still importing torch: the Ctrl-C waits until that is done
+    wait_until_deferred(p)  # woolf is running (not the interpreter's own start-up) ...
+    time.sleep(2.4)  # ... and on an idle machine still importing torch: the Ctrl-C waits until that is done
     p.send_signal(signal.SIGINT)
     _end(p)
     text = "".join(err)

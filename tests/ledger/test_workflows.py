@@ -117,20 +117,43 @@ def test_runner_hygiene_of_the_generated_workflows(new_ledger):
     assert "-c ci/constraints.txt" in (new_ledger / "ci/install.sh").read_text()
 
 
-def test_merge_sh_removes_the_key_file_even_when_it_fails(tmp_path):
-    """ci/merge.sh run by bash with stand-ins for pip and woolf that fail: the key file is gone after."""
-    script = (ROOT / "ci" / "merge.sh").read_text()
+def test_privileged_jobs_never_run_on_the_evaluate_jobs_runner_and_the_sweeper_has_the_hidden_benchmark(new_ledger):
+    """The evaluate job reads fork data on WOOLF_RUNNER / WOOLF_VALIDATOR_RUNNERS; the jobs holding write
+    secrets and validator keys (merge, vote, sweep, sweep-vote) shared those labels, so a self-hosted
+    runner could run a fork's evaluation and then a job with the key. And the sweeper, which evaluates
+    every open PR, had no hidden benchmark."""
+    wf = yaml.safe_load((new_ledger / ".github/workflows/woolf-validate.yml").read_text())
+    sweep = yaml.safe_load((new_ledger / ".github/workflows/woolf-sweep.yml").read_text())
+    assert "WOOLF_RUNNER" in wf["jobs"]["evaluate"]["runs-on"]
+    for job in (wf["jobs"]["merge"], wf["jobs"]["vote"], sweep["jobs"]["sweep"], sweep["jobs"]["sweep-vote"]):
+        label = job["runs-on"]
+        assert "WOOLF_RUNNER" not in label and "WOOLF_VALIDATOR_RUNNERS" not in label, label
+        assert "WOOLF_PRIVILEGED_RUNNER" in label, label
+    for job in ("sweep", "sweep-vote"):
+        [step] = [s for s in sweep["jobs"][job]["steps"] if "run" in s]
+        assert step["env"]["WOOLF_HIDDEN_BENCHMARK_URL"] == "${{ secrets.WOOLF_HIDDEN_BENCHMARK_URL }}"
+    for script in ("sweep.sh", "merge.sh"):
+        text = (new_ledger / "ci" / script).read_text()
+        assert 'export WOOLF_HIDDEN_BENCHMARK="$RUNNER_TEMP/hidden-benchmark"' in text, script
+        assert "WOOLF_PRIVILEGED=1 bash ci/install.sh" in text, script
+
+
+@pytest.mark.parametrize("script", ["sweep.sh", "merge.sh"])
+def test_ci_scripts_remove_the_key_file_even_when_they_fail(tmp_path, script):
+    """ci/sweep.sh left the validator's key in a temp file on (self-hosted) runners, as merge.sh once did:
+    run by bash with stand-ins for pip and woolf that fail, the key file is gone after."""
+    body = (ROOT / "ci" / script).read_text()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, body in (("woolf", 'echo "$WOOLF_SIGNING_KEY" > "$KEYS_SEEN"; exit 3'), ("git", "exit 0")):
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+    for name, text in (("woolf", 'echo "$WOOLF_SIGNING_KEY" > "$KEYS_SEEN"; exit 3'), ("git", "exit 0")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{text}\n")
         (bin_dir / name).chmod(0o755)
     (tmp_path / "ci").mkdir()
     (tmp_path / "ci" / "install.sh").write_text("exit 0\n")
-    (tmp_path / "merge.sh").write_text(script)
+    (tmp_path / script).write_text(body)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "GITHUB_TOKEN": "t", "WOOLF_VALIDATOR_KEY": "PRIVATE",
            "KEYS_SEEN": str(tmp_path / "seen"), "TMPDIR": str(tmp_path)}
-    proc = subprocess.run(["bash", "merge.sh"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = subprocess.run(["bash", script], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 3, proc.stderr
     key_file = Path((tmp_path / "seen").read_text().strip())
     assert key_file.parent == tmp_path and not key_file.exists()

@@ -93,3 +93,20 @@ def test_relative_distance():
     assert relative_distance(0.0, 4.0) == 0.0
     assert relative_distance(1.0, 4.0) == pytest.approx(0.5)
     assert math.isinf(relative_distance(1.0, 0.0))
+
+
+@pytest.mark.parametrize("recipe, expected", [
+    (_recipe(batch=None, params={"d_model": 32, "batch_size": 4096}),
+     "recipe: params.batch_size 4096, over the ledger's limits.max_batch 64"),
+    (_recipe(batch=32, params={"batch_size": 32, "grad_accum": 4}),
+     "recipe: params.batch_size 32 x params.grad_accum 4, over the ledger's limits.max_batch 64"),
+    (_recipe(batch=None, params={"batch_size": 2.5}), "recipe: params.batch_size must be an integer >= 1"),
+    (_recipe(batch=None, params={"batch_size": True}), "recipe: params.batch_size must be an integer >= 1"),
+    (_recipe(workload="command"), "recipe: workload 'command' is not the ledger's 'charlm'"),
+])
+def test_a_recipes_parameters_never_override_the_ledgers_limits_or_workload(recipe, expected):
+    """A recipe's params.batch_size over limits.max_batch (with batch null) was re-trained, and
+    its workload name was never compared with the ledger's."""
+    reason = _check(recipe, workload="charlm")
+    assert reason == expected or reason.startswith(expected), reason
+    assert _check(_recipe(params={"batch_size": 8, "grad_accum": 8}, batch=8), workload="charlm", known_params=None) is None

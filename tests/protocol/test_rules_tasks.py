@@ -371,3 +371,27 @@ def test_a_forged_cancel_of_a_keyless_task_never_hands_over_its_shard(tasks):
         f"the shard carol@v0 is held by task {CAROL} (its lease is live by the hub's clock)"]
     later = tasks.commit(tasks.rec(MALLORY, shard="carol@v0"), when=NOW + 600, key=None)
     assert tasks.check(later, task_id=MALLORY, now=NOW + 600) == []  # once carol's lease is over
+
+
+@pytest.mark.parametrize("forger", [None, "mallory", "bob"])
+def test_a_keyless_task_started_signed_stays_its_signers(tasks, forger):
+    """Records of a contributor without a key in allowed_signers were anyone's: a forged `cancelled` or
+    `submitted` landed on carol's live task. A task whose first record carol signed (with her own key,
+    listed nowhere) now takes later records signed by that key only."""
+    tip = tasks.commit(tasks.rec(CAROL), key="carol")
+    for state, extra in (("cancelled", {}), ("submitted", {"submission": "20260101T000001000Z-carol-deadbeef"}),
+                         ("heartbeat", {})):
+        forged = tasks.commit(tasks.rec(CAROL, state=state, **extra), tip, key=forger)
+        [problem] = tasks.check(forged, tip, task_id=CAROL)
+        assert problem.startswith(f"the first record of task {CAROL} was signed by key SHA256:"), problem
+    beat = tasks.commit(tasks.rec(CAROL, state="heartbeat"), tip, key="carol")
+    assert tasks.check(beat, tip, task_id=CAROL) == []
+    done = tasks.commit(tasks.rec(CAROL, state="cancelled"), beat, key="carol")
+    assert tasks.check(done, beat, task_id=CAROL) == []
+
+
+def test_a_keyless_task_started_unsigned_binds_nothing(tasks):
+    """The trade, documented: a keyless participant who signs nothing can have its task ended by anyone."""
+    tip = tasks.commit(tasks.rec(CAROL), key=None)
+    assert tasks.check(tasks.commit(tasks.rec(CAROL, state="cancelled"), tip, key="mallory"), tip,
+                       task_id=CAROL) == []

@@ -10,7 +10,7 @@ from woolf.core.npdelta import subtract
 from woolf.errors import InvalidWeightsError
 from woolf.protocol.config import LimitsConfig
 from woolf.storage.files import hashes_of_file
-from woolf.storage.sparse import save_delta
+from woolf.storage.kinds import DENSE
 from woolf.storage.streamdelta import StreamedDelta, ZeroDelta
 from woolf.storage.weights import load_checked, spec_of
 
@@ -33,7 +33,7 @@ def test_the_streamed_delta_is_bit_for_bit_the_whole_model_one(tmp_path):
     d = StreamedDelta(tmp_path / "trained.safetensors", tmp_path / "base.safetensors", LimitsConfig(),
                       spec_of(base))
     got = d.write(tmp_path / "streamed.safetensors")
-    want = save_delta(subtract(trained, base), tmp_path / "whole.safetensors")
+    want = DENSE.write(subtract(trained, base), tmp_path / "whole.safetensors", DENSE.declared())
     assert got == want == hashes_of_file(tmp_path / "streamed.safetensors")
     assert (tmp_path / "streamed.safetensors").read_bytes() == (tmp_path / "whole.safetensors").read_bytes()
 

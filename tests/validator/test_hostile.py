@@ -13,20 +13,20 @@ from woolf.validator import Validator
 
 
 def test_any_failure_inside_one_pr_becomes_its_rejection(network, monkeypatch):
-    """A bug that escapes every check (here a RecursionError raised by the merge step) rejects that PR only."""
-    from woolf.validator import step
+    """A bug that escapes every check (here a RecursionError raised by the merge stage) rejects that PR only."""
+    from woolf.validator import stages
 
     val = network.clone("val")
     first = craft_pr(val, tensors=delta(val, seed=1), who="alice")
     second = craft_pr(val, tensors=delta(val, seed=2), who="bob")
-    candidate = step.candidate
+    merge = stages.merge
 
-    def buggy(ctx, adm, main, att, timer, before_merge=None, **kw):
-        if adm.meta["contributor"] == "alice":
+    def buggy(ctx, cand):
+        if cand.adm.meta["contributor"] == "alice":
             raise RecursionError("maximum recursion depth exceeded")
-        return candidate(ctx, adm, main, att, timer, before_merge, **kw)
+        return merge(ctx, cand)
 
-    monkeypatch.setattr(step, "candidate", buggy)
+    monkeypatch.setattr(stages, "STAGES", tuple(buggy if s is merge else s for s in stages.STAGES))
     verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
     assert not verdicts[first].accepted and "RecursionError" in verdicts[first].reason
     assert verdicts[second].accepted

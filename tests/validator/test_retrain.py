@@ -25,7 +25,6 @@ from woolf.protocol.trailers import json_field, parse_message
 from woolf.report.board import credit, leaderboard
 from woolf.storage.weights import save_atomic
 from woolf.validator import Validator
-from woolf.validator import retrain as retrain_mod
 from woolf.workloads.charlm import CharLM
 from woolf.workloads.proof import Recorder
 
@@ -114,7 +113,6 @@ def test_a_delta_its_chain_does_not_end_at_is_rejected(make_net):
 
 
 def test_bad_recipes_and_a_crashing_replay_each_end_in_one_verdict(make_net, monkeypatch):
-    monkeypatch.setattr(retrain_mod, "_SPEED", {})  # the estimate from the declared seconds, as on a new validator
     net = make_net(**RETRAIN, **{"limits.max_retrain_seconds": "50", "scoring.copy_threshold": "0.9999"})
     bob, val = net.clone("bob"), net.clone("val")
     reasons = {}
@@ -185,7 +183,6 @@ def test_private_data_that_commits_to_nothing_under_require_retrain_and_a_replay
     private = submit(alice, SubmitOptions(contributor="alice"))["id"]
     train(alice, TrainOptions(steps=20, contributor="alice", seed=4, device="cpu", fresh=True))
     _rewrite_recipe(alice, seconds=0.0)  # declared instantly replayable: the estimate lets it through
-    monkeypatch.setattr(retrain_mod, "_SPEED", {})
     timed = submit(alice, SubmitOptions(contributor="alice"))["id"]
     got = {v.id: v for v in _audit(val, alice)}
     assert got[private].reason.startswith("retrain: this PR cannot be audited (private data")
@@ -222,3 +219,22 @@ def test_under_a_quorum_each_vote_says_whether_it_audited(make_net):
     votes = json.loads(parse_message(seen.git.message(seen.head().commit))[1]["Woolf-Votes"])
     audited = [json_field(parse_message(seen.git.message(c))[1], "Woolf-Retrain") for c in votes]
     assert [r["retrain"] for r in audited] == ["matched", "matched"]
+
+
+def test_one_slow_recipe_does_not_move_the_estimate_that_refuses_honest_prs(make_net):
+    """The poisoned estimate: a validator estimated every recipe from the speed of its LAST re-training
+    (seconds / steps, set-up included): one legal 1-step recipe at the ledger's largest batch made honest
+    PRs be refused as "about N s, over limits.max_retrain_seconds" until the process ended. Now the
+    estimate of an audit is per unit of work (steps x batch x context), from the replay's loop alone, a
+    median over many audits (core/retrain_speed.py): one PR cannot move it."""
+    net = make_net(**RETRAIN, **{"limits.max_retrain_seconds": "8"})
+    alice, bob, val = net.clone("alice"), net.clone("bob"), net.clone("val")
+    train(alice, TrainOptions(steps=1, contributor="alice", device="cpu"))
+    big = {**alice.config.workload.params, "batch_size": alice.config.limits.max_batch}
+    _rewrite_recipe(alice, params=big, batch=big["batch_size"], seconds=0.1)  # 1 step at the largest batch
+    poison = submit(alice, SubmitOptions(contributor="alice"))["id"]  # signed: judged first
+    honest = [net.train_submit(bob, "bob", seed=s)["id"] for s in (1, 2)]
+    got = {v.id: v for v in _audit(val, alice, bob)}
+    assert got[poison].state == "rejected", got[poison].reason
+    for i in honest:  # before: "recipe: re-training its 20 steps would take about 4x s, over ... 8"
+        assert got[i].retrain and got[i].retrain["retrain"] == "matched", got[i].reason

@@ -346,7 +346,7 @@ def test_a_revert_label_earns_nothing_unless_the_delta_is_exact(make_net):
 
 
 def test_a_dense_copy_of_a_compressed_delta_is_caught(make_net):
-    from woolf.storage.sparse import load_delta
+    from woolf.storage.kinds import load_delta
     from woolf.storage.weights import spec_of
 
     net = make_net(**{"policy.min_improvement": "-10"})

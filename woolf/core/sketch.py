@@ -6,6 +6,7 @@ Usage:
     b = sketch(delta_b, seed)            # the same secret seed for every delta of one index
     est = estimate(a, b, 0.97)           # core.scores.Similarity, approximately
     cos, share = estimate_many(matrix(a), torch.stack([matrix(b), ...]), 0.97)   # one against N at once
+    maybe = may_copy_many(matrix(a), norms2_a, torch.stack([...]), 0.97)        # a copy not ruled out
 
 A tensor is read as rows of WIDTH elements (the last padded with zeros); each row gets a random sign and a
 random cyclic shift, both drawn from the seed and the tensor's name: element c of row r goes to bucket
@@ -99,3 +100,35 @@ def estimate_many(mine: torch.Tensor, others: torch.Tensor, threshold: float) ->
     copied = ((per >= threshold) & (aa > 0) & (bb > 0)) * aa
     share = copied.sum(-1) / na if na > 0 else torch.zeros_like(dot)
     return cos, share
+
+
+SPREAD = 2.25  # how far a difference's sketched squared norm may exceed its true one (see may_copy_many)
+
+
+def may_copy_many(mine: torch.Tensor, mine_norms2: torch.Tensor, others: torch.Tensor, threshold: float,
+                  spread: float = SPREAD) -> torch.Tensor:
+    """(N,) bool: whether each of ``others`` (N, T, W) may be a copy of ``mine`` (T, W), whose tensors' exact
+    squared norms are ``mine_norms2`` (T,): a whole |cosine|, or tensors carrying half its squared norm
+    each at a |cosine|, that the sketches cannot put under ``threshold``.
+
+    The sine is estimated rather than the cosine: mine is ``alpha * other + e`` (e orthogonal to
+    other), and the residual of mine's sketch after its projection on other's is e's sketch, whatever
+    the two deltas' own norms do in the sketch; divided by mine's exact squared norm it estimates
+    1 - cosine^2, off only by how e's squared norm fares in the sketch: 1 +- sqrt(2/WIDTH) for a dense e
+    (0.18), exactly twice for two equal spikes that share a bucket. A pair is kept when that estimate
+    is within ``spread`` times 1 - threshold^2 (7 standard errors, and two colliding spikes): at a
+    threshold of 0.97, an estimated |cosine| from about 0.93 up."""
+    a, b = mine.to(torch.float64), others.to(torch.float64)
+    n2 = mine_norms2.to(torch.float64)
+    dots = torch.einsum("tw,ntw->nt", a, b)
+    aa, bb = (a * a).sum(-1), (b * b).sum(-1)  # (T,), (N, T)
+    limit = (1.0 - threshold * threshold) * spread
+    total = n2.sum()
+    if total <= 0:
+        return torch.zeros(b.shape[0], dtype=torch.bool)
+    whole = dots.sum(-1) ** 2 / (aa.sum() * bb.sum(-1)).clamp_min(1e-300)
+    sin2 = (1.0 - whole) * aa.sum() / total
+    per = dots ** 2 / (aa * bb).clamp_min(1e-300)
+    sin2_t = (1.0 - per) * aa / n2.clamp_min(1e-300)
+    copied = ((sin2_t <= limit) & (n2 > 0) & (bb > 0)) * n2
+    return (sin2 <= limit) & (bb.sum(-1) > 0) | (copied.sum(-1) / total >= 0.5)

@@ -42,11 +42,10 @@ from woolf.ledger.benchmark import gate_benchmark
 from woolf.ledger.ledger import Ledger
 from woolf.protocol.config import LedgerConfig
 from woolf.protocol.config_text import apply_overrides
-from woolf.protocol.lora_spec import parse_lora
+from woolf.protocol.lora_spec import LORA_PARAM, parse_lora
 from woolf.report.story import activity, rejection_kinds, version_facts
 from woolf.workloads import corpus
 from woolf.workloads.base import load_workload
-from woolf.workloads.charlm import LORA_TARGETS
 from woolf.workloads.features import LORA, features_of
 
 
@@ -234,12 +233,14 @@ def _check_lora(lora: str | None, overrides: dict[str, str]) -> str:
                          "(it comes with the hf extra: pip install -e '.[hf]')")
     cfg = apply_overrides(LedgerConfig(), overrides)
     spec = parse_lora(lora)
-    params = {k: v for k, v in cfg.workload.params.items() if k != "lora"}  # a workload without LoRA has no lora
-    if LORA not in features_of(load_workload(replace(cfg.workload, params=params))):
+    params = {k: v for k, v in cfg.workload.params.items() if k != LORA_PARAM}  # a workload without LoRA: no such param
+    wl = load_workload(replace(cfg.workload, params=params))
+    if LORA not in features_of(wl):
         raise UsageError(f"--lora: the {cfg.workload.name} workload does not train LoRA adapters",
                          hint="use the demo's charlm workload, or drop --lora")
     if spec.r > cfg.limits.max_lora_rank:
         raise UsageError(f"--lora r={spec.r} is above limits.max_lora_rank {cfg.limits.max_lora_rank}")
     if spec.targets:
         return "+".join(spec.targets)
-    return "+".join(LORA_TARGETS) if cfg.workload.name == "charlm" else "the workload's default targets"
+    default = getattr(wl, "LORA_TARGETS", None)  # workloads/lora.py: None, peft's default for the architecture
+    return "+".join(default) if default else "the workload's default targets"

@@ -12,6 +12,7 @@ Usage:
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 from woolf.errors import ForgeError, NotALedgerError, RaceLostError
@@ -29,6 +30,10 @@ from woolf.git.process import (  # noqa: F401  (re-exported: the names callers k
 from woolf.git.trees import tree_with
 
 _UNSET = object()
+# seconds between fetches that lost a local ref lock to another process of the same clone, and what git
+# says then (a lock held, a value moved or a ref created since the fetch read it; not a name clash)
+_REF_LOCK_PAUSES = (0.1, 0.3, 0.6, 1.2, 2.4)
+_REF_LOCK_LOST = ("': File exists", "but expected", "reference already exists")
 
 
 class Git:
@@ -274,14 +279,21 @@ class Git:
             return None
 
     def fetch(self, remote: str, *refspecs: str) -> None:
-        # every fetched ref gets a reflog: its first entry is when this clone received it (queue order)
-        proc = self.run("-c", "core.logAllRefUpdates=always", "fetch", "--quiet", "--no-tags", "--prune",
-                        remote, *refspecs, check=False)
-        if proc.returncode != 0:
-            raise ForgeError(
-                f"cannot fetch from {remote}: {proc.stderr.decode(errors='replace').strip()[-400:]}",
-                hint="check that the origin exists and you can reach it",
-            )
+        for pause in (*_REF_LOCK_PAUSES, None):
+            # every fetched ref gets a reflog: its first entry is when this clone received it (queue order)
+            proc = self.run("-c", "core.logAllRefUpdates=always", "fetch", "--quiet", "--no-tags", "--prune",
+                            remote, *refspecs, check=False)
+            if proc.returncode == 0:
+                return
+            err = proc.stderr.decode(errors="replace")
+            if pause is None or "cannot lock ref" not in err or not any(m in err for m in _REF_LOCK_LOST):
+                break
+            # another process of this clone moved or held a ref this fetch updates (`woolf train` mirrors
+            # each task record it pushes; a `woolf tasks` fetches the same refs): git refuses the update
+            # rather than overwrite a value it did not read. Fetching again reads the new value.
+            time.sleep(pause)
+        raise ForgeError(f"cannot fetch from {remote}: {err.strip()[-400:]}",
+                         hint="check that the origin exists and you can reach it")
 
 
 def toplevel(path: Path) -> Path:

@@ -37,6 +37,7 @@ from woolf.protocol.signers import SIGNERS_PATH, Signers, signer_line
 from woolf.protocol.trailers import format_message
 from woolf.storage.dvcstore import DvcStore, init_dvc
 from woolf.storage.files import hashes_of_file
+from woolf.storage.kinds import LORA
 
 
 def write_ci_files(root: Path, woolf_source: str | None = None) -> None:
@@ -163,8 +164,8 @@ def create_ledger(path: Path, options: CreateOptions | None = None) -> None:
         imported = import_model_dir(weights, cfg.limits)  # refuses anything but a checked model directory
         cfg.workload.params = {**imported.params, **cfg.workload.params}
         model_files = imported.files
-        if "delta.accept" not in (o.overrides or {}) and "lora" not in cfg.delta.accept:
-            cfg.delta.accept = [*cfg.delta.accept, "lora"]
+        if "delta.accept" not in (o.overrides or {}) and not LORA.accepted_by(cfg.delta.accept):
+            cfg.delta.accept = [*cfg.delta.accept, LORA.name]
     elif weights is not None and Path(weights).is_dir():
         raise UsageError(f"--weights {weights} is a directory", hint="a Hugging Face model directory needs "
                          "--workload transformers; other workloads take one .safetensors file")

@@ -99,9 +99,10 @@ def _threads(n):
 
 
 def run(ledger, recipe: dict, kind, hook, device: str, deadline: float | None = None, cache: dict | None = None,
-        stop=None, train_data=None):
+        stop=None, train_data=None, clock=None):
     """The recipe's training under ``hook`` (a Replay or a StartCheck): the train's return. Past ``deadline``
-    (time.monotonic), or when ``stop()`` says so (the ranks of a replay decide together), ReplayTimeout."""
+    (time.monotonic), or when ``stop()`` says so (the ranks of a replay decide together), ReplayTimeout.
+    ``clock``: ticked at every step (core/retrain_speed.py Clock: the validator's speed estimate)."""
     proof, cache = recipe["proof"], {} if cache is None else cache
     wl = workload_for(ledger, recipe)
     data = recipe["data"]
@@ -116,12 +117,15 @@ def run(ledger, recipe: dict, kind, hook, device: str, deadline: float | None = 
         extra.update(follow=ReplayFollow(ledger, proof, hook, cache), follow_every=proof.get("follow_every", 0))
 
     def progress(step: int, total: int, loss: float) -> None:
+        if clock is not None:
+            clock.tick()
         if (stop() if stop is not None else deadline is not None and time.monotonic() > deadline):
             raise ReplayTimeout(f"stopped at step {step} of {total}")
 
     torch.manual_seed(recipe["seed"])  # as `woolf train` does before training
     with _threads(proof["class"].get("threads")):
-        return kind.train(wl, skeleton, train_data, recipe, device=device, hook=hook, progress=progress, extra=extra)
+        return kind.proof_train(wl, skeleton, train_data, recipe, device=device, hook=hook, progress=progress,
+                                extra=extra)
 
 
 def start_digests(ledger, recipe: dict, kind, device: str, cache: dict | None = None) -> dict[str, str]:
@@ -138,7 +142,7 @@ def start_digests(ledger, recipe: dict, kind, device: str, cache: dict | None = 
 
 def replay_segment(ledger, recipe: dict, kind, state: dict, first: int, last: int, device: str,
                    deadline: float | None = None, keep_end: bool = False, cache: dict | None = None,
-                   in_ranks: bool = False, stop=None, train_data=None):
+                   in_ranks: bool = False, stop=None, train_data=None, clock=None):
     """(the Replay hook, the train's return) of steps first+1..last from ``state``; a run of ``nproc`` > 1
     processes is replayed on as many (woolf/ledger/replay_ranks.py) unless this is one of them."""
     if int(recipe.get("nproc", 1)) > 1 and not in_ranks:
@@ -151,5 +155,5 @@ def replay_segment(ledger, recipe: dict, kind, state: dict, first: int, last: in
             got = replay_in_ranks(ledger, recipe, kind.name, path, first, last, keep_end, wall)
         return got, got.out
     hook = Replay(state, first, last, keep_end=keep_end)
-    out = run(ledger, recipe, kind, hook, device, deadline, cache, stop, train_data)
+    out = run(ledger, recipe, kind, hook, device, deadline, cache, stop, train_data, clock)
     return hook, out

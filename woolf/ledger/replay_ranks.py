@@ -23,7 +23,7 @@ from pathlib import Path
 
 from woolf.errors import Rejected
 from woolf.ledger.ledger import Ledger
-from woolf.ledger.proof_kinds import proof_kind
+from woolf.storage import kinds
 from woolf.storage.weights import save_atomic
 
 
@@ -56,7 +56,7 @@ def rank_main(root: str, spec_path: str) -> dict | None:
             return bool(late.item())
 
         try:
-            hook, out = replay_segment(ledger, spec["recipe"], proof_kind(spec["kind"]), load_file(spec["state"]),
+            hook, out = replay_segment(ledger, spec["recipe"], kinds.get(spec["kind"]), load_file(spec["state"]),
                                        spec["first"], spec["last"], "cpu", keep_end=spec["keep_end"],
                                        in_ranks=True, stop=stop_together)
         except ReplayTimeout as exc:

@@ -27,7 +27,7 @@ from woolf.protocol.compress_spec import CompressSpec
 from woolf.protocol.trailers import format_message
 from woolf.protocol.versions import Version
 from woolf.storage.dvcstore import REMOTE_NAME
-from woolf.storage.sparse import save_delta
+from woolf.storage.kinds import DENSE, kind_for
 from woolf.storage.streamdelta import StreamedDelta, ZeroDelta
 from woolf.timing import Timer
 
@@ -78,24 +78,22 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
     who, timer, reverts, cspec, parts = o.who, o.timer, o.reverts, o.cspec, o.parts
     record = o.record or {}
     cfg = ledger.config
-    own = getattr(delta, "declared", None)  # a file that writes itself as its kind (storage/lora.py)
+    own = getattr(delta, "declared", None)  # a file that writes itself as its kind (storage/kinds/lora_file.py)
     streamed = isinstance(delta, StreamedDelta) or own is not None  # written by its own write()
-    declared = own or (cspec.declared() if cspec else {"kind": "dense"})
+    declared = own or (cspec.declared() if cspec else DENSE.declared())
+    kind = kind_for(declared)
     if not o.prechecked and not streamed:
         check_delta(delta, "the delta is all zeros: it would change nothing")
     sub_id = new_id(who)
     delta_rel, ptr_rel, meta_rel = layout.submission_paths(sub_id)
     tmp = ledger.root / layout.WORK / "outgoing" / f"{sub_id}.safetensors"
     with timer("save"):  # hashed while written: md5 for DVC, sha256 for the record
-        if streamed:
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                md5, sha = delta.write(tmp)
-            except ZeroDelta:
-                raise InvalidWeightsError(o.zeros or "the delta is all zeros: it would change nothing",
-                                          hint=o.zeros_hint) from None
-        else:
-            md5, sha = save_delta(delta, tmp, cspec, parts)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            md5, sha = kind.write(delta, tmp, declared, parts)
+        except ZeroDelta:
+            raise InvalidWeightsError(o.zeros or "the delta is all zeros: it would change nothing",
+                                      hint=o.zeros_hint) from None
         del delta, parts
     size = tmp.stat().st_size
     if size > cfg.limits.max_delta_bytes:

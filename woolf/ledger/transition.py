@@ -1,7 +1,7 @@
 """Version N from version N-1 and its delta: open, clip, the parent's merge state, merge, in one place.
 
 Usage:
-    delta = open_delta(path, declared, spec, limits)            # a merged delta: dense lazily, compressed expanded
+    delta = open_delta(path, declared, spec, limits)            # a merged delta: its kind's dense update
     state = parent_state(ledger, parent, spec)                  # the parent version's outer state, or None
     rule = recorded_rule(v)                                     # the rule and parameters version v recorded
     step = transition(rule, weights, state, delta, v.attenuation or 0.0, clip=v.delta_clip)
@@ -27,17 +27,15 @@ from woolf.core.merge_rules import Rule, Step, merge_step
 from woolf.core.scale import delta_scale
 from woolf.core.scores import clip_delta
 from woolf.protocol.config import LimitsConfig
+from woolf.storage.kinds import kind_for
 from woolf.storage.lazy import LazyTensors
 from woolf.storage.outer_state import load_state
-from woolf.storage.sparse import load_delta
 
 
 def open_delta(path: Path, declared: dict, spec: dict, limits: LimitsConfig, label: str = "delta"):
-    """A merged delta's file: a dense one read tensor by tensor (LazyTensors), a compressed one expanded
-    (storage/sparse.py load_delta), a lora one a LoraTensors whose targets expand when read."""
-    if declared.get("kind") == "dense":
-        return LazyTensors.open(path, limits, expect=spec, label=label)
-    return load_delta(path, declared, spec, limits, label)
+    """A merged delta's file as its kind opens it (storage/kinds/): a dense one read tensor by tensor
+    (LazyTensors), a compressed one expanded, a lora one a LoraTensors whose targets expand when read."""
+    return kind_for(declared, label).open(path, declared, spec, limits, label)
 
 
 def clipped(delta, scale: float):

@@ -26,6 +26,7 @@ from pathlib import Path
 from woolf.core.scale import delta_scale
 from woolf.errors import WoolfError
 from woolf.protocol import layout
+from woolf.storage import kinds
 from woolf.storage.files import write_bytes_atomic
 from woolf.storage.pointer import Pointer
 
@@ -74,7 +75,6 @@ def settle(ledger, forge, spec: dict) -> tuple[dict | None, str]:
     import torch  # deferred: torch
     from safetensors.torch import load_file, save_file  # deferred: safetensors
 
-    from woolf.storage.sparse import load_delta  # deferred: loads numpy
     from woolf.storage.weights import spec_of  # deferred: loads numpy
 
     residual_path = _dir(ledger) / "residual.safetensors"
@@ -100,7 +100,7 @@ def settle(ledger, forge, spec: dict) -> tuple[dict | None, str]:
                 continue
             if fraction == 0.0:
                 continue
-            delta = load_delta(ledger.store.fetch_object(Pointer(item["md5"], item["size"], "delta")),
+            delta = kinds.load_delta(ledger.store.fetch_object(Pointer(item["md5"], item["size"], "delta")),
                                item.get("delta") or {"kind": "dense"}, spec, ledger.config.limits)
         except WoolfError:
             still_open.append(item)  # unreachable for now: look again next time

@@ -5,7 +5,7 @@ Usage (contribute.train and submit.submit call these when LoRA is asked for):
     trained, summary = train_lora(ledger, wl, head, base, data, steps, spec, device, seed, progress)
         # -> .woolf/work/lora.safetensors (the factors) and the trained weights base + B·A·scale
         #    (base is consumed: evaluate it first)
-    pr = submit_lora(ledger, record, who, base, options)   # the factor file is the PR's delta, never a product
+    pr = submit_lora(ledger, record, who, base, options)   # the factor file train wrote is the PR's delta
 
 The trained weights that `train` keeps and evaluates are what the validator computes from the
 factors (woolf/core/lora.py's expansion added to the version's weights), so the metrics a
@@ -17,6 +17,7 @@ built uninitialised and assigned the same tensors, and only the targets get new 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from woolf.errors import UsageError
@@ -25,7 +26,10 @@ from woolf.ledger.submission import SubmitDeltaOptions, submit_delta
 from woolf.participant.feedback import remember
 from woolf.participant.proof import keep_run, seal
 from woolf.participant.state import mark_submitted, work_dir
+from woolf.protocol.compress_spec import UNCOMPRESSED
 from woolf.protocol.lora_spec import LoraSpec, parse_lora
+from woolf.storage import kinds
+from woolf.storage.files import hashes_of_file
 from woolf.storage.weights import TRUSTED_LIMITS, read_spec, spec_of
 from woolf.workloads.features import LORA, features_of
 
@@ -51,7 +55,7 @@ def lora_spec(ledger, text: str | None) -> LoraSpec | None:
         raise UsageError(f"the {ledger.config.workload.name} workload does not train LoRA adapters",
                          hint="LoRA needs a workload that declares it (transformers, charlm); "
                               "drop --lora here")
-    if "lora" not in ledger.config.delta.accept:
+    if not kinds.LORA.accepted_by(ledger.config.delta.accept):
         accepted = ", ".join(ledger.config.delta.accept)
         raise UsageError(f"this ledger does not accept lora deltas (delta.accept: {accepted})",
                          hint="drop --lora, or ask the maintainer to add lora to delta.accept")
@@ -74,7 +78,7 @@ def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, d
     import torch  # deferred: torch
 
     from woolf.core.lora import expand  # deferred: loads torch
-    from woolf.storage.lora import LoraFile  # deferred: loads torch
+    from woolf.storage.kinds.lora_file import LoraFile  # deferred: loads torch
 
     spec_in = spec_of(base)
     # the workload casts ``base`` in place to its compute dtype when it differs (tensor by tensor)
@@ -95,25 +99,45 @@ def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, d
     return base, summary
 
 
-def submit_lora(ledger, record: dict, who: str, base, o) -> dict:
-    """The work area's factor file as a `lora` PR on ``base`` (options ``o``: SubmitOptions)."""
-    from woolf.storage.lora import LoraFile, LoraTensors  # deferred: loads torch
+class TrainedFactors:
+    """The factor file `train` wrote, sent as it is (never read into tensors and written again): copied
+    into the outgoing file, hashed, and checked there as a validator checks it, so the bytes checked
+    are the bytes sent."""
 
+    def __init__(self, path: Path, spec: dict, limits):
+        self.path, self.spec, self.limits = path, spec, limits
+        self.declared = kinds.LORA.declared()
+
+    def write(self, out: Path) -> tuple[str, str]:
+        """(md5, sha256) of the copy at ``out``; InvalidWeightsError (nothing left at ``out``) when it fails a check."""
+        from woolf.storage.kinds.lora_file import LoraFile, LoraTensors  # deferred: loads torch
+
+        shutil.copyfile(self.path, out)
+        try:
+            opened = LoraTensors.open(out, self.limits, expect=self.spec, label="lora delta")
+            try:  # the rules of the file's header, then its values (finite, not all zero)
+                LoraFile({t: (A, B, s) for t, A, B, s in opened.factor_pairs()}, self.spec,
+                         self.limits.max_lora_rank)
+            finally:
+                opened.close()
+            return hashes_of_file(out)
+        except BaseException:
+            out.unlink(missing_ok=True)
+            raise
+
+
+def submit_lora(ledger, record: dict, who: str, base, o) -> dict:
+    """The work area's factor file, as `train` wrote it, as a `lora` PR on ``base`` (options ``o``: SubmitOptions)."""
     cfg = ledger.config
-    if o.compress not in (None, "dense"):
+    if o.compress not in (None, UNCOMPRESSED):
         raise UsageError("--compress does not apply to a LoRA contribution: its factors are sent as they are")
-    if "lora" not in cfg.delta.accept:
+    if not kinds.LORA.accepted_by(cfg.delta.accept):
         raise UsageError(f"this ledger does not accept lora deltas (delta.accept: {', '.join(cfg.delta.accept)})")
     path = work_dir(ledger) / FACTORS
     if not path.exists():
         raise UsageError(f"{path} is missing", hint="`woolf train --lora ...` again")
     spec = read_spec(ledger.weights_path(base), TRUSTED_LIMITS, f"version {base.version}")
-    opened = LoraTensors.open(Path(path), cfg.limits, expect=spec, label="lora delta")
-    try:
-        factors = {t: (A, B, s) for t, A, B, s in opened.factor_pairs()}
-    finally:
-        opened.close()
-    result = submit_delta(ledger, LoraFile(factors, spec, cfg.limits.max_lora_rank), base, SubmitDeltaOptions(
+    result = submit_delta(ledger, TrainedFactors(path, spec, cfg.limits), base, SubmitDeltaOptions(
         who=who, message=o.message, the_forge=forge_for(ledger, o.forge), record=record,
         delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, prechecked=True, seal=seal))
     mark_submitted(ledger, result["id"])

@@ -26,12 +26,12 @@ from safetensors.torch import load_file, save
 from woolf.errors import UsageError, WoolfError
 from woolf.forges import forge_for
 from woolf.ledger.challenges import challenges, post_answer
-from woolf.ledger.proof_kinds import proof_kind
 from woolf.ledger.proof_states import upload_state, write_state
 from woolf.ledger.replay import replay_segment, workload_for
 from woolf.ledger.sealed import seal_to
 from woolf.participant.proof import PRIVATE, private_data, proof_root
 from woolf.protocol.challenge import StatePin
+from woolf.storage import kinds
 from woolf.storage.files import hashes_of_file
 
 ANSWERED = "answered.json"
@@ -50,15 +50,17 @@ def _link_state(ledger, run: Path, recipe: dict, chain: dict, i: int) -> dict:
     if i in kept and (run / kept[i]).is_file():
         return load_file(run / kept[i])
     j = max(k for k in kept if k < i and (run / kept[k]).is_file())
-    kind = proof_kind(_kind(recipe))
+    kind = _trainer(recipe)
     device = "cuda" if recipe.get("device") == "cuda" else "cpu"
     hook, _ = replay_segment(ledger, recipe, kind, load_file(run / kept[j]), chain["at"][j], chain["at"][i], device,
                              keep_end=True)
     return hook.end_state
 
 
-def _kind(recipe: dict) -> str:
-    return "lora" if recipe.get("lora") else recipe.get("kind", "dense")
+def _trainer(recipe: dict):
+    """The kind whose training a segment replays: adapters for a LoRA recipe, else the whole model (a top-k
+    delta is trained as a dense one; only its derivation from the final state differs)."""
+    return kinds.LORA if recipe.get("lora") else kinds.DENSE
 
 
 def _samples(ledger, run: Path, recipe: dict, state: dict, steps: int, key: str) -> bytes:

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from woolf.errors import UsageError
 from woolf.participant.state import state_dir
-from woolf.protocol.compress_spec import CompressSpec, parse_spec
+from woolf.protocol.compress_spec import CompressSpec, compress_kind, parse_spec
+from woolf.storage import kinds
 from woolf.storage.files import write_bytes_atomic
 
 FILE = "residual.safetensors"
@@ -99,8 +100,9 @@ def compression_spec(cfg, text: str | None):
         spec = parse_spec(text)
     except ValueError as exc:
         raise UsageError(f"--compress {text!r}: {exc}", hint="e.g. --compress topk:0.02,bits:2, or dense") from None
-    kind = "dense" if spec is None else "topk"
-    if kind not in cfg.delta.accept:
-        raise UsageError(f"this ledger does not accept {kind} deltas (delta.accept: {', '.join(cfg.delta.accept)})",
+    kind = kinds.get(compress_kind(spec))
+    if not kind.accepted_by(cfg.delta.accept):
+        accepted = ", ".join(cfg.delta.accept)
+        raise UsageError(f"this ledger does not accept {kind.name} deltas (delta.accept: {accepted})",
                          hint=f"--compress {cfg.delta.compress}")
     return spec

@@ -2,18 +2,23 @@
 
 Usage:
     spec = parse_spec("topk:0.02,bits:2")           # CompressSpec(chunk=256, k=5, bits=2); None for "dense"
+    compress_kind(spec)                             # the delta kind that spec sends: "topk" ("dense" for None)
     spec_from_declared(submission["delta"])         # ValueError unless exactly the kind's fields
 
 The config check imports this, and the config is parsed inside the hub's hook,
 which runs without site-packages (no torch): keep it standard-library only.
-The arithmetic is in woolf/core/compress.py.
+The arithmetic is in woolf/core/compress.py. The kinds' names are data here (the config check's
+allowed ``delta.accept`` values, the ``delta.compress`` syntax); what each kind does is
+woolf/storage/kinds/'s, which must register exactly the names in KINDS.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-KINDS = ("dense", "topk", "lora")  # lora: factor pairs (woolf/storage/lora.py), not a compression
+KINDS = ("dense", "topk", "lora")  # lora: factor pairs (woolf/storage/kinds/lora.py), not a compression
+UNCOMPRESSED = "dense"  # the delta.compress value that sends the delta as it is (no spec)
+DENSITY = "topk"  # the delta.compress field of the fraction kept, and the kind such a spec sends
 BITS = (2, 4, 8)
 MIN_CHUNK, MAX_CHUNK = 16, 32768
 DEFAULT_CHUNK = 256
@@ -43,7 +48,7 @@ class CompressSpec:
 
     def declared(self) -> dict:
         """The fields submission.json's delta carries for this kind."""
-        return {"kind": "topk", "chunk": self.chunk, "k": self.k, "bits": self.bits}
+        return {"kind": DENSITY, "chunk": self.chunk, "k": self.k, "bits": self.bits}
 
     def text(self) -> str:
         return f"topk:{self.density:.4g},bits:{self.bits},chunk:{self.chunk}"
@@ -52,18 +57,18 @@ class CompressSpec:
 def parse_spec(text: str) -> CompressSpec | None:
     """``dense`` -> None; ``topk:D[,bits:B][,chunk:C]`` (D: fraction kept) -> CompressSpec."""
     text = text.strip()
-    if text == "dense":
+    if text == UNCOMPRESSED:
         return None
     fields: dict[str, str] = {}
     for item in text.split(","):
         key, sep, value = item.strip().partition(":")
-        if not sep or key in fields or key not in ("topk", "bits", "chunk"):
+        if not sep or key in fields or key not in (DENSITY, "bits", "chunk"):
             raise ValueError(f"{text!r}: expected 'dense' or 'topk:0.02,bits:2[,chunk:256]'")
         fields[key] = value.strip()
-    if "topk" not in fields:
+    if DENSITY not in fields:
         raise ValueError(f"{text!r}: expected 'dense' or 'topk:0.02,bits:2[,chunk:256]'")
     try:
-        density = float(fields["topk"])
+        density = float(fields[DENSITY])
         chunk = int(fields.get("chunk", DEFAULT_CHUNK))
         bits = int(fields.get("bits", 2))
     except ValueError:
@@ -71,6 +76,11 @@ def parse_spec(text: str) -> CompressSpec | None:
     if not 0 < density <= 1:
         raise ValueError(f"{text!r}: topk is the fraction of values kept, in (0, 1]")
     return CompressSpec(chunk, max(1, min(chunk, round(density * chunk))), bits)
+
+
+def compress_kind(spec: CompressSpec | None) -> str:
+    """The delta kind a parsed ``delta.compress`` value sends (the config check matches it with delta.accept)."""
+    return UNCOMPRESSED if spec is None else spec.declared()["kind"]
 
 
 def spec_from_declared(d: dict) -> CompressSpec:

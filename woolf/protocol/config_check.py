@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from woolf.errors import ConfigError
-from woolf.protocol.compress_spec import KINDS, parse_spec
+from woolf.protocol.compress_spec import KINDS, compress_kind, parse_spec
 
 if TYPE_CHECKING:  # only for the annotation: config.py imports this module
     from woolf.protocol.config import LedgerConfig
@@ -116,7 +116,7 @@ def _check_delta(cfg: LedgerConfig, bad) -> None:
         spec = parse_spec(d.compress)
     except ValueError as exc:
         bad("delta.compress", f"use 'dense' or 'topk:0.02,bits:2[,chunk:256]' ({exc})", d.compress)
-    if ("dense" if spec is None else "topk") not in d.accept:
+    if compress_kind(spec) not in d.accept:
         bad("delta.compress", f"use a kind in delta.accept ({', '.join(d.accept)})", d.compress)
     if not 1 <= cfg.storage.snapshot_every <= 1_000_000:
         bad("storage.snapshot_every", "use an integer in [1, 1000000]", cfg.storage.snapshot_every)

@@ -21,6 +21,7 @@ import math
 import re
 from dataclasses import dataclass
 
+LORA_PARAM = "lora"  # the workload parameter (workload.params.lora) holding a ledger's default LoRA text
 DTYPES = ("auto", "bf16", "fp32")
 _TARGET = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
 _SYNTAX = "expected r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=1|0], e.g. r=16,alpha=32"

@@ -115,12 +115,14 @@ def _shape_parts(r: dict) -> str | None:
 
 
 def check_recipe(recipe, *, contributor: str, base_version: int, limits: RecipeLimits,
-                 known_params: set[str] | None, taken: tuple[str, int] | None = None) -> str | None:
+                 known_params: set[str] | None, taken: tuple[str, int] | None = None,
+                 workload: str | None = None) -> str | None:
     """The one-line reason a recipe is refused (beginning "recipe:"), or None.
 
     ``known_params``: the workload's parameter names (None: it takes any); ``taken``: the (owner,
     version) of the expired task's shard the recipe's data names, when the ledger's task records show
-    this contributor took it."""
+    this contributor took it; ``workload``: the ledger's workload name (a recipe naming another is
+    refused: it would be re-trained with another workload's code)."""
     bad = _shape(recipe)
     if bad:
         return f"recipe: malformed ({bad})"
@@ -134,10 +136,33 @@ def check_recipe(recipe, *, contributor: str, base_version: int, limits: RecipeL
         if shard != (contributor, base_version) and shard != taken and not followed:
             return (f"recipe: shard {data['owner']}@v{data['version']} was not assigned to {contributor} "
                     f"(its shard for this PR is {contributor}@v{base_version})")
+    if workload is not None and recipe["workload"] != workload:
+        return f"recipe: workload {recipe['workload'][:80]!r} is not the ledger's {workload!r}"
     if recipe["steps"] > limits.max_steps:
         return f"recipe: {recipe['steps']} steps, over the ledger's workload.max_steps {limits.max_steps}"
+    return _batch_problem(recipe, limits) or _params_problem(recipe, known_params)
+
+
+def _batch_problem(recipe: dict, limits: RecipeLimits) -> str | None:
+    """A batch over limits.max_batch, whether the recipe says it as ``batch`` or through its parameters
+    (``params.batch_size``, times ``params.grad_accum`` micro-batches: the samples of one step): a recipe's
+    parameters never override the ledger's limits."""
+    params = recipe["params"]
+    for key in ("batch_size", "grad_accum"):
+        if key in params and (not _int(params[key]) or params[key] < 1):
+            return f"recipe: params.{key} must be an integer >= 1"
     if recipe.get("batch") is not None and recipe["batch"] > limits.max_batch:
         return f"recipe: batch {recipe['batch']}, over the ledger's limits.max_batch {limits.max_batch}"
+    batch = params.get("batch_size", recipe.get("batch"))
+    samples = (batch or 1) * params.get("grad_accum", 1)
+    if samples > limits.max_batch:
+        how = f"params.batch_size {batch}" if "batch_size" in params else f"batch {batch}"
+        how += f" x params.grad_accum {params['grad_accum']}" if "grad_accum" in params else ""
+        return f"recipe: {how}, over the ledger's limits.max_batch {limits.max_batch}"
+    return None
+
+
+def _params_problem(recipe: dict, known_params: set[str] | None) -> str | None:
     if known_params is not None:
         unknown = sorted(k for k in recipe["params"] if k not in known_params)
         if unknown:

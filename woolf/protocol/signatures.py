@@ -3,6 +3,7 @@
 Usage:
     found = signatures(git, {commit: signers_text})     # {commit: (status, principal)}
     problem = role_problem(found[commit], signers, "validator")   # None, or why not
+    keys = signing_keys(git, [commit, ...])             # {commit: fingerprint of a key that signed it, or ""}
 
 The signature is checked by git itself (`ssh-keygen -Y verify` underneath).
 Commits that share one allowed-signers text are verified in one `git log`
@@ -65,3 +66,23 @@ def role_problem(found: tuple[str, str] | None, signers: Signers, role: str) -> 
     if role not in signers.roles_of(principal):
         return f"signed by {principal}, who is not a {role} in ledger/allowed_signers"
     return None
+
+
+def signing_keys(git, commits: list[str]) -> dict[str, str]:
+    """{commit: the fingerprint (SHA256:...) of the SSH key whose signature on it verifies, listed anywhere
+    or not (%G? G or U); "" for none}: who signed, where allowed_signers does not say (a keyless
+    contributor's own key, bound by its first task record: protocol/rules/tasks.py)."""
+    if not commits:
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        allowed = Path(tmp) / "allowed_signers"
+        allowed.write_bytes(b"")  # no principal: every good signature is "U", its key still named
+        proc = git.run("-c", f"gpg.ssh.allowedSignersFile={allowed}", "-c", "log.showSignature=false",
+                       "log", "--no-walk=unsorted", "--stdin", "--format=%H%x1f%G?%x1f%GF%x1e",
+                       input=("\n".join(commits) + "\n").encode(), check=False)
+    found = dict.fromkeys(commits, "")
+    for record in proc.stdout.decode(errors="replace").split("\x1e"):
+        commit, status, key = (record.strip().split("\x1f") + ["", ""])[:3]
+        if commit in found and status in ("G", "U") and key.startswith("SHA256:"):
+            found[commit] = key
+    return found

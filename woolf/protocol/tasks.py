@@ -98,7 +98,10 @@ def push_record(git, rec: TaskRecord, old: str | None, remote: str = "origin") -
     """Commit ``rec`` on the task's previous record ``old`` (None: a new task) and push it with a lease."""
     commit, ref, _ = record_commit(git, rec, old)
     git.push(remote, [(commit, ref)], leases={ref: old})
-    git.run("update-ref", ref, commit)
+    # the local ref only mirrors origin's, and another process of this clone may hold its lock (a fetch
+    # of the task refs, taking it to this same commit): raising after the push would make the caller
+    # keep the old tip, so that its next record (a heartbeat, the cancel on Ctrl-C) lost its lease
+    git.run("update-ref", ref, commit, check=False)
     return commit
 
 

@@ -8,7 +8,7 @@ The trained file is the participant's (checked like any untrusted file: header f
 shapes and dtypes against the base's); the base is the version's object, already sha256-verified
 (`Ledger.weights_path`). Each tensor is read into fresh memory from both files, subtracted in
 place (the same IEEE float32 subtraction as woolf/core/npdelta.py, so the file is bit for bit
-the one `save_delta` writes from whole models), its norm taken (woolf/core/finite.py: NaN/Inf
+the one the dense kind writes from whole models: storage/kinds/dense.py), its norm taken (woolf/core/finite.py: NaN/Inf
 refused, all zeros noticed), written and hashed; then it is dropped. Peak memory is a few
 tensors, never a model. A refused delta leaves no file.
 """

@@ -14,10 +14,11 @@ re-fetches and re-evaluates.
 Modules: queue.py holds the Validator (the queue, one PR at a time, lost
 races, retries) over one ValidatorContext (context.py: ledger, forge, device,
 name, state); the steps are plain functions over that context: step.py one PR's
-evaluation and merge (checks, merge rule, gate, upload, the atomic push),
-delta_load.py its delta, quorum.py votes (validators.quorum > 1), ci.py the two
-CI jobs; verdict.py the Verdict record and failpoints; state.py what the
-Validator remembers (ValidatorState: per pass and across passes) and the records it keeps.
+evaluation (stages.py its ordered list of stages over one candidate record,
+candidate.py), publish.py an accepted PR's upload and atomic push, delta_load.py
+its delta, quorum.py votes (validators.quorum > 1), ci.py the two CI jobs;
+verdict.py the Verdict record and failpoints; state.py what the Validator
+remembers (ValidatorState: per pass and across passes) and the records it keeps.
 """
 
 from woolf.validator.context import ValidatorContext

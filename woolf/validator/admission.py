@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from woolf.errors import IntegrityError, Rejected
+from woolf.errors import IntegrityError, InvalidWeightsError, Rejected
 from woolf.git.repo import COMMIT_MAX_BYTES, BlobTooLargeError
 from woolf.protocol import layout
 from woolf.protocol.layout import META_MAX_BYTES, META_MAX_DEPTH
 from woolf.protocol.safejson import loads_untrusted
 from woolf.protocol.versions import Version
+from woolf.storage import kinds
 from woolf.storage.pointer import MAX_BYTES as POINTER_MAX_BYTES
 from woolf.storage.pointer import Pointer
 
@@ -49,23 +50,15 @@ def _blob(git, spec: str, limit: int, what: str) -> bytes:
     return raw
 
 
-_DELTA_KEYS = {"kind", "sha256", "md5", "size", "url", "chunk", "k", "bits"}
+_DELTA_KEYS = {"kind", "sha256", "md5", "size", "url", *kinds.PARAMS}
 
 
 def _kind(d: dict, accept: list[str]) -> None:
-    """The delta's kind is one this ledger accepts, with exactly its parameters (woolf/core/compress.py)."""
-    from woolf.core.compress import spec_from_declared  # deferred: loads torch
-
-    if d["kind"] not in accept:
-        raise Rejected(f"delta kind {d['kind'][:40]!r} is not accepted by this ledger "
-                       f"(delta.accept: {', '.join(accept)})")
-    if d["kind"] in ("dense", "lora") and set(d) & {"chunk", "k", "bits"}:
-        raise Rejected(f"a {d['kind']} delta declares no chunk, k or bits")
-    if d["kind"] == "topk":
-        try:
-            spec_from_declared(d)
-        except (ValueError, TypeError) as exc:
-            raise Rejected(f"topk delta: {exc}") from None
+    """The delta's kind is one this ledger accepts, with exactly its parameters (woolf/storage/kinds/)."""
+    try:
+        kinds.admitted(d, accept)
+    except InvalidWeightsError as exc:
+        raise Rejected(exc.message) from None
 
 
 def _meta(raw: bytes, pr_id: str, max_bytes: int, schemes: list[str], accept: list[str]) -> dict:

@@ -4,7 +4,7 @@ Usage (from woolf/validator/retrain.py's two hooks):
     why = proof_problem(adm)                         # every PR with a proof: None, or "retrain: its chain ..."
     why = unproven(ledger, adm)                      # None, or why its start cannot be proven (carried state)
     adm.audit = prepare(ctx, adm, pr, material)      # drawn: challenged and waiting (Deferred), or states ready
-    reason = audit(ctx, adm, verdict, draw)          # after the scores: replay, compare; fills verdict.retrain
+    reason = audit(ctx, adm, cand, draw)             # after the scores: replay, compare; fills cand.retrain
 
 docs/protocol.md#the-audit: a drawn PR's start is checked without asking anyone (the version's weights,
 a fresh optimizer or its previous PR's end), its audited segments (always the final one, and
@@ -25,7 +25,6 @@ import torch
 from woolf.core.chain import relative_distance
 from woolf.errors import Rejected, WoolfError
 from woolf.git.repo import BlobTooLargeError
-from woolf.ledger.proof_kinds import Derivation, proof_kind
 from woolf.ledger.proof_states import fetch_state
 from woolf.ledger.replay import ReplayTimeout, final_shift, replay_segment, start_digests, workload_for
 from woolf.protocol import layout
@@ -40,6 +39,8 @@ from woolf.protocol.proof import (
 )
 from woolf.protocol.recipe import RETRAIN_FLAG
 from woolf.protocol.safejson import loads_untrusted
+from woolf.storage.kinds import kind_for
+from woolf.storage.kinds.base import Derivation
 from woolf.storage.weights import load_checked
 from woolf.validator.audit_wait import samples_of, states_for
 from woolf.workloads.features import SAMPLES, features_of
@@ -114,10 +115,10 @@ def _first_difference(served: list[str], replayed: list[str]) -> int | None:
     return None if len(served) == len(replayed) else min(len(served), len(replayed))
 
 
-def _mismatch(verdict, record: dict, reason: str, **more) -> str:
-    verdict.retrain = {**record, "retrain": "mismatch", **more}
-    if RETRAIN_FLAG not in verdict.flags:
-        verdict.flags.append(RETRAIN_FLAG)
+def _mismatch(cand, record: dict, reason: str, **more) -> str:
+    cand.retrain = {**record, "retrain": "mismatch", **more}
+    if RETRAIN_FLAG not in cand.flags:
+        cand.flags.append(RETRAIN_FLAG)
     return reason
 
 
@@ -135,7 +136,7 @@ def _start(ctx, adm, kind, cache) -> str | None:
     return None
 
 
-def _segment(ctx, adm, kind, plan, i: int, deadline: float, cache, record: dict, verdict):
+def _segment(ctx, adm, kind, plan, i: int, deadline: float, cache, record: dict, cand, clock=None):
     """Replay segment i; (a mismatch reason or None, the train's return when it is the final segment, the
     distance across classes)."""
     recipe, proof = adm.meta["recipe"], adm.meta["recipe"]["proof"]
@@ -150,7 +151,8 @@ def _segment(ctx, adm, kind, plan, i: int, deadline: float, cache, record: dict,
         data = workload_for(ctx.ledger, recipe).sample_data(int(recipe["data"]["bytes"]), samples)
     hook, out = replay_segment(ctx.ledger, recipe, kind, {k: v for k, v in state.items()
                                                          if not k.startswith("residual/")},
-                               first, last, ctx.device, deadline, keep_end=plan.ends, cache=cache, train_data=data)
+                               first, last, ctx.device, deadline, keep_end=plan.ends, cache=cache, train_data=data,
+                               clock=clock)
     if plan.ends:
         end, _ = fetch_state(ctx.ledger, plan.pins[f"end:{i}"], plan.bound, f"segment {i}'s end", trusted=True)
         pick = [k for k in end if k.startswith("params/")]
@@ -158,17 +160,17 @@ def _segment(ctx, adm, kind, plan, i: int, deadline: float, cache, record: dict,
                                  {k: state[k] for k in pick})
         tol = ctx.ledger.config.validators.retrain_tolerance
         if not dist <= tol:
-            return _mismatch(verdict, record, (
+            return _mismatch(cand, record, (
                 f"retrain: steps {first + 1}-{last} of {steps} (segment {i}) replay {dist:.3g} (relative) from its "
                 f"served end on this validator's device class, over validators.retrain_tolerance {tol:g}"),
                 segment=i), None, dist
     elif state_digest(hook.end) != proof["links"][i + 1][0]:
         at = _first_difference(served, hook.fingerprints)
         if at is not None:
-            return _mismatch(verdict, record, (
+            return _mismatch(cand, record, (
                 f"retrain: step {first + at + 1} of {steps} does not replay (segment {i}, steps {first + 1}-{last}): "
                 "its loss and gradient norm are not the committed ones"), segment=i, step=first + at + 1), None, 0.0
-        return _mismatch(verdict, record, (
+        return _mismatch(cand, record, (
             f"retrain: the state after step {last} of {steps} does not replay (segment {i}, steps {first + 1}-{last}): "
             "every step's loss and gradient norm agree, the state does not"), segment=i, step=last), None, 0.0
     return None, (out, residual) if i == last_seg else None, 0.0
@@ -187,7 +189,7 @@ def _delta_matches(ctx, adm, kind, out, residual: dict, cache, ends: bool) -> st
     base = ctx.ledger.load_weights(adm.base)
     d = Derivation(base=base, shift=final_shift(ctx.ledger, recipe, cache), residual_in=residual or None,
                    declared=adm.meta["delta"])
-    derived, residual_out = kind.derive(out, d)
+    derived, residual_out = kind.proof_derive(out, d)
     path = ctx.ledger.store.cache_path(adm.pointer.md5)
     if not path.is_file():  # read from storage without a copy in the cache (validator/delta_load.py)
         path = ctx.ledger.store.fetch_object(adm.pointer, max_bytes=ctx.ledger.config.limits.max_delta_bytes)
@@ -207,11 +209,13 @@ def _delta_matches(ctx, adm, kind, out, residual: dict, cache, ends: bool) -> st
     return None
 
 
-def audit(ctx, adm, verdict, draw: float) -> str | None:
-    """Replay the drawn PR's planned segments and its delta; the reason it is refused, or None (matched)."""
+def audit(ctx, adm, cand, draw: float, clock=None) -> str | None:
+    """Replay the drawn PR's planned segments and its delta; the reason it is refused, or None (matched).
+    ``cand``: the candidate record (validator/candidate.py) whose ``retrain`` and ``flags`` it fills; ``clock``:
+    ticked at every replayed step (core/retrain_speed.py Clock)."""
     plan, cfg = adm.audit.plan, ctx.ledger.config
     recipe = adm.meta["recipe"]
-    kind = proof_kind(adm.meta["delta"].get("kind", "dense"))
+    kind = kind_for(adm.meta["delta"])
     limit = cfg.limits.max_retrain_seconds
     t0, cache, worst = time.perf_counter(), {}, 0.0
     record = {"draw": round(draw, 6), "segments": plan.segments, "of": recipe["steps"],
@@ -220,29 +224,29 @@ def audit(ctx, adm, verdict, draw: float) -> str | None:
     try:
         reason = _start(ctx, adm, kind, cache)
         if reason:
-            return _mismatch(verdict, record, reason)
+            return _mismatch(cand, record, reason)
         final = None
         for i in plan.segments:
-            reason, got, dist = _segment(ctx, adm, kind, plan, i, deadline, cache, record, verdict)
+            reason, got, dist = _segment(ctx, adm, kind, plan, i, deadline, cache, record, cand, clock)
             worst = max(worst, dist)
             if reason:
                 return reason
             final = got or final
         reason = _delta_matches(ctx, adm, kind, *final, cache, plan.ends)
         if reason:
-            return _mismatch(verdict, record, reason)
+            return _mismatch(cand, record, reason)
     except ReplayTimeout as exc:
-        verdict.retrain = {**record, "retrain": "timed out", "seconds": round(time.perf_counter() - t0, 3)}
+        cand.retrain = {**record, "retrain": "timed out", "seconds": round(time.perf_counter() - t0, 3)}
         return f"retrain: replaying its audited segments ran past limits.max_retrain_seconds {limit:g} ({exc})"
     except Rejected as exc:
-        verdict.retrain = {**record, "retrain": "failed"}
+        cand.retrain = {**record, "retrain": "failed"}
         return exc.message
     except Exception as exc:  # noqa: BLE001 - one PR's proof never stops the queue: it gets one verdict
-        verdict.retrain = {**record, "retrain": "failed"}
+        cand.retrain = {**record, "retrain": "failed"}
         log.info("%s: replay failed: %s: %s", adm.meta["id"], type(exc).__name__, exc)
         return f"retrain: its proof could not be replayed ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
     steps = sum(b - a for a, b in (segment_bounds(recipe["proof"], recipe["steps"], i) for i in plan.segments))
-    verdict.retrain = {**record, "retrain": "matched", "steps": steps,
+    cand.retrain = {**record, "retrain": "matched", "steps": steps,
                        "seconds": round(time.perf_counter() - t0, 3),
                        **({"distance": worst if math.isfinite(worst) else -1.0} if plan.ends else {})}
     return None

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
 from woolf.core.policy import decide
 from woolf.core.staleness import attenuation
@@ -39,18 +40,14 @@ from woolf.storage.writer import sha256_hasher
 from woolf.timing import Timer
 from woolf.validator import Verdict
 from woolf.validator.admission import admit
+from woolf.validator.candidate import Candidate, found
 from woolf.validator.context import context_of
 from woolf.validator.publish import merge
 from woolf.validator.quorum import requeued, vote_one, voter
 from woolf.validator.recheck import own_rejection, rescored_candidate
+from woolf.validator.stages import gate_reference, merged_deltas
 from woolf.validator.state import Fixed
-from woolf.validator.step import (
-    evaluate,
-    fresh,
-    gate_reference,
-    merged_deltas,
-    verdict_trailers,
-)
+from woolf.validator.step import evaluate, fresh, verdict_trailers
 
 SCHEMA = 3  # 3: + device (where the metrics were evaluated), scores and flags (validator/screen.py, score.py)
 RECORD_KEYS = {"schema", "id", "head", "main", "accepted", "reason", "staleness", "attenuation",
@@ -246,18 +243,19 @@ def apply_record(v, record: dict) -> Verdict | None:
         except RaceLostError:
             return None
         return verdict
-    att = _rederived(ctx, adm, pr, verdict)
+    cand = Candidate(pr, main, timer, adm=adm, attenuation=_rederived(ctx, adm, pr, verdict))
     try:
         # recomputed (main's metrics first); the scores measured here, not the record's (recheck.py)
-        current, step = rescored_candidate(ctx, adm, main, att, verdict, timer)
+        current, step = rescored_candidate(ctx, cand)
     except Rejected as exc:  # e.g. the delta became unreadable since evaluation
-        verdict.accepted, verdict.state, verdict.reason = False, "rejected", exc.message
+        verdict = replace(verdict, **found(cand), accepted=False, state="rejected", reason=exc.message)
         if quorum:  # storage that cannot serve the delta now is no vote (the voter's rule too)
             if exc.message.startswith("delta object unavailable"):
                 return requeued(pr, "its delta is unavailable in storage now")
             return vote_one(ctx, pr.id, fixed=Fixed(main.commit, verdict, None, None, pr.head))
         ctx.forge.reject(pr, verdict.reason, verdict_trailers(ctx, verdict, timer))
         return verdict
+    verdict = replace(verdict, **found(cand))
     weights, recorded = candidate_digests(step)  # a vote names the weights file's sha256
     if recorded != record["candidate_sha256"]:
         raise UsageError("the recomputed candidate differs from the evaluated one (sha256)")

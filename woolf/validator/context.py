@@ -6,9 +6,10 @@ Usage:
     woolf.validator.quorum.vote_one(ctx, sub_id)                           # function over it
     ctx = context_of(v)                                                     # a Validator's, or ctx itself
 
-The steps (delta_load.py, step.py, quorum.py) and the CI jobs (ci.py) take it as their first
-argument; nothing else is shared between them. ``judge`` is how a vote's judgment is made
-(quorum.judge when None): the demo's dishonest validator (woolf/demo/dishonest.py) plugs its own.
+The steps (delta_load.py, step.py, the stages of stages.py, quorum.py) and the CI jobs (ci.py) take it
+as their first argument; nothing else is shared between them (what a validator remembers: ``state``).
+``judge`` is how a vote's judgment is made (quorum.judge when None): the demo's dishonest validator
+(woolf/demo/dishonest.py) plugs its own.
 """
 
 from __future__ import annotations

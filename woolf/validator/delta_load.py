@@ -1,7 +1,7 @@
 """A PR's delta fetched, hashed and opened for the validator: dense ones read tensor by tensor.
 
 Usage:
-    delta = load_delta(ctx, adm, model_spec)   # LazyTensors (dense) or a dict (topk, expanded); raises Rejected
+    delta = load_delta(ctx, adm, model_spec)   # its kind's dense update (storage/kinds/); raises Rejected
     settle(delta)                              # its md5, when still being computed; raises Rejected if wrong
 
 A dense delta linked from storage on this filesystem is read once for its tensors' content sha256 (the
@@ -16,7 +16,7 @@ checks made of those bytes is dropped (the copy index's entry: validator/step.py
 ``ctx`` is the validator's ValidatorContext (woolf/validator/context.py); only its ledger is read.
 
 A lora delta, once its factor file passed every check and its sha256, is expanded once
-(storage/lora.py ``expand_once``) into an anonymous file beside the object in the store's cache:
+(storage/kinds/lora.py ``expand_ahead``) into an anonymous file beside the object in the store's cache:
 every later use reads the dense update back instead of expanding it again. The environment
 variable ``WOOLF_LORA_EXPAND=each`` turns this off (benchmarks/lora_memory.py measures both).
 """
@@ -30,9 +30,8 @@ from dataclasses import replace
 import torch
 
 from woolf.errors import IntegrityError, InvalidWeightsError, Rejected, StorageError
+from woolf.storage.kinds import DeltaKind, kind_for
 from woolf.storage.lazy import LazyTensors, read_hashed
-from woolf.storage.lora import LoraTensors
-from woolf.storage.sparse import load_delta as load_delta_file
 from woolf.validator.admission import Admitted
 from woolf.validator.context import ValidatorContext
 from woolf.validator.copyindex import copy_index
@@ -46,12 +45,13 @@ def load_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> dict[str, t
     cfg = ctx.ledger.config
     check_declared(adm.meta["delta"], expect_spec, cfg.limits)  # dense ones too (validator/intake.py)
     declared = adm.meta["delta"]
-    if declared.get("kind") in ("dense", "lora"):  # lora: expanded one target at a time
-        return _lazy_delta(ctx, adm, expect_spec)
+    kind = kind_for(declared)
+    if kind.lazy:  # read tensor by tensor where it is used (a lora one: each target expanded, once)
+        return _lazy_delta(ctx, adm, expect_spec, kind)
 
     def read(path, on_block):  # hashed as it is loaded when this clone has not hashed it yet
         # finiteness is proven by step's norm check (exact check only when that is not finite)
-        return load_delta_file(path, declared, expect_spec, cfg.limits, finite=False, on_block=on_block)
+        return kind.load(path, declared, expect_spec, cfg.limits, finite=False, on_block=on_block)
 
     path, delta, problem = _fetch_delta(ctx, adm, read)
     _match_sha256(ctx, adm, path, problem)
@@ -123,21 +123,20 @@ def _refuse(pending, problem: str | None, sha256: str) -> None:
         raise Rejected(problem)
 
 
-def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensors:
-    """A dense delta, hashed, then read tensor by tensor whenever it is used (storage/lazy.py): the
-    checks, the screen, scoring and the merge each hold one of its tensors at a time, never it all.
+def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec, kind: DeltaKind) -> LazyTensors:
+    """A delta of a lazy kind, hashed, then read tensor by tensor whenever it is used (storage/lazy.py):
+    the checks, the screen, scoring and the merge each hold one of its tensors at a time, never it all.
     Its file is opened before it is hashed: what is read later is the inode that was hashed."""
-    lora, limits = adm.meta["delta"].get("kind") == "lora", ctx.ledger.config.limits
-    # a dense delta's content sha256 (the replay check's) from the read that hashes the file,
-    # its md5 meanwhile in a helper thread (``pending``)
+    stored, limits = kind.stores_update, ctx.ledger.config.limits
+    # a file whose tensors are the update (dense): its content sha256 (the replay check's) from the read
+    # that hashes the file, its md5 meanwhile in a helper thread (``pending``)
     # and its tensors' norms and sketches for the copy index (validator/copyindex.py as_read) from that read
-    on_tensor = None if lora else copy_index(ctx.state).as_read(adm.meta["delta"]["sha256"], expect_spec)
-    path, content, problem, pending = _fetch_delta(ctx, adm, None if lora else (
-        lambda p, on_block: read_hashed(p, limits, on_block, on_tensor=on_tensor)), defer=True)
+    on_tensor = copy_index(ctx.state).as_read(adm.meta["delta"]["sha256"], expect_spec) if stored else None
+    path, content, problem, pending = _fetch_delta(ctx, adm, (
+        lambda p, on_block: read_hashed(p, limits, on_block, on_tensor=on_tensor)) if stored else None, defer=True)
     delta = None
     try:
-        opener = LoraTensors if lora else LazyTensors
-        delta = opener.open(path, limits, expect=expect_spec, label="delta")
+        delta = kind.open(path, adm.meta["delta"], expect_spec, limits, "delta")
     except InvalidWeightsError as exc:  # the object is whole (hashed below); its bytes are not a delta
         problem = problem or exc.message
     if pending is not None:
@@ -146,11 +145,11 @@ def _lazy_delta(ctx: ValidatorContext, adm: Admitted, expect_spec) -> LazyTensor
         delta.pending, delta.declared_sha256 = pending, adm.meta["delta"]["sha256"]
     else:
         _match_sha256(ctx, adm, path, problem)
-    if not lora:
+    if stored:
         delta.content = content
-    if isinstance(delta, LoraTensors) and os.environ.get("WOOLF_LORA_EXPAND", "once") != "each":
-        try:  # checked and hashed: expanded now, once, not at each of its uses
-            delta.expand_once(path.parent)
+    if os.environ.get("WOOLF_LORA_EXPAND", "once") != "each":
+        try:  # checked and hashed: expanded now, once, not at each of its uses (a lora delta's targets)
+            kind.expand_ahead(delta, path.parent)
         except OSError as exc:  # e.g. a full disk: each use expands it again (slower, the same bits)
-            log.warning("lora delta: not expanded ahead (%s); each use expands it", exc)
+            log.warning("%s delta: not expanded ahead (%s); each use expands it", kind.name, exc)
     return delta

@@ -1,9 +1,9 @@
 """The drawdown bound's reference: the best version ever reached in the window of
 trust, not the best of a sliding window that tolerated regressions push along.
 
-Usage:
-    best = trusted_best(ledger, main)     # Best(value, version, since) or None
-    reason = drawdown_reason(ledger, main, probe)   # None, or why the candidate is too far behind
+Usage (over the validator's context, woolf/validator/context.py):
+    best = trusted_best(ctx, main)        # Best(value, version, since) or None
+    reason = drawdown_reason(ctx, main, probe)   # None, or why the candidate is too far behind
 
 The window of trust is main's first-parent history since the newest version that changed the
 ledger's config or benchmark files (a maintainer's change may change what the metric measures;
@@ -11,8 +11,8 @@ version 0 when none did). Within it the best recorded metric only improves: 16 m
 within the tolerated regression can no longer carry the loss 0.07 above the best (the old
 reference, the best of the last `policy.window` versions, moved with them).
 
-Cost: one walk of the window per main head at first, then one version per new head (a cache
-per ledger keyed by main's commit, extended from its first parent's entry).
+Cost: one walk of the window per main head at first, then one version per new head (the validator's
+``state.best``, keyed by main's commit, extended from its first parent's entry).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from woolf.core.scores import improvement
 from woolf.protocol.config import CONFIG_PATH
 
 TRUST_MAX = 100_000  # versions walked at most on a cold cache
-_CACHE: dict[tuple[str, str, str, str], Best | None] = {}
 
 
 @dataclass(frozen=True)
@@ -71,26 +70,26 @@ def _walk(ledger, main, metric: str, direction: str) -> Best | None:
     return best
 
 
-def trusted_best(ledger, main) -> Best | None:
+def trusted_best(ctx, main) -> Best | None:
     """The best recorded policy metric on main since the window of trust began."""
+    ledger, cache = ctx.ledger, ctx.state.best
     p = ledger.config.policy
-    root = str(ledger.root)
-    key = (root, main.commit, p.metric, p.direction)
-    if key in _CACHE:
-        return _CACHE[key]
+    key = (main.commit, p.metric, p.direction)
+    if key in cache:
+        return cache[key]
     parent = main.parents[0] if main.parents else None
-    prior = (root, parent, p.metric, p.direction)
+    prior = (parent, p.metric, p.direction)
     touched = parent is not None and bool(ledger.git.out("diff", "--name-only", parent, main.commit, "--",
                                                         CONFIG_PATH, ledger.config.benchmark.path).strip())
-    if parent is not None and prior in _CACHE and not touched:
-        old = _CACHE[prior]
+    if parent is not None and prior in cache and not touched:
+        old = cache[prior]
         since = old.since if old is not None else main.version
         best = _better(old, _metric(main.metrics, p.metric), main.version, since, p.direction)
     else:
         best = _walk(ledger, main, p.metric, p.direction)
-    if len(_CACHE) > 4096:
-        _CACHE.clear()
-    _CACHE[key] = best
+    if len(cache) > 4096:
+        cache.clear()
+    cache[key] = best
     return best
 
 
@@ -101,13 +100,13 @@ def drawdown_limit(policy) -> float:
     return policy.max_drawdown
 
 
-def drawdown_reason(ledger, main, probe: dict) -> str | None:
+def drawdown_reason(ctx, main, probe: dict) -> str | None:
     """The candidate may never be more than `policy.max_drawdown` behind the best version reached."""
-    p = ledger.config.policy
+    p = ctx.ledger.config.policy
     got, limit = _metric(probe, p.metric), drawdown_limit(p)
     if not limit or got is None:
         return None
-    best = trusted_best(ledger, main)
+    best = trusted_best(ctx, main)
     if best is None:
         return None
     behind = improvement(got, best.value, p.direction)  # > 0: the candidate is worse than the best

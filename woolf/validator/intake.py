@@ -11,23 +11,23 @@ Usage:
         ...download within deadline seconds...
     evict_rejected(ledger, pr, merged_sha256s)               # the rejected PR's delta leaves the cache
 
-A dense delta is the model's tensors, dtype for dtype and shape for shape (storage/weights.py
-compare_spec): its file is at most 8 bytes, a header of at most `limits.max_header_bytes`, and the
-tensors' bytes. A compressed kind's bound follows from its k (storage/sparse.py size_bound).
+Each kind bounds its own files (storage/kinds/ ``size_bound``): a dense delta is the model's tensors,
+dtype for dtype and shape for shape, so its file is at most 8 bytes, a header of at most
+`limits.max_header_bytes`, and the tensors' bytes; a compressed kind's bound follows from its k.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import re
 import time
 
 from woolf.errors import Rejected, WoolfError
 from woolf.protocol.rules.flood import signed_by_own_key
 from woolf.protocol.signers import signers_text
-from woolf.storage.sparse import size_bound
+from woolf.storage.kinds import kind_for
+from woolf.validator.downloads import record, spent_key
 
 log = logging.getLogger("woolf.validator")
 KEYLESS_SECONDS = 30.0  # download time all keyless PRs of one pass may spend together
@@ -35,29 +35,19 @@ KEYLESS_BYTES = 8 << 30  # bytes all keyless PRs of one pass may download togeth
 PREEMPT_EVERY = 10.0  # seconds of keyless work between two looks for newly pushed signed PRs
 ORIGIN_MAIN = "refs/remotes/origin/main"
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
-
-
-def dense_bound(model_spec: dict, limits) -> int:
-    """The most bytes a dense delta of this model can take: tensors as the model's, and a header."""
-    data = 0
-    for dtype, shape in model_spec.values():
-        data += math.prod(shape) * DTYPE_BYTES.get(dtype, 8)
-    return 8 + limits.max_header_bytes + data
 
 
 def declared_bound(declared: dict, model_spec: dict, limits) -> int:
-    bound = size_bound(declared, model_spec)
-    return dense_bound(model_spec, limits) if bound is None else bound
+    return kind_for(declared).size_bound(declared, model_spec, limits)
 
 
 def check_declared(declared: dict, model_spec: dict, limits) -> None:
     """A delta that declares more bytes than its kind can take for this model is refused unread."""
-    bound = declared_bound(declared, model_spec, limits)
+    kind = kind_for(declared)
+    bound = kind.size_bound(declared, model_spec, limits)
     if declared["size"] > bound:
-        k = " with the declared k" if declared.get("kind") != "dense" else ""
-        raise Rejected(f"delta declares {declared['size']} bytes; a {declared.get('kind')} delta of this model"
-                       f"{k} is at most {bound} (refused before download)")
+        raise Rejected(f"delta declares {declared['size']} bytes; a {kind.name} delta of this model"
+                       f"{kind.bound_words} is at most {bound} (refused before download)")
 
 
 class Deferred(WoolfError):
@@ -107,21 +97,28 @@ def download_budget(state, adm, timeout: float, cached: bool):
     A keyless PR gets its share of the pass's KeylessBudget (Deferred when none is left; nothing is
     downloaded). A download cut short by the budget, not by its own timeout, is Deferred to the next
     pass; a PR's downloads over all passes never take more than ``timeout`` in all (then the timeout's
-    rejection stands). ``cached``: the object is in the cache already (no bytes are counted)."""
+    rejection stands). ``cached``: the object is in the cache already: nothing is downloaded, nothing drawn.
+    The seconds a keyless PR's downloads took are kept per PR and delta, on disk when
+    ``state.keyless_spent`` is a validator/downloads.py DownloadTimes (Validator.run makes one)."""
     run = getattr(state, "keyless", None)
     sub_id = adm.meta["id"]
-    if run is None or sub_id in run.signed:
+    if run is None or sub_id in run.signed or cached:  # cached: nothing to download, nothing drawn
         yield timeout
         return
-    spent = state.keyless_spent.get(sub_id, 0.0)
-    size = 0 if cached else int(adm.meta["delta"]["size"])
-    deadline = run.budget.deadline(max(0.0, timeout - spent), size)
+    key = spent_key(sub_id, adm.meta["delta"].get("sha256"))  # kept on disk (validator/downloads.py)
+    spent = state.keyless_spent.get(key, 0.0)
+    size = int(adm.meta["delta"]["size"])
+    try:
+        deadline = run.budget.deadline(max(0.0, timeout - spent), size)
+    except Deferred:
+        run.budget.deferred.append(sub_id)
+        raise
     t0 = time.monotonic()
     try:
         yield deadline
     except (WoolfError, OSError):
         took = time.monotonic() - t0
-        state.keyless_spent[sub_id] = spent + took
+        record(state.keyless_spent, key, took)
         cut = deadline < timeout - spent and took >= deadline * 0.9
         if cut:
             run.budget.spend(took, size)

@@ -35,11 +35,13 @@ from woolf.protocol.rules.flood import signed_by_own_key
 from woolf.protocol.signers import signers_text
 from woolf.timing import Timer
 from woolf.validator.context import ValidatorContext
+from woolf.validator.downloads import DownloadTimes, fewest_tries_first
 from woolf.validator.intake import Deferred, Pass, evict_rejected, signed_arrived
 from woolf.validator.publish import merge
 from woolf.validator.quorum import vote_one
+from woolf.validator.stages import merged_deltas
 from woolf.validator.state import Pending, ValidatorState
-from woolf.validator.step import evaluate, fresh, merged_deltas, verdict_trailers
+from woolf.validator.step import evaluate, fresh, verdict_trailers
 from woolf.validator.verdict import Verdict
 from woolf.workloads.base import resolve_device
 
@@ -62,6 +64,7 @@ class Validator:
                                     judge)
         require_validator_key(ledger, ledger.head())  # a missing key is this validator's error, not a PR's
         self._fetched = False  # the refs were fetched for this pass and nothing moved main since
+        self.deferred: list[str] = []  # PRs the last pass put off (its keyless download budget was spent)
 
     @property
     def ledger(self):
@@ -136,6 +139,7 @@ class Validator:
             raise
         finally:
             state.batching = False
+            self.deferred = list(dict.fromkeys(state.keyless.budget.deferred)) if state.keyless else []
             state.keyless = None
         return verdicts
 
@@ -256,5 +260,10 @@ class Validator:
         text = signers_text(self.ledger.git, self.ledger.git.rev_parse(ORIGIN_MAIN) or "HEAD")
         signed = signed_by_own_key(self.ledger.git, {p.id: p.head for p in prs}, text)
         quorum = self.ledger.config.validators.quorum > 1  # keyless downloads share a budget
+        if not isinstance(self.state.keyless_spent, DownloadTimes):  # kept across processes (validator/downloads.py)
+            self.state.keyless_spent = DownloadTimes.open(self.ledger.root)
+        self.state.keyless_spent.keep(prs)
         self.state.keyless = None if quorum else Pass(signed)  # per pass (validator/intake.py)
-        return [p for p in prs if p.id in signed] + [p for p in prs if p.id not in signed]
+        # keyless PRs: fewest download tries first (validator/downloads.py), so slow ones cannot hold the budget
+        return [p for p in prs if p.id in signed] + fewest_tries_first([p for p in prs if p.id not in signed],
+                                                                        self.state.keyless_spent)

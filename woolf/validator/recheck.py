@@ -2,7 +2,7 @@
 
 Usage (from woolf/validator/ci.py apply_record, with the job's ValidatorContext):
     verdict = own_rejection(ctx, pr, main, record, verdict, timer)   # a record's rejection, evaluated here
-    current, step = rescored_candidate(ctx, adm, main, att, verdict, timer)   # scores measured here
+    current, step = rescored_candidate(ctx, cand)                    # scores measured here: cand.scores
 
 An evaluate artifact is a claim by a runner without write access. A record saying `accepted: false`
 made the apply job close the PR with the record's reason; now this job evaluates the PR itself and
@@ -17,8 +17,12 @@ from __future__ import annotations
 
 from woolf.errors import Rejected, UsageError
 from woolf.timing import Timer
-from woolf.validator.score import judge_scores, score_delta
-from woolf.validator.step import candidate, evaluate
+from woolf.validator import stages
+from woolf.validator.candidate import Candidate
+from woolf.validator.step import evaluate
+
+# the stages from load to the merge, scoring included (no re-training: the record's PR was judged whole)
+RESCORED = (stages.load, stages.norm_guard, stages.screen, stages.score, stages.merge)
 
 
 def own_rejection(ctx, pr, main, record: dict, verdict, timer: Timer):
@@ -36,20 +40,11 @@ def own_rejection(ctx, pr, main, record: dict, verdict, timer: Timer):
     return own
 
 
-def rescored_candidate(ctx, adm, main, att: float, verdict, timer: Timer):
-    """step.candidate, with the PR's scores measured in this job (they replace the record's); raises
-    Rejected when this job's own scores refuse the PR (validator/score.py judge_scores)."""
-    verdict.scores, verdict.flags = None, []
-
-    def score(current, delta, spent):
-        sc = adm.screened
-        verdict.content, verdict.delta_norm, verdict.clip, verdict.flags = sc.content, sc.norm, sc.clip, list(sc.flags)
-        with timer("scoring"):
-            verdict.scores = score_delta(ctx.ledger, ctx.device, adm, main, current, delta, ctx.ledger.workload(),
-                                         spent)
-        return judge_scores(ctx.ledger.config, verdict)
-
-    current, step = candidate(ctx, adm, main, att, timer, before_merge=score, in_place=True)
-    if step is None:
-        raise Rejected(verdict.reason or "its contribution scores, measured again, refuse it")
-    return current, step
+def rescored_candidate(ctx, cand: Candidate):
+    """(current weights, merge Step) of the admitted ``cand`` (its ``adm`` and ``attenuation`` set), with
+    the PR's scores measured in this job (candidate.found(cand) replaces the record's), main's metrics
+    first; raises Rejected when this job's own scores refuse the PR (validator/score.py judge_scores)."""
+    refused = stages.run_settled(ctx, cand, RESCORED)
+    if refused:
+        raise Rejected(refused)
+    return cand.current, cand.step

@@ -1,19 +1,24 @@
 """Proof of training in the validator: a recipe's rules, and a drawn share of PRs audited by their proofs.
 
-Usage (two hooks in the validator's evaluation: after admission, and after scoring before the benchmark):
-    reason = recipe_reason(ledger, adm, ctx)                         # None, or "recipe: ..." / "retrain: ..."
-    reason = retrain_check(ledger, device, adm, delta, verdict, pr_head, ctx)   # None, or "retrain: ..."
-    verdict.retrain     # {"retrain": "matched", "segments": [3, 15], "steps": 8, "class": "same", ...}
+Usage (two stages of the validator's evaluation, validator/stages.py: "recipe" after admission, and
+"retrain" after scoring, before the merge and the benchmark; over the validator's context):
+    reason = recipe_reason(ctx, adm)          # None, or "recipe: ..." / "retrain: ..."; a drawn PR waits (Deferred)
+    reason = retrain_check(ctx, cand)         # None, or "retrain: ..."; fills the candidate record's
+    cand.retrain        # {"retrain": "matched", "segments": [3, 15], "steps": 8, "class": "same", ...}
+
+The estimate of an audit's time uses what this validator measured (``ctx.state.speed``, per unit of work).
 
 What happens to a PR (docs/protocol.md#recipes-and-proof-of-training):
 - a recipe that breaks a rule (woolf/protocol/recipe.py check_recipe: a shard not assigned to the
   contributor, a base other than the PR's parent, steps or batch over the ledger's limits, an unknown
-  workload parameter), or, when the ledger audits, one whose audited segments are estimated to replay
-  over `limits.max_retrain_seconds`: rejected, "recipe: ...";
+  workload parameter, another workload, a batch x grad_accum over limits.max_batch), or, when the ledger
+  audits, one whose audited segments are estimated to replay over `limits.max_retrain_seconds` (its own
+  declared seconds, pro rata, over it too: core/retrain_speed.py): rejected, "recipe: ...";
 - a proof that breaks its rules (woolf/protocol/proof.py check_proof: not covering the declared steps,
   not ending at the delta, ...): rejected, "retrain: its proof ...", drawn or not;
-- a PR that cannot be audited (no proof, private data, error feedback, a carried start that continues
-  no PR): rejected when `policy.require_retrain` is on, else recorded as "unverifiable";
+- a PR that cannot be audited (no proof, private data its workload cannot sample, a carried start that
+  continues no PR, a delta kind that brings no replay: storage/kinds/ ``unreplayable``): rejected when
+  `policy.require_retrain` is on, else recorded as "unverifiable";
 - otherwise drawn with probability `validators.retrain_rate` from the hub's receipt of the PR and a salt
   only validators hold (protocol/recipe.py retrain_draw); a drawn PR is challenged for the states of its
   audited segments and waits for them, unjudged (validator/audit_wait.py); once they are served its
@@ -30,18 +35,17 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import os
 import secrets
-import time
 from dataclasses import dataclass
 
+from woolf.core.retrain_speed import Clock, declared_seconds
 from woolf.errors import Rejected, StorageError, WoolfError
 from woolf.ledger.benchmark import hidden_benchmark
 from woolf.ledger.tasks import fetch_tasks
 from woolf.protocol import layout
 from woolf.protocol.proof import draw_segments, segment_bounds
-from woolf.protocol.receipts import MAX_RECEIPTS, RECEIPTS
+from woolf.protocol.receipts import receipt_commit
 from woolf.protocol.recipe import (
     RETRAIN_FLAG,
     RecipeLimits,
@@ -51,13 +55,12 @@ from woolf.protocol.recipe import (
     unverifiable,
 )
 from woolf.protocol.tasks import read_tasks
+from woolf.storage.kinds import kind_for
 from woolf.validator.audit_proof import audit, prepare, proof_problem, unproven
 
 log = logging.getLogger("woolf.validator")
 
 FLAG = RETRAIN_FLAG  # Woolf-Flags mark of a PR whose audit did not replay
-_SPEED: dict[str, float] = {}  # workload fingerprint -> this validator's measured seconds per replayed step
-_RECEIPTS: dict[str, dict[str, str]] = {}  # receipts tip -> {PR id: receipt commit}
 
 
 @dataclass
@@ -75,17 +78,18 @@ def retrain_record(adm) -> dict | None:
     return adm.audit.record if isinstance(adm.audit, Audit) else None
 
 
-def recipe_reason(ledger, adm, ctx=None) -> str | None:
+def recipe_reason(ctx, adm) -> str | None:
     """Before any weights are read: why ``adm``'s recipe or proof is refused ("recipe: ...", "retrain: ..."),
     or why a PR that cannot be audited is refused under policy.require_retrain; None when neither.
     A drawn PR is challenged here and waits for its states (Deferred) before anything is downloaded."""
+    ledger = ctx.ledger
     cfg = ledger.config
     recipe, contributor = adm.meta.get("recipe"), adm.meta["contributor"]
     if recipe is not None:
         reason = check_recipe(recipe, contributor=contributor, base_version=adm.base.version,
                               limits=RecipeLimits(cfg.workload.max_steps, cfg.limits.max_batch),
                               known_params=known_params(ledger.workload()),
-                              taken=_taken(ledger, recipe, contributor))
+                              taken=_taken(ledger, recipe, contributor), workload=cfg.workload.name)
         if reason:
             return reason
     reason = proof_problem(adm)  # a chain that does not end at its delta, ...: on every PR
@@ -95,8 +99,8 @@ def recipe_reason(ledger, adm, ctx=None) -> str | None:
     adm.audit = audit_state = Audit()
     if rate <= 0 and not cfg.policy.require_retrain:
         return None
-    audit_state.why = unverifiable(recipe) or unproven(ledger, adm)
-    if audit_state.why is None and (ctx is None or not ctx.forge.carries_challenges):
+    audit_state.why = unverifiable(recipe) or kind_for(adm.meta["delta"]).unreplayable() or unproven(ledger, adm)
+    if audit_state.why is None and not ctx.forge.carries_challenges:
         audit_state.why = "this forge cannot carry a proof's challenges"
     if audit_state.why and cfg.policy.require_retrain:
         return (f"retrain: this PR cannot be audited ({audit_state.why}) and the ledger's policy.require_retrain "
@@ -110,19 +114,17 @@ def _draw_and_prepare(ctx, adm, audit_state: Audit) -> str | None:
     ledger, cfg = ctx.ledger, ctx.ledger.config
     recipe, sub_id = adm.meta["recipe"], adm.meta["id"]
     proof = recipe["proof"]
-    receipt = receipt_of(ledger.git, sub_id) or ctx.forge.get(sub_id, fetch=False).head
+    receipt = receipt_commit(ledger.git, sub_id) or ctx.forge.get(sub_id, fetch=False).head
     audit_state.draw = retrain_draw(receipt, sub_id, salt(ledger))
     if audit_state.draw >= cfg.validators.retrain_rate:
         return None
     material = draw_material(receipt, sub_id, salt(ledger))
     segments = draw_segments(material, len(proof["links"]) - 1, cfg.proof.segments)
     steps = sum(b - a for a, b in (segment_bounds(proof, recipe["steps"], i) for i in segments))
-    limit = cfg.limits.max_retrain_seconds
-    rate = _SPEED.get(_fingerprint(ledger.workload()))
-    if rate is None and isinstance(recipe.get("seconds"), (int, float)) and math.isfinite(recipe["seconds"]):
-        rate = max(0.0, recipe["seconds"]) / recipe["steps"]
-    if rate is not None and rate * steps > limit:
-        return (f"recipe: replaying its {steps} audited steps would take about {rate * steps:.0f} s, over the "
+    limit, wl = cfg.limits.max_retrain_seconds, ledger.workload()
+    est = ctx.state.speed.over(audited(recipe, steps), wl, _fingerprint(wl), limit)  # never on an estimate alone
+    if est is not None:
+        return (f"recipe: replaying its {steps} audited steps would take about {est:.0f} s, over the "
                 f"ledger's limits.max_retrain_seconds {limit:g}")
     try:
         audit_state.plan = prepare(ctx, adm, ctx.forge.get(sub_id, fetch=False), material)  # or Deferred
@@ -134,24 +136,34 @@ def _draw_and_prepare(ctx, adm, audit_state: Audit) -> str | None:
     return None
 
 
-def retrain_check(ledger, device: str, adm, delta, verdict, pr_head: str | None = None, ctx=None) -> str | None:
-    """After recipe_reason passed and the delta's checks and scores: a drawn PR's audit. The reason
-    ``adm``'s PR is refused ("retrain: ..."), or None; fills verdict.retrain."""
-    cfg = ledger.config
+def audited(recipe: dict, steps: int) -> dict:
+    """``recipe`` as the work of an audit that replays ``steps`` of its steps (its declared seconds pro rata):
+    what the speed estimate (core/retrain_speed.py) measures and predicts."""
+    declared = declared_seconds(recipe)
+    share = steps / max(1, recipe["steps"])
+    return {**recipe, "steps": steps, "seconds": None if declared is None else declared * share}
+
+
+def retrain_check(ctx, cand) -> str | None:
+    """After recipe_reason passed and the delta's checks and scores: a drawn PR's audit. The reason the
+    candidate ``cand``'s PR is refused ("retrain: ..."), or None; fills cand.retrain (and flags a mismatch)."""
+    ledger, adm = ctx.ledger, cand.adm
     a = adm.audit if isinstance(adm.audit, Audit) else Audit()
-    if cfg.validators.retrain_rate <= 0:
+    if ledger.config.validators.retrain_rate <= 0:
         return None
     if a.why:
-        verdict.retrain = {"retrain": "unverifiable", "why": a.why}
+        cand.retrain = {"retrain": "unverifiable", "why": a.why}
         return None
     if a.plan is None:
-        verdict.retrain = {"retrain": "not drawn", "draw": round(a.draw, 6)} if a.draw is not None else None
+        cand.retrain = {"retrain": "not drawn", "draw": round(a.draw, 6)} if a.draw is not None else None
         return None
-    t0 = time.perf_counter()
-    reason = audit(ctx, adm, verdict, a.draw)
-    replayed = (verdict.retrain or {}).get("steps")
-    if verdict.retrain and verdict.retrain.get("retrain") == "matched" and replayed:
-        _SPEED[_fingerprint(ledger.workload())] = (time.perf_counter() - t0) / replayed
+    clock = Clock()
+    reason = audit(ctx, adm, cand, a.draw, clock)
+    replayed = (cand.retrain or {}).get("steps")
+    if cand.retrain and cand.retrain.get("retrain") == "matched" and replayed:
+        wl = ledger.workload()
+        ctx.state.speed.record(_fingerprint(wl), adm.meta["contributor"], audited(adm.meta["recipe"], replayed), wl,
+                               clock)
     return reason
 
 
@@ -188,29 +200,6 @@ def _taken(ledger, recipe: dict, contributor: str) -> tuple[str, int] | None:
     if rec is None or rec[0].contributor != contributor or rec[0].shard != shard:
         return None
     return data["owner"], data["version"]
-
-
-def receipt_of(git, sub_id: str) -> str | None:
-    """The commit of the hub's receipt that first lists ``sub_id`` (its committer time is the hub's
-    clock: no submitter knows it before the push lands); None without one."""
-    tip = git.rev_parse(RECEIPTS)
-    if tip is None:
-        return None
-    found = _RECEIPTS.get(tip)
-    if found is None:
-        proc = git.run("log", "--first-parent", f"--max-count={MAX_RECEIPTS}", "--format=%H%x01%B%x00", tip,
-                       check=False)
-        found = {}
-        for entry in proc.stdout.decode(errors="replace").split("\x00"):
-            commit, _, message = entry.strip("\n").partition("\x01")
-            for line in message.splitlines():
-                if line.startswith("Woolf-Received: "):
-                    for i in line[len("Woolf-Received: "):].strip("[]").split(","):
-                        found[i.strip().strip('"')] = commit  # oldest last: the first receipt wins
-        if len(_RECEIPTS) > 8:
-            _RECEIPTS.clear()
-        _RECEIPTS[tip] = found
-    return found.get(sub_id)
 
 
 def salt(ledger) -> bytes:

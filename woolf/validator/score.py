@@ -1,12 +1,13 @@
 """A delta's contribution scores (Gauntlet): the loss it removes on its assigned shard and on a random one.
 
-Usage (from the validator's step.py, with the ledger and device it validates with):
-    verdict.scores = score_delta(ledger, device, adm, main, current, screened.delta, workload)
-    reason = judge_scores(ledger.config, verdict)          # before the benchmark: learned nothing, not unique
-    reason = judge(ledger, verdict, before, probe)         # after the gate: changes nothing, drawdown
+Usage (the "score" and "effect" stages, validator/stages.py, over the validator's context):
+    cand.scores = score_delta(ctx, adm, main, current, delta)
+    reason = judge_scores(ledger.config, cand)             # before the benchmark: learned nothing, not unique
+    reason = effect_reason(ledger.config, cand, before, probe)   # after the gate: changes nothing measurable
     fields = verdict_fields(verdict, ledger.config)        # Woolf-Scores, Woolf-Flags, ... trailers
 
 Nothing here keeps state between PRs (the validator's is woolf/validator/state.py).
+``cand``: the candidate record (validator/candidate.py); anything with ``scores`` and ``flags``.
 
 The assigned shard is the workload's default data for (contributor, base version), the
 data the participant was given; the random shards (RANDOM_SHARDS of them) are the same
@@ -35,8 +36,6 @@ from woolf.core.merge import apply_delta
 from woolf.core.scores import LEARNED_NOTHING, improvement, unique
 from woolf.errors import IntegrityError, Rejected, StorageError, WoolfError
 from woolf.ledger.benchmark import benchmark_label, hidden_benchmark
-from woolf.validator.drawdown import drawdown_limit as trusted_drawdown_limit
-from woolf.validator.drawdown import drawdown_reason as trusted_drawdown
 
 log = logging.getLogger("woolf.validator")
 
@@ -108,16 +107,18 @@ def _after(base: dict, delta: dict, reuse: bool) -> dict:
     return apply_delta(base, delta, 1.0)
 
 
-def score_delta(ledger, device, adm, main, current, delta, wl, spent: list | None = None) -> dict | None:
+def score_delta(ctx, adm, main, current, delta, spent: list | None = None) -> dict | None:
     """{"assigned", "random" (their mean), "randoms", "difference", "seed", "seconds"}; None when scoring is
     off or the workload has no shards. A delta under `scoring.min_assigned` on its own shard is refused by
     that alone (judge_scores): its random shards' "after" is not evaluated, no "random".
 
     ``spent`` (a list): scoring may write base + delta into ``current``'s memory, and appends
     "current" to it when it did; the caller reads main's weights again before it uses them."""
+    ledger, device = ctx.ledger, ctx.device
     cfg = ledger.config
     if not cfg.scoring.enabled:
         return None
+    wl = ledger.workload()
     t0 = time.perf_counter()
     metric, direction = cfg.policy.metric, cfg.policy.direction
     seed = score_seed(ledger, main)  # a StorageError (no hidden benchmark here) is the validator's own problem
@@ -161,34 +162,23 @@ def _metric(d: dict | None, metric: str) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def drawdown_limit(policy) -> float:
-    """policy.max_drawdown, where -1 (the default) is twice the tolerated regression (0 when none is)."""
-    return trusted_drawdown_limit(policy)
-
-
-def drawdown_reason(ledger, probe: dict, main=None) -> str | None:
-    """The candidate may never be more than `policy.max_drawdown` behind the best version reached in the
-    window of trust (woolf/validator/drawdown.py; no longer the best of a sliding window)."""
-    return trusted_drawdown(ledger, main if main is not None else ledger.head(), probe)
-
-
-def judge(ledger, verdict, before: dict, probe: dict) -> str | None:
-    """After the benchmark gate accepted: a delta that changes nothing measurable, a drawdown."""
-    cfg = ledger.config
-    s = verdict.scores
+def effect_reason(cfg, cand, before: dict, probe: dict) -> str | None:
+    """After the benchmark gate accepted: a delta that changes nothing measurable (the drawdown's bound
+    follows: woolf/validator/drawdown.py)."""
+    s = cand.scores
     b, a = _metric(before, cfg.policy.metric), _metric(probe, cfg.policy.metric)
-    measured = s and "revert" not in verdict.flags and b is not None and a is not None
+    measured = s and "revert" not in cand.flags and b is not None and a is not None
     if measured and abs(s["assigned"]) < cfg.scoring.min_effect and abs(b - a) < cfg.scoring.min_effect:
         return (f"the delta changes nothing measurable (benchmark {b - a:+.2g}, its shard {s['assigned']:+.2g}, "
                 f"under scoring.min_effect {cfg.scoring.min_effect:g})")
-    return drawdown_reason(ledger, probe)
+    return None
 
 
-def judge_scores(cfg, verdict) -> str | None:
+def judge_scores(cfg, cand) -> str | None:
     """Before the benchmark is evaluated (so a refused delta costs no benchmark evaluation): a delta
     that learned nothing from its own shard; one that did not train on it (uniqueness = reject, or a mark)."""
-    s = verdict.scores
-    if "revert" in verdict.flags:  # a verified revert trained on nothing: it takes back a merge
+    s = cand.scores
+    if "revert" in cand.flags:  # a verified revert trained on nothing: it takes back a merge
         return None
     if s and s["assigned"] < cfg.scoring.min_assigned:
         return (f"{LEARNED_NOTHING} {s['assigned']:+.4f} of loss on its own assigned shard, under "
@@ -198,7 +188,7 @@ def judge_scores(cfg, verdict) -> str | None:
                f"random {s['random']:+.4f}): it did not train on what it was given")
         if cfg.scoring.uniqueness == "reject":
             return why
-        verdict.flags.append("not-unique")
+        cand.flags.append("not-unique")
     return None
 
 

@@ -1,8 +1,8 @@
 """Checks on a delta's tensors before it is merged: no-ops, Templar's norm guard, replays and copies.
 
-Usage (from the validator's step.py, which hands over its ValidatorState: woolf/validator/state.py):
-    check_queue(ledger, forge, state, pr)                   # over its contributor's open-PR limit?
-    screened = screen_delta(ledger, forge, state, adm, main, current, delta)   # raises Rejected
+Usage (the "queue_limit" and "screen" stages, validator/stages.py, over the validator's context):
+    check_queue(ctx, pr)                                    # over its contributor's open-PR limit?
+    screened = screen_delta(ctx, adm, main, current, delta)   # raises Rejected
 
 Copies: a delta whose |cosine| to another delta passes `scoring.copy_threshold` (or whose
 tensors that are each copies carry half its squared norm) is a copy of the earlier one:
@@ -22,6 +22,7 @@ from woolf.core.fairness import beyond_limit, canonical
 from woolf.core.merge import compute_delta
 from woolf.core.scale import f32
 from woolf.core.scores import (
+    Similarity,
     clip_delta,
     content_sha256,
     norm,
@@ -35,10 +36,9 @@ from woolf.ledger.retention.deltas import delta_pointers
 from woolf.ledger.verdicts import merged_records
 from woolf.protocol.signatures import signatures
 from woolf.protocol.signers import signers_text
+from woolf.storage.kinds import DENSE, kind_for
 from woolf.storage.lazy import LazyTensors
-from woolf.storage.lora import LoraTensors
 from woolf.storage.pointer import Pointer
-from woolf.storage.sparse import load_delta
 from woolf.storage.weights import spec_of
 from woolf.validator.admission import Admitted
 from woolf.validator.copyindex import indexed_candidates, merged_candidates
@@ -47,6 +47,7 @@ from woolf.validator.state import MergedContents, OverLimit, ValidatorState
 
 log = logging.getLogger("woolf.validator")
 CACHE_BYTES = 64 << 20  # other PRs' deltas kept between PRs (LRU); a big model's are re-read, not kept
+SAME = Similarity(1.0, 1.0)  # another delta whose tensors' content is this one's
 
 
 @dataclass
@@ -59,11 +60,11 @@ class Screened:
     revert_of: str | None = None  # the merged PR this delta exactly takes back (a verified revert)
 
 
-def open_snapshot(forge, state: ValidatorState) -> list:
+def open_snapshot(ctx) -> list:
     """The open PRs as this validator's current pass read them (the queue's own view)."""
-    snap = state.open_snapshot
+    snap = ctx.state.open_snapshot
     if snap is None:
-        snap = forge.list(state="open")
+        snap = ctx.forge.list(state="open")
     return snap
 
 
@@ -79,18 +80,18 @@ def _over(state: ValidatorState, snapshot, limit: int) -> dict[str, int]:
     return cached.over
 
 
-def check_queue(ledger, forge, state: ValidatorState, pr) -> None:
+def check_queue(ctx, pr) -> None:
     """A contributor with more open PRs than `queue.max_open_per_contributor`: those received after its
     first that many are rejected unread, not held against its rating (the name may be someone's claim),
     unless every one of more than twice the limit is signed by the contributor's own key: a flood no one
     else can have sent, rated like a copy (a queue slowed down can leave an honest participant over the
     limit, rarely over twice it)."""
-    limit = ledger.config.queue.max_open_per_contributor
-    snapshot = open_snapshot(forge, state)
-    over = _over(state, snapshot, limit)
+    limit = ctx.ledger.config.queue.max_open_per_contributor
+    snapshot = open_snapshot(ctx)
+    over = _over(ctx.state, snapshot, limit)
     signed = None
     if pr.id in over:
-        signed = _signed_alike(ledger, pr, snapshot)
+        signed = _signed_alike(ctx.ledger, pr, snapshot)
         if signed is not None:  # signed by the contributor's own key: only its signed PRs count
             over = beyond_limit(signed, limit)
     if pr.id in over and signed is not None and over[pr.id] > 2 * limit:
@@ -134,15 +135,14 @@ def _load(ledger, state: ValidatorState, pointer: Pointer, key: str, spec,
         cache.move_to_end(key)
         return cache[key]
     cfg = ledger.config
-    declared = declared or {"kind": "dense"}
+    declared = declared or DENSE.declared()
     try:
         path = ledger.store.fetch_object(pointer, max_bytes=cfg.limits.max_delta_bytes,
                                            deadline=cfg.forge.delta_timeout)
-        if declared.get("kind") == "dense" and pointer.size > CACHE_BYTES:  # compared tensor by tensor, not kept
-            return LazyTensors.open(path, cfg.limits, expect=spec, label="delta")
-        if declared.get("kind") == "lora":  # its product, one target at a time, never kept
-            return LoraTensors.open(path, cfg.limits, expect=spec, label="delta")
-        delta = load_delta(path, declared, spec, cfg.limits, "delta")
+        kind = kind_for(declared)
+        if not kind.held_whole(pointer.size, CACHE_BYTES):  # compared tensor by tensor, not kept
+            return kind.open(path, declared, spec, cfg.limits, "delta")
+        delta = kind.load(path, declared, spec, cfg.limits, "delta")
     except WoolfError as exc:
         log.info("copy check: delta %s unreadable (%s)", key[:16], exc.message)
         return None
@@ -155,8 +155,10 @@ def _load(ledger, state: ValidatorState, pointer: Pointer, key: str, spec,
     return delta
 
 
-def _earlier(ledger, forge, state: ValidatorState, adm: Admitted, spec, delta, content: str):
-    """(label, delta, PR id) of merged recent deltas, then of open PRs received before this one."""
+def _earlier(ctx, adm: Admitted, spec, delta, content: str):
+    """(label, delta, PR id) of merged recent deltas, then of open PRs received before this one; the delta
+    is None for one whose tensors' content is this PR's (the copy index proved its bytes: a copy unread)."""
+    ledger, state = ctx.ledger, ctx.state
     cfg = ledger.config.scoring
     recs = [r for r in merged_records(ledger, limit=cfg.copy_window) if r.id and r.head and r.version is not None]
     merges = {x.version: x for x in ledger.log(limit=cfg.copy_window) if x.submission}
@@ -169,30 +171,31 @@ def _earlier(ledger, forge, state: ValidatorState, adm: Admitted, spec, delta, c
     keyed = [(r, *pointers[r.version], r.delta_sha256 or pointers[r.version][0].md5) for r in recs
              if r.version in pointers]  # (record, pointer, declared, key): the item and what reads it
     merged = [(k, k[1], k[2], k[3]) for k in keyed]
-    for rec, ptr, declared, key in merged_candidates(ledger, state, adm, merged, (delta, content), spec, _load):
-        d = _load(ledger, state, ptr, key, spec, declared)
-        if d is not None:
+    for (rec, ptr, declared, key), same in merged_candidates(ledger, state, adm, merged, (delta, content), spec,
+                                                             _load):
+        d = None if same else _load(ledger, state, ptr, key, spec, declared)  # same content: nothing to read
+        if same or d is not None:
             yield f"merged PR {rec.id} (version {rec.version})", d, rec.id
-    snapshot = open_snapshot(forge, state)
+    snapshot = open_snapshot(ctx)
     mine = next((p for p in snapshot if p.id == adm.meta["id"]), None)
     if mine is None:
         return
     over = _over(state, snapshot, ledger.config.queue.max_open_per_contributor)
     earlier = [p for p in snapshot if p.queue_key() < mine.queue_key() and p.id not in over]
     # every earlier open PR, through the copy index (validator/copyindex.py), not the 64 oldest
-    for p, ptr, d in indexed_candidates(ledger, state, adm, earlier, (delta, content), spec, _load):
-        other = _load(ledger, state, ptr, d["sha256"], spec, d)
-        if other is not None:
+    for (p, ptr, d), same in indexed_candidates(ledger, state, adm, earlier, (delta, content), spec, _load):
+        other = None if same else _load(ledger, state, ptr, d["sha256"], spec, d)  # same content: a copy
+        if same or other is not None:
             yield f"PR {p.id}, open and received earlier", other, p.id
 
 
-def _contents(ledger, state: ValidatorState, main) -> dict:
+def _contents(ctx, main) -> dict:
     """{tensor content sha256: (version, PR id)} of every merged delta, read once per main head."""
-    cached = state.contents
+    cached = ctx.state.contents
     if not cached or cached.main != main.commit:
         cached = MergedContents(main.commit, {r.content: (r.version, r.id)
-                                              for r in merged_records(ledger) if r.content})
-        state.contents = cached
+                                              for r in merged_records(ctx.ledger) if r.content})
+        ctx.state.contents = cached
     return cached.contents
 
 
@@ -244,9 +247,10 @@ def _revert_family(ledger, target) -> set:
     return family
 
 
-def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, current: dict[str, torch.Tensor],
-                 delta: dict[str, torch.Tensor], norms: tuple[float, float] | None = None) -> Screened:
+def screen_delta(ctx, adm: Admitted, main, current: dict[str, torch.Tensor], delta: dict[str, torch.Tensor],
+                 norms: tuple[float, float] | None = None) -> Screened:
     """``norms``: (delta's, model's) as the validator's norm check computed them (scores.norm)."""
+    ledger, forge = ctx.ledger, ctx.forge
     cfg = ledger.config
     sc = cfg.scoring
     target = verified_revert(ledger, adm, delta)
@@ -265,7 +269,7 @@ def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, curr
         norms = [r.delta_norm for r in recent[: sc.norm_window] if r.delta_norm is not None and r.contributor == who]
         what, least = f"the median norm of its last {len(norms)} merged deltas", 3
     # keyless names may raise the median, never lower it under keyed contributors' or the floor
-    bound = standing_bound(ledger, main, norm_limit(norms, sc.norm_multiple, least), w)  # validator/standing.py
+    bound = standing_bound(ctx, main, norm_limit(norms, sc.norm_multiple, least), w)  # validator/standing.py
     limit = bound.limit if bound is not None else None
     flags, clip = ["revert"] if revert_of else [], None
     if limit is not None and n > limit and not revert_of:  # a revert is as large as the merge it undoes
@@ -279,15 +283,15 @@ def screen_delta(ledger, forge, state: ValidatorState, adm: Admitted, main, curr
             delta.update(clip_delta(delta, clip))  # the merge uses the clipped delta; the audit too (Woolf-Delta-Clip)
         flags.append("clipped")
         n = norm(delta)
-    seen = _contents(ledger, state, main).get(content)
+    seen = _contents(ctx, main).get(content)
     if seen:
         raise Rejected(f"replay: the same tensors were already merged as version {seen[0]} "
                        f"(PR {seen[1]}), whatever the file's bytes")
     spec = spec_of(current)
-    for label, other, other_id in _earlier(ledger, forge, state, adm, spec, delta, content):
+    for label, other, other_id in _earlier(ctx, adm, spec, delta, content):
         if other_id == adm.meta["id"] or other_id in family:  # a verified revert negates its target
             continue
-        sim = similarity(delta, other, sc.copy_threshold)
+        sim = SAME if other is None else similarity(delta, other, sc.copy_threshold)
         if not sim.is_copy(sc.copy_threshold):
             continue
         if not label.startswith("merged") and _state_now(forge, other_id) not in ("open", "merged"):

@@ -5,11 +5,12 @@ Usage:
     state = ValidatorState()                      # a ValidatorContext holds one: v.ctx.state, v.state
     state.retry_later(pr_id, 60.0)                # run() skips it until then
     state.remember(pr_id, Judged(main.commit, verdict, step, sha), keep=KEEP_STEPS)
-    check_queue(ledger, forge, state, pr)         # screen steps are handed it explicitly
+    check_queue(ctx, pr)                          # the stages reach it through their context: ctx.state
     vote_one(ctx, pr_id, fixed=Fixed(main.commit, verdict, step, sha, pr.head))   # CI: judged elsewhere
 
 Nothing here reads git, storage or the forge: the modules that fill a field say how
-(queue.py the queue's, screen.py the copy and replay checks', quorum.py the votes').
+(queue.py the queue's, screen.py the copy and replay checks', quorum.py the votes', retrain.py,
+drawdown.py and standing.py what they measured or read once per main head).
 The records are immutable; ValidatorState's collections and a Round are not.
 """
 
@@ -20,6 +21,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from woolf.core.retrain_speed import RetrainSpeed
+
 if TYPE_CHECKING:
     from woolf.core.merge_rules import Step
     from woolf.forges.base import PullRequest
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     from woolf.protocol.tally import Ballot
     from woolf.protocol.versions import Version
     from woolf.timing import Timer
+    from woolf.validator.drawdown import Best
     from woolf.validator.verdict import Verdict
 
 
@@ -145,7 +149,8 @@ class ValidatorState:
     # at most screen.CACHE_BYTES of tensors (screen._load evicts)
     deltas: OrderedDict[str, dict] = field(default_factory=OrderedDict)
     # this pass's keyless download budget and signed PR ids (validator/intake.py Pass); None
-    # outside run() and under a quorum: no budget. keyless_spent: PR id -> its download seconds, all passes
+    # outside run() and under a quorum: no budget. keyless_spent: "PR id sha256" -> its download seconds,
+    # all passes (run() makes it a validator/downloads.py DownloadTimes: kept on disk, across processes)
     keyless: object | None = None
     keyless_spent: dict[str, float] = field(default_factory=dict)
     # proofs of training (validator/audit_wait.py): "checked" holds (served state sha256, link) pairs
@@ -169,6 +174,14 @@ class ValidatorState:
     voter_name: str | None = None
     # quorum: PR id -> unix time its delta was first found unavailable in storage; never dropped
     unavailable_since: dict[str, float] = field(default_factory=dict)
+    # re-training (validator/retrain.py): this validator's measured re-training speeds, per unit of work
+    # and robust to one recipe (core/retrain_speed.py)
+    speed: RetrainSpeed = field(default_factory=RetrainSpeed)
+    # the drawdown's reference (validator/drawdown.py): (main commit, metric, direction) -> the best
+    # version reached in the window of trust, extended from the parent's entry as main moves
+    best: dict[tuple[str, str, str], Best | None] = field(default_factory=dict)
+    # the norm guard's standing (validator/standing.py): main commit -> keyed contributors' median norms
+    standing: dict[str, list[float]] = field(default_factory=dict)
 
     def retry_later(self, sub_id: str, seconds: float) -> None:
         """run() passes ``sub_id`` by for ``seconds`` (it failed without a verdict)."""

@@ -5,6 +5,7 @@ Usage:
     weights = wl.genesis(seed=0)
     new, summary = wl.train(weights, data=wl.default_data("alice", 3), steps=60)
     wl.evaluate(new, benchmark_bytes)             # {"loss": ...}
+    train_summary(steps, seconds, losses, tokens, data, optimizer="fresh")   # what train() returns beside weights
     features_of(wl)                               # what more it declares (features.py)
 
 A workload is any object with these methods, and a ``FEATURES`` set naming what more it
@@ -124,6 +125,14 @@ def _check_params(value, where: str = "workload.params") -> None:
             _check_params(v, f"{where}[{i}]")
     elif not isinstance(value, (bool, int, float, str)):
         raise ConfigError(f"ledger/woolf.toml: {where} is a {type(value).__name__}; params are plain data")
+
+
+def train_summary(steps: int, seconds: float, losses: list[float], tokens: int, data: TrainData, **more) -> dict:
+    """The summary every trainer returns beside its weights or factors: the steps, their seconds, the mean
+    loss of the last fifth of the steps, the tokens seen, where the data came from, and ``more``."""
+    tail = losses[-max(1, steps // 5):]
+    return {"steps": steps, "seconds": round(seconds, 3), "train_loss": sum(tail) / len(tail), "tokens": tokens,
+            "data": data.source, **more}
 
 
 def resolve_device(device: str) -> str:

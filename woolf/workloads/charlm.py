@@ -5,7 +5,7 @@ Usage:
     w0 = wl.genesis(seed=0)
     w1, summary = wl.train(w0, wl.default_data("alice", 0), steps=60)
     CharLM(domains=["p1", "p2", "p3"]).default_data("p2", 0)   # p2's own third of the corpus (charlm_data.py)
-    factors, summary = wl.train_lora(w0, data, 15, parse_lora("r=4"))   # LoRA with peft (charlm_lora.py)
+    factors, summary = wl.train_lora(w0, data, 15, parse_lora("r=4"))   # LoRA with peft (workloads/lora.py)
     wl.evaluate(w1, wl.benchmark_bytes())          # {"loss": nats per byte, "bpb": bits per byte}
     wl.FEATURES    # state_dir, global_step, follow, fingerprint, data_parallel, lora (features.py)
 
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from woolf.errors import ConfigError, UsageError
 from woolf.protocol.lora_spec import parse_lora
 from woolf.workloads import corpus
-from woolf.workloads.base import Progress, TrainData, apply_follow
+from woolf.workloads.base import Progress, TrainData, apply_follow, train_summary
 from woolf.workloads.charlm_data import check_domains, domain_shard
 from woolf.workloads.features import (
     DATA_PARALLEL,
@@ -75,11 +75,13 @@ class TinyGPT(nn.Module):
         return self.head(self.ln(x))
 
 
-LORA_TARGETS = ("qkv", "proj", "mlp.0", "mlp.2")  # LoRA's default targets: every linear layer of the blocks
-
-
 class CharLM(TextCorpus):
     name = "charlm"
+    # LoRA (workloads/lora.py): by default every linear layer of the blocks (the output head, the embeddings
+    # and the LayerNorms stay frozen, as in common LoRA practice); float32 on every device, and every
+    # activation kept (a 137k-parameter model's activations are a few MB: ``ckpt`` asks for nothing here)
+    LORA_TARGETS = ("qkv", "proj", "mlp.0", "mlp.2")
+    LORA_BF16 = False
     FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL, LORA, PROOF, SAMPLES})
     # what `woolf init --weights CHECKPOINT` sets for a pretrained genesis (ledger/create.py): a fresh
     # AdamW's first steps undo pretraining (first train 2.032 -> 2.050-2.079 without; benchmarks/RESULTS.md)
@@ -97,7 +99,7 @@ class CharLM(TextCorpus):
         if not isinstance(optimizer_warmup, int) or isinstance(optimizer_warmup, bool) or optimizer_warmup < 0:
             raise UsageError(f"workload.params.optimizer_warmup must be an integer >= 0, got {optimizer_warmup!r}")
         self.optimizer_warmup = optimizer_warmup  # linear warm-up over each AdamW's own first steps
-        try:  # the ledger's default LoRA training (`woolf train --lora` overrides it; charlm_lora.py)
+        try:  # the ledger's default LoRA training (`woolf train --lora` overrides it; workloads/lora.py)
             self.lora = parse_lora(lora) if isinstance(lora, str) else parse_lora("?")
         except ValueError as exc:
             raise ConfigError(f"workload.params.lora = {lora!r}: {exc}") from None
@@ -208,17 +210,29 @@ class CharLM(TextCorpus):
         if state_dir:
             save_optimizer(opt, model, state_dir, self.fingerprint())
         out = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-        tail = losses[-max(1, steps // 5):]
-        return out, {"steps": steps, "seconds": round(secs, 3), "train_loss": sum(tail) / len(tail),
-                     "tokens": steps * self.batch_size * self.context, "data": data.source,
-                     "optimizer": resumed}
+        return out, train_summary(steps, secs, losses, steps * self.batch_size * self.context, data,
+                                  optimizer=resumed)
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
                    progress: Progress | None = None, proof=None):
-        """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (charlm_lora.py)."""
-        from woolf.workloads.charlm_lora import train_lora  # deferred: peft
+        """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (workloads/lora.py)."""
+        from woolf.workloads.lora import train_lora  # deferred: peft
 
         return train_lora(self, weights, data, steps, spec, device, seed, progress, proof=proof)
+
+    # what the LoRA trainer (workloads/lora.py) asks of a workload: its frozen model, batches and loss
+    def lora_model(self, weights, device: str, dtype: torch.dtype) -> TinyGPT:
+        """A TinyGPT holding a copy of ``weights``, frozen (float32: ``LORA_BF16`` is off)."""
+        model = self.load_model(weights, device)
+        model.requires_grad_(False)
+        return model
+
+    def lora_batches(self, data: TrainData, gen: torch.Generator):
+        return self.batches(data, gen)
+
+    def lora_loss(self, model, batch) -> torch.Tensor:
+        x, y = batch
+        return F.cross_entropy(model(x).view(-1, 256), y.view(-1))
 
     def train_data_parallel(self, weights, datas: list[TrainData], steps: int, device: str = "cpu",
                             seed: int = 0):

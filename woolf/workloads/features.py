@@ -26,7 +26,7 @@ BIND = "bind"  # bind(read): takes the model files the ledger keeps in git (tran
 DATA_PARALLEL = "data_parallel"  # train_data_parallel(weights, datas, steps, device, seed)
 IN_PLACE = "in_place"  # train(..., in_place=True): may train in the given tensors' memory (one model, not two)
 DISTRIBUTED = "distributed"  # train() runs on every rank of a torchrun process group (workloads/parallel.py)
-LORA = "lora"  # train_lora(weights, data, steps, spec, device, seed, progress) -> (factors, summary)
+LORA = "lora"  # train_lora(...) -> (factors, summary), by workloads/lora.py over lora_model/_batches/_loss
 PROOF = "proof"  # train(..., proof=hook) (and train_lora): commits to its path, or replays a segment (proof.py)
 SAMPLES = "samples"  # sample_windows(data, gen, steps), sample_data(nbytes, samples): a private PR's audited batches
 

@@ -1,7 +1,8 @@
 """A participant's inner optimizer state, kept across contributions in its clone (never uploaded).
 
 Usage:
-    how = load_optimizer(opt, model, state_dir, fingerprint)   # "resumed step N" | "fresh" | "set aside: ..."
+    how = load_optimizer(opt, model, state_dir, fingerprint)   # "resumed at step N" | "fresh" |
+                                                               # "fresh (carried state did not load: why; ...)"
     ... train ...
     save_optimizer(opt, model, state_dir, fingerprint)
 
@@ -10,8 +11,8 @@ replaced by the new global version; restarting Adam on every contribution
 makes early steps noisy (its bias correction treats every round as step 1).
 The file is safetensors (``<key>/<param name>`` per tensor, never pickle) with
 the workload's fingerprint in its metadata, written from the tensors' own memory. A file that does not fit the
-current model (another workload or size, a corrupted file) is renamed aside
-with a warning in the returned text, never mixed in.
+current model (another workload or size, a corrupted file) is renamed aside, never mixed in, and
+never silently: the returned text says "fresh (carried state did not load: why; set aside as ...)".
 """
 
 from __future__ import annotations
@@ -45,9 +46,12 @@ def save_optimizer(opt: torch.optim.Optimizer, model: torch.nn.Module, state_dir
 
 
 def _set_aside(path: Path, why: str) -> str:
+    """The carried state did not load: moved aside, and said (`woolf train` prints the returned text as a
+    warning, JSON or not; a re-training refuses to go on: validator/retrain.py); the training starts fresh
+    and its recipe says so (participant/recipe.py)."""
     aside = path.with_name(f"{path.name}.set-aside-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9}")
     path.replace(aside)
-    return f"set aside ({why}): {aside.name}; starting fresh"
+    return f"fresh (carried state did not load: {why}; set aside as {aside.name})"
 
 
 def load_optimizer(opt: torch.optim.Optimizer, model: torch.nn.Module, state_dir: Path,

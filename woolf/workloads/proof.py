@@ -37,7 +37,7 @@ KEEP_BYTES = 1 << 30  # state files a recorder keeps per run beyond the two it a
 
 def device_class(device, autocast: str = "off") -> dict:
     """What must match for a replay to be compared bit for bit (protocol/proof.py CLASS_KEYS; measured in
-    benchmarks/RESULTS.md §19): the device type, torch's version, the CPU's vector unit (its kernels) or
+    benchmarks/RESULTS.md §21): the device type, torch's version, the CPU's vector unit (its kernels) or
     the GPU and its architecture, autocast, deterministic algorithms; and the thread count, which a
     replay adopts (``torch.set_num_threads``: the same partition of every reduction)."""
     dev = torch.device(device)

@@ -116,6 +116,9 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
                           f"interrupted at step {state['step']}: nothing from this run was saved or submitted"
                           + _earlier_result(ledger))
             raise click.exceptions.Exit(130) from None
+    how = result["training"].get("optimizer") or ""
+    if how.startswith("fresh (carried state did not load"):  # workloads/optstate.py: never silently, JSON too
+        app.err.print(f"[yellow]warning:[/] your optimizer started {how}")
     if as_json:
         app.emit_json(result)
         return
@@ -123,9 +126,6 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
     app.console.print(f"trained {result['training']['steps']} steps from version {result['base_version']} "
                       f"in {result['training']['seconds']:.1f}s; benchmark loss "
                       f"{m['before']['loss']:.4f} -> {m['after']['loss']:.4f}")
-    how = result["training"].get("optimizer")
-    if how and how.startswith("set aside"):
-        app.err.print(f"[yellow]warning:[/] your optimizer state was {how}")
     gate = result.get("gate") or {}
     if "merged" in m:
         app.console.print(f"merged as a validator would at staleness 0 ({_share(gate)}): benchmark loss "

@@ -79,6 +79,8 @@ def validate(app: App, ids, all_, watch, interval, name, evaluate_out, apply_fil
         raise click.exceptions.Exit(130) from None
     if as_json:
         app.emit_json([v.to_json() for v in verdicts])
+    elif validator.deferred:  # open, unjudged: their turn comes in a later pass (validator/downloads.py)
+        app.console.print(f"{len(validator.deferred)} open PRs deferred (keyless download budget)")
     elif not verdicts:
         app.console.print("no open pull requests")
 

@@ -8,9 +8,10 @@ whose weights are in this clone's cache or in storage (a snapshot, normally:
 `woolf gc` keeps every ``storage.snapshot_every``-th), then replays every merge
 above it exactly as the validator made it and the audit recomputes it: the
 merged delta (expanded if compressed), the rule and parameters the version
-recorded, and the parent's outer state for a rule that keeps one. A
-compressed delta merged under `attenuated` touches only its kept values
-(``apply_sparse_``: the same bytes, in a fraction of the time). The result
+recorded, and the parent's outer state for a rule that keeps one. A delta
+whose kind has a sparse form (topk: storage/kinds/ ``sparse_entries``) merged under
+`attenuated` touches only its kept values (``apply_sparse_``: the same bytes, in a
+fraction of the time). The result
 must hash to the version's recorded sha256 and its pointer's md5, or nothing
 is kept; it then becomes the cache object, so every later read is a copy. A dense
 delta is read tensor by tensor and the attenuated merge writes into the weights' own
@@ -33,7 +34,7 @@ from woolf.core.scale import delta_scale
 from woolf.errors import IntegrityError, StorageError, WoolfError
 from woolf.ledger.retention.deltas import delta_pointers, weights_pointers
 from woolf.ledger.transition import open_delta, parent_state, recorded_rule, transition
-from woolf.storage.sparse import load_entries
+from woolf.storage.kinds import kind_for
 from woolf.storage.weights import TRUSTED_LIMITS, spec_of
 from woolf.storage.writer import write_hashed
 
@@ -98,11 +99,13 @@ def rebuild(ledger, target) -> tuple[Path, dict]:
             if ledger.store.hashes(path)[1] != declared.get("sha256"):  # the bytes the validator checked
                 raise IntegrityError(f"{label}: its bytes are not the merged submission's sha256",
                                      hint="run `woolf audit`")
-            rule = recorded_rule(v)
-            if rule.kind == "attenuated" and declared.get("kind") == "topk" and v.delta_clip is None:
+            rule, kind = recorded_rule(v), kind_for(declared, label)
+            merged = None  # the kept values alone, when the delta's kind has a sparse form
+            if rule.kind == "attenuated" and v.delta_clip is None:
+                merged = kind.sparse_entries(path, declared, spec, TRUSTED_LIMITS, label, check=False)
+            if merged is not None:
                 # the same bytes as merge_step on the expanded delta, touching only the kept values
                 scale = delta_scale(rule.alpha, v.attenuation or 0.0)
-                merged = load_entries(path, declared, spec, TRUSTED_LIMITS, label, check=False)
                 for name, (where, vals) in merged.items():
                     stale[name] = apply_sparse_(weights[name], where, vals, scale, stale.get(name))
             else:

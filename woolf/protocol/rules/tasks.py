@@ -15,7 +15,8 @@ Usage:
 - its commit time is within MAX_SKEW seconds of the hub's clock (leases are timed by
   these commit times, so a participant's clock cannot move them);
 - when the contributor the task id names has a key in allowed_signers, every record
-  is signed by that key (no one else renews, cancels or rewrites its lease).
+  is signed by that key (no one else renews, cancels or rewrites its lease); when it has none,
+  a task whose first record was signed (by any key) has every later record signed by that key.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 from woolf.git.commits import read_commit
 from woolf.protocol import layout
 from woolf.protocol.config import parse_config
-from woolf.protocol.signatures import signatures
+from woolf.protocol.signatures import signatures, signing_keys
 from woolf.protocol.signers import Signers, signers_text
 from woolf.protocol.tasks import FINAL, RECORD_MAX_BYTES, parse_record, read_tasks
 from woolf.protocol.trailers import int_field, parse_message
@@ -69,7 +70,7 @@ def check_task(git, task_id: str, old: str, new: str, main: str | None, now: flo
     if abs(skew) > MAX_SKEW:
         return [f"its commit time is {skew:+.0f} s off the hub's clock (at most {MAX_SKEW} s): "
                 "fix this machine's clock"]
-    problem = _signer_problem(git, rec, new, main)
+    problem = _signer_problem(git, rec, new, main, moved=old != ZERO)
     return [problem] if problem else []
 
 
@@ -94,19 +95,36 @@ def _move_problem(git, task_id: str, rec, parents: list[str], old: str) -> str |
     return None
 
 
-def _signer_problem(git, rec, new: str, main: str | None) -> str | None:
-    """A keyed contributor's records are signed by that contributor's key (None when fine)."""
+def _signer_problem(git, rec, new: str, main: str | None, moved: bool = True) -> str | None:
+    """A keyed contributor's records are signed by that contributor's key; a keyless one's, once its task's
+    first record was signed, by that record's key (``moved``: ``new`` follows a record). None when fine."""
     text = signers_text(git, main)
-    if text is None:
-        return None
-    try:
-        listed = Signers.parse(text.decode(errors="replace")).roles_of(rec.contributor)
-    except Exception:  # noqa: BLE001 - a malformed allowed_signers is the chain check's to report
-        listed = set()
+    listed: set = set()
+    if text is not None:
+        try:
+            listed = Signers.parse(text.decode(errors="replace")).roles_of(rec.contributor)
+        except Exception:  # noqa: BLE001 - a malformed allowed_signers is the chain check's to report
+            listed = set()
     if listed:
         status, principal = signatures(git, {new: text}).get(new, ("N", ""))
         if status != "G" or principal != rec.contributor:
             return f"a record of {rec.contributor}'s task must be signed by {rec.contributor}'s key"
+        return None
+    return _first_key_problem(git, rec, new) if moved else None
+
+
+def _first_key_problem(git, rec, new: str) -> str | None:
+    """A task whose contributor has no key in allowed_signers: when its first record was signed (by any
+    SSH key, listed or not), every later record is signed by that key: no one else cancels, submits or
+    renews it. A chain started unsigned binds nothing (anyone may write it: docs/protocol.md)."""
+    chain = git.out("rev-list", "--first-parent", new, f"^{rec.base_commit}").split()
+    if len(chain) < 2:  # the reserved record itself
+        return None
+    keys = signing_keys(git, [chain[-1], new])
+    first = keys.get(chain[-1], "")
+    if first and keys.get(new) != first:
+        return (f"the first record of task {rec.id} was signed by key {first}: every later record of it must be "
+                "signed by that key")
     return None
 
 

@@ -3,6 +3,7 @@
 Usage:
     model = uninitialised(config, torch.float32)          # the architecture, its parameters never written
     model = assign(model, weights, device, copy=False)   # the model's parameters ARE the given tensors
+    model = frozen(config, weights, device, torch.bfloat16)   # LoRA's frozen base in the compute dtype
     rows = batch_rows(len(ids), context, steps * grad_accum, batch_size, generator)   # all batches, drawn once
     tap = LossTap(steps, device); tap.put(step, loss); tap.latest()   # read without waiting on the device
     losses, secs, resumed, amp = fit(wl, model, ids, steps, ...)   # the loop of Transformers.train (hf/workload.py)
@@ -32,7 +33,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from woolf.errors import TrainingFailed
+from woolf.errors import TrainingFailed, UsageError
 from woolf.workloads.base import apply_follow
 from woolf.workloads.optstate import load_optimizer, save_optimizer
 
@@ -82,6 +83,34 @@ def assign(model: torch.nn.Module, weights: dict[str, torch.Tensor], device: str
             for mod, attr, is_param in owners[id(old)]:
                 (mod._parameters if is_param else mod._buffers)[attr] = new
     return model.to(device)  # what the weights do not hold (non-persistent buffers) follows
+
+
+def frozen(config, weights: dict, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    """The architecture with ``weights`` as its parameters in ``dtype`` on ``device``, frozen: LoRA's base
+    (workloads/lora.py). ``weights`` is cast IN PLACE, one tensor at a time, where its dtype differs (never
+    the masters beside a cast model), and emptied when the model lives on another device (it holds its own
+    copies there). A tensor already in ``dtype`` on ``device`` IS the parameter (no copy); the model is built
+    uninitialised (its own random weights would touch a second model's worth of memory)."""
+    for name in sorted(weights):
+        if weights[name].is_floating_point() and weights[name].dtype != dtype:
+            weights[name] = weights[name].to(dtype)
+    model = uninitialised(config, dtype)
+    state = model.state_dict()
+    if set(weights) - set(state):
+        raise UsageError(f"weights are not this model's: unexpected {sorted(set(weights) - set(state))[:4]}")
+    given = {k: t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype) for k, t in weights.items()}
+    with torch.no_grad():
+        model.load_state_dict(given, strict=False, assign=True)
+        model.tie_weights()  # tied copies (lm_head of tied embeddings) point at the tensor they share
+    held = {t.data_ptr() for t in given.values()}
+    del given, state
+    loose = [n for n, t in model.named_parameters(remove_duplicate=False) if t.data_ptr() not in held]
+    if loose:
+        raise UsageError(f"weights are not this model's: missing {loose[:4]}")
+    model.requires_grad_(False)
+    if torch.device(device).type != "cpu":
+        weights.clear()  # the caller reads the version's weights again (woolf/participant/lora.py)
+    return model.to(device)
 
 
 def batch_rows(n_tokens: int, context: int, micro_batches: int, batch_size: int,

@@ -34,7 +34,7 @@ from woolf.errors import (
     UsageError,
 )
 from woolf.protocol.lora_spec import parse_lora
-from woolf.workloads.base import Progress, TrainData
+from woolf.workloads.base import Progress, TrainData, train_summary
 from woolf.workloads.features import (
     BIND,
     DISTRIBUTED,
@@ -60,6 +60,7 @@ from woolf.workloads.hf.training import (
     AUTOCAST,
     assign,
     fit,
+    frozen,
     out_of_memory,
     uninitialised,
     use_fsdp,
@@ -270,19 +271,43 @@ class Transformers(TextCorpus):
         dtype = getattr(torch, self.dtype)
         out = {k: state[k].detach().to("cpu", dtype, copy=not in_place) for k in names} if state else {}
         del state
-        tail = losses[-max(1, steps // 5):]
-        return out, {"steps": steps, "seconds": round(secs, 3), "train_loss": sum(tail) / len(tail),
-                     "tokens": steps * self.grad_accum * self.batch_size * self.context, "data": data.source,
-                     "optimizer": resumed, "device": device, "processes": par.world if par else 1,
-                     "sharded": sharded, "checkpointing": self.checkpointing,
-                     "autocast": str(amp).replace("torch.", "") if amp else "off"}
+        return out, train_summary(steps, secs, losses, steps * self.grad_accum * self.batch_size * self.context,
+                                  data, optimizer=resumed, device=device, processes=par.world if par else 1,
+                                  sharded=sharded, checkpointing=self.checkpointing,
+                                  autocast=str(amp).replace("torch.", "") if amp else "off")
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
                    progress: Progress | None = None, proof=None):
-        """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (hf/lora.py)."""
-        from woolf.workloads.hf.lora import train_lora  # deferred: peft
+        """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (workloads/lora.py).
+        ``weights`` is consumed (cast in place to the compute dtype; emptied for a GPU: training.py ``frozen``)."""
+        from woolf.workloads.lora import train_lora  # deferred: peft
 
         return train_lora(self, weights, data, steps, spec, device, seed, progress, proof=proof)
+
+    # what the LoRA trainer (workloads/lora.py) asks: the frozen model, batches and loss (LORA_TARGETS: peft's
+    # default for the architecture)
+    LORA_TARGETS = None
+
+    def lora_model(self, weights, device: str, dtype: torch.dtype) -> torch.nn.Module:
+        self._model = None  # the evaluation model's hold on the weights goes (rebuilt, uninitialised, when needed)
+        return frozen(self.config, weights, device, dtype)
+
+    def lora_batches(self, data: TrainData, gen: torch.Generator):
+        ids = self.tokens(data.texts)
+        if len(ids) < self.context + 2:
+            raise UsageError(f"training data has {len(ids)} tokens; one window needs {self.context + 2}")
+        return self._windows(ids, gen)
+
+    def _windows(self, ids: torch.Tensor, gen: torch.Generator):
+        while True:
+            ix = torch.randint(len(ids) - self.context - 1, (self.batch_size,), generator=gen)
+            yield (torch.stack([ids[i : i + self.context] for i in ix]),
+                   torch.stack([ids[i + 1 : i + 1 + self.context] for i in ix]))
+
+    def lora_loss(self, model, batch) -> torch.Tensor:
+        x, y = batch
+        logits = model(input_ids=x).logits
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
 
     # -- evaluation --------------------------------------------------------------
     @torch.no_grad()

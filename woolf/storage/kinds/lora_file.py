@@ -1,4 +1,4 @@
-"""The `lora` delta file: factor pairs per target tensor, checked before any arithmetic, expanded one tensor at a time.
+"""The `lora` kind's file: factor pairs per target tensor, checked before any arithmetic, expanded one tensor at a time.
 
 Usage:
     LoraFile({"h.0.attn.c_attn.weight": (A, B, 2.0)}, base_spec).write(out)   # (md5, sha256); a PR's delta
@@ -6,7 +6,7 @@ Usage:
     delta["h.0.attn.c_attn.weight"]   # the float32 update scale·B·A (core/lora.py's arithmetic of record)
     delta["wte.weight"]               # an untargeted tensor: -0.0 everywhere (the merge leaves it bit for bit)
     delta.targets                      # {target: rank}
-    delta.expand_once(work_dir)        # the validator (validator/delta_load.py): every target expanded now,
+    delta.expand_once(work_dir)        # the validator (lora.py expand_ahead): every target expanded now,
                                        # once, into an anonymous file; later reads read that file
 
 
@@ -32,7 +32,8 @@ synthesised on read. Called only after ``open``'s checks (and the caller's sha25
 Rules (each refusal one line naming the tensor and the rule, before any data but the scales is
 read): every name is a factor of a target; the target names a tensor of the model; both halves
 and the scale are there; the target is a 2-D float32 tensor; A and B are float32/bfloat16 with
-shapes r x cols and rows x r; 1 <= r <= limits.max_lora_rank; the scale is finite, in (0, 1024].
+shapes r x cols and rows x r; 1 <= r <= limits.max_lora_rank; the scale is finite, in (0, 1024]; the
+header has no ``__metadata__``.
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ from woolf.storage.lazy import LazyTensors
 from woolf.storage.weights import save_atomic, torch_dtypes
 
 SUFFIXES = (".lora_A", ".lora_B", ".lora_scale")
-KIND = "lora"
 
 
 def split_name(key: str) -> tuple[str, str] | None:
@@ -115,6 +115,9 @@ class LoraTensors(LazyTensors):
             raise ValueError("a lora delta is opened against the model's spec")
         self = super().open(path, limits, None, label)  # the header, checked as any untrusted file's
         try:
+            self._fh.seek(8)  # the header read again (bounded, checked): a factor file carries no metadata
+            if "__metadata__" in json.loads(self._fh.read(self._start - 8)):
+                raise InvalidWeightsError(f"{label}: a lora delta carries no __metadata__ (factor pairs only)")
             self.factors = self.spec
             self.targets = check_layout(self.factors, expect, limits.max_lora_rank, label)
             self.spec = dict(expect)
@@ -223,7 +226,7 @@ def factor_tensors(factors: dict) -> dict[str, torch.Tensor]:
 class LoraFile:
     """A participant's lora delta, checked against the base's spec, written as a PR's delta file."""
 
-    declared = {"kind": KIND}
+    declared = {"kind": "lora"}  # what submission.json declares for it: the lora kind's (lora.py) fields
 
     def __init__(self, factors: dict, base_spec: dict, max_rank: int, label: str = "lora delta"):
         tensors = factor_tensors(factors)

@@ -1,4 +1,4 @@
-"""The lora delta file (woolf/storage/lora.py): every rejection before any arithmetic, lazily expanded reads."""
+"""The lora delta file (woolf/storage/kinds/lora_file.py): every rejection before any arithmetic, lazily expanded reads."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from woolf.core.merge_rules import Rule
 from woolf.errors import InvalidWeightsError
 from woolf.ledger.transition import merge_in_place, open_delta, streamable
 from woolf.protocol.config import LimitsConfig
-from woolf.storage.lora import LoraFile, LoraTensors, factor_tensors
+from woolf.storage.kinds.lora_file import LoraFile, LoraTensors, factor_tensors
 from woolf.storage.weights import spec_of
 
 pytestmark = pytest.mark.unit
@@ -101,7 +101,7 @@ def test_lora_file_refuses_what_it_would_send(tmp_path):
 
 
 def test_expand_once_reads_the_same_bits_and_frees_its_file(tmp_path, monkeypatch):
-    import woolf.storage.lora as lora_mod
+    import woolf.storage.kinds.lora_file as lora_mod
     from woolf.core.scores import content_sha256
 
     path = tmp_path / "f.safetensors"
@@ -129,3 +129,13 @@ def test_expand_once_reads_the_same_bits_and_frees_its_file(tmp_path, monkeypatc
     fh = once._expanded[0]
     once.close()
     assert fh.closed
+
+
+def test_a_factor_file_with_metadata_is_refused(tmp_path):
+    """docs/protocol.md: a lora file is factor pairs and nothing else; a safetensors __metadata__ map
+    was accepted all the same."""
+    path = tmp_path / "m.safetensors"
+    save_file(factor_tensors(_factors()), str(path), metadata={"note": "hello"})
+    with pytest.raises(InvalidWeightsError, match=r"delta: a lora delta carries no __metadata__"):
+        _open(path)
+    assert _open(_write(tmp_path, factor_tensors(_factors()))).targets == {"a.weight": 2}

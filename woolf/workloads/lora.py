@@ -1,0 +1,177 @@
+"""One LoRA trainer for every workload, with peft: adapters over the frozen version, factors per target tensor.
+
+Usage (a workload's ``train_lora`` calls this; woolf/participant/lora.py calls that):
+    factors, summary = train_lora(wl, weights, data, steps, parse_lora("r=4"), device="cpu", seed=0)
+    factors["blocks.0.qkv.weight"]      # (A: r x in, B: out x r, scale = alpha / r)
+
+A workload that trains LoRA (features.py: ``LORA``) supplies its model, its batches and its loss:
+
+    wl.lora_model(weights, device, dtype)   # the architecture with the version's weights as its
+                                            # parameters, in ``dtype`` on ``device``, frozen
+    wl.lora_batches(data, gen)              # an iterator of micro-batches (tuples of tensors) drawn from gen
+    wl.lora_loss(model, batch)              # the scalar loss of one micro-batch
+    wl.LORA_TARGETS                         # default targets (None: peft's default for the architecture)
+    wl.LORA_BF16                            # False: the workload computes in float32 on every device
+    wl.lr, wl.lr_at(step), wl.optimizer_warmup, wl.batch_size, wl.context, wl.grad_accum (default 1),
+    wl.weight_decay (default 0)
+
+and this module does the rest, the same for all: peft (``LoraConfig``, ``get_peft_model``) adds
+adapters to the spec's targets; AdamW (fresh for each contribution: the adapters are new each time,
+their product is merged into the full weights, as ReLoRA does) trains them alone for ``steps``
+steps of ``grad_accum`` micro-batches at the workload's learning rate, with the workload's ramp for
+a fresh optimizer (``optimizer_warmup``) capped at a third of the steps (a fresh adapter starts at
+B = 0, so the first steps' update is small; the full 60-step ramp of the continued regimes would
+leave a 15-step contribution at a quarter of the rate: benchmarks/RESULTS.md §17b). The factors
+come back per target TENSOR of the model (the ledger's names) in the delta file's convention
+B·A = update in the tensor's own shape (woolf/storage/kinds/lora_file.py): a GPT-2 Conv1D stores its weight
+transposed (peft's ``fan_in_fan_out``), so its pair is sent transposed (A := lora_B^T,
+B := lora_A^T). Only linear layers (Linear, Conv1D) are targets; an embedding or a tied tensor is
+refused with the name. The model and its adapters are dropped before returning: memory is the
+weights, one compute-dtype model, the adapters and their moments.
+
+Compute dtype (``spec.dtype``): auto = bf16 on a GPU, float32 on a CPU, unless the workload
+computes in float32 only (``LORA_BF16 = False``: charlm, whose ``dtype=bf16`` is refused with the
+reason). ``ckpt`` (gradient checkpointing) applies to a model that offers it (transformers').
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import torch
+from peft import LoraConfig, get_peft_model
+from peft.tuners.lora import Linear as LoraLinear
+from peft.tuners.lora import LoraLayer
+
+from woolf.errors import UsageError
+from woolf.protocol.lora_spec import LoraSpec
+from woolf.workloads.base import TrainData, train_summary
+
+
+def compute_dtype(wl, spec: LoraSpec, device: str) -> torch.dtype:
+    """The frozen base's compute dtype for ``spec`` on ``device``; a workload without bf16 refuses it."""
+    if not getattr(wl, "LORA_BF16", True):
+        if spec.dtype == "bf16":
+            raise UsageError(f"--lora {spec.text()}: {wl.name} trains in float32", hint="drop dtype=bf16")
+        return torch.float32
+    if spec.dtype == "bf16" or (spec.dtype == "auto" and torch.device(device).type == "cuda"):
+        return torch.bfloat16
+    return torch.float32
+
+
+def lr_factor(wl, step: int, steps: int) -> float:
+    """The workload's ramp for a fresh optimizer, over at most a third of this contribution's steps."""
+    warmup = getattr(wl, "optimizer_warmup", 0)
+    ramp = min(warmup, max(1, steps // 3)) if warmup else 0
+    return (step + 1) / ramp if step < ramp else 1.0
+
+
+def linear_names(model) -> list[str]:
+    """The model's linear layers (Linear, transformers' Conv1D) by module name: what ``targets`` can name."""
+    kinds = (torch.nn.Linear,)
+    try:
+        from transformers.pytorch_utils import Conv1D  # deferred: transformers (GPT-2's linear layers)
+
+        kinds += (Conv1D,)
+    except ImportError:  # charlm alone, without transformers: torch's Linear only
+        pass
+    return [n for n, m in model.named_modules() if isinstance(m, kinds)]
+
+
+def _factors(model, owner: dict[int, str], hint: str) -> dict:
+    """{target tensor: (A, B, scale)} from the peft model's adapters, in the delta file's convention."""
+    out = {}
+    for mod_name, m in model.named_modules():
+        if not isinstance(m, LoraLayer):
+            continue
+        if not isinstance(m, LoraLinear):
+            raise UsageError(f"LoRA target {mod_name!r} is a {type(m).__name__}; only linear layers are LoRA "
+                             f"targets", hint=hint)
+        tensor = owner.get(id(m.get_base_layer().weight))
+        if tensor is None:
+            raise UsageError(f"LoRA target {mod_name!r}: its weight is not one of the ledger's tensors (tied?)")
+        a = m.lora_A["default"].weight.detach().to("cpu", torch.float32).contiguous()
+        b = m.lora_B["default"].weight.detach().to("cpu", torch.float32).contiguous()
+        scale = float(m.scaling["default"])
+        out[tensor] = (b.t().contiguous(), a.t().contiguous(), scale) if m.fan_in_fan_out else (a, b, scale)
+    if not out:
+        raise UsageError("LoRA training found no target module", hint=hint)
+    return out
+
+
+def _hint(model) -> str:
+    names = linear_names(model)
+    shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+    return f"name the model's linear layers in --lora targets=NAME+NAME: {shown}"
+
+
+def _adapted(wl, model, spec: LoraSpec, seed: int):
+    """The peft model: adapters on ``spec``'s targets (the workload's default when none are named),
+    initialised from ``seed`` alone."""
+    targets = list(spec.targets) or (list(wl.LORA_TARGETS) if getattr(wl, "LORA_TARGETS", None) else None)
+    cfg = LoraConfig(r=spec.r, lora_alpha=spec.alpha or 2 * spec.r, lora_dropout=spec.dropout,
+                     target_modules=targets, bias="none")
+    try:
+        return get_peft_model(model, cfg)
+    except ValueError as exc:  # peft: target modules not found, or no default for this architecture
+        raise UsageError(f"--lora {spec.text()}: {str(exc).splitlines()[0][:200]}", hint=_hint(model)) from None
+
+
+def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, device: str = "cpu",
+               seed: int = 0, progress=None, proof=None) -> tuple[dict, dict]:
+    """({target tensor: (A, B, scale)}, summary) after ``steps`` AdamW steps on the adapters alone. ``proof``:
+    the hook that commits to the adapters' path or replays a segment of it (woolf/workloads/proof.py).
+
+    ``weights`` may be consumed by the workload's ``lora_model`` (the transformers workload casts it IN
+    PLACE to the compute dtype where it differs, and empties it when the model lives on another device:
+    the caller reads the version's weights again for the arithmetic of record, woolf/participant/lora.py)."""
+    gen = torch.Generator().manual_seed(seed)
+    batches = wl.lora_batches(data, gen)
+    dtype = compute_dtype(wl, spec, device)
+    names = set(weights)
+    torch.manual_seed(seed)  # the adapters' initialisation: from the seed (and a model built from it)
+    model = wl.lora_model(weights, device, dtype)
+    owner = {id(p): n for n, p in model.named_parameters(remove_duplicate=True) if n in names}
+    hint = _hint(model)
+    if spec.checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+        # activations recomputed in the backward pass: less memory, ~30% more compute
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = _adapted(wl, model, spec, seed)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=wl.lr, weight_decay=getattr(wl, "weight_decay", 0.0))
+    kind, accum = torch.device(device).type, getattr(wl, "grad_accum", 1)
+    first, last, _ = (proof.begin({n: p for n, p in model.named_parameters() if p.requires_grad}, opt, gen, 0,
+                                  steps, device) if proof else (0, steps, 0))
+    t0, losses = time.perf_counter(), []
+    for step in range(first + 1, last + 1):
+        for group in opt.param_groups:
+            group["lr"] = wl.lr_at(step - 1) * lr_factor(wl, step - 1, steps)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for _ in range(accum):
+            batch = tuple(t.to(device) for t in next(batches))
+            with torch.autocast(kind, dtype=dtype, enabled=dtype != torch.float32):
+                loss = wl.lora_loss(model, batch)
+            loss = loss / accum if accum > 1 else loss
+            loss.backward()
+            total += loss.item()
+            del loss  # not kept through the next micro-batch's forward pass
+        gnorm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        losses.append(total)
+        if proof:  # the loss as float32 bits: the same whether it was one micro-batch or a sum of several
+            proof.step(step, torch.tensor(total, dtype=torch.float32), gnorm)
+        if progress:
+            progress(step, steps, total)
+    secs = time.perf_counter() - t0
+    factors = _factors(model, owner, hint)
+    trainable = sum(p.numel() for p in params)
+    ckpt = hasattr(model.get_base_model(), "gradient_checkpointing_enable")
+    del model, opt, params
+    gc.collect()  # peft's wrappers hold cycles: the adapters and their moments go now, not later
+    lora = {"spec": spec.text(), "targets": len(factors), "trainable": trainable,
+            **({"checkpointing": spec.checkpointing} if ckpt else {}), "dtype": str(dtype).replace("torch.", "")}
+    return factors, train_summary(steps, secs, losses, steps * accum * wl.batch_size * wl.context, data,
+                                  optimizer="fresh (lora)", device=device, lora=lora)
