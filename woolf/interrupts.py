@@ -7,6 +7,7 @@ Usage:
     defer()                      # at process start: Ctrl-C only sets a flag ...
     check()                      # ... raised as KeyboardInterrupt here, at a safe point
     release()                    # back to Python's default (raises if one is pending)
+    announce(say)                # while deferred: the first Ctrl-C calls say() at once, a second aborts
 
 Deferral exists because a KeyboardInterrupt raised inside torch's own lazy imports
 is swallowed by torch, or leaves numpy half-imported (a RecursionError later):
@@ -18,11 +19,17 @@ then installs no KeyboardInterrupt; long-running commands restore it explicitly:
 validate) and `interruptible()` (validate --watch, demo) raise on it; a short command's
 `release()` puts "ignore" back, dropping a Ctrl-C that came while it started (so that
 `woolf train` in a backgrounded test run could not be stopped with SIGINT).
+
+A deferred Ctrl-C waits for the next safe point, which on a real model is the end of a step (a minute
+on a CPU): `announce` makes the first Ctrl-C say so at once ("stopping after this step, Ctrl-C again to
+abort"), the second raise KeyboardInterrupt where it lands, and a third end the process (130) in case
+the second landed where it is swallowed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 
@@ -50,8 +57,27 @@ _pending: list[int] = []
 _ignored: list[bool] = []  # whether SIGINT was ignored when this process first deferred it
 
 
+_notice: list = []  # announce(): what the first deferred Ctrl-C calls
+
+
 def _record(signum, frame):
     _pending.append(signum)
+    if not _notice or signum != signal.SIGINT:
+        return
+    count = _pending.count(signal.SIGINT)
+    if count == 1:
+        _notice[0]()
+    elif count == 2:
+        raise KeyboardInterrupt
+    else:
+        os.write(2, b"aborted\n")
+        os._exit(130)
+
+
+def announce(say) -> None:
+    """While Ctrl-C is deferred: the first one calls ``say()`` (what happens now), the second raises
+    KeyboardInterrupt at once, a third ends the process. ``announce(None)``: back to silent deferral."""
+    _notice[:] = [say] if say is not None else []
 
 
 def defer() -> None:

@@ -101,3 +101,68 @@ def test_check_pair_rules_name_the_tensor():
         with pytest.raises(ValueError, match=r"^tensor 'w': .*" + msg.replace("(", r"\(").replace(")", r"\)")
                            .replace("[", r"\[").replace("]", r"\]")):
             check_pair("w", kw["A"], kw["B"], kw["scale"], kw["shape"], kw["max_rank"])
+
+
+def test_a_rank_above_min_rows_cols_is_refused_it_would_be_expanded_for_nothing():
+    A, B = _pair(rows=8, cols=6, r=7)  # B·A is 8 x 6: rank 6 at most
+    with pytest.raises(ValueError) as err:
+        check_pair("w", A, B, 1.0, (8, 6), max_rank=256)
+    assert str(err.value) == ("tensor 'w': rank 7 is above min(rows, cols) = 6 of the target [8, 6]: its product "
+                              "has no higher rank, the rest is expanded for nothing (send rank 6 at most)")
+    A, B = _pair(rows=8, cols=6, r=6)
+    assert check_pair("w", A, B, 1.0, (8, 6), max_rank=256) == 6  # full rank: allowed
+    A, B = _pair(rows=8, cols=6, r=7)
+    assert check_pair("w", A, B, 1.0, (8, 6), max_rank=1 << 30, merged=True) == 7  # history reads as merged
+
+
+def test_the_expansion_budget_is_counted_from_shapes_and_ranks_and_refused_in_one_line():
+    from woolf.core.lora import check_cost, expansion_cost
+
+    llama7b = {f"{i}.{n}": (256, rows, cols) for i in range(32)
+               for n, (rows, cols) in {"q": (4096, 4096), "k": (4096, 4096), "v": (4096, 4096), "o": (4096, 4096),
+                                       "gate": (11008, 4096), "up": (11008, 4096), "down": (4096, 11008)}.items()}
+    assert expansion_cost(llama7b) == 256 * 32 * (4 * 4096 * 4096 + 3 * 11008 * 4096)
+    with pytest.raises(ValueError) as err:
+        check_cost(llama7b, 2e11)
+    assert str(err.value) == ("expanding its 224 targets at rank 256 is 1.7e12 multiply-adds, over "
+                              "limits.max_lora_expand 2e11: send a lower rank or fewer targets")
+    mixed = {"a": (4, 10, 10), "b": (16, 10, 10)}
+    with pytest.raises(ValueError, match=r"^expanding its 2 targets at ranks 4 to 16 is 2000 multiply-adds, over limits.max_lora_expand 1999:"):
+        check_cost(mixed, 1999)
+    assert check_cost(mixed, 2000) == 2000  # at the budget: allowed
+
+
+def test_the_most_factor_bytes_within_a_budget_fill_the_cheapest_targets_first():
+    from woolf.core.lora import most_factor_bytes
+
+    # (4, 100): 416 bytes per rank for 400 multiply-adds; (20, 20): 160 bytes for 400
+    assert most_factor_bytes([(20, 20), (4, 100)], 256, 400 * 3) == 4 * 416 / 4 * 3  # rank 3 of the thin one
+    assert most_factor_bytes([(20, 20), (4, 100)], 256, 400 * 6) == 4 * 416 + 2 * 160  # its full rank 4, then 2
+    assert most_factor_bytes([(20, 20), (4, 100)], 2, float("inf")) == 2 * 416 + 2 * 160  # max_lora_rank 2
+
+
+def test_products_compared_in_factor_space_match_the_expansion():
+    from woolf.core.lora import product_dot, product_norm2
+
+    A, B = _pair(rows=64, cols=48, r=5, seed=8)
+    X = torch.randn(64, 48, generator=torch.Generator().manual_seed(2))
+    d = expand(A, B, 0.75).double()
+    assert abs(product_dot(X, A, B, 0.75) - float((X.double() * d).sum())) < 1e-9
+    assert abs(product_norm2(A, B, 0.75) - float((d * d).sum())) < 1e-9 * float((d * d).sum())
+
+
+def test_the_expansion_is_the_old_two_pass_loop_bit_for_bit():
+    """expand accumulates with one addcmul per k (the exact product, one rounding): the bits of the
+    product-then-add loop it replaced, for float32 and bfloat16 factors, subnormal products included."""
+    def two_pass(A, B, scale):
+        a, b = A.to(torch.float64), B.to(torch.float64)
+        acc = torch.zeros((B.shape[0], A.shape[1]), dtype=torch.float64)
+        for k in range(A.shape[0]):
+            acc.add_(b[:, k:k + 1] * a[k:k + 1, :])
+        return (acc * float(scale)).to(torch.float32)
+
+    for dtype, tiny in ((torch.float32, 1.0), (torch.bfloat16, 1.0), (torch.float32, 1e-22)):
+        A, B = _pair(rows=70, cols=300, r=9, seed=5, dtype=dtype)
+        A = (A.float() * tiny).to(dtype)
+        got, want = expand(A, B, 0.3), two_pass(A, B, 0.3)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))

@@ -139,8 +139,9 @@ def test_lora_train_submit_validate_audit_rebuild_and_every_check(tmp_path, wide
 
 
 def test_lora_rejections_before_any_arithmetic_and_the_queue_goes_on(tmp_path, gpt2_dir):  # noqa: F811
+    # c_attn of the width-32 GPT-2 is 32 x 96: rank 2 is 6,144 multiply-adds to expand, rank 4 12,288
     net = hf_network(tmp_path, gpt2_dir, **{"limits.max_lora_rank": "4", "scoring.uniqueness": "off",
-                                           "scoring.min_effect": "0"})
+                                           "scoring.min_effect": "0", "limits.max_lora_expand": "9216"})
     alice, val = net.clone("alice"), net.clone("val")
     spec = read_spec(alice.weights_path(alice.show(0)), alice.config.limits)
     name = "transformer.h.0.attn.c_attn.weight"
@@ -154,6 +155,7 @@ def test_lora_rejections_before_any_arithmetic_and_the_queue_goes_on(tmp_path, g
         "shape": {**good, f"{name}.lora_A": torch.randn(2, cols + 1)},
         "target": {k.replace("h.0.attn", "h.9.attn"): v for k, v in good.items()},
         "rank": {**good, f"{name}.lora_A": torch.randn(5, cols), f"{name}.lora_B": torch.randn(rows, 5)},
+        "budget": {**good, f"{name}.lora_A": torch.randn(4, cols), f"{name}.lora_B": torch.randn(rows, 4)},
         "scale": {**good, f"{name}.lora_scale": torch.tensor([float("inf")])},
         "dtype": {**good, f"{name}.lora_B": B.double()},
     }
@@ -162,6 +164,8 @@ def test_lora_rejections_before_any_arithmetic_and_the_queue_goes_on(tmp_path, g
     verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
     want = {"half": "half a factor pair", "shape": "do not match the target",
             "target": "a LoRA target naming no tensor of the model", "rank": "above limits.max_lora_rank 4",
+            "budget": "delta: expanding its 1 target at rank 4 is 1.2e4 multiply-adds, over limits.max_lora_expand "
+                      "9.2e3: send a lower rank or fewer targets",
             "scale": "LoRA scale inf is not in", "dtype": "factor B is float64"}
     for why, pr in sent.items():
         v = verdicts[pr]

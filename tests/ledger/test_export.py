@@ -58,3 +58,43 @@ def test_a_bf16_ledger_exports_in_bf16_and_loads_with_transformers(tmp_path):
     tok = AutoTokenizer.from_pretrained(out, local_files_only=True)
     ids = tok("import os", return_tensors="pt").input_ids
     assert model.generate(ids, max_new_tokens=4, do_sample=False).shape[1] == ids.shape[1] + 4
+
+
+def test_a_bf16_ledgers_export_after_small_merges_keeps_them_or_says_what_it_loses(tmp_path, cli):
+    """Small fine-tuning updates on float32 masters are below half a bf16 ulp: an export cast to the
+    checkpoint's bf16 equalled genesis. The default writes the masters' float32 then, and an export
+    asked in bf16 says how much of the merged update survives."""
+    pytest.importorskip("transformers")
+    from tests.workloads.test_hf import hf_network, tiny
+    from woolf.validator import Validator
+
+    net = hf_network(tmp_path / "net", tiny.make_tiny_model(tmp_path / "m", dtype="bfloat16"),
+                     **{"workload.params.lr": "0.00001"})  # a fine-tune's small steps
+    alice, val = net.clone("alice"), net.clone("val")
+    for seed in (0, 1):
+        net.train_submit(alice, "alice", steps=2, seed=seed)
+        assert [v.state for v in Validator(val, device="cpu").run()] == ["merged"]
+        alice.pull()
+    val.pull()
+    masters = load_file(val.weights_path(val.show(2)))
+    genesis = load_file(val.weights_path(val.show(0)))
+    changed = sum(int((masters[k] != genesis[k]).sum()) for k in masters)
+    assert changed > 0
+
+    r = cli("export", "2", str(tmp_path / "out"), cwd=val.root)
+    assert r.returncode == 0, r.stderr
+    exported = load_file(tmp_path / "out" / "model.safetensors")
+    assert all(torch.equal(exported[k], masters[k]) for k in masters)  # every merged update preserved
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["dtype"] == "float32"
+    record = json.loads((tmp_path / "out" / "woolf-export.json").read_text())
+    p = record["precision"]
+    assert p["chose"] == "masters" and p["changed"] == changed and p["share"] < 0.9
+    assert "wrote float32, the ledger's master weights: bfloat16" in r.stderr and f"{changed:,} elements" in r.stderr
+
+    r = cli("export", "2", str(tmp_path / "half"), "--dtype", "bfloat16", cwd=val.root)
+    assert r.returncode == 0, r.stderr
+    half = load_file(tmp_path / "half" / "model.safetensors")
+    kept = sum(int((half[k] != genesis[k].to(torch.bfloat16)).sum()) for k in half)
+    assert kept == p["kept"] < changed  # what the message counts is what the file holds
+    assert f"note: bfloat16 keeps {kept / changed:.1%} of the {changed:,} elements" in r.stderr
+    assert "`--dtype float32` keeps all" in r.stderr, r.stderr

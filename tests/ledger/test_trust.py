@@ -259,3 +259,16 @@ def test_a_blank_training_command_on_an_unsigned_ledger_is_refused_clearly(make_
     assert led.config.workload.command == "   "
     with pytest.raises(UsageError, match="the ledger is unsigned"):
         require_command_trust(led, led.head())
+
+
+def test_a_validator_is_named_by_its_signer_not_host_and_pid(network, cli):
+    from woolf.ledger.trust import signer_name
+
+    alice, val = network.clone("alice"), network.clone("val")
+    assert signer_name(val) == "val" and signer_name(network.clone("nokey", key="nobody")) is None
+    network.train_submit(alice, "alice", steps=2)
+    r = cli("validate", cwd=val.root)
+    assert r.returncode == 0, r.stderr
+    pr = alice.git.out("for-each-ref", "--format=%(refname)", "refs/woolf/pr").split()[0].split("/")[3]
+    r = cli("pr", "show", pr, cwd=alice.root)
+    assert "validator val" in " ".join(r.stdout.split()), r.stdout

@@ -237,3 +237,43 @@ def test_slow_url_deltas_neither_block_nor_crowd_the_original_out_of_the_copy_ch
         verdicts[stolen].reason
     assert verdicts[honest].accepted, verdicts[honest].reason
     assert hits <= 4 + 4, hits  # each slow URL tried once by the copy check and at most once as itself
+
+
+def test_a_lora_pr_is_expanded_once_however_many_later_prs_are_compared_with_it(make_net, monkeypatch):
+    """Each exact comparison with an earlier LoRA PR expanded its every target again (O(r·rows·cols) each):
+    a PR that many later PRs resemble cost the validator one expansion per comparison. They are compared
+    in factor space (core/scores.py similarity): its own judgment expands it once, and nothing after."""
+    import hashlib
+
+    import woolf.storage.kinds.lora_file as lora_mod
+    from woolf.core.lora import expand
+    from woolf.forges import forge_for
+    from woolf.ledger.submission import SubmitDeltaOptions, submit_delta
+    from woolf.storage.kinds.lora_file import LoraFile
+    from woolf.storage.weights import spec_of
+
+    net = make_net(**{"delta.accept": '["dense", "topk", "lora"]', "policy.min_improvement": "-10",
+                      "scoring.uniqueness": "off", "scoring.min_effect": "0"})
+    val = net.clone("val")
+    spec = spec_of(val.load_weights(val.show(0)))
+    targets = sorted(n for n, (dt, shape) in spec.items() if n.startswith("blocks") and len(shape) == 2)
+    g = torch.Generator().manual_seed(0)
+    factors = {t: (0.05 * torch.randn(4, spec[t][1][1], generator=g), 0.05 * torch.randn(spec[t][1][0], 4, generator=g),
+                   2.0) for t in targets}
+
+    def send(who, pairs):
+        led = net.clone(who)
+        f = LoraFile(pairs, spec, led.config.limits.max_lora_rank)
+        return submit_delta(led, f, led.show(0), SubmitDeltaOptions(who=who, the_forge=forge_for(led, None)))["id"]
+
+    original = send("alice", factors)
+    copies = [send(who, {t: (A * c, B / c + 1e-5 * torch.randn(B.shape, generator=g), s)  # other bytes, cosine ~1
+                         for t, (A, B, s) in factors.items()}) for who, c in (("bob", 3.0), ("carol", 5.0))]
+    fingerprint = lambda A: hashlib.sha256(A.contiguous().numpy().tobytes()).hexdigest()  # noqa: E731
+    expanded = []
+    monkeypatch.setattr(lora_mod, "expand", lambda A, B, s: expanded.append(fingerprint(A)) or expand(A, B, s))
+    verdicts = {v.id: v for v in Validator(val, device="cpu").run()}
+    assert verdicts[original].state == "merged", verdicts[original].reason
+    for pr in copies:
+        assert verdicts[pr].reason.startswith("a copy of merged PR " + original), verdicts[pr].reason
+    assert len(targets) == 4 and [expanded.count(fingerprint(A)) for A, _, _ in factors.values()] == [1] * 4

@@ -37,6 +37,7 @@ from woolf.protocol.rules.submitter import contributor_in_id
 from woolf.protocol.signatures import role_problem, signatures
 from woolf.protocol.signers import Signers, signers_text
 from woolf.protocol.trailers import int_field, parse_message
+from woolf.workloads.features import BIND, features_of
 
 REL_TOL = 1e-4  # evaluation on another machine may differ in the last bits
 
@@ -160,6 +161,8 @@ def _reevaluate(ledger, report, versions) -> None:
         try:
             cfg = parse_config((ledger.git.show_bytes(f"{v.parents[0]}:{layout.CONFIG}") or b"").decode())
             wl = load_workload(cfg.workload)
+            if BIND in features_of(wl):  # its model files, as that config pinned them (the transformers workload)
+                wl.bind(lambda rel, at=v.parents[0]: ledger.git.show_bytes(f"{at}:{rel}"))
             if cfg.benchmark.hidden_sha256:  # the validators' private set: only with a copy at hand
                 if not os.environ.get(HIDDEN_ENV):
                     continue

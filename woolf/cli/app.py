@@ -191,3 +191,26 @@ def key_values(items, flag: str = "--set") -> dict[str, str]:
             raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
         out[key.strip()] = value.strip()
     return out
+
+
+def _num(x) -> str:
+    return f"{x:.3g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "?"
+
+
+def retrain_text(record) -> str | None:
+    """A verdict's re-training record (its Woolf-Retrain trailer) in words: "retrain: matched (distance 0 <=
+    tolerance 0.02)", "retrain: unverifiable (private data ...)", "retrain: not drawn (draw 0.53)"; None when
+    the validator did not consider re-training. Attacker-influenced text: the caller prints it as plain text."""
+    if not isinstance(record, dict) or not isinstance(record.get("retrain"), str):
+        return None
+    what = record["retrain"][:40]
+    if what == "unverifiable":
+        detail = str(record.get("why", ""))[:200]
+    elif what == "not drawn":
+        detail = f"draw {_num(record.get('draw'))}"
+    elif "distance" in record:
+        sign = "<=" if what == "matched" else ">"
+        detail = f"distance {_num(record.get('distance'))} {sign} tolerance {_num(record.get('tolerance'))}"
+    else:
+        detail = f"{_num(record['seconds'])} s" if "seconds" in record else ""
+    return f"retrain: {what}" + (f" ({detail})" if detail else "")

@@ -83,6 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
+    except OSError as exc:
+        if exc.filename is None:  # not a path's problem: a bug, with its traceback
+            raise
+        # a path the user gave (or one under it) that the system refuses: a read-only directory, a path
+        # under a file, a full disk. One line, as any bad input gets; the command's own checks name more
+        where = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "")
+        click.secho(f"error: {exc.strerror or exc}: {where}", fg="red", err=True)
+        click.echo("  hint: check the path: it must be in a directory you can write, not under a file", err=True)
+        return 1
     return rv if isinstance(rv, int) else 0  # ctx.exit(N) in a command (an interrupted demo: 130)
 
 

@@ -12,7 +12,10 @@ Usage:
 
 A delta is compared tensor by tensor in float32: the whole-delta cosine catches
 scaled and noised copies (and, by its sign, negations); the share of the delta's
-squared norm carried by tensors that are each a copy catches partial copies.
+squared norm carried by tensors that are each a copy catches partial copies. A tensor
+the other delta holds as LoRA factors (its ``pair(name)``: storage/kinds/lora_file.py)
+is compared in factor space, in float64 (core/lora.py product_dot, product_norm2): its
+product is never expanded, whoever compares with it and however often.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from woolf.core.lora import product_dot, product_norm2
 from woolf.core.scale import f32
 from woolf.protocol.recipe import RETRAIN_PREFIX
 
@@ -40,19 +44,35 @@ class Similarity:
 def similarity(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], threshold: float,
                dtype: torch.dtype = torch.float32) -> Similarity:
     """Cosine of the whole deltas and the copied share, tensor by tensor in ``dtype`` (float64 for
-    sketches: core/sketch.py)."""
+    sketches: core/sketch.py); ``b``'s LoRA targets in factor space (module docstring)."""
     dot = na = nb = copied = 0.0
+    pairs = getattr(b, "pair", None)
     for name in sorted(set(a) & set(b)):
-        x, y = (t.detach().to(dtype).reshape(-1) for t in (a[name], b[name]))
-        if x.numel() != y.numel() or not a[name].is_floating_point():
+        terms = _terms(a[name], b, name, dtype, pairs(name) if pairs is not None else None)
+        if terms is None:
             continue
-        d, xx, yy = float(x @ y), float(x @ x), float(y @ y)
+        d, xx, yy = terms
         dot, na, nb = dot + d, na + xx, nb + yy
         if xx > 0 and yy > 0 and abs(d) / math.sqrt(xx * yy) >= threshold:
             copied += xx
     if na <= 0 or nb <= 0 or not math.isfinite(dot + na + nb):
         return Similarity(0.0, 0.0)
     return Similarity(dot / math.sqrt(na * nb), copied / na)
+
+
+def _terms(t: torch.Tensor, b, name: str, dtype: torch.dtype, pair) -> tuple[float, float, float] | None:
+    """(<t, b[name]>, |t|², |b[name]|²); None when the tensors are not compared. ``pair``: b's
+    (A, B, scale) of that tensor, its product never formed."""
+    if pair is not None:
+        A, B, scale = pair
+        if not t.is_floating_point() or tuple(t.shape) != (B.shape[0], A.shape[1]):
+            return None
+        x = t.detach().to(dtype).reshape(-1)
+        return product_dot(t, A, B, scale), float(x @ x), product_norm2(A, B, scale)
+    x, y = (u.detach().to(dtype).reshape(-1) for u in (t, b[name]))
+    if x.numel() != y.numel() or not t.is_floating_point():
+        return None
+    return float(x @ y), float(x @ x), float(y @ y)
 
 
 def clip_delta(delta: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:

@@ -3,6 +3,7 @@
 Usage:
     refs = reference_losses(ledger, ["p1", "p2", "p3"], rounds=8, steps=30)
     refs.alone_loss, refs.alone_loss_mean, refs.parallel_loss, refs.baseline_loss
+    noise, n = margin_noise(window_losses(wl, final, bench), refs.alone_windows[best])  # 2 s.e., windows
 
 - **alone**: each participant trains by itself with the same code, its own
   shards (those it would be given at versions 0..rounds-1) and the same steps it
@@ -20,6 +21,12 @@ Usage:
   in sequence.
 
 The runs are independent, so they run in up to ``jobs`` processes at once.
+
+Whether a margin means anything: the ledger and the best participant alone are scored on the same
+benchmark windows, so the margin's benchmark noise is two standard errors of the per-window loss
+difference (``margin_noise``). A "joining paid" by 0.0016 was printed as a win with nothing to say that
+the benchmark cannot tell 0.0016 apart; the summary now says so. (Seed-to-seed variation is another,
+larger noise: benchmarks/RESULTS.md §4 measures it over runs.)
 """
 
 from __future__ import annotations
@@ -43,6 +50,36 @@ class References:
     alone_loss_mean: float | None = None
     parallel_loss: float | None = None  # None: the workload has no data-parallel trainer
     baseline_loss: float | None = None  # centralized, sequential
+    alone_windows: dict[str, list[float]] = field(default_factory=dict)  # per benchmark window, for the noise
+
+
+@torch.no_grad()
+def window_losses(wl, weights: dict, bench: bytes) -> list[float] | None:
+    """The loss of each benchmark window, windowed as the workload evaluates (charlm's bytes; None for a
+    workload without a byte-level model): their mean is the benchmark loss."""
+    if not hasattr(wl, "load_model") or not hasattr(wl, "context"):
+        return None
+    model = wl.load_model(weights, "cpu").eval()
+    data = torch.frombuffer(bytearray(bench), dtype=torch.uint8).long()
+    n = (len(data) - 1) // wl.context
+    x = data[: n * wl.context].view(n, wl.context)
+    y = data[1 : n * wl.context + 1].view(n, wl.context)
+    out: list[float] = []
+    for i in range(0, n, 256):
+        logits = model(x[i : i + 256]).float()
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[i : i + 256].reshape(-1),
+                                                 reduction="none").view(-1, wl.context).mean(dim=1)
+        out += loss.tolist()
+    return out
+
+
+def margin_noise(a: list[float] | None, b: list[float] | None) -> tuple[float | None, int]:
+    """Two standard errors of the mean per-window difference of two models scored on the same windows
+    (None when either is unknown or there are fewer than two windows), and the number of windows."""
+    if not a or not b or len(a) != len(b) or len(a) < 2:
+        return None, 0
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    return 2 * statistics.stdev(diffs) / len(diffs) ** 0.5, len(diffs)
 
 
 def shards_of(wl, name: str, rounds: int) -> TrainData:
@@ -66,7 +103,7 @@ def alone_lora(wl, genesis: dict, data: TrainData, rounds: int, steps: int, devi
     return weights
 
 
-def _run(task: tuple) -> tuple[str, float | None]:
+def _run(task: tuple) -> tuple[str, float | None, list[float] | None]:
     kind, name, workload_cfg, genesis, bench, names, rounds, steps, device = task
     torch.set_num_threads(1)
     wl = load_workload(workload_cfg)
@@ -76,7 +113,7 @@ def _run(task: tuple) -> tuple[str, float | None]:
         weights, _ = wl.train(genesis, shards_of(wl, name, rounds), rounds * steps, device=device, seed=0)
     elif kind == "parallel":
         if DATA_PARALLEL not in features_of(wl):
-            return kind, None
+            return kind, None, None
         weights = wl.train_data_parallel(genesis, [shards_of(wl, n, rounds) for n in names],
                                          rounds * steps, device=device)
     else:
@@ -88,7 +125,21 @@ def _run(task: tuple) -> tuple[str, float | None]:
                 files += shard.files
         weights, _ = wl.train(genesis, TrainData(texts, "centralized", files), len(names) * rounds * steps,
                               device=device, seed=0)
-    return f"{kind}:{name}", wl.evaluate(weights, bench, device)["loss"]
+    windows = window_losses(wl, weights, bench) if kind == "alone" else None
+    return f"{kind}:{name}", wl.evaluate(weights, bench, device)["loss"], windows
+
+
+class _Serial:
+    """``jobs=1``: the pool's map, in this process."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def map(self, fn, items):
+        return map(fn, items)
 
 
 def reference_losses(ledger, names: list[str], rounds: int, steps: int, device: str = "cpu",
@@ -100,19 +151,14 @@ def reference_losses(ledger, names: list[str], rounds: int, steps: int, device: 
              ("parallel", "", wcfg, genesis, bench, names, rounds, steps, device)]
     tasks += [("alone", n, wcfg, genesis, bench, names, rounds, steps, device) for n in names]
     results: dict[str, float | None] = {}
-    if jobs <= 1:
-        for t in tasks:
-            key, loss = _run(t)
+    refs = References()
+    with ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else _Serial() as pool:
+        for key, loss, windows in pool.map(_run, tasks):
             results[key] = loss
+            if windows is not None:
+                refs.alone_windows[key.split(":", 1)[1]] = windows
             if progress:
                 progress(key, len(results), len(tasks))
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for key, loss in pool.map(_run, tasks):
-                results[key] = loss
-                if progress:
-                    progress(key, len(results), len(tasks))
-    refs = References()
     refs.alone_losses = {k.split(":", 1)[1]: v for k, v in results.items() if k.startswith("alone:")}
     if refs.alone_losses:
         refs.alone_loss = min(refs.alone_losses.values())

@@ -47,6 +47,8 @@ class DemoResult:
     alone_loss: float | None = None  # the best participant training alone, same steps
     alone_loss_mean: float | None = None
     alone_losses: dict = field(default_factory=dict)
+    margin_noise: float | None = None  # 2 s.e. of the per-window loss difference, ledger vs best alone
+    margin_windows: int = 0  # the benchmark windows that noise is over
     parallel_loss: float | None = None  # synchronous data parallel, same workers and steps
     baseline_loss: float | None = None  # centralized: one worker, all the steps in sequence
     total_steps: int = 0

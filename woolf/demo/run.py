@@ -29,7 +29,7 @@ from woolf.demo.hub import create_hub
 from woolf.demo.kinds import parse_kinds
 from woolf.demo.live import LiveView, snapshot
 from woolf.demo.lora import contribution_words, demo_lora, lora_facts, lora_settings
-from woolf.demo.references import reference_losses
+from woolf.demo.references import margin_noise, reference_losses, window_losses
 from woolf.demo.regimes import DEFAULT as DEFAULT_REGIME
 from woolf.demo.regimes import REGIMES, prepare_regime
 from woolf.demo.result import DemoResult, judge_validators, outcomes
@@ -211,6 +211,7 @@ def run_demo(root: Path, options: DemoOptions | None = None) -> DemoResult:
             result.alone_losses, result.alone_loss = refs.alone_losses, refs.alone_loss
             result.alone_loss_mean, result.parallel_loss = refs.alone_loss_mean, refs.parallel_loss
             result.baseline_loss = refs.baseline_loss
+            result.margin_noise, result.margin_windows = _margin_noise(observer, refs)
         except KeyboardInterrupt:
             result.interrupted = True
             console.print("[yellow]interrupted: reference runs stopped[/]")
@@ -244,3 +245,13 @@ def _check_lora(lora: str | None, overrides: dict[str, str]) -> str:
         return "+".join(spec.targets)
     default = getattr(wl, "LORA_TARGETS", None)  # workloads/lora.py: None, peft's default for the architecture
     return "+".join(default) if default else "the workload's default targets"
+
+
+def _margin_noise(observer, refs) -> tuple[float | None, int]:
+    """The benchmark noise of the ledger's margin over the best participant alone (demo/references.py)."""
+    if not refs.alone_losses:
+        return None, 0
+    best = min(refs.alone_losses, key=refs.alone_losses.get)
+    wl = observer.workload()
+    final = window_losses(wl, observer.load_weights(observer.head()), gate_benchmark(observer))
+    return margin_noise(final, refs.alone_windows.get(best))

@@ -53,6 +53,7 @@ class PullRequest:
     received: int | None = None  # unix time this clone first saw the PR (local forge; the queue order)
     receipt: tuple | None = None  # (receipt number, position): the hub's own receive order (local forge)
     submission: dict | None = field(default=None, repr=False)  # submission.json as read
+    retrain: dict | None = None  # the verdict's Woolf-Retrain: re-trained from its recipe? matched? (or why not)
 
     def queue_key(self) -> tuple:
         """Queue order: when the forge received the PR (its number, or first sight; PRs first seen in one

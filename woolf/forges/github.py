@@ -164,6 +164,8 @@ class GitHubForge(Forge):
                 pr.metrics_before, pr.metrics_after = rec.get("Woolf-Metrics-Before"), rec.get("Woolf-Metrics-After")
                 pr.version, pr.validator = rec.get("Woolf-Version"), rec.get("Woolf-Validator")
                 pr.timings = rec.get("Woolf-Timings")
+                retrain = rec.get("Woolf-Retrain")
+                pr.retrain = retrain if isinstance(retrain, dict) else None
                 return
 
     # -- writing ---------------------------------------------------------------

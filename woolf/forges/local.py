@@ -281,4 +281,6 @@ class LocalForge(Forge):
         pr.metrics_after = json_field(f, "Woolf-Metrics-After")
         pr.timings = json_field(f, "Woolf-Timings")
         pr.validator = f.get("Woolf-Validator")
+        retrain = json_field(f, "Woolf-Retrain")
+        pr.retrain = retrain if isinstance(retrain, dict) else None
         return pr

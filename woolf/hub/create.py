@@ -82,8 +82,12 @@ def install_hook(hub: Path, max_push_bytes: int | None = None) -> Path:
 def init_hub(path: Path, source: Path | str, max_push_bytes: int | None = None) -> dict:
     """A bare hub cloned from the ledger at ``source`` (main only), with the hook installed."""
     path = Path(path).resolve()
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path} exists and is a file", hint="choose a new path for the hub")
     if path.exists() and any(path.iterdir()):
         raise UsageError(f"{path} exists and is not empty", hint="choose a new path for the hub")
+    if Path(str(source)).exists() and not Path(str(source)).is_dir():
+        raise UsageError(f"--from {source} is a file, not a ledger", hint="give the directory `woolf init` made")
     src = Git(Path(source).resolve()) if Path(str(source)).exists() else None
     if src is not None and src.show_bytes(f"{layout.MAIN}:{layout.CONFIG}") is None:
         raise UsageError(f"{source} holds no ledger (no {layout.CONFIG} on main)",

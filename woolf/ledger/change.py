@@ -15,7 +15,7 @@ use a config only when its last change verifies.
 
 from __future__ import annotations
 
-from woolf.errors import UsageError
+from woolf.errors import ConfigError, UsageError
 from woolf.protocol import layout
 from woolf.protocol.config import parse_config
 from woolf.protocol.config_text import apply_overrides, render_config
@@ -52,7 +52,11 @@ def set_config(ledger, overrides: dict[str, str], reason: str = ""):
     if cfg.workload.name != new.name or cfg.workload.params != new.params:
         from woolf.workloads.base import load_workload  # deferred: loads torch
 
-        load_workload(cfg.workload)  # refuse a workload that does not load here
+        try:
+            load_workload(cfg.workload)  # refuse a workload that does not load here
+        except ConfigError as exc:  # the value came from this command, not from a config file on disk
+            raise ConfigError(f"woolf config set: {exc.message.removeprefix('ledger/woolf.toml: ')}",
+                              hint=exc.hint) from None
     reason = reason or "set " + ", ".join(f"{k}={v}" for k, v in overrides.items())
     return _commit_change(ledger, "config", {layout.CONFIG: render_config(cfg).encode()}, reason)
 

@@ -36,7 +36,7 @@ from woolf.protocol.layout import CONTRIBUTOR
 from woolf.protocol.signers import SIGNERS_PATH, Signers, signer_line
 from woolf.protocol.trailers import format_message
 from woolf.storage.dvcstore import DvcStore, init_dvc
-from woolf.storage.files import hashes_of_file
+from woolf.storage.files import hashes_of_file, make_dir
 from woolf.storage.kinds import LORA
 
 
@@ -92,6 +92,30 @@ def _pretrained_defaults(cfg, wl, overrides: dict) -> bool:
     return bool(added)
 
 
+MAX_BENCHMARK = 64 << 20  # a benchmark lives in git and is read whole by every evaluation
+
+
+def _benchmark_text(path: Path) -> bytes:
+    """`woolf init --benchmark FILE`: the file's bytes, refused in one line when they cannot be a text
+    benchmark (unreadable, empty, over MAX_BENCHMARK, or not UTF-8 text)."""
+    try:
+        size = Path(path).stat().st_size
+        if size > MAX_BENCHMARK:
+            raise UsageError(f"--benchmark {path}: {size} bytes, over {MAX_BENCHMARK >> 20} MiB",
+                             hint="a benchmark is committed to git and evaluated whole: use a sample of it")
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--benchmark {path}: cannot read it ({exc.strerror})") from None
+    if not data.strip():
+        raise UsageError(f"--benchmark {path}: the file is empty", hint="give the text the gate should score")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--benchmark {path}: not UTF-8 text (byte {exc.start})",
+                         hint="a benchmark is the text a model is scored on") from None
+    return data
+
+
 @dataclass(frozen=True)
 class CreateOptions:
     """What the new ledger is; each field is the keyword `create_ledger` takes, same default."""
@@ -107,6 +131,8 @@ class CreateOptions:
     signer: str | None = None  # the creator's name in allowed_signers; None: the key's comment
     extra_signers: list[str] | tuple[str, ...] = ()  # more allowed_signers lines
     woolf_source: str | None = None  # where ci/install.sh installs GoodWoolf from; None: detected
+    benchmark: Path | None = None  # the public benchmark's text (the gate's, unless a hidden one is set);
+    # None: the workload's own (the built-ins: held-out Python standard library sources)
 
 
 def _check_target(path: Path) -> None:
@@ -133,6 +159,18 @@ def _new_config(path: Path, o: CreateOptions) -> LedgerConfig:
     if o.alpha is not None:
         cfg.merge.alpha_base = o.alpha
     return apply_overrides(cfg, o.overrides or {})
+
+
+def _workload_for_init(cfg, o: CreateOptions):
+    """The new ledger's workload; a param it refuses is the option's (`--set workload.params.lr=abc`), not
+    a config file's the user has not seen yet (the error said "ledger/woolf.toml: ...")."""
+    from woolf.workloads.base import load_workload  # deferred: loads torch
+
+    try:
+        return load_workload(cfg.workload)
+    except ConfigError as exc:
+        text = exc.message.removeprefix("ledger/woolf.toml: ")
+        raise UsageError(f"--set {text}" if text.startswith("workload.params") else text, hint=exc.hint) from None
 
 
 def create_ledger(path: Path, options: CreateOptions | None = None) -> None:
@@ -169,12 +207,12 @@ def create_ledger(path: Path, options: CreateOptions | None = None) -> None:
     elif weights is not None and Path(weights).is_dir():
         raise UsageError(f"--weights {weights} is a directory", hint="a Hugging Face model directory needs "
                          "--workload transformers; other workloads take one .safetensors file")
-    wl = load_workload(cfg.workload)
+    wl = _workload_for_init(cfg, o)
     if weights is not None and _pretrained_defaults(cfg, wl, o.overrides or {}):
         wl = load_workload(cfg.workload)
     if model_files:
         wl.bind(model_files.get)
-    bench = wl.benchmark_bytes()
+    bench = _benchmark_text(o.benchmark) if o.benchmark is not None else wl.benchmark_bytes()
     cfg.benchmark.sha256 = hashlib.sha256(bench).hexdigest()
     if model_files:  # float32 masters for a bf16/fp16 checkpoint, unless the config asks otherwise
         genesis = imported.as_dtype(wl.dtype)
@@ -189,7 +227,7 @@ def create_ledger(path: Path, options: CreateOptions | None = None) -> None:
     if "limits.max_delta_bytes" not in (o.overrides or {}):  # a dense delta is the model's size
         cfg.limits.max_delta_bytes = max(cfg.limits.max_delta_bytes, delta_bytes_needed(genesis))
 
-    path.mkdir(parents=True, exist_ok=True)
+    make_dir(path, "PATH")
     try:
         git, store = Git(path), DvcStore(path)
         git.run("init", "-q", "-b", "main")

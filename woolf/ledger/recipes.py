@@ -21,6 +21,7 @@ from woolf.protocol.layout import META_MAX_BYTES, META_MAX_DEPTH
 from woolf.protocol.recipe import FRESH, make_recipe, shard_data
 from woolf.protocol.safejson import loads_untrusted
 from woolf.protocol.trailers import json_field, parse_message
+from woolf.protocol.versions import read_versions
 
 
 def version_recipe(ledger, v) -> dict:
@@ -48,8 +49,13 @@ def libraries() -> dict:
 
 
 def global_step(ledger, base) -> int:
-    """The ledger's progress `woolf train` gives a workload's LR schedule at ``base`` (features.GLOBAL_STEP)."""
-    return base.version * ledger.config.workload.steps
+    """The ledger's progress `woolf train` gives a workload's LR schedule at ``base`` (features.GLOBAL_STEP):
+    ``workload.steps`` per merge up to ``base``. A maintainer's change version (`woolf config set`,
+    `woolf signers add`) trains nothing, so it does not advance the schedule."""
+    if base.version == 0:
+        return 0
+    merges = sum(1 for v in read_versions(ledger.git, base.commit) if v.version > 0 and v.change is None)
+    return merges * ledger.config.workload.steps
 
 
 def fresh_recipe(ledger, base, owner: str, steps: int, seed: int, seconds: float | None = None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,26 @@ from woolf.storage.kinds import DENSE, kind_for
 from woolf.storage.streamdelta import StreamedDelta, ZeroDelta
 from woolf.timing import Timer
 
+# a place on the submitter's machine: an absolute path, a home-relative one, a drive letter, a file: URL;
+# at the start of a value or after a separator (a shard label "domain 1/3:alice@v0" is none)
+_PLACE = re.compile(r"(?:^|[\s'\"=:(,\[])(?:/[^\s/]|~[/\\]|[A-Za-z]:[\\/]|file:)")
+MAX_PUBLIC_DEPTH = 8
+
+
+def public(value, depth: int = 0):
+    """``value`` (a training summary, as a workload or an external command wrote it) as a PR publishes it:
+    every string that names a place on the submitter's machine is "private". A PR's objects are public
+    for good (git keeps history); nothing in them may say where a participant keeps its files."""
+    if isinstance(value, str):
+        return "private" if _PLACE.search(value) else value
+    if depth >= MAX_PUBLIC_DEPTH:
+        return None
+    if isinstance(value, dict):
+        return {k: public(v, depth + 1) for k, v in value.items() if not _PLACE.search(str(k))}
+    if isinstance(value, (list, tuple)):
+        return [public(v, depth + 1) for v in value]
+    return value
+
 
 def check_delta(delta: dict, zeros: str, hint: str | None = None) -> None:
     """NaN/Inf or all zeros are refused; one norm per tensor proves both (woolf/core/finite.py)."""
@@ -39,6 +60,15 @@ def check_delta(delta: dict, zeros: str, hint: str | None = None) -> None:
         raise InvalidWeightsError(f"delta: tensor {bad!r} holds NaN or Inf values")
     if not nonzero:
         raise InvalidWeightsError(zeros, hint=hint)
+
+
+def _public_recipe(recipe: dict) -> dict:
+    """The recipe without a local file's place: a carried optimizer start is published by its hashes only
+    (participant/recipe.py publish() removes the snapshot's path; one that was not published loses it here)."""
+    opt = recipe.get("optimizer")
+    if isinstance(opt, dict) and "path" in opt:
+        recipe = {**recipe, "optimizer": {k: v for k, v in opt.items() if k != "path"}}
+    return recipe
 
 
 def new_id(who: str) -> str:
@@ -108,10 +138,11 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
         "schema": 1, "id": sub_id, "contributor": who, "base_version": base.version,
         "base_commit": base.commit, "message": o.message,
         "delta": {**declared, "sha256": sha, "md5": md5, "size": size},
-        "training": record.get("training"), "metrics": record.get("metrics"),
+        "training": public(record.get("training")), "metrics": record.get("metrics"),
     }
     if record.get("recipe"):  # how the delta was trained (protocol/recipe.py), signed with the PR
-        meta["recipe"] = o.seal(record["recipe"], sha) if o.seal else record["recipe"]
+        recipe = _public_recipe(record["recipe"])
+        meta["recipe"] = o.seal(recipe, sha) if o.seal else recipe  # its proof's chain ends at this delta
     if o.delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where
         meta["delta"]["url"] = f"{o.delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"
     if reverts is not None:
@@ -135,5 +166,6 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
     if task and (also is None or ledger.git.rev_parse(also[1]) != also[0]):  # it did not ride: on its own
         record_submitted(ledger, task, sub_id)
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
-            "delta_sha256": sha, "delta_size": size, "delta_kind": meta["delta"]["kind"], "number": pr.number,
+            "delta_sha256": sha, "delta_md5": md5, "delta_size": size, "delta_kind": meta["delta"]["kind"],
+            "number": pr.number,
             "timings": dict(timer), "pointer": pointer, "declared": meta["delta"], "recipe": meta.get("recipe")}

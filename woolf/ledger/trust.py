@@ -3,6 +3,7 @@
 Usage:
     require_trusted_head(ledger, head)         # raises IntegrityError when not
     require_validator_key(ledger, head)        # raises UsageError when this clone cannot sign merges
+    name = signer_name(ledger)                 # this clone's key's name in allowed_signers, or None
 
 Validators call both before every evaluation, `woolf train` calls the first:
 a config or a version that did not come from a maintainer or validator key is
@@ -89,6 +90,23 @@ def _origin_signers(ledger, head) -> tuple[bool, bytes | None]:
     if not commit or commit == head.commit:
         return True, None
     return True, signers_text(ledger.git, commit)
+
+
+def signer_name(ledger) -> str | None:
+    """The name allowed_signers gives the key this clone signs with (origin's main when fetched, else main),
+    or None: an unsigned ledger, no key, a key it does not list. A validator's verdicts are named so,
+    not host:pid."""
+    key = ledger.git.sign_key
+    ref = "refs/remotes/origin/main" if ledger.git.rev_parse("refs/remotes/origin/main") else layout.MAIN
+    text = signers_text(ledger.git, ledger.git.rev_parse(ref)) if key else None
+    if text is None:
+        return None
+    public = public_of(key).split()[1]
+    try:
+        signers = Signers.parse(text.decode(errors="replace"))
+    except Exception:  # noqa: BLE001 - a malformed list names nobody; the trust checks say what is wrong
+        return None
+    return next((s.name for s in signers.entries if s.key == public), None)
 
 
 def require_validator(ledger, head) -> None:

@@ -18,6 +18,7 @@ from woolf.core import npdelta
 from woolf.errors import UsageError
 from woolf.forges import forge_for
 from woolf.ledger.submission import SubmitDeltaOptions, check_delta, submit_delta
+from woolf.participant.cleanup import after_submit
 from woolf.participant.feedback import clear_residual, remember, settle
 from woolf.participant.lora import submit_lora
 from woolf.participant.proof import carried_residual, keep_run, seal
@@ -28,8 +29,10 @@ from woolf.participant.state import (
     waiting_result,
     work_dir,
 )
+from woolf.participant.verifiable import retrain_note
 from woolf.protocol import layout
 from woolf.protocol.contributor import contributor_id
+from woolf.storage import kinds
 from woolf.storage.streamdelta import StreamedDelta
 from woolf.storage.weights import (
     TRUSTED_LIMITS,
@@ -96,8 +99,17 @@ def _base(ledger, base_version: int | None, record: dict):
 def submit(ledger, options: SubmitOptions | None = None) -> dict:
     """Delta = trained - base, checked, compressed (``compress`` or delta.compress), uploaded and
     verified, then the PR ref is pushed. A top-k delta keeps what it dropped for the next one.
-    ``options``: a SubmitOptions (None: its defaults)."""
+    ``options``: a SubmitOptions (None: its defaults). Once the PR is open, what this clone no longer
+    needs is removed (participant/cleanup.py): ``freed`` bytes."""
     o = options if options is not None else SubmitOptions()
+    result, record = _submit(ledger, o)
+    if o.weights is not None:  # weights from elsewhere: the work area is not this PR's
+        record = {}
+    return {**result, "freed": after_submit(ledger, record, result, o.delta_remote, work=o.weights is None)}
+
+
+def _submit(ledger, o: SubmitOptions) -> tuple[dict, dict]:
+    """``submit``: (its result, the record it sent)."""
     record: dict = {}
     weights, base_version = o.weights, o.base_version
     cspec = compression_spec(ledger.config, o.compress)  # a bad --compress is a usage error first
@@ -111,7 +123,9 @@ def submit(ledger, options: SubmitOptions | None = None) -> dict:
                               "first")
     base = _base(ledger, base_version, record)
     if record.get("lora") and o.weights is None:  # the factors are sent, never a dense product
-        return submit_lora(ledger, record, who, base, o)
+        result = submit_lora(ledger, record, who, base, o)
+        note = retrain_note(ledger.config, record.get("recipe"), result["delta_kind"])
+        return {**result, "unverifiable": note}, record
     cfg = ledger.config
     timer = Timer()
     feedback = cfg.workload.error_feedback if o.error_feedback is None else o.error_feedback
@@ -128,7 +142,8 @@ def submit(ledger, options: SubmitOptions | None = None) -> dict:
             mark_submitted(ledger, result["id"])
         _keep(ledger, o, result, None)
         remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
-        return {**result, "error_feedback": ""}
+        note = retrain_note(cfg, record.get("recipe"), kinds.DENSE.name)
+        return {**result, "error_feedback": "", "unverifiable": note}, record
     with timer("load"):
         # a float32 model is read and subtracted in numpy: torch is imported only if a step needs it
         base_w = ledger.load_weights(base, numpy="float32")  # hashed as read, if not verified yet
@@ -178,7 +193,8 @@ def submit(ledger, options: SubmitOptions | None = None) -> dict:
     keep_residual(ledger, kept, cspec)  # what top-k dropped rides in the next delta
     if feedback_note:
         clear_residual(ledger, result["id"])  # it is part of this PR's delta now
-    return {**result, "error_feedback": feedback_note}
+    return {**result, "error_feedback": feedback_note,
+            "unverifiable": retrain_note(cfg, record.get("recipe"), result["delta_kind"])}, record
 
 
 def _sealer(ledger, residual_in: dict | None, kept: dict | None):

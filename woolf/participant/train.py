@@ -35,7 +35,10 @@ from woolf.participant.state import (
     state_dir,
     work_dir,
 )
+from woolf.participant.verifiable import retrain_note
 from woolf.protocol.contributor import contributor_id
+from woolf.protocol.recipe import PRIVATE
+from woolf.storage import kinds
 from woolf.storage.files import write_bytes_atomic
 from woolf.storage.weights import (
     load_checked,
@@ -51,6 +54,8 @@ from woolf.workloads.features import (
     STATE_DIR,
     features_of,
 )
+
+PRIVATE_DATA = PRIVATE["kind"]  # what the training summary says of `--data PATH`: "private"
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,7 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
         bench = ledger.benchmark()
         # the version's own recorded metrics, when it has them (validators evaluated it already)
         before = head.metrics if head.metrics and cfg.policy.metric in head.metrics else None
+        train_data = None
         if cfg.workload.command:
             trained, summary = _train_by_command(ledger, head, base, data, steps, o.seed, out)
         else:
@@ -159,7 +165,6 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
                                             progress=_progress(o.progress, group), **extra)
             if not lead:
                 return {"rank": group.rank, "base_version": head.version, "training": summary}
-            summary["files"] = len(train_data.files)
             if follower is not None:  # one last look: the delta is relative to the newest version
                 trained = _last_look(follower, hook, trained, steps, summary)
                 if follower.rebases:
@@ -173,6 +178,7 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
                 recipe["proof"] = draft(ledger, hook, recipe_head.version, device, str(summary.get("autocast", "off")),
                                         private)
                 recipe["data"] = private_data(train_data) if private else recipe["data"]
+        _summarize_data(summary, data, train_data)
         record_speed(fingerprint, summary, state_dir(ledger))
         metrics = {"before": before or wl.evaluate(base, bench, device)}
         del base  # trained in place, or no longer needed: one model less while evaluating
@@ -186,7 +192,20 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
         if not cfg.workload.command:
             record["recipe"] = recipe  # an external command's training declares none
         write_bytes_atomic(json.dumps(record, indent=2).encode(), out / "trained.json")
-    return {**record, "weights": str(out / "trained.safetensors")}
+    return {**record, "weights": str(out / "trained.safetensors"),
+            "skipped": train_data.skipped if train_data else [],  # `--data DIR`'s: shown here, never sent
+            "unverifiable": retrain_note(cfg, record.get("recipe"), (kinds.LORA if lora else kinds.DENSE).name)}
+
+
+def _summarize_data(summary: dict, data, train_data) -> None:
+    """What the training summary (published in the PR) says of the data: how many files, how many `--data DIR`
+    skipped, and "private" for your own files, never where they are on this machine."""
+    if train_data is not None:
+        summary["files"] = len(train_data.files)
+        if train_data.skipped:
+            summary["skipped"] = len(train_data.skipped)
+    if data and not isinstance(data, tuple):
+        summary["data"] = PRIVATE_DATA
 
 
 def _last_look(follower, hook, trained: dict, steps: int, summary: dict) -> dict:

@@ -84,6 +84,8 @@ class LimitsConfig:
     max_delta_norm_ratio: float = 100.0  # |delta| / |weights| above this is rejected unevaluated
     min_delta_norm_ratio: float = 1e-6  # |delta| / |weights| below this is a no-op, rejected unevaluated
     max_lora_rank: int = 256  # a lora delta's factor pairs of higher rank are rejected unread
+    # multiply-adds of expanding a lora delta's pairs (sum of rank x rows x cols): over it, rejected unexpanded
+    max_lora_expand: float = 5e11
     max_batch: int = 4096  # a recipe's batch above this is refused
     max_retrain_seconds: float = 600.0  # a recipe estimated or running longer to re-train is refused
 

@@ -63,6 +63,7 @@ _KEYS = (
     *((f"limits.{name}", lambda x: x <= 0, "use an integer > 0")
       for name in ("max_delta_bytes", "max_header_bytes", "max_tensors", "max_delta_norm_ratio",
                    "max_lora_rank")),
+    ("limits.max_lora_expand", lambda x: not x > 0, "use multiply-adds > 0, e.g. 5e11 (inf: no budget)"),
 )
 _AUTHOR = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?")
 _FORGE_KEYS = (

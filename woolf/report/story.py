@@ -5,7 +5,7 @@ Usage:
     facts = version_facts(ledger.log())        # best/final version, regressing merges
     rejection_kind("staleness 5 is over the ledger's max_staleness 4; ...")   # "too stale"
     activity(prs)                               # {"p1": {"merged": 3, "rejected": 1, "open": 0}, ...}
-    joining_sentence(demo_json)                 # "joining paid: ... (closing 60% of the gap to data parallel)"
+    joining_sentence(demo_json)                 # "joining paid: ..., ±0.0031 benchmark noise (closing 60% of ...)"
     regime_sentence(demo_json)                  # "Each participant trains on its own data, continuing ..."
 """
 
@@ -109,9 +109,15 @@ def joining_sentence(demo: dict) -> str | None:
     if final is None or alone is None:
         return None
     gain = alone - final
+    noise, windows = demo.get("margin_noise"), demo.get("margin_windows")
+    if isinstance(noise, (int, float)) and abs(gain) <= noise:  # the benchmark cannot tell them apart
+        side = "below" if gain > 0 else "above"
+        return (f"too close to call: the ledger ends {abs(gain):.4f} {side} the best participant alone, within "
+                f"the benchmark's noise of ±{noise:.4f} (two standard errors over {windows} windows)")
+    said = f", ±{noise:.4f} benchmark noise" if isinstance(noise, (int, float)) else ""
     if gain <= 0:
-        return f"joining did not pay: the ledger ends {-gain:.4f} above the best participant alone"
-    words = f"joining paid: the ledger ends {gain:.4f} below the best participant alone"
+        return f"joining did not pay: the ledger ends {-gain:.4f} above the best participant alone{said}"
+    words = f"joining paid: the ledger ends {gain:.4f} below the best participant alone{said}"
     if parallel is not None and alone > parallel:
         words += f" (closing {gain / (alone - parallel):.0%} of the gap to data parallel)"
     return words

@@ -16,6 +16,20 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from woolf.errors import UsageError
+
+
+def make_dir(path: Path, what: str) -> None:
+    """``mkdir -p path``; a path under a file or in a read-only directory is a one-line UsageError naming the
+    argument (``what``) it came from, never a traceback."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        where = next((str(p) for p in [Path(path), *Path(path).parents] if p.exists()), str(path))
+        why = "a file is in the way" if Path(where).is_file() else exc.strerror
+        raise UsageError(f"{what} {path}: cannot create it ({why}: {where})",
+                         hint="choose a path in a directory you can write") from None
+
 
 def write_bytes_atomic(data: bytes, path: Path) -> None:
     path = Path(path)

@@ -15,6 +15,7 @@ moves, hashes or subtracts float32 weights (`woolf submit`) reads numpy arrays.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -172,7 +173,7 @@ def load_checked(
 
 
 _TRUSTED = LimitsConfig(max_delta_bytes=1 << 50, max_header_bytes=1 << 30, max_tensors=1 << 24,
-                        max_lora_rank=1 << 30)  # lora: the rank a ledger allowed when it merged
+                        max_lora_rank=1 << 30, max_lora_expand=math.inf)  # lora: what a ledger allowed when it merged
 
 
 def load_trusted(path: Path, numpy: bool = False, on_block=None) -> dict:

@@ -21,6 +21,7 @@ command.py); evaluation always runs in-process with the code on ``main``.
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,8 +41,9 @@ class TrainData:
     """What a participant trains on: named files of text, and where they came from."""
 
     texts: list[bytes]
-    source: str  # "shard:<contributor>@v<base>" or a user path
+    source: str  # "shard:<contributor>@v<base>", or "private" for a participant's own files (userdata.py)
     files: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # `--data DIR`: what was left out, and why (userdata.py)
 
 
 class Workload(Protocol):
@@ -109,10 +111,41 @@ def load_workload(cfg: WorkloadConfig) -> Workload:
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"ledger/woolf.toml: cannot load workload {cfg.name!r}: {exc}") from None
     _check_params(cfg.params)
+    _check_param_types(obj, cfg.params, cfg.name)
     try:
         return obj(**cfg.params)
     except TypeError as exc:
         raise ConfigError(f"ledger/woolf.toml: workload.params do not fit {cfg.name}: {exc}") from None
+
+
+def _kind(x) -> str:
+    return "boolean" if isinstance(x, bool) else "number" if isinstance(x, (int, float)) else \
+        "text" if isinstance(x, str) else type(x).__name__
+
+
+def _check_param_types(obj, params: dict, name: str) -> None:
+    """Each param of the kind its constructor's default has: a number for a number (an integer for an
+    integer), a boolean for a boolean, text for text. `--set workload.params.lr=abc` was accepted, and the
+    demo's workers then died on a TypeError deep in training."""
+    try:
+        sig = inspect.signature(obj).parameters
+    except (TypeError, ValueError):
+        return  # no signature to read (a C class): the constructor judges
+    defaults = {k: p.default for k, p in sig.items() if p.kind != p.VAR_KEYWORD}
+    for key, value in params.items():
+        if key not in defaults and not any(p.kind == p.VAR_KEYWORD for p in sig.values()):
+            raise ConfigError(f"ledger/woolf.toml: workload.params.{key}: {name} takes no such parameter",
+                              hint=f"its parameters: {', '.join(sorted(defaults))}")
+        default = defaults.get(key, inspect.Parameter.empty)
+        if default is inspect.Parameter.empty or default is None:
+            continue
+        want = _kind(default)
+        ok = _kind(value) == want and not (isinstance(default, int) and not isinstance(default, bool)
+                                            and isinstance(value, float))
+        if want in ("number", "boolean", "text") and not ok:
+            what = "an integer" if isinstance(default, int) and want == "number" else f"a {want}"
+            raise ConfigError(f"ledger/woolf.toml: workload.params.{key} = {value!r} is not {what}",
+                              hint=f"{name}'s {key} takes {what}, e.g. {default!r}")
 
 
 def _check_params(value, where: str = "workload.params") -> None:

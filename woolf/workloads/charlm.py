@@ -39,6 +39,7 @@ from woolf.workloads.features import (
 )
 from woolf.workloads.optstate import load_optimizer, save_optimizer
 from woolf.workloads.textcommon import TextCorpus
+from woolf.workloads.userdata import user_texts
 
 
 class Block(nn.Module):
@@ -120,12 +121,7 @@ class CharLM(TextCorpus):
         return TrainData([corpus.read(f) for f in files], f"domain {i + 1}/{n}:{contributor}@v{base_version}", files)
 
     def data_from_path(self, path: str) -> TrainData:
-        p = Path(path)
-        files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
-        texts = [f.read_bytes() for f in files if f.exists()]
-        if sum(len(t) for t in texts) < self.context + 2:
-            raise UsageError(f"--data {path}: not enough text to train on (need {self.context + 2}+ bytes)")
-        return TrainData(texts, str(p), [str(f) for f in files])
+        return user_texts(path, min_bytes=self.context + 2)  # text files only; the path stays private
 
     def load_model(self, weights, device):
         m = self.model()
@@ -260,6 +256,8 @@ class CharLM(TextCorpus):
         model = self.load_model(weights, device).eval()
         data = torch.frombuffer(bytearray(benchmark), dtype=torch.uint8).long()
         n = (len(data) - 1) // self.context
+        if n == 0:  # no window: the loss would read 0.0, a perfect score
+            raise UsageError(f"the benchmark has {len(data)} bytes, less than one window of {self.context + 1}")
         x = data[: n * self.context].view(n, self.context)
         y = data[1 : n * self.context + 1].view(n, self.context)
         total, count = 0.0, 0

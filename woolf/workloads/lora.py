@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import gc
 import time
+import warnings
 
 import torch
 from peft import LoraConfig, get_peft_model
@@ -106,6 +107,16 @@ def _hint(model) -> str:
     return f"name the model's linear layers in --lora targets=NAME+NAME: {shown}"
 
 
+def _checkpointing(model) -> None:
+    """Checkpointing by the installed transformers' current name: the old one, ``gradient_checkpointing_enable``,
+    printed a FutureWarning on every LoRA run."""
+    on = getattr(model, "activation_checkpointing_enable", None)
+    if on is not None:
+        on(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:  # a transformers that predates the new name
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def _adapted(wl, model, spec: LoraSpec, seed: int):
     """The peft model: adapters on ``spec``'s targets (the workload's default when none are named),
     initialised from ``seed`` alone."""
@@ -113,7 +124,10 @@ def _adapted(wl, model, spec: LoraSpec, seed: int):
     cfg = LoraConfig(r=spec.r, lora_alpha=spec.alpha or 2 * spec.r, lora_dropout=spec.dropout,
                      target_modules=targets, bias="none")
     try:
-        return get_peft_model(model, cfg)
+        with warnings.catch_warnings():
+            # GPT-2's Conv1D: peft sets fan_in_fan_out itself, and said so on every run
+            warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False", category=UserWarning)
+            return get_peft_model(model, cfg)
     except ValueError as exc:  # peft: target modules not found, or no default for this architecture
         raise UsageError(f"--lora {spec.text()}: {str(exc).splitlines()[0][:200]}", hint=_hint(model)) from None
 
@@ -136,7 +150,7 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     hint = _hint(model)
     if spec.checkpointing and hasattr(model, "gradient_checkpointing_enable"):
         # activations recomputed in the backward pass: less memory, ~30% more compute
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        _checkpointing(model)
     model = _adapted(wl, model, spec, seed)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]

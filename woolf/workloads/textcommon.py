@@ -32,10 +32,12 @@ class TextCorpus:
             return self.lr * (global_step + 1) / self.warmup_steps
         return self.lr
 
-    def opt_factor(self, opt_step: int) -> float:
+    def opt_factor(self, opt_step: int, cap: int | None = None) -> float:
         """A fresh AdamW's first steps are about lr * sign(g) each (bias correction): on a trained model,
         a spike the gate refuses. ``optimizer_warmup`` ramps the rate over the optimizer's own first
-        steps, counted across contributions when its state persists (0: off)."""
-        if self.optimizer_warmup and opt_step < self.optimizer_warmup:
-            return (opt_step + 1) / self.optimizer_warmup
+        steps, counted across contributions when its state persists (0: off). ``cap``: the ramp is at
+        most that many steps (a contribution's third: short contributions are not all warm-up)."""
+        ramp = min(self.optimizer_warmup, cap) if cap else self.optimizer_warmup
+        if ramp and opt_step < ramp:
+            return (opt_step + 1) / ramp
         return 1.0

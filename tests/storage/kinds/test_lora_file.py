@@ -139,3 +139,51 @@ def test_a_factor_file_with_metadata_is_refused(tmp_path):
     with pytest.raises(InvalidWeightsError, match=r"delta: a lora delta carries no __metadata__"):
         _open(path)
     assert _open(_write(tmp_path, factor_tensors(_factors()))).targets == {"a.weight": 2}
+
+
+def test_an_expansion_over_the_budget_is_refused_from_the_header_before_any_factor_is_read(tmp_path, monkeypatch):
+    import woolf.storage.kinds.lora_file as lora_mod
+
+    calls = []
+    monkeypatch.setattr(lora_mod, "expand", lambda *a: calls.append(1) or expand(*a))
+    good = factor_tensors({**_factors(r=2), "b.weight": (torch.randn(3, 8), torch.randn(4, 3), 0.5)})
+    # 2 x 8 x 6 + 3 x 4 x 8 = 192 multiply-adds; the scale is inf: the budget is what refuses it, unread
+    path = _write(tmp_path, {**good, "a.weight.lora_scale": torch.tensor([float("inf")])})
+    with pytest.raises(InvalidWeightsError) as err:
+        _open(path, max_lora_expand=191)
+    assert err.value.message == ("delta: expanding its 2 targets at ranks 2 to 3 is 192 multiply-adds, over "
+                                 "limits.max_lora_expand 191: send a lower rank or fewer targets")
+    d = _open(_write(tmp_path, good), max_lora_expand=192)  # at the budget: opened, expanded when read
+    assert d.targets == {"a.weight": 2, "b.weight": 3} and d["a.weight"].shape == (8, 6)
+    assert len(calls) == 1
+    # merged deltas are read back whatever today's budget and rank rules (the audit, rebuilds)
+    from woolf.storage.weights import TRUSTED_LIMITS
+
+    A, B = torch.randn(7, 6), torch.randn(8, 7)  # rank 7 of an 8 x 6 target: refused today, merged before
+    wide = _write(tmp_path, factor_tensors({"a.weight": (A, B, 1.0)}))
+    _reject(tmp_path, factor_tensors({"a.weight": (A, B, 1.0)}), r"tensor 'a.weight': rank 7 is above min\(rows, cols\)")
+    assert LoraTensors.open(wide, TRUSTED_LIMITS, expect=spec_of(MODEL)).targets == {"a.weight": 7}
+
+
+def test_a_lora_delta_is_compared_in_factor_space_never_expanded(tmp_path, monkeypatch):
+    """core/scores.py similarity against another PR's lora delta: its pairs' products are never formed
+    (each comparison used to expand every target again), and the cosine is the expansion's."""
+    import woolf.storage.kinds.lora_file as lora_mod
+    from woolf.core.scores import similarity
+
+    path = tmp_path / "f.safetensors"
+    factors = {**_factors(), "b.weight": (torch.randn(3, 8), torch.randn(4, 3), 0.5)}
+    LoraFile(factors, spec_of(MODEL), max_rank=8).write(path)
+    dense = {k: v for k, v in _open(path).items()}  # the expansion of record, as a dense delta
+    g = torch.Generator().manual_seed(3)
+    noisy = {k: v + 0.05 * torch.randn(v.shape, generator=g).to(v.dtype) if v.is_floating_point() else v
+             for k, v in dense.items()}
+    calls = []
+    monkeypatch.setattr(lora_mod, "expand", lambda *a: calls.append(1) or expand(*a))
+    other = _open(path)
+    for mine in (dense, noisy, {k: -v for k, v in noisy.items()}):
+        want, got = similarity(mine, dense, 0.97), similarity(mine, other, 0.97)
+        assert abs(got.cosine - want.cosine) < 1e-6 and abs(got.copied_share - want.copied_share) < 1e-6
+    assert calls == []
+    other.clip(0.5)  # a clipped delta reads back clipped: compared as it reads
+    assert abs(similarity(dense, other, 0.97).cosine - 1) < 1e-6 and len(calls) == 2

@@ -74,7 +74,12 @@ def test_admission_takes_an_accepted_kind_with_exactly_its_fields():
 def test_each_kind_bounds_its_file_for_the_model():
     dense = 8 + LIMITS.max_header_bytes + 4 * (48 + 40)
     assert DENSE.size_bound({"kind": "dense"}, SPEC, LIMITS) == dense
-    assert LORA.size_bound({"kind": "lora"}, SPEC, LIMITS) == dense  # limits.max_delta_bytes bounds it further
+    # lora: a header, a scale per 2-D float32 target, and float32 factors of rank <= min(rows, cols)
+    # (limits.max_delta_bytes bounds it further)
+    assert LORA.size_bound({"kind": "lora"}, SPEC, LIMITS) == 8 + LIMITS.max_header_bytes + 4 + 4 * 6 * (8 + 6)
+    # ... whose expansion fits limits.max_lora_expand: 96 multiply-adds are rank 2 of the 8 x 6 target
+    budget = LimitsConfig(max_lora_expand=96)
+    assert LORA.size_bound({"kind": "lora"}, SPEC, budget) == 8 + LIMITS.max_header_bytes + 4 + 4 * 2 * (8 + 6)
     spec = CompressSpec(16, 2, 2)
     assert TOPK.size_bound(spec.declared(), SPEC, LIMITS) == 8 + 4096 + parts_bytes(spec, SPEC)
     with pytest.raises(InvalidWeightsError, match="bad topk parameters"):

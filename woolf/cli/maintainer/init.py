@@ -4,6 +4,7 @@ Usage:
     woolf init hub-work --storage /srv/storage --key ~/.ssh/woolf
     woolf init my-ledger --workload transformers --weights ./my-model --key ~/.ssh/woolf
     woolf init my-ledger --unsigned --hidden-benchmark private.txt
+    woolf init chat-ledger --workload transformers --weights ./my-chat-model --benchmark held-out-chats.txt
 
 Thin over woolf.ledger.create (Ledger.init with a CreateOptions).
 """
@@ -44,13 +45,16 @@ from woolf.errors import UsageError
               help="Where the GitHub workflow's ci/install.sh installs GoodWoolf from: git+https://HOST/PATH@COMMIT "
                    "or https://.../NAME.whl#sha256=HEX [env: WOOLF_SOURCE; default: what this woolf was "
                    "installed from, when that is pinned].")
+@click.option("--benchmark", "benchmark", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The public benchmark: this text file, committed to the ledger (default: the workload's own, "
+                   "for the built-ins held-out Python sources). Gate a chat model on chat text this way.")
 @click.option("--hidden-benchmark", "hidden", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Gate on this private file (only its sha256 and size enter the config; validators get "
                    "the file as WOOLF_HIDDEN_BENCHMARK): participants cannot train on the gate.")
 @json_option
 @pass_app
 def init(app: App, path, storage, workload, alpha, weights, name, settings, signing_key, signer, extra,
-         unsigned, woolf_source, hidden, as_json):
+         unsigned, woolf_source, benchmark, hidden, as_json):
     """Create a new ledger at PATH with version 0, signed with --key."""
     from woolf.ledger.create import CreateOptions  # deferred: fast --help
     from woolf.ledger.ledger import Ledger  # deferred: fast --help
@@ -70,7 +74,8 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
         overrides.update(hidden_settings(hidden))
     options = CreateOptions(storage=storage, workload=workload, alpha=alpha, weights=weights,
                             name=name, overrides=overrides, signing_key=signing_key, signer=signer,
-                            extra_signers=list(extra), woolf_source=woolf_source)
+                            extra_signers=list(extra), woolf_source=woolf_source,
+                            benchmark=benchmark)
     ledger = Ledger.init(path, options)
     head = ledger.head()
     skipped = _left_out(ledger, weights)
@@ -82,8 +87,14 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
     app.console.print(f"created ledger [bold]{ledger.config.name}[/] at {ledger.root}")
     app.console.print(f"  version 0 = {head.commit[:12]}, weights in {ledger.store.remote_url()}")
     app.console.print(f"  {'signed: you are maintainer and validator' if signing_key else 'UNSIGNED'}")
+    params = ledger.config.workload.params
+    if params.get("checkpoint_dtype") and params.get("checkpoint_dtype") != params.get("dtype"):
+        app.console.print(f"  the ledger keeps {params['dtype']} master weights of your {params['checkpoint_dtype']} "
+                          f"checkpoint: updates below half a {params['checkpoint_dtype']} ulp survive merging "
+                          "(storage: twice the checkpoint's bytes); `woolf export` says what a "
+                          f"{params['checkpoint_dtype']} copy keeps")
     if skipped is not None:
-        kept = sorted(ledger.config.workload.params.get("files", {}))
+        kept = sorted(params.get("files", {}))
         app.console.print(f"  model files kept in ledger/model/ (pinned by sha256, exported): {', '.join(kept)}")
         if skipped:
             more = f" and {len(skipped) - 12} more" if len(skipped) > 12 else ""
@@ -93,8 +104,10 @@ def init(app: App, path, storage, workload, alpha, weights, name, settings, sign
         app.console.print(f"  the gate is the hidden benchmark {hidden}: give validators that file "
                           "(WOOLF_HIDDEN_BENCHMARK=PATH; on GitHub the secret WOOLF_HIDDEN_BENCHMARK_URL)")
     else:
-        app.console.print("  the gate is the public benchmark in git, which participants can train on: "
-                          "`woolf init --hidden-benchmark FILE` gates on a private file instead (docs/protocol.md)")
+        what = f"{benchmark}, copied to {ledger.config.benchmark.path}" if benchmark else \
+            f"{ledger.config.benchmark.path} (the workload's own)"
+        app.console.print(f"  the gate is the public benchmark {what}, which participants can train on: "
+                          "`--hidden-benchmark FILE` gates on a private file instead (docs/protocol.md)")
     app.console.print(f"  next: `woolf hub init hub.git --from {ledger.root}`, "
                       "then clone the hub to train and validate")
     if ledger.config.forge.kind == "github" and "WOOLF_SOURCE=''\n" in (ledger.root / "ci" / "install.sh").read_text():

@@ -7,14 +7,14 @@ Usage:
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import click
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from woolf import interrupts
 from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
+from woolf.cli.participant.progress import TrainProgress, step_rate  # noqa: F401 (step_rate: its old home)
+from woolf.errors import UsageError
 
 contributor_option = click.option(
     "--contributor", envvar="WOOLF_CONTRIBUTOR",
@@ -36,14 +36,6 @@ class StepsType(click.ParamType):
         return n
 
 
-def step_rate(steps: int, seconds: float) -> str:
-    """The training speed as people read it: "12.3 steps/s", or "79.0 s/step" for slow steps."""
-    if steps <= 0 or seconds <= 0:
-        return ""
-    rate = steps / seconds
-    return f"{rate:.1f} steps/s" if rate >= 1 else f"{seconds / steps:.1f} s/step"
-
-
 @click.command()
 @click.option("--steps", type=StepsType(),
               help="Training steps, or 'auto': sized from your measured speed so a contribution takes "
@@ -62,7 +54,7 @@ def step_rate(steps: int, seconds: float) -> str:
                    "not fit one device): one per GPU, or N CPU processes (gloo). Each takes 1/N of every "
                    "global batch, so the result is one process's (docs/workloads.md, several GPUs).")
 @click.option("--lora", metavar="SPEC", envvar="WOOLF_LORA",
-              help="r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=0]: train LoRA "
+              help="R or r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=0]: train LoRA "
                    "adapters over the frozen version (transformers workload) and submit the factors; 'off' turns "
                    "the ledger's workload.params.lora off [env: WOOLF_LORA].")
 @contributor_option
@@ -74,7 +66,11 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
     from woolf.participant import train as do_train  # deferred: fast --help
     from woolf.participant.distributed import launch, rank_of  # deferred: fast --help
 
+    if lora is not None and lora.strip().isdigit():  # a bare rank, as `woolf demo --lora 16` takes it
+        lora = f"r={lora.strip()}"
     ledger = app.ledger()
+    if nproc > 1 and _lora_asked(ledger, lora):  # refused here, before torchrun starts N processes
+        raise UsageError("--lora trains on one process", hint="run `woolf train --lora ...` without --nproc")
     if nproc > 1:  # N copies of this command under torchrun; rank 0 prints what one process would
         argv = ["-C", str(ledger.root), "train", "--device", device, "--seed", str(seed)]
         for flag, value in (("--steps", steps), ("--data", data), ("--take", take), ("--contributor", contributor),
@@ -88,32 +84,24 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
                                       contributor=contributor, fresh=fresh, take=take, lora=lora))
         return
     _say_contributor_fallback(app, ledger, contributor)
-    with Progress(TextColumn("training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=app.err,
-                  disable=as_json) as bar:
-        task = bar.add_task("train", total=steps if isinstance(steps, int) else ledger.config.workload.steps,
-                            info="")
-        state = {"t0": None, "step": 0, "first": 0}
-
-        def progress(step, total, loss):
-            state["step"] = step
-            interrupts.check()  # Ctrl-C is deferred while training (see woolf/interrupts.py)
-            if state["t0"] is None:
-                state["t0"], state["first"] = time.perf_counter(), step
-            rate = step_rate(step - state["first"], time.perf_counter() - state["t0"])
-            bar.update(task, completed=step, total=total, info=f"loss {loss:.3f}  {rate}")
-
+    total = steps if isinstance(steps, int) else ledger.config.workload.steps
+    with TrainProgress(app.err, total, quiet=as_json) as progress:
         options = TrainOptions(steps=steps, data=data, device=device, seed=seed, offline=offline,
                                contributor=contributor, progress=progress, fresh=fresh, take=take, lora=lora)
+        # a step of a real model takes a minute on a CPU: the first Ctrl-C is answered at once
+        interrupts.announce(lambda: app.err.print("stopping after this step (Ctrl-C again to abort)"))
+        done = False
         try:
             result = do_train(ledger, options)
-            state["done"] = True
+            done = True
+            interrupts.announce(None)
             interrupts.release(restore=True)
         except KeyboardInterrupt:
-            bar.stop()
+            interrupts.announce(None)
+            progress.stop()
             app.err.print("interrupted after training finished: the result is kept; `woolf submit` opens a PR"
-                          if state.get("done") else
-                          f"interrupted at step {state['step']}: nothing from this run was saved or submitted"
+                          if done else
+                          f"interrupted at step {progress.step}: nothing from this run was saved or submitted"
                           + _earlier_result(ledger))
             raise click.exceptions.Exit(130) from None
     how = result["training"].get("optimizer") or ""
@@ -126,6 +114,12 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
     app.console.print(f"trained {result['training']['steps']} steps from version {result['base_version']} "
                       f"in {result['training']['seconds']:.1f}s; benchmark loss "
                       f"{m['before']['loss']:.4f} -> {m['after']['loss']:.4f}")
+    if result.get("skipped"):
+        names = result["skipped"]
+        more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+        app.say(f"note: --data left out {len(names)} path(s) that are hidden or not UTF-8 text: "
+                f"{', '.join(names[:6])}{more}", err=True)
+    _say_unverifiable(app, result)
     gate = result.get("gate") or {}
     if "merged" in m:
         app.console.print(f"merged as a validator would at staleness 0 ({_share(gate)}): benchmark loss "
@@ -143,6 +137,33 @@ def train(app: App, steps, fresh, data, device, seed, offline, take, nproc, lora
         app.console.print(f"LoRA {result['lora']}: {lo.get('targets')} target tensors, {lo.get('bytes')} bytes "
                           f"to send ({lo.get('bytes', 0) / max(lo.get('dense_bytes', 1), 1):.2%} of a dense delta)")
     app.console.print("next: `woolf submit`")
+
+
+def _say_disk(app: App, ledger, freed: int) -> None:
+    """What submit removed from this clone, and what `woolf gc --local` could (a clone grew by about three
+    models per PR)."""
+    from woolf.participant.cleanup import reclaimable  # deferred: fast --help
+
+    more = reclaimable(ledger)
+    if freed:
+        app.err.print(f"removed {freed / 2**20:,.1f} MiB from this clone: the cached copies of what was uploaded")
+    if more >= 1 << 20:
+        app.err.print(f"this clone's DVC cache keeps {more / 2**20:,.1f} MiB of older versions and deltas: "
+                      "`woolf gc --local` removes those that storage holds")
+
+
+def _lora_asked(ledger, lora: str | None) -> bool:
+    """Whether this run would train LoRA adapters: --lora (or WOOLF_LORA), else the ledger's default."""
+    text = lora if lora is not None else ledger.config.workload.params.get("lora", "")
+    return isinstance(text, str) and text.strip().lower() not in ("", "off", "none")
+
+
+def _say_unverifiable(app: App, result: dict) -> None:
+    """The ledger re-trains PRs and this one cannot be (participant/verifiable.py): say so before it is sent."""
+    note = result.get("unverifiable")
+    if note:
+        refused = "will refuse it" in note
+        app.say(("warning:" if refused else "note:", "yellow"), f" {note}", err=True)
 
 
 def _share(gate: dict) -> str:
@@ -209,6 +230,10 @@ def submit(app: App, weights, base_version, message, delta_url_base, delta_remot
     from woolf.participant import SubmitOptions  # deferred: fast --help
     from woolf.participant import submit as do_submit  # deferred: fast --help
 
+    if base_version is not None and weights is None:  # it was ignored: the trained result names its own base
+        raise UsageError("--base goes with --weights: `woolf train`'s result already records the version it "
+                         "was trained from", hint="drop --base, or pass the weights with --weights FILE")
+
     options = SubmitOptions(weights=weights, message=message, contributor=contributor,
                             base_version=base_version, forge=forge, delta_url_base=delta_url_base,
                             delta_remote=delta_remote, error_feedback=error_feedback,
@@ -230,3 +255,5 @@ def submit(app: App, weights, base_version, message, delta_url_base, delta_remot
                       f"sha256 {result['delta_sha256'][:12]})")
     if result["error_feedback"]:  # what was carried, or a residual set aside
         app.err.print(f"note: {result['error_feedback']}")
+    _say_unverifiable(app, result)
+    _say_disk(app, ledger, result.get("freed", 0))

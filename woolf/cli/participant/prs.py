@@ -11,7 +11,7 @@ import json
 
 import click
 
-from woolf.cli.app import App, forge_option, json_option, pass_app
+from woolf.cli.app import App, forge_option, json_option, pass_app, retrain_text
 from woolf.cli.participant.contrib import contributor_option
 
 
@@ -59,6 +59,8 @@ def pr_show(app: App, sub_id, forge, as_json):
         app.emit_json(data)
         return
     for key, value in data.items():  # every value may be attacker-written: one line of printable text, no markup
+        if key == "retrain" and value is not None:
+            value = retrain_text(value) or value  # in words: matched, unverifiable and why, not drawn
         text = json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
         app.say((f"{key:>15}", "bold"), " " + " ".join(text.split()))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from woolf import interrupts
-from woolf.cli.app import App, device_option, forge_option, json_option, pass_app
+from woolf.cli.app import App, device_option, forge_option, json_option, pass_app, retrain_text
 from woolf.errors import IntegrityError, UsageError
 from woolf.interrupts import interruptible
 
@@ -22,8 +22,10 @@ def _print_verdict(app: App, v) -> None:
     colour = "green" if v.accepted else "red"
     where = f"-> version {v.version}" if v.accepted else v.state
     att = "-" if v.attenuation is None else f"{v.attenuation:.3f}"
+    retrain = retrain_text(v.retrain)
     # a reason can quote PR paths and names: printable text, never markup
-    app.say((v.id, colour), f" {where}  staleness {v.staleness}  attenuation {att}  {v.reason}")
+    app.say((v.id, colour), f" {where}  staleness {v.staleness}  attenuation {att}  {v.reason}"
+            + (f"  [{retrain}]" if retrain else ""))
 
 
 @click.command()
@@ -31,7 +33,9 @@ def _print_verdict(app: App, v) -> None:
 @click.option("--all", "all_", is_flag=True, help="Every open PR (the default when no ID is given).")
 @click.option("--watch", is_flag=True, help="Keep validating as PRs arrive (Ctrl-C to stop).")
 @click.option("--interval", type=float, default=2.0, show_default=True, help="--watch: seconds between polls.")
-@click.option("--name", envvar="WOOLF_VALIDATOR", help="Validator name in verdicts [env: WOOLF_VALIDATOR].")
+@click.option("--name", envvar="WOOLF_VALIDATOR",
+              help="Validator name in verdicts [env: WOOLF_VALIDATOR; default: your key's name in "
+                   "ledger/allowed_signers, else host:pid].")
 @click.option("--evaluate-only", "evaluate_out", type=click.Path(dir_okay=False, path_type=Path),
               help="CI, unprivileged: evaluate one PR (ID or number) and write its verdict record here.")
 @click.option("--apply", "apply_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -46,7 +50,10 @@ def validate(app: App, ids, all_, watch, interval, name, evaluate_out, apply_fil
 
     if ids and all_:
         raise click.UsageError("give IDs or --all, not both")
-    validator = Validator(app.ledger(), device=device, name=name, forge_kind=forge)
+    from woolf.ledger.trust import signer_name  # deferred: fast --help
+
+    ledger = app.ledger()
+    validator = Validator(ledger, device=device, name=name or signer_name(ledger), forge_kind=forge)
     try:
         interrupts.release(restore=True)  # Ctrl-C was deferred while torch loaded (cli/main.py)
     except KeyboardInterrupt:

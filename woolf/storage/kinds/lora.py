@@ -7,8 +7,10 @@ Usage:
     md5, sha256 = LORA.write(LoraFile(factors, spec, max_rank), path, declared)
     LORA.accepted_by(cfg.delta.accept)                      # does this ledger take LoRA PRs?
 
-Before download its declared size is held to a dense delta's bound (``limits.max_delta_bytes``
-bounds it further, and ``limits.max_lora_rank`` its rank, checked when it is opened). A lora delta is
+Before download its declared size is held to a dense delta's bound, and to the most bytes of factors
+whose expansion fits ``limits.max_lora_expand`` (core/lora.py most_factor_bytes; ``limits.max_delta_bytes``
+bounds it further). Once its header is read, its ranks (``limits.max_lora_rank``, min(rows, cols)) and
+its expansion's multiply-adds (``limits.max_lora_expand``) are checked before any factor is. A lora delta is
 hashed whole before it is opened (no reader hashes it on the way), and never kept in memory whole:
 holding it would mean expanding every target. An audit replays its adapters' training (``proof_train``:
 the workload's ``train_lora``) and compares the factor pairs it ends with (``proof_derive``).
@@ -16,6 +18,7 @@ the workload's ``train_lora``) and compares the factor pairs it ends with (``pro
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from woolf.protocol.config import LimitsConfig
@@ -28,9 +31,16 @@ class LoraKind(DeltaKind):
     name = "lora"
     lazy = True
     trains_adapters = True
+    bound_words = " whose expansion is within limits.max_lora_expand"
 
     def size_bound(self, declared: dict, model_spec: dict, limits: LimitsConfig) -> int:
-        return dense_bound(model_spec, limits)
+        from woolf.core.lora import most_factor_bytes  # deferred: loads torch
+
+        shapes = [tuple(shape) for dtype, shape in model_spec.values() if dtype == "F32" and len(shape) == 2]
+        factors = most_factor_bytes(shapes, limits.max_lora_rank, limits.max_lora_expand)
+        within = 8 + limits.max_header_bytes + 4 * len(shapes) + factors  # header, scales, factors
+        return min(dense_bound(model_spec, limits), math.ceil(within)) if math.isfinite(within) \
+            else dense_bound(model_spec, limits)
 
     def open(self, path: Path, declared: dict, model_spec: dict, limits: LimitsConfig, label: str = "delta"):
         from woolf.storage.kinds.lora_file import LoraTensors  # deferred: loads torch

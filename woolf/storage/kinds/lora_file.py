@@ -32,8 +32,9 @@ synthesised on read. Called only after ``open``'s checks (and the caller's sha25
 Rules (each refusal one line naming the tensor and the rule, before any data but the scales is
 read): every name is a factor of a target; the target names a tensor of the model; both halves
 and the scale are there; the target is a 2-D float32 tensor; A and B are float32/bfloat16 with
-shapes r x cols and rows x r; 1 <= r <= limits.max_lora_rank; the scale is finite, in (0, 1024]; the
-header has no ``__metadata__``.
+shapes r x cols and rows x r; 1 <= r <= limits.max_lora_rank and r <= min(rows, cols); the scale is
+finite, in (0, 1024]; the header has no ``__metadata__``; expanding every pair is at most
+``limits.max_lora_expand`` multiply-adds (sum of r·rows·cols: core/lora.py check_cost).
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ from pathlib import Path
 
 import torch
 
-from woolf.core.lora import check_pair, check_scale, expand
+from woolf.core.lora import check_cost, check_pair, check_scale, expand
 from woolf.errors import InvalidWeightsError
 from woolf.protocol.config import LimitsConfig
 from woolf.storage.lazy import LazyTensors
-from woolf.storage.weights import save_atomic, torch_dtypes
+from woolf.storage.weights import TRUSTED_LIMITS, save_atomic, torch_dtypes
 
 SUFFIXES = (".lora_A", ".lora_B", ".lora_scale")
 
@@ -63,8 +64,10 @@ def split_name(key: str) -> tuple[str, str] | None:
     return None
 
 
-def check_layout(file_spec: dict, model_spec: dict, max_rank: int, label: str = "delta") -> dict[str, int]:
-    """{target: rank} when the file's header is a lora delta of this model; else InvalidWeightsError."""
+def check_layout(file_spec: dict, model_spec: dict, max_rank: int, label: str = "delta",
+                 merged: bool = False) -> dict[str, int]:
+    """{target: rank} when the file's header is a lora delta of this model; else InvalidWeightsError.
+    ``merged``: a delta its ledger merged, read back (core/lora.py check_pair)."""
     dtypes = torch_dtypes()
     pairs: dict[str, dict] = {}
     for key in sorted(file_spec):
@@ -95,7 +98,7 @@ def check_layout(file_spec: dict, model_spec: dict, max_rank: int, label: str = 
         (a_dt, a_shape), (b_dt, b_shape) = parts[".lora_A"], parts[".lora_B"]
         try:
             ranks[target] = check_pair(target, (dtypes[a_dt], tuple(a_shape)), (dtypes[b_dt], tuple(b_shape)),
-                                       None, tuple(t_shape), max_rank)
+                                       None, tuple(t_shape), max_rank, merged)
         except ValueError as exc:
             raise InvalidWeightsError(f"{label}: {exc}") from None
     return ranks
@@ -119,7 +122,11 @@ class LoraTensors(LazyTensors):
             if "__metadata__" in json.loads(self._fh.read(self._start - 8)):
                 raise InvalidWeightsError(f"{label}: a lora delta carries no __metadata__ (factor pairs only)")
             self.factors = self.spec
-            self.targets = check_layout(self.factors, expect, limits.max_lora_rank, label)
+            self.targets = check_layout(self.factors, expect, limits.max_lora_rank, label, limits is TRUSTED_LIMITS)
+            try:  # the expansion's work, from the header alone: over the budget, nothing is read or expanded
+                check_cost({t: (r, *expect[t][1]) for t, r in self.targets.items()}, limits.max_lora_expand)
+            except ValueError as exc:
+                raise InvalidWeightsError(f"{label}: {exc}") from None
             self.spec = dict(expect)
             self.scales = {}
             for target in self.targets:
@@ -205,6 +212,13 @@ class LoraTensors(LazyTensors):
     def read_into(self, name: str, buf) -> torch.Tensor:
         """``self[name]`` in fresh memory (an expansion is made, not read: ``buf`` is not used)."""
         return self[name]
+
+    def pair(self, name: str):
+        """(A, B, scale) of the target ``name`` as the file holds them; None for another tensor, or once clipped.
+        core/scores.py similarity compares a tensor that has them in factor space, its product never formed."""
+        if name not in self.targets or self.scale is not None:
+            return None
+        return self._factor(f"{name}.lora_A"), self._factor(f"{name}.lora_B"), self.scales[name]
 
     def factor_pairs(self):
         """(target, A, B, scale) in name order, as the file holds them."""

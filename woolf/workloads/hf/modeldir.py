@@ -243,8 +243,27 @@ def master_dtype(dtype: str) -> str:
     return "float32" if dtype in ("bfloat16", "float16") else dtype
 
 
+def _gguf(path: Path) -> None:
+    """A GGUF checkpoint (llama.cpp's format; a directory of them, or one file) is named as what it is, with
+    the conversion that makes the directory init reads (a GGUF directory was refused as "holds Python code"
+    for the conversion scripts beside it)."""
+    found = sorted(p.name for p in path.glob("*.gguf")) if path.is_dir() else [path.name] \
+        if path.suffix.lower() == ".gguf" else []
+    if not found or (path / "model.safetensors").is_file() or (path / INDEX).is_file():
+        return  # safetensors beside the GGUF files: those are the model
+    src = path if path.is_dir() else path.parent
+    raise UsageError(f"{path} holds a GGUF checkpoint ({', '.join(found[:3])}): woolf reads a Hugging Face "
+                     "model directory (config.json, model.safetensors, tokenizer.json)",
+                     hint=f"convert it once (needs the gguf package): from transformers import "
+                          f"AutoModelForCausalLM, AutoTokenizer; m = AutoModelForCausalLM.from_pretrained("
+                          f"'{src}', gguf_file='{found[0]}'); m.save_pretrained('DIR'); AutoTokenizer."
+                          f"from_pretrained('{src}', gguf_file='{found[0]}').save_pretrained('DIR')")
+
+
 def import_model_dir(path: Path | None, limits) -> Imported:
     """Everything ``woolf init --workload transformers --weights DIR`` commits, or a clear refusal."""
+    if path is not None:
+        _gguf(Path(path))
     if path is None or not Path(path).is_dir():
         raise UsageError("the transformers workload starts from a local model directory: "
                          f"--weights DIR (got {path or 'none'})",

@@ -2,6 +2,7 @@
 
 Usage:
     model = uninitialised(config, torch.float32)          # the architecture, its parameters never written
+    enable_checkpointing(model)                           # activations recomputed in the backward pass
     model = assign(model, weights, device, copy=False)   # the model's parameters ARE the given tensors
     model = frozen(config, weights, device, torch.bfloat16)   # LoRA's frozen base in the compute dtype
     rows = batch_rows(len(ids), context, steps * grad_accum, batch_size, generator)   # all batches, drawn once
@@ -113,6 +114,16 @@ def frozen(config, weights: dict, device: str, dtype: torch.dtype) -> torch.nn.M
     return model.to(device)
 
 
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """Activations recomputed in the backward pass (non-reentrant), by the installed transformers' current name:
+    the old one, ``gradient_checkpointing_enable``, printed a FutureWarning on every LoRA run."""
+    on = getattr(model, "activation_checkpointing_enable", None)
+    if on is not None:
+        on(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:  # a transformers 5 that predates the new name
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def batch_rows(n_tokens: int, context: int, micro_batches: int, batch_size: int,
                gen: torch.Generator) -> torch.Tensor:
     """The start offsets of every micro-batch's rows, ``[micro_batches, batch_size]``: the same numbers
@@ -211,7 +222,9 @@ def fit(wl, model, ids, steps, device, seed, progress, state_dir, global_step, f
     t0 = time.perf_counter()
     for step in range(first + 1, last + 1):
         for group in opt.param_groups:
-            group["lr"] = wl.lr_at(global_step + step - 1) * wl.opt_factor(done + step - 1)
+            # the ramp is at most a third of this contribution: 4-step contributions under a 60-step ramp ran
+            # every step at 2-20% of the rate, and a new user's merges barely moved the model
+            group["lr"] = wl.lr_at(global_step + step - 1) * wl.opt_factor(done + step - 1, cap=max(1, steps // 3))
         opt.zero_grad(set_to_none=True)
         total = torch.zeros((), device=device)
         for m in range(wl.grad_accum):

@@ -59,6 +59,7 @@ from woolf.workloads.hf.modeldir import (
 from woolf.workloads.hf.training import (
     AUTOCAST,
     assign,
+    enable_checkpointing,
     fit,
     frozen,
     out_of_memory,
@@ -67,6 +68,7 @@ from woolf.workloads.hf.training import (
 )
 from woolf.workloads.parallel import Parallel
 from woolf.workloads.textcommon import TextCorpus
+from woolf.workloads.userdata import user_texts
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 
@@ -207,14 +209,7 @@ class Transformers(TextCorpus):
 
 
     def data_from_path(self, path: str) -> TrainData:
-        p = Path(path)
-        if not p.exists():
-            raise UsageError(f"--data {path}: no such file or directory")
-        files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
-        texts = [f.read_bytes() for f in files]
-        if not any(texts):
-            raise UsageError(f"--data {path}: no text to train on")
-        return TrainData(texts, str(p), [str(f) for f in files])
+        return user_texts(path)  # text files only (userdata.py); train() checks there are enough tokens
 
     def tokens(self, texts: list[bytes]) -> torch.Tensor:
         """Token ids of ``texts`` in order, separated by the end-of-text token when the model has one."""
@@ -254,7 +249,7 @@ class Transformers(TextCorpus):
         names = list(canonical(model))
         sharded = bool(par) and use_fsdp(model, device)
         if self.checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_checkpointing(model)
         try:
             losses, secs, resumed, amp = fit(self, model, ids, steps, device, seed, progress, state_dir,
                                              global_step, follow, follow_every, par, sharded, proof)
