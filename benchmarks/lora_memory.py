@@ -8,6 +8,10 @@ Usage:
     python benchmarks/lora_memory.py --compare-expand --layers 6 --width 512   # validate: expand per use vs once
     python benchmarks/lora_memory.py --only-lora "r=16;r=16,ckpt=1" --out lora_memory_v2.json   # LoRA rows alone
     python benchmarks/lora_memory.py --one-b "r=16;r=16,dtype=bf16" --out lora_memory_1b.json  # the 1.2B Llama
+    python benchmarks/lora_memory.py --one-b "r=16" --llama 3b --phases --validate   # 3.14B: peak RSS per phase
+    python benchmarks/lora_memory.py --one-b "r=16;r=16,base=nf4" --phases --pythonpath OTHER_CHECKOUT  # before
+    python benchmarks/lora_memory.py --quality "r=16;r=16,base=nf4" --steps 30 --context 64 --batch 8 \
+        --benchmark-bytes 20000    # QLoRA's cost in loss: each merged version's float32 loss (58M Llama)
 
 Memory: a ledger of random GPT-2 weights (float32 masters, a 512-token tokenizer trained
 locally; nothing downloaded); two clones of its hub train the same steps from version 0,
@@ -46,21 +50,119 @@ from woolf.ledger.create import CreateOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_1B = {"hidden": 2048, "layers": 16, "mlp": 8192, "vocab": 32000, "kv": 2048}
+LLAMA_3B = {"hidden": 3072, "layers": 26, "mlp": 8192, "vocab": 32000, "kv": 3072}  # 3.14B parameters
+LLAMA_7B = {"hidden": 4096, "layers": 32, "mlp": 11008, "vocab": 32000, "kv": 4096}  # 6.74B: Llama-2-7B's shape
 TINY_LLAMA = {"hidden": 256, "layers": 2, "mlp": 512, "vocab": 1024, "kv": 256}  # --one-b --dry-run
+LLAMA_SMALL = {"hidden": 512, "layers": 8, "mlp": 1536, "vocab": 32000, "kv": 512}  # 58M: --quality
+LLAMAS = {"small": LLAMA_SMALL, "1b": LLAMA_1B, "3b": LLAMA_3B, "7b": LLAMA_7B, "tiny": TINY_LLAMA}
+
+
+class Phases:
+    """Peak RSS per phase of one process: each wrapped function is a phase (nested ones split their caller);
+    at every boundary the kernel's high-water mark (VmHWM) is read and reset (/proc/self/clear_refs 5)."""
+
+    def __init__(self):
+        self.stack, self.rows = ["(between phases: pull, bookkeeping)"], []
+
+    @staticmethod
+    def _status(key: str) -> float:
+        with open("/proc/self/status") as fh:
+            return int(next(x for x in fh if x.startswith(key)).split()[1]) / 1024
+
+    def boundary(self) -> None:
+        self.rows.append({"phase": self.stack[-1], "peak_rss_mib": round(self._status("VmHWM:"), 1),
+                          "rss_after_mib": round(self._status("VmRSS:"), 1), "t": round(time.perf_counter(), 2)})
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+
+    def wrap(self, owner, attr: str, label: str) -> None:
+        fn = getattr(owner, attr, None)
+        if fn is None:
+            return
+        calls = [0]
+
+        def wrapped(*a, **k):
+            calls[0] += 1
+            self.boundary()
+            self.stack.append(label if calls[0] == 1 else f"{label} #{calls[0]}")
+            try:
+                return fn(*a, **k)
+            finally:
+                self.boundary()
+                self.stack.pop()
+
+        setattr(owner, attr, wrapped)
+
+    def summary(self) -> list[dict]:
+        """One row per phase in order of first appearance: its peak over all its segments, seconds."""
+        out: dict[str, dict] = {}
+        last = self.rows[0]["t"] if self.rows else 0.0
+        for r in self.rows:
+            row = out.setdefault(r["phase"], {"phase": r["phase"], "peak_rss_mib": 0.0, "seconds": 0.0})
+            row["peak_rss_mib"] = max(row["peak_rss_mib"], r["peak_rss_mib"])
+            row["rss_after_mib"] = r["rss_after_mib"]
+            row["seconds"] = round(row["seconds"] + r["t"] - last, 2)
+            last = r["t"]
+        return list(out.values())
+
+
+def phase_child(clone: Path, spec: str, steps: int, out: Path) -> None:
+    """``--phase-child``: `woolf train --lora SPEC` then `woolf submit` in this process, each phase's peak RSS.
+    The phases are the functions a LoRA contribution runs (whichever of them this checkout has: the
+    benchmark measures the code before and after a change alike)."""
+    import importlib
+    import importlib.util
+
+    import woolf.workloads.hf.workload as hfw
+    import woolf.workloads.lora as wlora
+    from woolf.ledger.ledger import Ledger
+    from woolf.participant import SubmitOptions, TrainOptions, submit
+    from woolf.storage.kinds.lora_file import LoraFile
+
+    plora = importlib.import_module("woolf.participant.lora")  # the package exports functions of the same names
+    if importlib.util.find_spec("woolf.participant.lora_weights"):
+        plora = importlib.import_module("woolf.participant.lora_weights")
+    ptrain = importlib.import_module("woolf.participant.train")
+    ph = Phases()
+    ph.wrap(Ledger, "load_weights", "load (float32 masters)")
+    ph.wrap(ptrain, "lora_base", "load (frozen dtype, streamed)")
+    ph.wrap(hfw.Transformers, "evaluate", "evaluate")
+    ph.wrap(hfw.Transformers, "train_lora", "training (backward, optimizer)")  # what its nested phases leave
+    ph.wrap(hfw.Transformers, "lora_model", "model build")
+    ph.wrap(wlora, "_adapted", "peft adapters")
+    ph.wrap(hfw.Transformers, "lora_loss", "training step (forward)")
+    ph.wrap(LoraFile, "write", "factor write")
+    ph.wrap(getattr(plora, "Merged", None), "into", "merge targets")
+    ph.wrap(getattr(plora, "Merged", None), "save", "trained file write")
+    ph.wrap(ptrain, "save_atomic", "trained file write")
+    ph.wrap(ptrain, "_predicted_gate", "predicted gate")
+    led = Ledger.open(clone)
+    t0 = time.perf_counter()
+    rec = ptrain.train(led, TrainOptions(steps=steps, contributor="lora", device="cpu", lora=spec))
+    ph.boundary()
+    ph.stack.append("submit")
+    pr = submit(led, SubmitOptions(contributor="lora"))
+    ph.boundary()
+    out.write_text(json.dumps({"woolf": str(Path(ptrain.__file__).parents[2]), "phases": ph.summary(), "seconds": round(time.perf_counter() - t0, 1),
+                               "train": {k: rec.get(k) for k in ("training", "metrics", "gate", "lora")},
+                               "pr": {"kind": pr.get("delta_kind"), "bytes": pr.get("delta_size")}}, indent=1))
 
 
 def _env() -> dict:
     from woolf.git.repo import clean_env
 
-    return {**clean_env(), "PYTHONPATH": str(ROOT), "WOOLF_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
+    extra = os.environ.get("PYTHONPATH", "")  # e.g. a bitsandbytes installed with --target (the qlora runs)
+    return {**clean_env(), "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), extra) if p), "WOOLF_DEVICE": "cpu",
+            "HF_HUB_OFFLINE": "1"}
 
 
 def _git(*args, cwd):
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=_env())
 
 
-def timed(name: str, args: list[str], cwd: Path, env: dict | None = None) -> dict:
-    cmd = ["nice", "-n", "5", "/usr/bin/time", "-v", sys.executable, "-m", "woolf", *args]
+def timed(name: str, args: list[str], cwd: Path, env: dict | None = None, script: list[str] | None = None) -> dict:
+    """``woolf ARGS`` (or ``python SCRIPT...``) under /usr/bin/time -v: its peak RSS, seconds and JSON output."""
+    cmd = ["nice", "-n", "10", "/usr/bin/time", "-v", sys.executable, *(script or ["-m", "woolf", *args])]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env={**_env(), **(env or {})})
     secs = time.perf_counter() - t0
@@ -140,35 +242,93 @@ def build_llama(root: Path, context: int, dims: dict) -> Path:
 
 
 def one_b(root: Path, a) -> dict:
-    """``--one-b``: `woolf init` of the bf16 1.2B checkpoint, then each `woolf train --lora SPEC` (see the docstring)."""
+    """``--one-b``: `woolf init` of a bf16 Llama checkpoint (``--llama``: 1b, 3b), then each `woolf train --lora
+    SPEC` (see the docstring); ``--phases``: train + submit in one process with each phase's peak RSS
+    (``Phases``), ``--validate``: then `woolf validate --all` in that clone (every command under time -v)."""
     import gc
+    import shutil
 
-    dims = TINY_LLAMA if a.dry_run else LLAMA_1B
+    dims = TINY_LLAMA if a.dry_run else LLAMAS[a.llama]
     model = build_llama(root, a.context, dims)
     gc.collect()
     sets = {"policy.min_improvement": "-1e9", "scoring.min_effect": "0", "scoring.enabled": "false",
             "workload.params.context": str(a.context), "workload.params.batch_size": str(a.batch),
             "workload.params.benchmark_bytes": str(a.benchmark_bytes), "workload.params.eval_batch": "4",
-            "workload.params.lr": "1e-4", "limits.max_delta_bytes": str(16 * 2**30)}  # a 2.4 GB checkpoint
+            "workload.params.lr": "1e-4", "limits.max_delta_bytes": str(64 * 2**30),  # a multi-GB checkpoint
+            **({"workload.params.eval_dtype": a.eval_dtype} if a.eval_dtype else {})}
     rows = [timed("init", ["init", str(root / "work"), "--storage", str(root / "storage"), "--workload",
                            "transformers", "--weights", str(model), "--unsigned", "--json",
                            *[x for k, v in sets.items() for x in ("--set", f"{k}={v}")]], root)]
+    shutil.rmtree(model)  # disk: the checkpoint, the init clone's cache (the storage keeps version 0)
     _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
+    shutil.rmtree(root / "work")
     for i, text in enumerate(a.one_b.split(";")):
-        _git("clone", "-q", str(root / "hub.git"), str(root / f"lora{i}"), cwd=root)
-        _git("config", "user.name", "lora", cwd=root / f"lora{i}")
-        rows.append(timed(f"train {text}", ["-C", str(root / f"lora{i}"), "train", "--steps", str(a.steps),
-                                            "--device", "cpu", "--json", "--contributor", "lora",
-                                            "--lora", text], root))
-        for r in rows[-1:]:
-            r["result"] = {k: r["result"].get(k) for k in ("training", "metrics", "lora", "gate")} \
-                if isinstance(r["result"], dict) else r["result"]
+        clone = root / f"lora{i}"
+        _git("clone", "-q", str(root / "hub.git"), str(clone), cwd=root)
+        _git("config", "user.name", "lora", cwd=clone)
+        if a.phases:  # train + submit in one process, its phases' peaks (the whole process under time -v too)
+            out = root / f"phases{i}.json"
+            rows.append(timed(f"train+submit {text}", [], root, script=[str(Path(__file__).resolve()),
+                              "--phase-child", str(clone), "--spec", text, "--steps", str(a.steps),
+                              "--out", str(out)], env={"PYTHONPATH": a.pythonpath} if a.pythonpath else None))
+            rows[-1]["result"] = json.loads(out.read_text())
+            for r in rows[-1]["result"]["phases"]:
+                print(f"    {r['phase']:>32}: peak {r['peak_rss_mib']:>9.1f} MiB, {r['seconds']:>7.1f} s", flush=True)
+        else:
+            rows.append(timed(f"train {text}", ["-C", str(clone), "train", "--steps", str(a.steps), "--device",
+                                                "cpu", "--json", "--contributor", "lora", "--lora", text], root))
+            rows[-1]["result"] = {k: rows[-1]["result"].get(k) for k in ("training", "metrics", "lora", "gate")} \
+                if isinstance(rows[-1]["result"], dict) else rows[-1]["result"]
+            if a.validate:
+                rows.append(timed("submit", ["-C", str(clone), "submit", "--contributor", "lora", "--json"], root))
+        (clone / ".woolf" / "work" / "trained.safetensors").unlink(missing_ok=True)  # disk
+        if a.validate:
+            rows.append(timed("validate", ["-C", str(clone), "validate", "--all", "--device", "cpu", "--json"],
+                              root))
     import math
 
     spec, _ = llama_1b_spec(dims)
     return {"model": "Llama-shaped " + json.dumps(dims) + ", bf16 checkpoint, float32 masters",
             "params": sum(math.prod(x) for _, x in spec.values()), "steps": a.steps, "context": a.context,
-            "batch": a.batch, "rows": rows}
+            "batch": a.batch, "eval_dtype": a.eval_dtype or "float32", "rows": rows}
+
+
+def quality(root: Path, a) -> dict:
+    """``--quality SPEC;SPEC``: what each spec's merged version scores. A bf16 Llama (``--llama``, default small)
+    imported by `woolf init`; each `woolf train --lora SPEC` from version 0 in its own clone, the same steps,
+    data and seed; then the float32 benchmark loss of its trained file, which is the validator's merge of
+    the PR at scale 1 bit for bit (tests/e2e/test_hf_lora_eval.py): the loss the ledger records for it."""
+    from safetensors.torch import load_file
+
+    from woolf.ledger.ledger import Ledger
+
+    dims = TINY_LLAMA if a.dry_run else LLAMAS[a.llama]
+    model = build_llama(root, a.context, dims)
+    sets = {"policy.min_improvement": "-1e9", "scoring.min_effect": "0", "scoring.enabled": "false",
+            "workload.params.context": str(a.context), "workload.params.batch_size": str(a.batch),
+            "workload.params.benchmark_bytes": str(a.benchmark_bytes), "workload.params.lr": str(a.lr)}
+    Ledger.init(root / "work", CreateOptions(storage=str(root / "storage"), workload="transformers", weights=model,
+                overrides=sets))
+    _git("clone", "-q", "--bare", str(root / "work"), str(root / "hub.git"), cwd=root)
+    work = Ledger.open(root / "work")
+    wl, bench = work.workload(), work.benchmark()
+    rows = []
+    for i, text in enumerate(a.quality.split(";")):
+        clone = root / f"q{i}"
+        _git("clone", "-q", str(root / "hub.git"), str(clone), cwd=root)
+        _git("config", "user.name", "lora", cwd=clone)
+        row = timed(f"train {text}", ["-C", str(clone), "train", "--steps", str(a.steps), "--device", "cpu",
+                                      "--json", "--contributor", "lora", "--lora", text], root)
+        merged = wl.evaluate(load_file(str(clone / ".woolf" / "work" / "trained.safetensors")), bench, "cpu")
+        res = row["result"]
+        row["result"] = {"reported": res["metrics"], "evaluation": res["training"]["lora"].get("evaluation"),
+                         "train_losses": res["training"].get("losses", [])[-3:],
+                         "merged_float32_loss": merged["loss"]}
+        print(f"    merged version's float32 loss {merged['loss']:.6f} (reported after "
+              f"{res['metrics']['after']['loss']:.6f}, before {res['metrics']['before']['loss']:.6f})", flush=True)
+        rows.append(row)
+    return {"model": "Llama-shaped " + json.dumps(dims) + ", bf16 checkpoint", "steps": a.steps, "lr": a.lr,
+            "context": a.context, "batch": a.batch, "v0_float32_loss": work.show(0).metrics["loss"], "rows": rows}
 
 
 def llama_1b_spec(dims: dict | None = None) -> tuple[dict, list[str]]:
@@ -227,10 +387,32 @@ def main() -> None:
     ap.add_argument("--only-lora", default="", metavar="SPEC;SPEC", help="only `train --lora SPEC` rows")
     ap.add_argument("--one-b", default="", metavar="SPEC;SPEC",
                     help="the Llama-shaped 1.2B bf16 checkpoint: `train --lora SPEC` rows (1 step, batch 1 x 32)")
+    ap.add_argument("--llama", default="1b", choices=sorted(LLAMAS), help="--one-b's shape (3b: 3.14B parameters)")
+    ap.add_argument("--phases", action="store_true", help="--one-b: train + submit in one process, peak RSS per phase")
+    ap.add_argument("--validate", action="store_true", help="--one-b: then `woolf validate --all` in that clone")
+    ap.add_argument("--eval-dtype", default="", help="--one-b: the ledger's workload.params.eval_dtype")
+    ap.add_argument("--pythonpath", default="", help="--phases: run the child with this PYTHONPATH (another checkout)")
+    ap.add_argument("--quality", default="", metavar="SPEC;SPEC",
+                    help="each spec's merged-version float32 loss after --steps (QLoRA against bf16 LoRA)")
+    ap.add_argument("--lr", type=float, default=1e-3, help="--quality: workload.params.lr")
+    ap.add_argument("--phase-child", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--spec", default="", help=argparse.SUPPRESS)
     ap.add_argument("--compare-expand", action="store_true",
                     help="validate the same queue twice: each use expanding the LoRA product again, then once per PR")
     ap.add_argument("--out", default="lora_memory.json")
     a = ap.parse_args()
+    if a.phase_child:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        return phase_child(Path(a.phase_child), a.spec, a.steps, Path(a.out))
+    if a.quality:
+        a.llama = a.llama if a.llama != "1b" else "small"
+        if a.dry_run:
+            a.steps, a.context, a.batch, a.benchmark_bytes = 2, 32, 2, 1500
+        result = {"machine": machine(), "args": vars(a)}
+        with tempfile.TemporaryDirectory(prefix="woolf-lora-") as tmp:
+            result["quality"] = quality(Path(tmp), a)
+        print(f"wrote {write_json(a.out, result)}")
+        return
     if a.one_b:  # 1 step of 1 x 32 (a dry run: the tiny Llama)
         a.steps, a.context, a.batch, a.benchmark_bytes = 1, 32, 1, 1500
     elif a.dry_run:

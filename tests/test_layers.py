@@ -43,7 +43,8 @@ LAYERS = {
 }
 FACADES = {"woolf", "woolf.__main__"}  # the package's public face and `python -m woolf`: above every layer
 HEAVY = ("torch", "transformers", "tokenizers", "dvc", "dvc_data", "dvc_objects", "requests",
-         "numpy", "matplotlib", "openskill", "safetensors", "scmrepo", "rich", "yaml", "peft", "s3fs")
+         "numpy", "matplotlib", "openskill", "safetensors", "scmrepo", "rich", "yaml", "peft", "s3fs",
+         "bitsandbytes")
 STDLIB_ONLY = ("woolf.protocol", "woolf.git", "woolf.errors", "woolf._version")
 
 

@@ -100,12 +100,14 @@ def test_gpu_check_dry_run(tmp_path):
     assert ledger["evaluation_precision"]["differences"] == {"float32": 0.0}
 
 
-def test_gpu_lora_dry_run(tmp_path):
+@pytest.mark.parametrize("size", ["1.5B", "7b"])  # the GPT-2 stage, and the 7B Llama stage's path (bf16 evaluation)
+def test_gpu_lora_dry_run(tmp_path, size):
     pytest.importorskip("peft")
-    _run(tmp_path, "gpu_lora.py", "--dry-run", "--out", "gpu_lora.json")
+    _run(tmp_path, "gpu_lora.py", "--dry-run", "--size", size, "--out", "gpu_lora.json")
     row = json.loads((tmp_path / "gpu_lora.json").read_text())["row"]
     assert "error" not in row, row
     assert row["pr"]["kind"] == "lora" and row["validate"]["state"] == "merged"
+    assert row["size"] == {"1.5B": "tiny", "7b": "tiny-llama"}[size]
 
 
 def test_lora_memory_smoke(tmp_path):

@@ -20,6 +20,12 @@ def test_parse_and_text_round_trip():
         assert parse_lora(off) is None
 
 
+def test_a_quantized_base_round_trips():
+    spec = parse_lora("r=16,base=nf4")
+    assert spec.base == "nf4" and spec.text() == "r=16,alpha=32,base=nf4" and parse_lora(spec.text()).base == "nf4"
+    assert parse_lora("r=16").base == ""
+
+
 @pytest.mark.parametrize("text,msg", [
     ("alpha=8", "the rank r is required"),
     ("r=4,r=5", "expected r=R"),
@@ -34,6 +40,7 @@ def test_parse_and_text_round_trip():
     ("r=4,targets=q_proj+a/b", "is not a module name"),
     ("r=4,dtype=fp8", "use one of auto, bf16, fp32"),
     ("r=4,ckpt=yes", "use 0 or 1"),
+    ("r=4,base=nf8", "use base=nf4"),
 ])
 def test_bad_text_is_one_line(text, msg):
     with pytest.raises(ValueError) as err:

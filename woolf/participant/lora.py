@@ -1,22 +1,19 @@
 """A participant's LoRA contribution: adapters trained over the frozen version, sent as factor pairs.
 
 Usage (contribute.train and submit.submit call these when LoRA is asked for):
-    spec = lora_spec(ledger, "r=4")                   # --lora, else workload.params.lora; None: full training
+    spec = lora_spec(ledger, "r=4", device)           # --lora, else workload.params.lora; None: full training
+    base = lora_base(ledger, wl, head, spec, device)  # lora_weights.py: the version in the frozen dtype
     trained, summary = train_lora(ledger, wl, head, base, data, steps, spec, device, seed, progress)
         # -> .woolf/work/lora.safetensors (the factors) and the trained weights base + B·A·scale
         #    (base is consumed: evaluate it first)
     pr = submit_lora(ledger, record, who, base, options)   # the factor file train wrote is the PR's delta
 
-The trained weights that `train` keeps and evaluates are what the validator computes from the
-factors (woolf/core/lora.py's expansion added to the version's weights), so the metrics a
-participant sees are those of its delta merged at scale 1, evaluated as a validator evaluates it.
-Memory: one model at a time. The frozen model's parameters ARE the loaded weights
-(cast to the compute dtype in place when it differs: bf16 on a GPU), the evaluation model is
-built uninitialised and assigned the same tensors, and only the targets get new tensors.
+What the trained weights are, how they are evaluated and what memory they take: lora_weights.py.
 """
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
@@ -24,20 +21,21 @@ from woolf.errors import UsageError
 from woolf.forges import forge_for
 from woolf.ledger.submission import SubmitDeltaOptions, submit_delta
 from woolf.participant.feedback import remember
+from woolf.participant.lora_weights import FACTORS, Merged, Quantized, read_as
 from woolf.participant.proof import keep_run, seal
 from woolf.participant.state import mark_submitted, work_dir
 from woolf.protocol.compress_spec import UNCOMPRESSED
 from woolf.protocol.lora_spec import LoraSpec, parse_lora
 from woolf.storage import kinds
 from woolf.storage.files import hashes_of_file
-from woolf.storage.weights import TRUSTED_LIMITS, read_spec, spec_of
+from woolf.storage.weights import TRUSTED_LIMITS, read_spec
 from woolf.workloads.features import LORA, features_of
 
-FACTORS = "lora.safetensors"
 
-
-def lora_spec(ledger, text: str | None) -> LoraSpec | None:
-    """``--lora TEXT`` (``off`` turns a ledger default off), else ``workload.params.lora``; None: no LoRA."""
+def lora_spec(ledger, text: str | None, device: str | None = None) -> LoraSpec | None:
+    """``--lora TEXT`` (``off`` turns a ledger default off), else ``workload.params.lora``; None: no LoRA.
+    ``base=nf4`` is checked here, on ``device``, before anything is reserved or written: one line when
+    the workload, bitsandbytes or the model cannot."""
     if text is None:
         text = ledger.config.workload.params.get("lora", "")
         if not isinstance(text, str):
@@ -62,6 +60,12 @@ def lora_spec(ledger, text: str | None) -> LoraSpec | None:
     if spec.r > ledger.config.limits.max_lora_rank:
         raise UsageError(f"--lora r={spec.r} is above this ledger's limits.max_lora_rank "
                          f"{ledger.config.limits.max_lora_rank}")
+    if spec.base and not getattr(wl, "LORA_NF4", False):
+        raise UsageError(f"--lora {spec.text()}: the {ledger.config.workload.name} workload has no quantized base "
+                         "(QLoRA is the transformers workload's)", hint="drop base=nf4")
+    problem = wl.nf4_problem(device or "cpu") if spec.base else None
+    if problem:
+        raise UsageError(problem)
     return spec
 
 
@@ -69,34 +73,43 @@ def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, d
                progress, proof=None) -> tuple[dict, dict]:
     """(trained weights = base + each target's expansion, summary); the factors written to the work area.
 
-    ``base`` (version ``head``'s weights, as ``ledger.load_weights`` gave them) is consumed: the
-    dict comes back as the trained weights, its untargeted tensors the base's own. Memory is one
-    model: in the compute dtype while training (the base cast to it tensor by tensor when it
-    differs, e.g. bf16: 2 bytes per parameter), then the version's weights read again for the
-    "after" evaluation. Nothing else holds a model-sized copy; evaluate the base BEFORE this.
+    ``base`` (``lora_base``: version ``head``'s weights in the frozen dtype) is consumed: the dict comes
+    back as the trained weights in that dtype, its untargeted tensors the base's own, each target the
+    float32 arithmetic of record (the version's float32 tensor, read again from its file, plus the
+    expansion) cast to that dtype one tensor at a time: the validator's merge at scale 1, in the
+    base's dtype. Memory is one model in that dtype. Evaluate the base BEFORE this.
     """
     import torch  # deferred: torch
 
-    from woolf.core.lora import expand  # deferred: loads torch
     from woolf.storage.kinds.lora_file import LoraFile  # deferred: loads torch
 
-    spec_in = spec_of(base)
-    # the workload casts ``base`` in place to its compute dtype when it differs (tensor by tensor)
-    more = {"proof": proof} if proof is not None else {}  # the chain of its path (workloads/proof.py)
-    factors, summary = wl.train_lora(base, data, steps, spec, device=device, seed=seed, progress=progress, **more)
-    cast = spec_of(base) != spec_in
+    path = ledger.weights_path(head)
+    spec_in = read_spec(path, TRUSTED_LIMITS, f"version {head.version}")  # the float32 masters' spec
+    if isinstance(base, Quantized):  # QLoRA: the quantized model is kept, its adapters attached, to evaluate
+        # no proof hook: an audit replays over the float32 version, not an NF4 model (recorded unverifiable)
+        keep: list = []
+        factors, summary = wl.train_lora(base.masters, data, steps, spec, device=device, seed=seed,
+                                         progress=progress, keep=keep)
+        base.model = keep[0]
+        trained = base.trained()
+    else:
+        dtype = next((t.dtype for t in base.values() if t.is_floating_point()), torch.float32)
+        on = next((t.device for t in base.values()), torch.device(device))
+        more = {"proof": proof} if proof is not None else {}  # the chain of its path (workloads/proof.py)
+        factors, summary = wl.train_lora(base, data, steps, spec, device=device, seed=seed, progress=progress,
+                                         **more)
     delta = LoraFile(factors, spec_in, ledger.config.limits.max_lora_rank)  # checked as a validator would
     out = work_dir(ledger) / FACTORS
     delta.write(out)
-    if cast:  # the arithmetic of record is on the version's own weights: read them again
-        base.clear()
-        base.update(ledger.load_weights(head))
-    for target, (A, B, _) in sorted(factors.items()):  # the scale as the file carries it (float32)
-        s = float(delta.tensors[f"{target}.lora_scale"][0])
-        base[target] = torch.add(base[target], expand(A, B, s))  # the new tensor; the old one is freed
+    if not isinstance(base, Quantized):
+        if not base:  # the frozen model held its own copies (another device): the version's weights again
+            base.update(read_as(path, dtype, str(on)))
+        with Merged(ledger, head) as merged:
+            merged.into(base, 1.0, masters_held=dtype == torch.float32 and on.type == "cpu")
+        trained = base
     summary["lora"] = {**summary.get("lora", {}), "file": FACTORS, "bytes": out.stat().st_size,
-                       "dense_bytes": sum(4 * t.numel() for t in base.values() if t.is_floating_point())}
-    return base, summary
+                       "dense_bytes": sum(4 * math.prod(s) for d, s in spec_in.values() if d.startswith("F"))}
+    return trained, summary
 
 
 class TrainedFactors:

@@ -27,6 +27,7 @@ from woolf.ledger.tasks import reserve_for_training, take_shard_data
 from woolf.ledger.trust import require_command_trust, require_trusted_head
 from woolf.participant.distributed import Group, broadcast, fault_check, join, leave
 from woolf.participant.lora import lora_spec, train_lora
+from woolf.participant.lora_weights import Merged, evaluation, lora_base, rescale
 from woolf.participant.proof import draft, private_data, recorder
 from woolf.participant.recipe import declare
 from woolf.participant.state import (
@@ -120,7 +121,7 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
     if group and DISTRIBUTED not in features:
         raise UsageError(f"workload {cfg.workload.name!r} cannot train on several processes",
                          hint="run `woolf train` without --nproc or torchrun")
-    lora = lora_spec(ledger, o.lora)  # None trains every parameter
+    lora = lora_spec(ledger, o.lora, resolve_device(o.device))  # None trains every parameter
     if lora is not None and group:
         raise UsageError("--lora trains on one process", hint="run `woolf train --lora ...` without --nproc")
     fingerprint = wl.fingerprint() if FINGERPRINT in features else cfg.workload.name
@@ -136,7 +137,8 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
         data = ("shard", owner, version)
     with task.running() if task else contextlib.nullcontext():
         device = group.device if group else resolve_device(o.device)
-        base = ledger.load_weights(head)
+        # a LoRA run's base in its frozen dtype, read a tensor at a time (participant/lora_weights.py)
+        base = ledger.load_weights(head) if lora is None else lora_base(ledger, wl, head, lora, device)
         out = work_dir(ledger)
         out.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(o.seed)
@@ -144,6 +146,9 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
         # the version's own recorded metrics, when it has them (validators evaluated it already)
         before = head.metrics if head.metrics and cfg.policy.metric in head.metrics else None
         train_data = None
+        evaluate, judged = (wl.evaluate, None) if lora is None else evaluation(wl, base)
+        if judged and not judged["exact"]:
+            before = None  # the ledger's numbers are of another dtype: both measured here, like with like
         if cfg.workload.command:
             trained, summary = _train_by_command(ledger, head, base, data, steps, o.seed, out)
         else:
@@ -156,10 +161,11 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
             recipe_head = head  # the version training began from
             if (extra.get("in_place") or lora is not None) and before is None and lead:  # base is trained where it is:
                 # measure it first (a LoRA run consumes base too: participant/lora.py)
-                before = wl.evaluate(base, bench, device)
+                before = evaluate(base, bench, device)
             if lora is not None:  # adapters over the frozen version; the factors are the delta
                 trained, summary = train_lora(ledger, wl, head, base, train_data, steps, lora, device, o.seed,
                                               o.progress, proof=hook)
+                summary["lora"]["evaluation"] = judged
             else:
                 trained, summary = wl.train(base, train_data, steps, device=device, seed=o.seed,
                                             progress=_progress(o.progress, group), **extra)
@@ -180,11 +186,11 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
                 recipe["data"] = private_data(train_data) if private else recipe["data"]
         _summarize_data(summary, data, train_data)
         record_speed(fingerprint, summary, state_dir(ledger))
-        metrics = {"before": before or wl.evaluate(base, bench, device)}
+        metrics = {"before": before or evaluate(base, bench, device)}
         del base  # trained in place, or no longer needed: one model less while evaluating
-        metrics["after"] = wl.evaluate(trained, bench, device)
-        save_atomic(trained, out / "trained.safetensors", hashed=True)  # written from the tensors' memory
-        gate = _predicted_gate(cfg, wl, lambda: ledger.weights_path(head), trained, metrics, bench, device)
+        metrics["after"] = evaluate(trained, bench, device)
+        rescale = _saved(ledger, head, lora is not None, trained, out / "trained.safetensors")
+        gate = _predicted_gate(cfg, evaluate, rescale, trained, metrics, bench, device)
         record = {"base_version": head.version, "base_commit": head.commit, "contributor": who,
                   "training": summary, "metrics": metrics, "seed": o.seed,
                   "task": task.rec.id if task else None, "lora": lora.text() if lora else None,
@@ -222,30 +228,56 @@ def _last_look(follower, hook, trained: dict, steps: int, summary: dict) -> dict
     return trained
 
 
-def _predicted_gate(cfg, wl, base_path, trained: dict, metrics: dict, bench: bytes, device) -> dict:
+def _predicted_gate(cfg, evaluate, rescale, trained: dict, metrics: dict, bench: bytes, device) -> dict:
     """What the gate would say of the merge a validator makes of this result at staleness 0:
     base + alpha_base * f(0) * delta, not the whole delta (a joiner told "the gate would
     reject" was merged). Under a momentum rule the merge also carries the rule's state, which
     only the validator knows; the prediction is the delta's own share. ``metrics["merged"]`` is
-    the candidate's evaluation, where the scale is not 1. ``trained`` is already saved: the merge
-    is built in its place, the base read a tensor at a time from the version's file, ``base_path()``
-    (one model in memory, as in training)."""
-    from safetensors import safe_open  # deferred: torch
-
-    from woolf.core.merge import apply_delta  # deferred: torch
-
+    the candidate's evaluation (``evaluate``), where the scale is not 1. ``trained`` is already saved:
+    ``rescale(trained, scale)`` builds the merge in its place (one model in memory, as in training)."""
     scale = delta_scale(cfg.merge.alpha_base, attenuation(cfg.merge.staleness, 0))
     judged = metrics["after"]
     if scale != 1.0:
+        rescale(trained, scale)
+        judged = metrics["merged"] = evaluate(trained, bench, device)
+    gate = decide(cfg.policy, metrics["before"], judged)
+    return {"passes": gate.accepted, "reason": gate.reason, "scale": scale, "rule": cfg.merge.rule}
+
+
+def _saved(ledger, head, lora: bool, trained: dict, out: Path):
+    """``trained`` written at ``out``; the ``rescale`` the predicted gate uses on it. A LoRA result is written
+    as the float32 merge a tensor at a time (its ``trained`` may be bf16: never the float32 model in memory)."""
+    if not lora:
+        save_atomic(trained, out, hashed=True)  # written from the tensors' memory
+        return _rescale_dense(lambda: ledger.weights_path(head))
+    with Merged(ledger, head) as merged:
+        merged.save(out)
+    return _rescale_lora(ledger, head)
+
+
+def _rescale_dense(base_path):
+    """``rescale`` of a dense result: the base read a tensor at a time from the version's file, ``base_path()``."""
+
+    def rescale(trained: dict, scale: float) -> None:
+        from safetensors import safe_open  # deferred: torch
+
+        from woolf.core.merge import apply_delta  # deferred: torch
+
         with safe_open(str(base_path()), framework="pt") as base:
             for name in list(trained):  # one tensor's delta at a time: no second model-sized copy
                 old = base.get_tensor(name)
                 delta = trained[name].float() - old.float()
                 trained[name].copy_(apply_delta({name: old}, {name: delta}, scale)[name])  # in place: the
                 # evaluation model holds these tensors (a new one would keep the old alive: a second model)
-        judged = metrics["merged"] = wl.evaluate(trained, bench, device)
-    gate = decide(cfg.policy, metrics["before"], judged)
-    return {"passes": gate.accepted, "reason": gate.reason, "scale": scale, "rule": cfg.merge.rule}
+
+    return rescale
+
+
+def _rescale_lora(ledger, head):
+    """``rescale`` of a LoRA result: each target the version's float32 tensor plus scale times its expansion,
+    in the trained weights' dtype (participant/lora_weights.py ``Merged``): the validator's merge at that scale."""
+
+    return lambda trained, scale: rescale(ledger, head, trained, scale)
 
 
 def _progress(progress, group: Group | None):

@@ -1,4 +1,4 @@
-"""How a participant asks for LoRA training: ``r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=D][,ckpt=0]``.
+"""How a participant asks for LoRA: ``r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=D][,ckpt=0][,base=nf4]``.
 
 Usage:
     spec = parse_lora("r=16,alpha=32,targets=c_attn+c_proj")   # LoraSpec(r=16, alpha=32.0, ...)
@@ -8,11 +8,13 @@ Usage:
 ``woolf train --lora ...`` and the ledger default ``workload.params.lora`` take this text.
 ``targets`` are module names as peft matches them (``target_modules``: a name's last
 component, e.g. c_attn, q_proj); none given: peft's default for the architecture.
-``dtype``: the frozen base's compute dtype, ``auto`` (bf16 on a GPU, float32 on a CPU),
+``dtype``: the frozen base's compute dtype, ``auto`` (bf16 on a GPU; on a CPU the checkpoint's, bf16 or float32),
 ``bf16`` or ``fp32``. ``ckpt``: gradient checkpointing, on by default (activations recomputed in
 the backward pass: ~30% more compute for a fraction of the activations' memory, the numbers
 unchanged; at 152M on the CPU it is what keeps a LoRA run under 2 GiB: benchmarks/RESULTS.md §17);
-``ckpt=0`` keeps every activation instead. Standard library only (the config check may run without torch).
+``ckpt=0`` keeps every activation instead. ``base=nf4``: QLoRA, the frozen base's linear layers quantized to
+4-bit NF4 through bitsandbytes (the factors are merged into the float32 masters like any LoRA PR's;
+woolf/workloads/hf/qlora.py). Standard library only (the config check may run without torch).
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from dataclasses import dataclass
 
 LORA_PARAM = "lora"  # the workload parameter (workload.params.lora) holding a ledger's default LoRA text
 DTYPES = ("auto", "bf16", "fp32")
+BASES = ("", "nf4")  # the frozen base as it is (its dtype), or quantized to 4-bit NF4 (QLoRA)
 _TARGET = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
-_SYNTAX = "expected r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=1|0], e.g. r=16,alpha=32"
+_SYNTAX = ("expected r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=1|0][,base=nf4], "
+           "e.g. r=16,alpha=32")
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class LoraSpec:
     dropout: float = 0.0  # lora_dropout
     dtype: str = "auto"  # the frozen base's compute dtype
     checkpointing: bool = True  # gradient checkpointing (ckpt=0: off)
+    base: str = ""  # "nf4": the frozen base quantized to 4-bit NF4 (QLoRA)
 
     @property
     def scale(self) -> float:
@@ -50,6 +55,8 @@ class LoraSpec:
             parts.append(f"dtype={self.dtype}")
         if not self.checkpointing:
             parts.append("ckpt=0")
+        if self.base:
+            parts.append(f"base={self.base}")
         return ",".join(parts)
 
 
@@ -71,7 +78,7 @@ def parse_lora(text: str) -> LoraSpec | None:
     fields: dict[str, str] = {}
     for item in text.split(","):
         key, sep, value = item.strip().partition("=")
-        if not sep or key in fields or key not in ("r", "alpha", "targets", "dropout", "dtype", "ckpt"):
+        if not sep or key in fields or key not in ("r", "alpha", "targets", "dropout", "dtype", "ckpt", "base"):
             raise ValueError(f"{text[:80]!r}: {_SYNTAX}")
         fields[key] = value.strip()
     if "r" not in fields:
@@ -93,4 +100,6 @@ def parse_lora(text: str) -> LoraSpec | None:
         raise ValueError(f"dtype={dtype!r}: use one of {', '.join(DTYPES)}")
     if fields.get("ckpt", "1") not in ("0", "1"):
         raise ValueError(f"ckpt={fields['ckpt']!r}: use 0 or 1")
-    return LoraSpec(r, alpha, targets, dropout, dtype, fields.get("ckpt", "1") == "1")
+    if fields.get("base", "") not in BASES:
+        raise ValueError(f"base={fields['base'][:20]!r}: use base=nf4 (a 4-bit frozen base), or leave it out")
+    return LoraSpec(r, alpha, targets, dropout, dtype, fields.get("ckpt", "1") == "1", fields.get("base", ""))

@@ -12,6 +12,7 @@ A workload that trains LoRA (features.py: ``LORA``) supplies its model, its batc
     wl.lora_loss(model, batch)              # the scalar loss of one micro-batch
     wl.LORA_TARGETS                         # default targets (None: peft's default for the architecture)
     wl.LORA_BF16                            # False: the workload computes in float32 on every device
+    wl.LORA_NF4                             # True: lora_model(..., base="nf4") quantizes the base (QLoRA)
     wl.lr, wl.lr_at(step), wl.optimizer_warmup, wl.batch_size, wl.context, wl.grad_accum (default 1),
     wl.weight_decay (default 0)
 
@@ -29,7 +30,8 @@ B := lora_A^T). Only linear layers (Linear, Conv1D) are targets; an embedding or
 refused with the name. The model and its adapters are dropped before returning: memory is the
 weights, one compute-dtype model, the adapters and their moments.
 
-Compute dtype (``spec.dtype``): auto = bf16 on a GPU, float32 on a CPU, unless the workload
+Compute dtype (``spec.dtype``): auto = bf16 on a GPU; on a CPU the checkpoint's own dtype (``wl.stored_dtype``:
+bf16 for a bf16 checkpoint, else float32), unless the workload
 computes in float32 only (``LORA_BF16 = False``: charlm, whose ``dtype=bf16`` is refused with the
 reason). ``ckpt`` (gradient checkpointing) applies to a model that offers it (transformers').
 """
@@ -58,6 +60,8 @@ def compute_dtype(wl, spec: LoraSpec, device: str) -> torch.dtype:
         return torch.float32
     if spec.dtype == "bf16" or (spec.dtype == "auto" and torch.device(device).type == "cuda"):
         return torch.bfloat16
+    if spec.dtype == "auto":  # the checkpoint's own dtype: a bf16 checkpoint's base stays 2 bytes per parameter
+        return getattr(wl, "stored_dtype", torch.float32)
     return torch.float32
 
 
@@ -86,7 +90,7 @@ def _factors(model, owner: dict[int, str], hint: str) -> dict:
     for mod_name, m in model.named_modules():
         if not isinstance(m, LoraLayer):
             continue
-        if not isinstance(m, LoraLinear):
+        if not (isinstance(m, LoraLinear) or type(m).__module__ == "peft.tuners.lora.bnb"):  # bnb: QLoRA's
             raise UsageError(f"LoRA target {mod_name!r} is a {type(m).__name__}; only linear layers are LoRA "
                              f"targets", hint=hint)
         tensor = owner.get(id(m.get_base_layer().weight))
@@ -133,19 +137,21 @@ def _adapted(wl, model, spec: LoraSpec, seed: int):
 
 
 def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, device: str = "cpu",
-               seed: int = 0, progress=None, proof=None) -> tuple[dict, dict]:
+               seed: int = 0, progress=None, keep: list | None = None, proof=None) -> tuple[dict, dict]:
     """({target tensor: (A, B, scale)}, summary) after ``steps`` AdamW steps on the adapters alone. ``proof``:
     the hook that commits to the adapters' path or replays a segment of it (woolf/workloads/proof.py).
 
     ``weights`` may be consumed by the workload's ``lora_model`` (the transformers workload casts it IN
     PLACE to the compute dtype where it differs, and empties it when the model lives on another device:
-    the caller reads the version's weights again for the arithmetic of record, woolf/participant/lora.py)."""
+    the caller reads the version's weights again for the arithmetic of record, woolf/participant/lora.py).
+    ``keep`` (a list): the trained peft model is appended to it, in eval mode, instead of being dropped (a
+    QLoRA run evaluates its quantized base with the adapters attached: participant/lora_weights.py)."""
     gen = torch.Generator().manual_seed(seed)
     batches = wl.lora_batches(data, gen)
     dtype = compute_dtype(wl, spec, device)
     names = set(weights)
     torch.manual_seed(seed)  # the adapters' initialisation: from the seed (and a model built from it)
-    model = wl.lora_model(weights, device, dtype)
+    model = wl.lora_model(weights, device, dtype, **({"base": spec.base} if spec.base else {}))
     owner = {id(p): n for n, p in model.named_parameters(remove_duplicate=True) if n in names}
     hint = _hint(model)
     if spec.checkpointing and hasattr(model, "gradient_checkpointing_enable"):
@@ -183,9 +189,12 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     factors = _factors(model, owner, hint)
     trainable = sum(p.numel() for p in params)
     ckpt = hasattr(model.get_base_model(), "gradient_checkpointing_enable")
+    if keep is not None:
+        keep.append(model.eval())
     del model, opt, params
     gc.collect()  # peft's wrappers hold cycles: the adapters and their moments go now, not later
     lora = {"spec": spec.text(), "targets": len(factors), "trainable": trainable,
-            **({"checkpointing": spec.checkpointing} if ckpt else {}), "dtype": str(dtype).replace("torch.", "")}
+            **({"checkpointing": spec.checkpointing} if ckpt else {}), "dtype": str(dtype).replace("torch.", ""),
+            **({"base": spec.base} if spec.base else {})}
     return factors, train_summary(steps, secs, losses, steps * accum * wl.batch_size * wl.context, data,
                                   optimizer="fresh (lora)", device=device, lora=lora)

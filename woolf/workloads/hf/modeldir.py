@@ -303,8 +303,13 @@ def import_model_dir(path: Path | None, limits) -> Imported:
     except Exception as exc:
         raise UsageError(f"{path}: transformers cannot load the checkpoint: {str(exc)[:300]}") from None
     master = master_dtype(dtype)
-    weights = {k: v.to(getattr(torch, master)).contiguous() if v.is_floating_point() else v.clone().contiguous()
-               for k, v in canonical(model).items()}
+    state = canonical(model)
+    del model  # each checkpoint tensor is freed once its master is made: never both models whole
+    weights = {}
+    for k in list(state):
+        v = state.pop(k)
+        weights[k] = v.to(getattr(torch, master)).contiguous() if v.is_floating_point() else v.clone().contiguous()
+        del v
     problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
     missing = set(problems.get("missing_keys", ())) & set(weights)
     if missing or problems.get("unexpected_keys") or problems.get("mismatched_keys"):

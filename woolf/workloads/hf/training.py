@@ -61,8 +61,8 @@ def uninitialised(config, dtype) -> torch.nn.Module:
 def assign(model: torch.nn.Module, weights: dict[str, torch.Tensor], device: str, copy: bool) -> torch.nn.Module:
     """Make ``weights`` (canonical names, tied copies once) the model's parameters and buffers on ``device``.
 
-    Floating tensors become float32 (the model's own dtype); one that already is, on ``device``,
-    is used as it is unless ``copy``: training then writes into the caller's tensors. Tied
+    Floating tensors become the model's own dtype (float32, or an evaluation's bf16); one that already is,
+    on ``device``, is used as it is unless ``copy``: training then writes into the caller's tensors. Tied
     parameters (GPT-2's lm_head and wte) get the same Parameter object, so they stay tied.
     """
     owners: dict[int, list[tuple[torch.nn.Module, str, bool]]] = {}
@@ -77,8 +77,7 @@ def assign(model: torch.nn.Module, weights: dict[str, torch.Tensor], device: str
     with torch.no_grad():
         for name, tensor in weights.items():
             old = state[name]
-            dtype = torch.float32 if old.is_floating_point() else old.dtype
-            new = tensor.to(device=device, dtype=dtype, copy=copy)
+            new = tensor.to(device=device, dtype=old.dtype, copy=copy)  # the model's own dtype
             if isinstance(old, torch.nn.Parameter):
                 new = torch.nn.Parameter(new, requires_grad=old.requires_grad)
             for mod, attr, is_param in owners[id(old)]:
@@ -89,9 +88,10 @@ def assign(model: torch.nn.Module, weights: dict[str, torch.Tensor], device: str
 def frozen(config, weights: dict, device: str, dtype: torch.dtype) -> torch.nn.Module:
     """The architecture with ``weights`` as its parameters in ``dtype`` on ``device``, frozen: LoRA's base
     (workloads/lora.py). ``weights`` is cast IN PLACE, one tensor at a time, where its dtype differs (never
-    the masters beside a cast model), and emptied when the model lives on another device (it holds its own
-    copies there). A tensor already in ``dtype`` on ``device`` IS the parameter (no copy); the model is built
-    uninitialised (its own random weights would touch a second model's worth of memory)."""
+    the masters beside a cast model), and emptied when the model holds copies of them on another device
+    (given there already, as participant/lora_weights.py ``lora_base`` places them, they are its parameters). A
+    tensor already in ``dtype`` on ``device`` IS the parameter (no copy); the model is built uninitialised
+    (its own random weights would touch a second model's worth of memory)."""
     for name in sorted(weights):
         if weights[name].is_floating_point() and weights[name].dtype != dtype:
             weights[name] = weights[name].to(dtype)
@@ -104,12 +104,13 @@ def frozen(config, weights: dict, device: str, dtype: torch.dtype) -> torch.nn.M
         model.load_state_dict(given, strict=False, assign=True)
         model.tie_weights()  # tied copies (lm_head of tied embeddings) point at the tensor they share
     held = {t.data_ptr() for t in given.values()}
+    copied = any(given[k] is not weights[k] for k in given)
     del given, state
     loose = [n for n, t in model.named_parameters(remove_duplicate=False) if t.data_ptr() not in held]
     if loose:
         raise UsageError(f"weights are not this model's: missing {loose[:4]}")
     model.requires_grad_(False)
-    if torch.device(device).type != "cpu":
+    if copied:  # copies on another device: the caller's go
         weights.clear()  # the caller reads the version's weights again (woolf/participant/lora.py)
     return model.to(device)
 

@@ -20,7 +20,6 @@ eval mode, over fixed non-overlapping windows, so it is deterministic on CPU.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from woolf.workloads.features import (
     PROOF,
     STATE_DIR,
 )
+from woolf.workloads.hf.evaluation import window_loss
 from woolf.workloads.hf.modeldir import (
     MODEL_DIR,
     REQUIRED,
@@ -56,6 +56,7 @@ from woolf.workloads.hf.modeldir import (
     max_positions,
     transformers_version,
 )
+from woolf.workloads.hf.qlora import frozen_nf4, nf4_problem
 from woolf.workloads.hf.training import (
     AUTOCAST,
     assign,
@@ -71,6 +72,7 @@ from woolf.workloads.textcommon import TextCorpus
 from woolf.workloads.userdata import user_texts
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
+EVAL_DTYPES = ("float32", "bfloat16")  # workload.params.eval_dtype: the ledger's evaluations (docs/workloads.md)
 
 
 class Transformers(TextCorpus):
@@ -82,7 +84,7 @@ class Transformers(TextCorpus):
                  lr: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, autocast: str = "",
                  eval_batch: int = 8, benchmark_bytes: int = 32768, shard_files: int = 8,
                  checkpoint_dtype: str = "", checkpointing: bool = False, compile: bool = False,
-                 lora: str = "", optimizer_warmup: int = 0):
+                 lora: str = "", optimizer_warmup: int = 0, eval_dtype: str = "float32"):
         files = dict(files or {})
         where = "ledger/woolf.toml: workload.params"
         missing = [n for n in REQUIRED if n not in files]
@@ -99,6 +101,9 @@ class Transformers(TextCorpus):
             if value not in DTYPES:
                 raise ConfigError(f"{where}.{key} = {value!r}", hint=f"use one of {', '.join(DTYPES)}")
         self.checkpoint_dtype = checkpoint_dtype or dtype
+        if eval_dtype not in EVAL_DTYPES:
+            raise ConfigError(f"{where}.eval_dtype = {eval_dtype!r}", hint=f"use one of {', '.join(EVAL_DTYPES)}")
+        self.eval_dtype = eval_dtype  # what every benchmark evaluation of this ledger computes in
         for key, value in (("checkpointing", checkpointing), ("compile", compile)):
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}.{key} = {value!r}", hint="use true or false")
@@ -272,19 +277,27 @@ class Transformers(TextCorpus):
                                   autocast=str(amp).replace("torch.", "") if amp else "off")
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
-                   progress: Progress | None = None, proof=None):
+                   progress: Progress | None = None, keep: list | None = None, proof=None):
         """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (workloads/lora.py).
         ``weights`` is consumed (cast in place to the compute dtype; emptied for a GPU: training.py ``frozen``)."""
         from woolf.workloads.lora import train_lora  # deferred: peft
 
-        return train_lora(self, weights, data, steps, spec, device, seed, progress, proof=proof)
+        return train_lora(self, weights, data, steps, spec, device, seed, progress, keep, proof=proof)
+
+    def nf4_problem(self, device: str) -> str | None:
+        """Why ``--lora base=nf4`` cannot run here (bitsandbytes, or a model without linear layers), or None."""
+        return nf4_problem(device, self.config)
 
     # what the LoRA trainer (workloads/lora.py) asks: the frozen model, batches and loss (LORA_TARGETS: peft's
     # default for the architecture)
     LORA_TARGETS = None
 
-    def lora_model(self, weights, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    LORA_NF4 = True  # base=nf4 (QLoRA): lora_model quantizes the frozen base (hf/qlora.py)
+
+    def lora_model(self, weights, device: str, dtype: torch.dtype, base: str = "") -> torch.nn.Module:
         self._model = None  # the evaluation model's hold on the weights goes (rebuilt, uninitialised, when needed)
+        if base == "nf4":  # bitsandbytes is imported there, when asked for (optional: the qlora extra)
+            return frozen_nf4(self.config, weights, device, dtype)
         return frozen(self.config, weights, device, dtype)
 
     def lora_batches(self, data: TrainData, gen: torch.Generator):
@@ -305,24 +318,33 @@ class Transformers(TextCorpus):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
 
     # -- evaluation --------------------------------------------------------------
+    @property
+    def stored_dtype(self) -> torch.dtype:
+        """The checkpoint's own floating dtype where it is bf16 (LoRA's frozen base on a CPU: workloads/lora.py);
+        float32 otherwise (fp16 and float32 checkpoints: a CPU computes float32)."""
+        return torch.bfloat16 if self.checkpoint_dtype == "bfloat16" else torch.float32
+
     @torch.no_grad()
-    def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
-        """Per-token loss (nats) and perplexity over fixed windows of ``context`` tokens, in float32."""
+    def evaluate(self, weights, benchmark: bytes, device: str = "cpu", dtype: torch.dtype | None = None
+                 ) -> dict[str, float]:
+        """Per-token loss (nats) and perplexity over fixed windows of ``context`` tokens, computed in the
+        ledger's ``eval_dtype`` (float32 unless the ledger says bfloat16), or in ``dtype`` when given (a LoRA
+        participant's frozen dtype: participant/lora_weights.py). In float32 the weights ARE the model's parameters;
+        in another dtype the model holds their casts (its own memory: half the float32 weights' for bf16)."""
+        want = dtype or getattr(torch, self.eval_dtype)
+        if want == torch.float32:
+            model = self._load(weights, device)
+        else:  # an uninitialised model of that dtype: weights already in it are its parameters, others cast
+            names = set(canonical(self.model()))
+            if set(weights) != names:
+                raise InvalidWeightsError("weights are not this model's: "
+                                          f"missing {sorted(names - set(weights))[:4]}")
+            model = assign(uninitialised(self.config, want), weights, device, copy=False)
+        return self.evaluate_model(model, benchmark, device)
+
+    def evaluate_model(self, model, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
+        """``evaluate`` of a model already built (a QLoRA participant's quantized one), in its dtype."""
         key = hashlib.sha256(benchmark).hexdigest()
         if self._bench is None or self._bench[0] != key:
             self._bench = (key, self.tokens([benchmark]))
-        ids = self._bench[1]
-        n = (len(ids) - 1) // self.context
-        if n == 0:
-            raise UsageError(f"the benchmark has {len(ids)} tokens, less than one window of {self.context + 1}")
-        x = ids[: n * self.context].view(n, self.context)
-        y = ids[1 : n * self.context + 1].view(n, self.context)
-        model = self._load(weights, device).eval()
-        total, count = 0.0, 0
-        for i in range(0, n, self.eval_batch):
-            logits = model(input_ids=x[i : i + self.eval_batch].to(device)).logits.float()
-            yb = y[i : i + self.eval_batch].to(device)
-            total += F.cross_entropy(logits.view(-1, logits.shape[-1]), yb.reshape(-1), reduction="sum").item()
-            count += yb.numel()
-        loss = total / count
-        return {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
+        return window_loss(model, self._bench[1], self.context, self.eval_batch, device)
