@@ -27,10 +27,15 @@ def _caught(net, name: str, **how):
 
 
 @pytest.mark.parametrize("share", [0.5, 0.9])
-def test_a_lazy_chain_made_up_after_its_real_steps_is_caught_on_its_final_segment(make_net, share):
+def test_a_lazy_chain_made_up_after_its_real_steps_is_caught_where_it_is_made_up(make_net, share):
+    """The final segment (9: steps 19-20) is audited on every drawn PR and is made up whatever the share; the
+    other drawn segment is caught first when it lies in the made-up part too (steps after 20 x share)."""
     v = _caught(make_net(**AUDIT), "lazy", trained=share)
-    assert v.state == "rejected" and "retrain-failed" in v.flags
-    assert v.reason.startswith("retrain: step 19 of 20 does not replay (segment 9, steps 19-20)"), v.reason
+    assert v.state == "rejected" and "retrain-failed" in v.flags and 9 in v.retrain["segments"]
+    seg = v.retrain["segment"]
+    assert 2 * seg + 1 > 20 * share, v.reason  # a made-up segment, named at its first step
+    assert v.reason.startswith(f"retrain: step {2 * seg + 1} of 20 does not replay (segment {seg}, steps "
+                               f"{2 * seg + 1}-{2 * seg + 2})"), v.reason
 
 
 def test_a_skip_hidden_in_a_middle_segment_is_caught_when_that_segment_is_audited(make_net):
