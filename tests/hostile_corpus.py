@@ -118,7 +118,7 @@ def _plumbing_pr(led, files: dict, message: bytes, parent=None) -> str:
 
 def push_ref(led, obj: str, ref: str) -> None:
     """Put ``obj`` at ``ref`` in the origin as a forge without protection would let anyone: the hub
-    made by `woolf hub init` refuses most of these refs (tests/protocol/test_authority.py), so its hook is
+    made by `woolf hub init` refuses most of these refs (tests/audit/test_authority.py), so its hook is
     bypassed here to test what a validator does when they exist anyway."""
     git("push", "-q", f"--receive-pack={UNHOOKED}", "origin", f"{obj}:{ref}", cwd=led.root)
 

@@ -3,18 +3,19 @@ or a lower layer, roles never import each other, protocol/ is standard-library o
 
 Usage:
     pytest tests/test_layers.py
-    python tests/test_layers.py          # prints every import that breaks a rule
+    python tests/test_layers.py          # prints every import that breaks a rule, every module the docs miss
 
 Every import counts, at module level or inside a function (deferring an import does not remove
 the dependency). An import inside a function is allowed only where it defers something heavy
 (torch, transformers, DVC, ...: the imported woolf module loads one at import time), and it says
 so with a `# deferred: <what>` comment on its line; only cli/ defers light modules (so that
-`woolf --help` loads no library code).
+`woolf --help` loads no library code). docs/architecture.md names every module.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -313,9 +314,44 @@ def test_the_hooks_closure_is_standard_library_only():
     assert "woolf.protocol.rules.push" in loaded
 
 
+def unnamed_modules(doc: str, package: Path = PACKAGE) -> list[str]:
+    """Modules docs/architecture.md does not name: each by its file name in its top package's part (the `### `
+    heading or the `- `pkg/`:` bullet that names it; a subpackage as `sub/`), or by its path anywhere."""
+    parts: dict[str, str] = {}
+    for section in re.split(r"(?m)^### ", doc)[1:]:
+        head = section.splitlines()[0]
+        for pkg in re.findall(r"`(\w+)/`", head) + (["."] if "woolf/*.py" in head else []):
+            parts[pkg] = parts.get(pkg, "") + section
+        for bullet in re.split(r"(?m)^- ", section)[1:]:
+            if m := re.match(r"`(\w+)/`:", bullet):
+                parts[m.group(1)] = parts.get(m.group(1), "") + bullet
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if "__pycache__" in rel.parts or rel.as_posix() in ("__init__.py", "__main__.py", "_version.py"):
+            continue
+        part = parts.get(rel.parts[0] if len(rel.parts) > 1 else ".", "")
+        if rel.name == "__init__.py":
+            named = len(rel.parts) == 2 or re.search(rf"(?<![\w.]){re.escape(rel.parent.name)}/", part)
+        else:
+            named = (re.search(rf"(?<![\w/]){re.escape(rel.as_posix())}", doc)
+                     or re.search(rf"(?<![\w.]){re.escape(rel.name)}", part))
+        if not named:
+            missing.append(rel.as_posix())
+    return missing
+
+
+def test_docs_architecture_names_every_module():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    assert unnamed_modules(doc) == [], "say in docs/architecture.md what each of these modules is"
+    assert unnamed_modules(doc.replace("`flood.py`", "`flood`")) == ["protocol/rules/flood.py"]  # the check bites
+
+
 if __name__ == "__main__":
     imports = all_imports()
     for line in layer_violations(imports) + needless_deferrals(imports):
         print(line)
     for cyc in package_cycles(imports):
         print("cycle:", " -> ".join(cyc))
+    for module in unnamed_modules((ROOT / "docs" / "architecture.md").read_text()):
+        print("not named in docs/architecture.md:", module)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.audit.test_authority import _forged_version, _verdict
 from tests.conftest import key_for
 from tests.crafting import craft_pr, force_ref, push, random_delta, refused
-from tests.protocol.test_authority import _forged_version, _verdict
 from woolf.audit.recompute import audit
 from woolf.errors import IntegrityError
 from woolf.forges.local import LocalForge

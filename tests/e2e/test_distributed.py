@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 
 from tests.conftest import run_cli  # noqa: E402
 from tests.participant import test_distributed  # noqa: E402
-from tests.workloads.test_hf import hf_network  # noqa: E402
+from tests.workloads.hf.test_workload import hf_network  # noqa: E402
 
 CPU, still_model = test_distributed.CPU, test_distributed.still_model  # the module's fixture: a model without dropout
 

@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from tests.workloads import test_hf  # noqa: E402
+from tests.workloads.hf import test_workload  # noqa: E402
 from woolf.ledger.ledger import Ledger  # noqa: E402
 
-gpt2_dir, _copy = test_hf.gpt2_dir, test_hf._copy  # the module's fixture: a tiny local model directory
+gpt2_dir, _copy = test_workload.gpt2_dir, test_workload._copy  # the module's fixture: a tiny local model directory
 
 
 def test_cli_init_and_refusal(tmp_path, gpt2_dir, cli):

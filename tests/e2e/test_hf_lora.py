@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("peft")
 
-from tests.workloads.test_hf import gpt2_dir, hf_network, tiny  # noqa: E402,F401 - the module's fixture
+from tests.workloads.hf.test_workload import gpt2_dir, hf_network, tiny  # noqa: E402,F401 - the module's fixture
 from woolf.audit.recompute import audit  # noqa: E402
 from woolf.core.lora import rank_of  # noqa: E402
 from woolf.errors import UsageError  # noqa: E402

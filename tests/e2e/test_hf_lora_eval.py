@@ -13,7 +13,7 @@ pytest.importorskip("peft")
 
 from safetensors.torch import load_file  # noqa: E402
 
-from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
+from tests.workloads.hf.test_workload import hf_network, tiny  # noqa: E402
 from woolf.participant import SubmitOptions, TrainOptions, submit, train  # noqa: E402
 from woolf.validator import Validator  # noqa: E402
 
@@ -50,7 +50,9 @@ def test_lora_after_loss_is_the_validators_loss_of_the_merged_version(tmp_path, 
     assert v.id == pr["id"] and v.state == "merged", v.reason
     v1 = val.load_weights(val.show(1))
     changed = {k for k in v0 if not torch.equal(_bits(v1[k]), _bits(v0[k]))}
-    assert changed and all(".attn.c_attn." in k for k in changed)
+    # the default targets: every linear layer of the blocks (attention and MLP), nothing else
+    assert changed and all(any(f".{n}.weight" in k for n in ("c_attn", "c_proj", "c_fc")) for k in changed)
+    assert any(".mlp.c_fc." in k for k in changed) and any(".attn.c_attn." in k for k in changed)
     for name in v1:  # what `train` kept is the validator's merge, bit for bit
         assert torch.equal(_bits(trained[name]), _bits(v1[name])), name
     if exact:

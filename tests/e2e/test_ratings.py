@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.crafting import craft_pr
-from tests.validator.test_scoring import _noise, _trained
+from tests.validator.test_score import _noise, _trained
 from woolf.validator import Validator
 
 

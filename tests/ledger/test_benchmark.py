@@ -7,11 +7,12 @@ import hashlib
 import pytest
 
 from tests.crafting import craft_pr
-from tests.validator.test_scoring import _trained
+from tests.validator.test_score import _trained
 from woolf.audit.recompute import audit
 from woolf.errors import StorageError
 from woolf.forges.local import LocalForge
-from woolf.ledger.benchmark import ENV
+from woolf.ledger.benchmark import ENV, published_reason
+from woolf.protocol.config import LedgerConfig
 from woolf.protocol.trailers import parse_message
 from woolf.validator import Validator
 from woolf.workloads import corpus
@@ -85,3 +86,13 @@ def test_woolf_init_makes_the_hidden_benchmark_the_easy_path(tmp_path, cli):
     plain = cli("init", str(tmp_path / "b"), "--storage", str(tmp_path / "s2"), "--key", str(key_for("work")),
                     "--set", "workload.params.d_model=32", "--set", "workload.params.n_layer=1", cwd=tmp_path)
     assert plain.returncode == 0 and "--hidden-benchmark FILE" in " ".join(plain.stdout.split())
+
+
+@pytest.mark.unit
+def test_a_rejection_on_a_hidden_benchmark_prints_its_numbers_to_two_decimals():
+    cfg = LedgerConfig(name="x")
+    reason = "loss 5.6974 -> 5.7387: improvement -0.0413 is below the required -0.0200"
+    assert published_reason(cfg, reason) == reason  # the public benchmark: nothing to hide
+    cfg.benchmark.hidden_sha256 = "ab" * 32
+    assert published_reason(cfg, reason) == "loss 5.70 -> 5.74: improvement -0.04 is below the required -0.02"
+    assert published_reason(cfg, "version 12 (PR x-1)") == "version 12 (PR x-1)"

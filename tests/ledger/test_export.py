@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 
 from woolf.errors import UsageError
 from woolf.ledger.export import export_version
+from woolf.validator import Validator
 
 
 def test_charlm_exports_a_plain_safetensors_file_and_a_note(tmp_path, network):
@@ -42,7 +43,7 @@ def test_a_bf16_ledger_exports_in_bf16_and_loads_with_transformers(tmp_path):
     pytest.importorskip("transformers")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tests.workloads.test_hf import hf_network, tiny
+    from tests.workloads.hf.test_workload import hf_network, tiny
 
     model_dir = tiny.make_tiny_model(tmp_path / "m", dtype="bfloat16")
     net = hf_network(tmp_path / "net", model_dir)
@@ -65,8 +66,7 @@ def test_a_bf16_ledgers_export_after_small_merges_keeps_them_or_says_what_it_los
     checkpoint's bf16 equalled genesis. The default writes the masters' float32 then, and an export
     asked in bf16 says how much of the merged update survives."""
     pytest.importorskip("transformers")
-    from tests.workloads.test_hf import hf_network, tiny
-    from woolf.validator import Validator
+    from tests.workloads.hf.test_workload import hf_network, tiny
 
     net = hf_network(tmp_path / "net", tiny.make_tiny_model(tmp_path / "m", dtype="bfloat16"),
                      **{"workload.params.lr": "0.00001"})  # a fine-tune's small steps
@@ -98,3 +98,19 @@ def test_a_bf16_ledgers_export_after_small_merges_keeps_them_or_says_what_it_los
     assert kept == p["kept"] < changed  # what the message counts is what the file holds
     assert f"note: bfloat16 keeps {kept / changed:.1%} of the {changed:,} elements" in r.stderr
     assert "`--dtype float32` keeps all" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_export_into_a_symlinked_target_is_a_usage_error(make_net, tmp_path, dangling):
+    from woolf.errors import UsageError
+    from woolf.ledger.export import export_version
+
+    net = make_net()
+    target = tmp_path / "real"
+    if not dangling:
+        target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(UsageError, match="symbolic link"):  # main: NotADirectoryError from rmdir/rename
+        export_version(net.work, 0, link)
+    assert link.is_symlink() and (dangling or not any(target.iterdir()))

@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("transformers")
 
 from tests.conftest import run_cli  # noqa: E402
-from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
+from tests.workloads.hf.test_workload import hf_network, tiny  # noqa: E402
 from woolf.errors import TrainingFailed, UsageError  # noqa: E402
 from woolf.participant.distributed import check_nproc  # noqa: E402
 from woolf.workloads.hf import Transformers  # noqa: E402

@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("peft")
 
-from tests.workloads.test_hf import hf_network, tiny  # noqa: E402
+from tests.workloads.hf.test_workload import hf_network, tiny  # noqa: E402
 from woolf.participant.lora_weights import lora_base  # noqa: E402
 from woolf.protocol.lora_spec import parse_lora  # noqa: E402
 

@@ -273,3 +273,23 @@ def test_json_nested_past_the_recursion_limit_reads_as_none(raw):
 ])
 def test_text_that_is_not_json_reads_as_none(raw):
     assert json_field(_f(raw), KEY) is None
+
+
+def test_trailer_readers_never_raise_on_hostile_values():
+    f = {"big": "9" * 5000, "neg": "-" + "1" * 31, "ok": "-12", "deep": "[" * 100_000 + "]" * 100_000,
+         "nest": '{"a":' * 40 + "1" + "}" * 40, "jbig": "[" + "9" * 5000 + "]", "fbig": "1" * 65,
+         "nan": '{"loss":NaN}', "metrics": '{"loss":2.5}'}
+    assert int_field(f, "big") is None and int_field(f, "neg") is None and int_field(f, "ok") == -12
+    assert json_field(f, "deep") is None and json_field(f, "nest") is None and json_field(f, "jbig") is None
+    assert float_field(f, "fbig") is None and json_field(f, "metrics") == {"loss": 2.5}
+    assert json_field(f, "nan")["loss"] != json_field(f, "nan")["loss"]  # NaN: a validator may record one
+
+
+def test_trailers_roundtrip():
+    msg = format_message("woolf: version 3", {"Woolf-Version": 3, "Woolf-Metrics": {"loss": 2.5},
+                                              "Woolf-Reverts": None}, body="free text\nmore")
+    subject, fields = parse_message(msg)
+    assert subject == "woolf: version 3"
+    assert fields == {"Woolf-Version": "3", "Woolf-Metrics": '{"loss":2.5}'}
+    with pytest.raises(ValueError):
+        format_message("x", {"Woolf-Reason": "two\nlines"})

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from woolf.demo.regimes import REGIMES
 from woolf.forges.base import PullRequest
 from woolf.protocol.versions import Version
 from woolf.report.story import (
     activity,
     facts_sentence,
+    joining_sentence,
+    regime_sentence,
     rejection_kind,
     rejection_kinds,
     version_facts,
@@ -51,3 +54,17 @@ def test_rejections_grouped_by_kind_and_activity():
     assert rejection_kind("replay: the same tensors were already merged as version 3") == "a replay of a merged delta"
     assert activity(prs)["b"] == {"merged": 0, "rejected": 2, "open": 0, "withdrawn": 0}
     assert list(activity(prs)) == ["a", "b", "c"]
+
+
+def test_summary_and_report_name_the_regime_in_words():
+    from woolf.cli.demo.commands import demo
+
+    choices = next(p for p in demo.params if p.name == "regime").type.choices
+    assert list(choices) == list(REGIMES)
+    demo_json = {"regime": "continued-domain", "regime_words": REGIMES["continued-domain"].words,
+                 "final_loss": 1.88, "alone_loss": 1.93, "parallel_loss": 1.83}
+    assert regime_sentence(demo_json) == ("Each participant trains on its own data, continuing a pretrained "
+                                          "model (`woolf demo --regime continued-domain`).")
+    assert joining_sentence(demo_json).startswith("joining paid") and "50%" in joining_sentence(demo_json)
+    assert regime_sentence({}) is None and joining_sentence({"final_loss": 2.0}) is None
+    assert joining_sentence({**demo_json, "final_loss": 1.95}).startswith("joining did not pay")

@@ -28,6 +28,8 @@ def demo_lora(text: str | None) -> str | None:
     if text is None:
         return None
     text = text.strip()
+    if not text:  # `--lora ''` would silently run dense contributions
+        raise UsageError("--lora '': an empty LoRA spec", hint="e.g. --lora 4 (the rank), or leave --lora out")
     try:
         spec = parse_lora(f"r={text}" if text.isdigit() else text)
     except ValueError as exc:

@@ -13,7 +13,7 @@ Usage:
   With LoRA (the workload's ``lora`` param, `woolf demo --lora R`), each participant alone
   trains as it contributes: ``rounds`` contributions of ``steps`` LoRA steps on all of its
   shards, each one's exact product added to its own weights at scale 1 before the next
-  (fresh adapters each time, as its PRs are).
+  (its adapters carried from one to the next, or fresh each time, as its PRs' are).
 - **parallel**: synchronous data parallel with the same workers: every step
   averages one batch from each participant's data (the bound for parallel
   training with these workers and steps).
@@ -93,10 +93,14 @@ def shards_of(wl, name: str, rounds: int) -> TrainData:
 
 def alone_lora(wl, genesis: dict, data: TrainData, rounds: int, steps: int, device: str = "cpu",
                seed: int = 0) -> dict:
-    """A participant alone with LoRA: ``rounds`` contributions, each one's product merged at scale 1."""
+    """A participant alone with LoRA: ``rounds`` contributions, each one's product merged at scale 1, its
+    adapters carried from one to the next when the spec carries them (``carry``), as its PRs' are."""
+    from woolf.workloads.lora import AdapterState  # deferred: peft
+
     weights = dict(genesis)
+    carried = {"state": AdapterState()} if wl.lora.carry else {}
     for r in range(rounds):
-        factors, _ = wl.train_lora(weights, data, steps, wl.lora, device=device, seed=seed * 1000 + r)
+        factors, _ = wl.train_lora(weights, data, steps, wl.lora, device=device, seed=seed * 1000 + r, **carried)
         for target, (A, B, scale) in sorted(factors.items()):
             s = float(torch.tensor(scale, dtype=torch.float32))  # the scale as a factor file carries it
             weights[target] = torch.add(weights[target], expand(A, B, s))

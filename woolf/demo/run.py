@@ -243,8 +243,8 @@ def _check_lora(lora: str | None, overrides: dict[str, str]) -> str:
         raise UsageError(f"--lora r={spec.r} is above limits.max_lora_rank {cfg.limits.max_lora_rank}")
     if spec.targets:
         return "+".join(spec.targets)
-    default = getattr(wl, "LORA_TARGETS", None)  # workloads/lora.py: None, peft's default for the architecture
-    return "+".join(default) if default else "the workload's default targets"
+    default = getattr(wl, "LORA_TARGETS", None)  # workloads/lora.py: None, every linear layer but the head
+    return "+".join(default) if default else "every linear layer but the output head"
 
 
 def _margin_noise(observer, refs) -> tuple[float | None, int]:

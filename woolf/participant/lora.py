@@ -21,6 +21,7 @@ from woolf.errors import UsageError
 from woolf.forges import forge_for
 from woolf.ledger.submission import SubmitDeltaOptions, submit_delta
 from woolf.participant.feedback import remember
+from woolf.participant.lora_state import keep_adapters, load_adapters
 from woolf.participant.lora_weights import FACTORS, Merged, Quantized, read_as
 from woolf.participant.proof import keep_run, seal
 from woolf.participant.state import mark_submitted, work_dir
@@ -36,6 +37,9 @@ def lora_spec(ledger, text: str | None, device: str | None = None) -> LoraSpec |
     """``--lora TEXT`` (``off`` turns a ledger default off), else ``workload.params.lora``; None: no LoRA.
     ``base=nf4`` is checked here, on ``device``, before anything is reserved or written: one line when
     the workload, bitsandbytes or the model cannot."""
+    if text is not None and not text.strip():  # `--lora ''` would silently train every parameter
+        raise UsageError("--lora '': an empty LoRA spec", hint="give one, e.g. --lora r=16, or --lora off to "
+                                                                "train every parameter")
     if text is None:
         text = ledger.config.workload.params.get("lora", "")
         if not isinstance(text, str):
@@ -85,22 +89,27 @@ def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, d
 
     path = ledger.weights_path(head)
     spec_in = read_spec(path, TRUSTED_LIMITS, f"version {head.version}")  # the float32 masters' spec
+    state, start = load_adapters(ledger, wl, spec) if spec.carry else (None, None)  # refused: nothing changed
+    carried = {"state": state} if state is not None else {}
     if isinstance(base, Quantized):  # QLoRA: the quantized model is kept, its adapters attached, to evaluate
         # no proof hook: an audit replays over the float32 version, not an NF4 model (recorded unverifiable)
         keep: list = []
         factors, summary = wl.train_lora(base.masters, data, steps, spec, device=device, seed=seed,
-                                         progress=progress, keep=keep)
+                                         progress=progress, keep=keep, **carried)
         base.model = keep[0]
         trained = base.trained()
     else:
         dtype = next((t.dtype for t in base.values() if t.is_floating_point()), torch.float32)
         on = next((t.device for t in base.values()), torch.device(device))
-        more = {"proof": proof} if proof is not None else {}  # the chain of its path (workloads/proof.py)
+        more = {"proof": proof} if proof is not None and state is None else {}  # its chain (workloads/proof.py)
         factors, summary = wl.train_lora(base, data, steps, spec, device=device, seed=seed, progress=progress,
-                                         **more)
+                                         **carried, **more)
     delta = LoraFile(factors, spec_in, ledger.config.limits.max_lora_rank)  # checked as a validator would
     out = work_dir(ledger) / FACTORS
     delta.write(out)
+    if state is not None:  # for the next contribution (lora_state.py); the recipe names where this one began
+        keep_adapters(ledger, wl, spec, state)
+    summary["lora"] = {**summary.get("lora", {}), "recipe": spec.text(full=True), "start": start or {"start": "fresh"}}
     if not isinstance(base, Quantized):
         if not base:  # the frozen model held its own copies (another device): the version's weights again
             base.update(read_as(path, dtype, str(on)))

@@ -28,16 +28,21 @@ def declare(ledger, wl, head, data, steps: int, seed: int, device: str, summary:
     else:
         declared = shard_data(who, head.version)
     carried = str(summary.get("optimizer", "")).startswith("resumed")
+    optimizer = {"start": "carried"} if carried else dict(FRESH)
+    summary_lora = summary.get("lora") or {}
+    if isinstance(summary_lora.get("start"), dict):  # a LoRA run: its adapters' start (participant/lora_state.py)
+        optimizer = dict(summary_lora["start"])
     cfg = ledger.config
     recipe = make_recipe(base_version=head.version, base_commit=head.commit, data=declared, seed=seed, steps=steps,
                          workload=cfg.workload.name, params=cfg.workload.params,
                          batch=getattr(wl, "batch_size", None), lr=getattr(wl, "lr", None),
-                         global_step=int(extra.get("global_step", 0)),
-                         optimizer={"start": "carried"} if carried else dict(FRESH),
+                         global_step=int(extra.get("global_step", 0)), optimizer=optimizer,
                          device="cuda" if str(device).startswith("cuda") else str(device),
                          libraries=libraries(), seconds=summary.get("seconds"),
                          follow=int(summary.get("followed") or 0))
-    if lora is not None:
+    if summary_lora.get("recipe"):
+        recipe["lora"] = summary_lora["recipe"]  # every field of the spec, defaults spelled out
+    elif lora is not None:
         recipe["lora"] = lora.text()
     return recipe
 

@@ -147,6 +147,15 @@ class ValidatorsConfig:
     flag_rate: float = 0.25  # `woolf validators` flags a validator disagreeing with settled outcomes more often
     retrain_rate: float = 0.0  # share of PRs re-trained from their recipe before merging (validator/retrain.py)
     retrain_tolerance: float = 0.02  # |retrained - submitted| / |submitted| above this: a mismatch
+    # how a PR is evaluated (validator/paired.py): "sequential" stops a rejection as soon as the benchmark's
+    # windows drawn so far settle it at `confidence` (an acceptance is always measured on every window), and
+    # scoring stops once its decisions are settled; "full": every window of the benchmark and of each shard
+    eval: str = "sequential"
+    confidence: float = 0.999  # sequential: a decision the full evaluation would not make at most 1 - this often
+    # sequential: the gate may stop a rejection once the windows drawn so far settle it. Off by default: an
+    # improvement carried by a few windows (a domain fine-tune) looks like a regression on most blocks, and
+    # was rejected early far more often than 1 - confidence (benchmarks/RESULTS.md §23)
+    early_reject: bool = False
 
 
 @dataclass

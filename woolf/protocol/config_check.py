@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # only for the annotation: config.py imports this module
 STALENESS_KINDS = ("inverse", "polynomial", "hinge", "constant")
 MERGE_RULES = ("attenuated", "nesterov", "delayed_nesterov", "fedbuff")  # see woolf/core/merge_rules.py
 GATES = ("current", "best")
+EVAL_MODES = ("sequential", "full")  # validators.eval (woolf/validator/paired.py)
 
 
 def _nans(obj, prefix: str = ""):
@@ -161,6 +162,10 @@ def _check_retrain(cfg: LedgerConfig, bad) -> None:
         bad("validators.retrain_rate", "use a share in [0, 1]", v.retrain_rate)
     if not 0 < v.retrain_tolerance < 1e6:
         bad("validators.retrain_tolerance", "use a relative distance > 0", v.retrain_tolerance)
+    if v.eval not in EVAL_MODES:
+        bad("validators.eval", f"use one of {', '.join(EVAL_MODES)}", v.eval)
+    if not 0.5 <= v.confidence < 1:
+        bad("validators.confidence", "use a probability in [0.5, 1)", v.confidence)
     if lim.max_batch <= 0:
         bad("limits.max_batch", "use an integer > 0", lim.max_batch)
     if not 0 < lim.max_retrain_seconds <= 7 * 86400:

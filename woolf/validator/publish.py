@@ -23,6 +23,7 @@ from woolf.validator.context import ValidatorContext
 from woolf.validator.resident import keep_main
 from woolf.validator.step import verdict_trailers
 from woolf.validator.verdict import Verdict, failpoint
+from woolf.validator.windows import adopt
 
 
 def _verify_stored(ctx: ValidatorContext, pr, main) -> None:
@@ -92,4 +93,5 @@ def merge(ctx: ValidatorContext, pr, main, verdict: Verdict, step: Step, timer: 
         ctx.forge.merge(pr, commit, main.commit, also=also)
     failpoint("after-push")
     keep_main(ctx, commit, step.candidate, verdict.metrics["after"])  # the next PR's main
+    adopt(ctx, commit, pr.id, main.commit)  # and its loss on each benchmark window, when the gate measured them
     verdict.timings = dict(timer)

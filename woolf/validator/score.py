@@ -36,6 +36,8 @@ from woolf.core.merge import apply_delta
 from woolf.core.scores import LEARNED_NOTHING, improvement, unique
 from woolf.errors import IntegrityError, Rejected, StorageError, WoolfError
 from woolf.ledger.benchmark import benchmark_label, hidden_benchmark
+from woolf.validator.seqscore import sequential_scores
+from woolf.validator.windows import sequential, tokens_of
 
 log = logging.getLogger("woolf.validator")
 
@@ -128,6 +130,9 @@ def score_delta(ctx, adm, main, current, delta, spent: list | None = None) -> di
         shards += [sample(wl.default_data(random_name(seed, j), version).texts, size, f"{seed}:{j}")
                    for j in range(RANDOM_SHARDS)]
         base = _base_weights(ledger, adm, main, current)
+        if sequential(ctx):  # a few windows at a time, base kept beside base + delta (seqscore.py)
+            out = sequential_scores(ctx, shards, base, adm.base.commit, apply_delta(base, delta, 1.0), seed)
+            return {**out, "seed": seed[:32], "seconds": round(time.perf_counter() - t0, 4)}
         # every "before" first: base's memory may then receive base + delta (see _after)
         before = [float(wl.evaluate(base, data, device).get(metric)) for data in shards]
         reuse = base is not current or spent is not None
@@ -141,7 +146,7 @@ def score_delta(ctx, adm, main, current, delta, spent: list | None = None) -> di
             floor = cfg.scoring.min_assigned
             if len(got) == 1 and math.isfinite(floor) and not got[0] >= floor:  # learned nothing: refused on this alone
                 return {"assigned": got[0] if math.isfinite(got[0]) else -1e9, "seed": seed[:32],
-                        "seconds": round(time.perf_counter() - t0, 4)}
+                        "seconds": round(time.perf_counter() - t0, 4), **tokens_of(wl, shards[:1])}
         del after, base
     except WoolfError:
         raise  # a Rejected (base weights unreadable) or the ledger's own failure
@@ -154,7 +159,7 @@ def score_delta(ctx, adm, main, current, delta, spent: list | None = None) -> di
     out["difference"] = out["assigned"] - out["random"]
     out["seed"] = seed[:32]
     out["seconds"] = round(time.perf_counter() - t0, 4)
-    return out
+    return {**out, **tokens_of(wl, shards)}
 
 
 def _metric(d: dict | None, metric: str) -> float | None:

@@ -19,6 +19,8 @@ Rejected (a check) or by returning the reason (a judgment of what it measured):
     retrain      a drawn PR's audit: its segments replayed bit for bit from the served states (audit_proof.py)
     merge        the merge rule (ledger/transition.py), in main's memory where it can
     gate         the benchmark: main's metrics (once per head) against the candidate's, the policy decides
+                 (under `validators.eval = "sequential"`: main's windows kept, paired.py; with
+                 `validators.early_reject` a settled rejection stops early)
     effect       a delta that changes nothing measurable (score.py)
     drawdown     never further than policy.max_drawdown behind the best version reached (drawdown.py)
 
@@ -51,11 +53,13 @@ from woolf.validator.context import ValidatorContext
 from woolf.validator.copyindex import copy_index
 from woolf.validator.delta_load import load_delta, settle
 from woolf.validator.drawdown import drawdown_reason
+from woolf.validator.paired import benchmark_tokens, main_metrics, paired_gate, with_tokens
 from woolf.validator.resident import give_back, take_main
 from woolf.validator.retrain import recipe_reason, retrain_check, retrain_record
 from woolf.validator.score import effect_reason, judge_scores, score_delta
 from woolf.validator.screen import check_queue, screen_delta
 from woolf.validator.state import MergedDeltas
+from woolf.validator.windows import sequential
 from woolf.workloads.base import describe_device
 
 
@@ -167,17 +171,23 @@ def merge(ctx: ValidatorContext, cand: Candidate) -> None:
 def gate(ctx: ValidatorContext, cand: Candidate) -> str | None:
     """The metrics "after" are those of the weights that become the version; a FedBuff merge that only
     buffers leaves them unchanged and is judged by its delta on its own ("probe"). A hidden benchmark's
-    numbers go to 0.01 in a rejection, like its metrics."""
+    numbers go to 0.01 in a rejection, like its metrics. Under `validators.eval = "sequential"` main's
+    windows are kept (paired.py), and with `validators.early_reject` a settled rejection stops early."""
     cfg, step = ctx.ledger.config, cand.step
     bench = gate_benchmark(ctx.ledger)  # the hidden benchmark when the config pins one (ledger/benchmark.py)
     before = evaluate_before(ctx, cand.main, cand.current, cand.timer)  # measured already by an in-place merge
+    tokens = benchmark_tokens(ctx, bench)
+    before = with_tokens(before, tokens)
+    reference = gate_reference(ctx, before)
+    if sequential(ctx):
+        refused = paired_gate(ctx, cand, bench, before, reference)
+        return published_reason(cfg, refused) if refused else None
     with cand.timer("evaluation"):
-        probe = ctx.ledger.workload().evaluate(step.probe, bench, ctx.device)
+        probe = with_tokens(ctx.ledger.workload().evaluate(step.probe, bench, ctx.device), tokens)
     cand.device = describe_device(ctx.device)
     cand.metrics = {"before": before, "after": probe if step.applied else before}
     if not step.applied:
         cand.metrics["probe"] = probe
-    reference = gate_reference(ctx, before)
     decision = decide(cfg.policy, reference, probe)
     cand.reason = decision.reason if reference is before else f"{decision.reason} [best recent version]"
     return None if decision.accepted else published_reason(cfg, cand.reason)
@@ -273,7 +283,10 @@ def merged_deltas(ctx: ValidatorContext, main) -> set[str]:
 
 
 def evaluate_before(ctx: ValidatorContext, main, current, timer: Timer) -> dict:
-    """main's benchmark metrics, measured once per main commit (``state.eval_cache``)."""
+    """main's benchmark metrics, measured once per main commit (``state.eval_cache``; under "sequential"
+    from its loss on every window, kept across runs too: paired.py, windows.py)."""
+    if sequential(ctx):
+        return main_metrics(ctx, main, current, gate_benchmark(ctx.ledger), timer)
     before = ctx.state.eval_cache.get(main.commit)
     if before is None:
         wl, bench = ctx.ledger.workload(), gate_benchmark(ctx.ledger)

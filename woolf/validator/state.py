@@ -180,6 +180,9 @@ class ValidatorState:
     # the drawdown's reference (validator/drawdown.py): (main commit, metric, direction) -> the best
     # version reached in the window of trust, extended from the parent's entry as main moves
     best: dict[tuple[str, str, str], Best | None] = field(default_factory=dict)
+    # each window's loss of versions on the benchmark and scoring shards (validator/windows.py), and a
+    # candidate's until it is published; made on first use
+    windows: object | None = None
     # the norm guard's standing (validator/standing.py): main commit -> keyed contributors' median norms
     standing: dict[str, list[float]] = field(default_factory=dict)
 

@@ -10,7 +10,7 @@ Usage:
 
 A workload is any object with these methods, and a ``FEATURES`` set naming what more it
 offers (woolf/workloads/features.py: state_dir, global_step, follow, fingerprint, bind,
-data_parallel, in_place, distributed), which callers check before passing or calling more. ``params`` from the
+data_parallel, in_place, distributed, windows), which callers check before passing or calling more. ``params`` from the
 config are passed to its constructor as data (JSON-like values only). The config names a
 workload, never code: a built-in, or an entry point that an installed package
 registers in the group ``goodwoolf.workloads`` (installing it is the

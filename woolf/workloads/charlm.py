@@ -7,7 +7,8 @@ Usage:
     CharLM(domains=["p1", "p2", "p3"]).default_data("p2", 0)   # p2's own third of the corpus (charlm_data.py)
     factors, summary = wl.train_lora(w0, data, 15, parse_lora("r=4"))   # LoRA with peft (workloads/lora.py)
     wl.evaluate(w1, wl.benchmark_bytes())          # {"loss": nats per byte, "bpb": bits per byte}
-    wl.FEATURES    # state_dir, global_step, follow, fingerprint, data_parallel, lora (features.py)
+    wl.window_losses(w1, data, [3, 0, 7])          # each window's loss (windows(data): count, bytes each)
+    wl.FEATURES    # state_dir, global_step, follow, fingerprint, data_parallel, lora, windows (features.py)
 
 Sized so that a useful contribution takes seconds on two CPU cores.
 """
@@ -36,6 +37,7 @@ from woolf.workloads.features import (
     PROOF,
     SAMPLES,
     STATE_DIR,
+    WINDOWS,
 )
 from woolf.workloads.optstate import load_optimizer, save_optimizer
 from woolf.workloads.textcommon import TextCorpus
@@ -83,7 +85,7 @@ class CharLM(TextCorpus):
     # activation kept (a 137k-parameter model's activations are a few MB: ``ckpt`` asks for nothing here)
     LORA_TARGETS = ("qkv", "proj", "mlp.0", "mlp.2")
     LORA_BF16 = False
-    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL, LORA, PROOF, SAMPLES})
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL, LORA, WINDOWS, PROOF, SAMPLES})
     # what `woolf init --weights CHECKPOINT` sets for a pretrained genesis (ledger/create.py): a fresh
     # AdamW's first steps undo pretraining (first train 2.032 -> 2.050-2.079 without; benchmarks/RESULTS.md)
     PRETRAINED_DEFAULTS = {"optimizer_warmup": 60}
@@ -210,11 +212,11 @@ class CharLM(TextCorpus):
                                   optimizer=resumed)
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
-                   progress: Progress | None = None, proof=None):
+                   progress: Progress | None = None, state=None, proof=None):
         """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (workloads/lora.py)."""
         from woolf.workloads.lora import train_lora  # deferred: peft
 
-        return train_lora(self, weights, data, steps, spec, device, seed, progress, proof=proof)
+        return train_lora(self, weights, data, steps, spec, device, seed, progress, state=state, proof=proof)
 
     # what the LoRA trainer (workloads/lora.py) asks of a workload: its frozen model, batches and loss
     def lora_model(self, weights, device: str, dtype: torch.dtype) -> TinyGPT:
@@ -251,20 +253,36 @@ class CharLM(TextCorpus):
     def fingerprint(self) -> str:
         return f"charlm:d{self.d_model}:l{self.n_layer}:h{self.n_head}:c{self.context}"
 
-    @torch.no_grad()
-    def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
-        model = self.load_model(weights, device).eval()
-        data = torch.frombuffer(bytearray(benchmark), dtype=torch.uint8).long()
-        n = (len(data) - 1) // self.context
-        if n == 0:  # no window: the loss would read 0.0, a perfect score
-            raise UsageError(f"the benchmark has {len(data)} bytes, less than one window of {self.context + 1}")
-        x = data[: n * self.context].view(n, self.context)
-        y = data[1 : n * self.context + 1].view(n, self.context)
-        total, count = 0.0, 0
-        for i in range(0, n, 256):
-            xb, yb = x[i : i + 256].to(device), y[i : i + 256].to(device)
-            logits = model(xb).float()
-            total += F.cross_entropy(logits.view(-1, 256), yb.reshape(-1), reduction="sum").item()
-            count += yb.numel()
-        loss = total / max(count, 1)
+    # -- evaluation: fixed windows of ``context`` bytes (WINDOWS, features.py) ----------------------------
+    LINEAR_METRICS = {"loss": 1.0, "bpb": 1 / math.log(2)}  # metrics that are a multiple of the loss
+
+    def windows(self, data: bytes) -> tuple[int, int]:
+        """(windows of ``data``, bytes predicted in each): non-overlapping, ``context`` bytes each."""
+        return max(0, (len(data) - 1) // self.context), self.context
+
+    def metrics_of(self, loss: float) -> dict[str, float]:
         return {"loss": loss, "bpb": loss / math.log(2)}
+
+    @torch.no_grad()
+    def window_losses(self, weights, data: bytes, index, device: str = "cpu") -> list[float]:
+        """The mean loss (nats per byte) of each window in ``index`` (windows(data)), in that order."""
+        idx = torch.as_tensor(list(index), dtype=torch.long)
+        if not len(idx):
+            return []
+        model = self.load_model(weights, device).eval()
+        text = torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
+        offsets = torch.arange(self.context)
+        out: list[float] = []
+        for i in range(0, len(idx), 256):
+            at = idx[i : i + 256, None] * self.context + offsets
+            logits = model(text[at].to(device)).float()
+            loss = F.cross_entropy(logits.view(-1, 256), text[at + 1].to(device).reshape(-1), reduction="none")
+            out += loss.view(len(at), self.context).mean(1).tolist()
+        return out
+
+    def evaluate(self, weights, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
+        """metrics_of the mean loss over every window."""
+        n, _ = self.windows(benchmark)
+        if n == 0:  # no window: the loss would read 0.0, a perfect score
+            raise UsageError(f"the benchmark has {len(benchmark)} bytes, less than one window of {self.context + 1}")
+        return self.metrics_of(math.fsum(self.window_losses(weights, benchmark, range(n), device)) / n)

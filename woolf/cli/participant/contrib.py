@@ -54,7 +54,8 @@ class StepsType(click.ParamType):
                    "not fit one device): one per GPU, or N CPU processes (gloo). Each takes 1/N of every "
                    "global batch, so the result is one process's (docs/workloads.md, several GPUs).")
 @click.option("--lora", metavar="SPEC", envvar="WOOLF_LORA",
-              help="R or r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=0]: train LoRA "
+              help="R or r=R[,alpha=A][,targets=NAME+NAME][,dropout=P][,dtype=auto|bf16|fp32][,ckpt=0]"
+                   "[,lr_scale=X|auto][,carry=0|1]: train LoRA "
                    "adapters over the frozen version (transformers workload) and submit the factors; 'off' turns "
                    "the ledger's workload.params.lora off [env: WOOLF_LORA].")
 @contributor_option

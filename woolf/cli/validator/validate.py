@@ -26,6 +26,9 @@ def _print_verdict(app: App, v) -> None:
     # a reason can quote PR paths and names: printable text, never markup
     app.say((v.id, colour), f" {where}  staleness {v.staleness}  attenuation {att}  {v.reason}"
             + (f"  [{retrain}]" if retrain else ""))
+    if v.timings:  # what this PR cost, stage by stage (Woolf-Timings; docs/protocol.md "What a PR costs")
+        stages = "  ".join(f"{k} {x:.1f}" for k, x in v.timings.items())
+        app.say(("  seconds: ", "dim"), f"{stages}  (total {sum(v.timings.values()):.1f})")
 
 
 @click.command()

@@ -5,7 +5,8 @@ Usage:
     wl.bind(lambda rel: ledger.git.show_bytes(f"origin/main:{rel}"))   # Ledger.workload() does this
     w1, summary = wl.train(w0, wl.default_data("alice", 0), steps=20, device="cuda")
     wl.evaluate(w1, wl_benchmark)     # {"loss": nats per token, "ppl": perplexity}
-    wl.FEATURES                       # state_dir, global_step, follow, fingerprint, bind
+    wl.window_losses(w1, data, [3, 0, 7])   # each window's loss (windows(data): count, tokens each)
+    wl.FEATURES                       # state_dir, global_step, follow, fingerprint, bind, windows
 
 The model's config and tokenizer are committed in the ledger (``model``) and
 pinned by sha256 in ``files``; ``bind`` reads them and refuses other bytes.
@@ -20,6 +21,7 @@ eval mode, over fixed non-overlapping windows, so it is deterministic on CPU.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,8 +46,9 @@ from woolf.workloads.features import (
     LORA,
     PROOF,
     STATE_DIR,
+    WINDOWS,
 )
-from woolf.workloads.hf.evaluation import window_loss
+from woolf.workloads.hf.evaluation import TokenCache, window_loss, window_losses
 from woolf.workloads.hf.modeldir import (
     MODEL_DIR,
     REQUIRED,
@@ -77,7 +80,8 @@ EVAL_DTYPES = ("float32", "bfloat16")  # workload.params.eval_dtype: the ledger'
 
 class Transformers(TextCorpus):
     name = "transformers"
-    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND, IN_PLACE, DISTRIBUTED, LORA, PROOF})
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND, IN_PLACE, DISTRIBUTED, LORA, WINDOWS,
+                          PROOF})
 
     def __init__(self, model: str = MODEL_DIR, files: dict | None = None, dtype: str = "float32",
                  transformers: str = "", context: int = 128, batch_size: int = 8, grad_accum: int = 1,
@@ -125,7 +129,7 @@ class Transformers(TextCorpus):
         self.eval_batch, self.benchmark_size, self.shard_files = eval_batch, benchmark_bytes, shard_files
         self._blobs: dict[str, bytes] | None = None
         self._model = self._config = self._tok = None
-        self._bench: tuple[str, torch.Tensor] | None = None
+        self._texts = TokenCache()  # token ids of the texts evaluated lately (hf/evaluation.py)
 
     # -- the model's files -------------------------------------------------------
     def bind(self, read: Callable[[str], bytes | None]) -> None:
@@ -277,19 +281,20 @@ class Transformers(TextCorpus):
                                   autocast=str(amp).replace("torch.", "") if amp else "off")
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
-                   progress: Progress | None = None, keep: list | None = None, proof=None):
+                   progress: Progress | None = None, keep: list | None = None, state=None, proof=None):
         """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (workloads/lora.py).
         ``weights`` is consumed (cast in place to the compute dtype; emptied for a GPU: training.py ``frozen``)."""
         from woolf.workloads.lora import train_lora  # deferred: peft
 
-        return train_lora(self, weights, data, steps, spec, device, seed, progress, keep, proof=proof)
+        return train_lora(self, weights, data, steps, spec, device, seed, progress, keep=keep, state=state,
+                          proof=proof)
 
     def nf4_problem(self, device: str) -> str | None:
         """Why ``--lora base=nf4`` cannot run here (bitsandbytes, or a model without linear layers), or None."""
         return nf4_problem(device, self.config)
 
-    # what the LoRA trainer (workloads/lora.py) asks: the frozen model, batches and loss (LORA_TARGETS: peft's
-    # default for the architecture)
+    # what the LoRA trainer (workloads/lora.py) asks: the frozen model, batches and loss (LORA_TARGETS None:
+    # every linear layer but the output head, attention and MLP: benchmarks/RESULTS.md §22)
     LORA_TARGETS = None
 
     LORA_NF4 = True  # base=nf4 (QLoRA): lora_model quantizes the frozen base (hf/qlora.py)
@@ -317,34 +322,55 @@ class Transformers(TextCorpus):
         logits = model(input_ids=x).logits
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
 
-    # -- evaluation --------------------------------------------------------------
+    # -- evaluation: fixed windows of ``context`` tokens (WINDOWS, features.py; hf/evaluation.py) -----------
+    LINEAR_METRICS = {"loss": 1.0}  # metrics that are a multiple of the loss (perplexity is not)
+
     @property
     def stored_dtype(self) -> torch.dtype:
         """The checkpoint's own floating dtype where it is bf16 (LoRA's frozen base on a CPU: workloads/lora.py);
         float32 otherwise (fp16 and float32 checkpoints: a CPU computes float32)."""
         return torch.bfloat16 if self.checkpoint_dtype == "bfloat16" else torch.float32
 
+    def windows(self, data: bytes) -> tuple[int, int]:
+        """(windows of ``data``, tokens predicted in each): non-overlapping, ``context`` tokens each."""
+        return max(0, (len(self._ids(data)) - 1) // self.context), self.context
+
+    def metrics_of(self, loss: float) -> dict[str, float]:
+        return {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
+
+    def window_losses(self, weights, data: bytes, index, device: str = "cpu") -> list[float]:
+        """The mean loss (nats per token) of each window in ``index`` (windows(data)), in that order, computed
+        in the ledger's ``eval_dtype`` as evaluate() does (the gate and scoring take means of these)."""
+        index = list(index)
+        if not index:
+            return []
+        model = self._eval_model(weights, device).eval()
+        return window_losses(model, self._ids(data), index, self.context, self.eval_batch, device)
+
     @torch.no_grad()
     def evaluate(self, weights, benchmark: bytes, device: str = "cpu", dtype: torch.dtype | None = None
                  ) -> dict[str, float]:
-        """Per-token loss (nats) and perplexity over fixed windows of ``context`` tokens, computed in the
-        ledger's ``eval_dtype`` (float32 unless the ledger says bfloat16), or in ``dtype`` when given (a LoRA
-        participant's frozen dtype: participant/lora_weights.py). In float32 the weights ARE the model's parameters;
-        in another dtype the model holds their casts (its own memory: half the float32 weights' for bf16)."""
-        want = dtype or getattr(torch, self.eval_dtype)
-        if want == torch.float32:
-            model = self._load(weights, device)
-        else:  # an uninitialised model of that dtype: weights already in it are its parameters, others cast
-            names = set(canonical(self.model()))
-            if set(weights) != names:
-                raise InvalidWeightsError("weights are not this model's: "
-                                          f"missing {sorted(names - set(weights))[:4]}")
-            model = assign(uninitialised(self.config, want), weights, device, copy=False)
-        return self.evaluate_model(model, benchmark, device)
+        """Per-token loss (nats) and perplexity over fixed windows of ``context`` tokens (the mean of
+        window_losses over every window), computed in the ledger's ``eval_dtype`` (float32 unless the ledger
+        says bfloat16), or in ``dtype`` when given (a LoRA participant's frozen dtype:
+        participant/lora_weights.py)."""
+        return self.evaluate_model(self._eval_model(weights, device, dtype), benchmark, device)
 
     def evaluate_model(self, model, benchmark: bytes, device: str = "cpu") -> dict[str, float]:
         """``evaluate`` of a model already built (a QLoRA participant's quantized one), in its dtype."""
-        key = hashlib.sha256(benchmark).hexdigest()
-        if self._bench is None or self._bench[0] != key:
-            self._bench = (key, self.tokens([benchmark]))
-        return window_loss(model, self._bench[1], self.context, self.eval_batch, device)
+        return window_loss(model, self._ids(benchmark), self.context, self.eval_batch, device)
+
+    def _eval_model(self, weights, device: str, dtype: torch.dtype | None = None) -> torch.nn.Module:
+        """The model evaluations compute with: in float32 the weights ARE its parameters; in another dtype an
+        uninitialised model of that dtype holds their casts (its own memory: half the float32 weights' for bf16)."""
+        want = dtype or getattr(torch, self.eval_dtype)
+        if want == torch.float32:
+            return self._load(weights, device)
+        names = set(canonical(self.model()))
+        if set(weights) != names:
+            raise InvalidWeightsError(f"weights are not this model's: missing {sorted(names - set(weights))[:4]}")
+        return assign(uninitialised(self.config, want), weights, device, copy=False)
+
+    def _ids(self, data: bytes) -> torch.Tensor:
+        """``data``'s token ids, kept for the last few texts (the benchmark and the scoring shards)."""
+        return self._texts.ids(data, lambda: self.tokens([data]))

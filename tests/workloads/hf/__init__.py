@@ -1,0 +1,1 @@
+"""Tests of woolf/workloads/hf/."""
