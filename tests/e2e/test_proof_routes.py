@@ -77,7 +77,7 @@ def test_a_run_that_followed_main_replays_its_follow_points(make_net):
 def dropout_model(tmp_path_factory) -> Path:
     """A tiny GPT-2 with its default dropout (0.1): each rank draws its own masks."""
     pytest.importorskip("transformers")
-    from tests.workloads.test_hf import tiny
+    from tests.workloads.hf.test_workload import tiny
 
     out = tiny.make_tiny_model(tmp_path_factory.mktemp("models") / "gpt2")
     cfg = json.loads((out / "config.json").read_text())
@@ -86,7 +86,7 @@ def dropout_model(tmp_path_factory) -> Path:
 
 
 def test_an_honest_two_process_run_with_dropout_replays_on_two_processes(tmp_path, dropout_model):
-    from tests.workloads.test_hf import hf_network
+    from tests.workloads.hf.test_workload import hf_network
 
     net = hf_network(tmp_path, dropout_model, **{"validators.retrain_rate": "1", "proof.every": "2"})
     alice, val = net.clone("alice"), net.clone("val")
