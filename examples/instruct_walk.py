@@ -1,21 +1,22 @@
 """A group fine-tunes a small instruct model with LoRA on its own Q&A, end to end with the real `woolf` CLI.
 
 Usage:
-    nice -n 10 .venv/bin/python examples/instruct_walk.py              # ~10 minutes on 2 shared CPU cores
+    nice -n 10 .venv/bin/python examples/instruct_walk.py              # 131-290 s seen on 2 shared CPU cores
     nice -n 10 .venv/bin/python examples/instruct_walk.py --keep /tmp/walk --json
 
 Nothing is downloaded. The walk:
 
 1. builds a small Llama-shaped "instruct" model from scratch: a byte-level BPE tokenizer trained with
    `tokenizers` on the Python standard library's docstrings and the Zen of Python, a ChatML chat template,
-   and a short plain-torch pre-training on those docstrings plus ~2,800 chat turns made from them
+   and a short plain-torch pre-training on those docstrings plus ~2,500 chat turns made from them
    ("What does textwrap.dedent do?" -> the docstring's first sentence). It is honest about its size: about
-   a million parameters, it has learnt the turn format and docstring English, not knowledge;
+   half a million parameters, it has learnt the turn format and docstring English, not knowledge;
 2. writes the group's Q&A file (chat turns about a fictional kettle), split into alice's and bob's training
    shares and a held-out set of paraphrased questions on the same facts;
 3. runs `woolf key create`, `woolf init --workload transformers --weights MODEL --benchmark HELDOUT`,
-   `woolf hub init`, two participants' `woolf train --lora r=16 --data THEIR_SHARE` and `woolf submit`,
-   a validator's `woolf validate` and `woolf export`, each as its own process in its own clone;
+   `woolf hub init`, two participants in turn `woolf train --lora r=16 --data THEIR_SHARE` and `woolf submit`,
+   each merged by a validator's `woolf validate`, then `woolf export` of every version: each command its own
+   process in its own clone;
 4. loads the original model and the export with transformers, greedy-generates answers to training prompts
    through the chat template, and measures the loss on the held-out Q&A (the gate's benchmark) before and
    after, both as the ledger recorded it and recomputed from the exported directory.
