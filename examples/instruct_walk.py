@@ -15,7 +15,7 @@ Nothing is downloaded. The walk:
    shares and a held-out set of paraphrased questions on the same facts;
 3. runs `woolf key create`, `woolf init --workload transformers --weights MODEL --benchmark HELDOUT`,
    `woolf hub init`, two participants in turn `woolf train --lora r=16 --data THEIR_SHARE` and `woolf submit`,
-   each merged by a validator's `woolf validate`, then `woolf export` of every version: each command its own
+   each merged by a validator's `woolf validate`, then that clone's `woolf export` of every version: each command its own
    process in its own clone;
 4. loads the original model and the export with transformers, greedy-generates answers to training prompts
    through the chat template, and measures the loss on the held-out Q&A (the gate's benchmark) before and
@@ -238,9 +238,8 @@ def walk_ledger(root: Path, model: Path, shares: dict[str, Path], heldout: Path,
         woolf(log, root / who, "train", "--lora", lora, "--data", str(share), "--device", "cpu")
         woolf(log, root / who, "submit", "-m", f"{who}'s half of the Q&A")
         woolf(log, root / "validator", "validate", "--device", "cpu", env={"WOOLF_SIGNING_KEY": key})
-    woolf(log, root / "validator", "pull")  # validate pushes main to the hub; this clone's main follows by pull
     versions = json.loads(woolf(log, root / "validator", "log", "--json"))
-    newest = max(v["version"] for v in versions)
+    newest = max(v["version"] for v in versions)  # this clone's log and export read origin/main: no pull needed
     for version in range(1, newest + 1):
         woolf(log, root / "validator", "export", str(version), str(root / f"exported-v{version}"))
     return {"newest": newest, "loss": {v["version"]: round(v["metrics"]["loss"], 4) for v in versions}}
