@@ -27,6 +27,20 @@ def test_log_in_a_validators_clone_shows_the_versions_it_merged(network, cli):
     assert "1 version(s) behind" in r.stderr and "woolf pull" in r.stderr
 
 
+def test_export_in_a_validators_clone_writes_the_version_it_merged(network, cli, tmp_path):
+    # `woolf log` there lists version 1 (origin/main); export said "version 1 does not exist" before `woolf pull`
+    alice, val = network.clone("alice"), network.clone("val")
+    network.train_submit(alice, "alice", steps=3)
+    (verdict,) = Validator(val, device="cpu").run()
+    assert verdict.accepted
+    r = cli("export", "1", str(tmp_path / "v1"), "--json", cwd=val.root)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["version"] == 1
+    record = json.loads((tmp_path / "v1" / "woolf-export.json").read_text())
+    assert record["weights_sha256"] == val.show(1, ref="refs/remotes/origin/main").weights_sha256
+    assert "1 version(s) behind" in r.stderr
+
+
 def test_a_repository_carrying_a_ledger_config_but_no_versions_is_not_a_ledger(tmp_path, cli):
     src = tmp_path / "src"
     src.mkdir()

@@ -1,4 +1,4 @@
-"""A PR's recipe (issue 34): its rules, each a one-line "recipe:" refusal, and the re-training draw."""
+"""A PR's recipe: its rules, each a one-line "recipe:" refusal, what cannot be audited, and the audit draw."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from woolf.protocol.recipe import (
     PRIVATE,
     RecipeLimits,
     check_recipe,
+    draw_material,
     make_recipe,
     relative_distance,
     retrain_draw,
@@ -39,7 +40,7 @@ def _check(r, **kw):
 def test_an_honest_recipe_passes():
     assert _check(_recipe()) is None
     assert _check(_recipe(data=dict(PRIVATE))) is None
-    assert unverifiable(_recipe()) is None
+    assert unverifiable({**_recipe(), "proof": {}}) is None  # (the proof's own rules: protocol/proof.py)
 
 
 @pytest.mark.parametrize("recipe, expected", [
@@ -50,7 +51,9 @@ def test_an_honest_recipe_passes():
     (_recipe(batch=65), "recipe: batch 65, over the ledger's limits.max_batch 64"),
     (_recipe(params={"d_model": 32, "sneaky": 1}), "recipe: unknown workload parameter(s) 'sneaky'"),
     (_recipe(steps=0), "recipe: malformed (steps must be at least 1)"),
-    (_recipe(optimizer={"start": "carried", "sha256": "x"}), "recipe: malformed (a carried optimizer state is pinned"),
+    (_recipe(optimizer={"start": "restarted"}), "recipe: malformed (optimizer must be"),
+    ({**_recipe(), "nproc": 0}, "recipe: malformed (nproc must be"),
+    ({**_recipe(), "lora": ["r=4"]}, "recipe: malformed (lora must be"),
     ({"schema": 99}, "recipe: malformed (schema must be 1)"),
     ("not a table", "recipe: malformed"),
 ])
@@ -67,12 +70,13 @@ def test_a_taken_tasks_shard_and_a_followed_base_are_assigned():
     assert _check(_recipe(params={"anything": 1}), known_params=None) is None  # a workload taking **kwargs
 
 
-def test_what_cannot_be_retrained_says_why():
-    assert "private data" in unverifiable(_recipe(data=dict(PRIVATE)))
+def test_what_cannot_be_audited_says_why():
+    proven = {**_recipe(), "proof": {}}
+    assert "private data" in unverifiable({**proven, "data": dict(PRIVATE)})
     assert unverifiable(None) == "no recipe declared"
-    assert "followed" in unverifiable(_recipe(follow=1))
-    assert "error feedback" in unverifiable({**_recipe(), "transform": "error feedback"})
-    # a topk or lora delta: the kind says so (tests/storage/kinds/test_registry.py)
+    assert unverifiable(_recipe()).startswith("no proof of training")
+    assert "error feedback" in unverifiable({**proven, "transform": "error feedback"})
+    assert unverifiable({**proven, "follow": 2}) is None  # a followed run proves its follow points
 
 
 def test_the_draw_is_uniform_deterministic_and_needs_the_salt():
@@ -82,6 +86,7 @@ def test_the_draw_is_uniform_deterministic_and_needs_the_salt():
     assert retrain_draw("r", "pr", b"salt") == retrain_draw("r", "pr", b"salt")
     assert retrain_draw("r", "pr", b"salt") != retrain_draw("r", "pr", b"other salt")
     assert retrain_draw("r", "pr", b"salt") != retrain_draw("r2", "pr", b"salt")  # the hub's receipt counts
+    assert draw_material("r", "pr", b"salt") != draw_material("r", "pr", b"other salt")
 
 
 def test_relative_distance():

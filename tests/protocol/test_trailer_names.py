@@ -38,7 +38,7 @@ def test_every_registered_name_is_used():
 
 def test_registry_entries_are_well_formed():
     kinds = {"int", "float", "json", "text", "sha256"}
-    carriers = {"version", "verdict", "vote", "task", "submission", "receipt"}
+    carriers = {"version", "verdict", "vote", "task", "submission", "receipt", "challenge", "answer"}
     for name, t in TRAILERS.items():
         assert re.fullmatch(r"Woolf-[A-Z][A-Za-z0-9]*(-[A-Z0-9][A-Za-z0-9]*)*", name), name
         assert t.kind in kinds and set(t.carriers) <= carriers and t.carriers and t.meaning, name

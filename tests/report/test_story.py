@@ -49,6 +49,9 @@ def test_rejections_grouped_by_kind_and_activity():
            pr("a", "merged"), pr("c", "open"), pr("c", "rejected", "something\nnew: with [markup]")]
     assert rejection_kinds(prs) == {"the benchmark got worse than the gate tolerates (policy.min_improvement)": 2, "too stale": 1, "something new": 1}
     assert rejection_kind(None) == "no reason given" and len(rejection_kind("z" * 500)) == 60
+    audit = "retrain: step 8 of 15 does not replay (segment 7, steps 8-8): its loss and gradient norm are not ..."
+    assert rejection_kind(audit) == "refused by the proof of training (retrain: ...)"  # not a replayed delta
+    assert rejection_kind("replay: the same tensors were already merged as version 3") == "a replay of a merged delta"
     assert activity(prs)["b"] == {"merged": 0, "rejected": 2, "open": 0, "withdrawn": 0}
     assert list(activity(prs)) == ["a", "b", "c"]
 

@@ -9,11 +9,15 @@ Kinds (the contributor id is the kind):
     overfitter   trains on the public benchmark file in git
     noise        sends random deltas of plausible norm (the median of recent merged deltas)
     flooder      opens many small PRs (3 steps each) every round
-    lazy         trains half the steps its recipe declares on its own shard, and doubles the delta to look whole
+    lazy         trains half the steps its recipe declares on its own shard, doubles the delta to look whole
 
-The free-rider, the overfitter and the lazy one declare the recipe an honest participant would (their own
-shard, the steps and seed, a fresh optimizer: woolf/participant/recipe.py), so that a validator that
-re-trains them (validators.retrain_rate, woolf/validator/retrain.py) finds the delta is not what it says.
+The free-rider, the overfitter and the lazy one cheat against the proof of training as one who read its
+code would (woolf/demo/forgery.py): each declares the recipe an honest participant would (its own shard,
+the steps and seed), commits to a chain whose digests its own states match, seals it to its delta with
+`woolf submit` and serves its states when challenged (`woolf prove`); the lazy one's chain is real up to
+half its steps and made up after, the others' is the work on other data. A validator that audits them
+(validators.retrain_rate, woolf/validator/audit_proof.py) finds a segment that does not replay. The copycat
+and the noise declare no proof: `policy.require_retrain` refuses them, else they are unverifiable.
 """
 
 from __future__ import annotations
@@ -32,13 +36,14 @@ from woolf.demo.kinds import KINDS
 from woolf.errors import WoolfError
 from woolf.forges.local import LocalForge
 from woolf.ledger.ledger import Ledger
-from woolf.ledger.recipes import fresh_recipe, global_step
+from woolf.ledger.recipes import global_step
 from woolf.ledger.verdicts import merged_records
 from woolf.protocol import layout
 from woolf.workloads.base import TrainData
 from woolf.workloads.features import GLOBAL_STEP, features_of
 
 FLOOD = 6  # PRs per flooder round
+ANSWER_FOR = 60.0  # seconds an adversary keeps answering challenges to its open PRs after its last round
 
 
 def demo_settings(pretrained: bool) -> dict[str, str]:
@@ -86,16 +91,23 @@ def _global_step(ledger, wl, base) -> dict:
     return {"global_step": global_step(ledger, base)} if GLOBAL_STEP in features_of(wl) else {}
 
 
-def _claimed(ledger, name: str, base, steps: int, seed: int) -> dict:
-    """The recipe an honest participant would declare: its own shard, ``steps``, ``seed``, a fresh optimizer."""
-    return fresh_recipe(ledger, base, name, steps, seed)
+def _forged(ledger, wl, name: str, base, steps: int, seed: int, note: str, **how) -> str:
+    """A cheat's run with a forged chain (demo/forgery.py), submitted as `woolf submit` sends any."""
+    from woolf.demo.forgery import forge_run  # deferred: loads numpy, yaml
+    from woolf.participant import SubmitOptions, submit  # deferred: loads numpy, yaml
+
+    forge_run(ledger, wl, name, base, steps, seed, **how)
+    return submit(ledger, SubmitOptions(contributor=name, message=note))["id"]
 
 
-def _lazy(ledger, wl, name: str, base, steps: int, seed: int) -> dict:
-    """Half of ``steps`` on its own shard, the delta doubled: the size of a whole contribution, half the work."""
-    w = ledger.load_weights(base)
-    half = _trained(ledger, wl, base, wl.default_data(name, base.version), max(1, steps // 2), seed)
-    return {k: (w[k].float() + 2 * (half[k].float() - w[k].float())).to(w[k].dtype) for k in w}
+def _answer(ledger) -> None:
+    """Serve the (forged) states a validator's challenge asks for, as `woolf prove` does."""
+    from woolf.participant.prove import prove_once  # deferred: loads numpy, yaml
+
+    try:
+        prove_once(ledger)
+    except WoolfError as exc:
+        _event(kind="error", who="prove", error=exc.message)
 
 
 def dense_of(delta: dict) -> dict:
@@ -147,18 +159,14 @@ def adversary(clone: Path, name: str, rounds: int, steps: int, seed: int, pause:
     for r in range(rounds):
         try:
             base = _head(ledger)
-            claimed = _claimed(ledger, name, base, steps, seed + r)  # what it says it did
             if name == "free-rider":
                 data = wl.default_data(f"~other:{name}:{r}", base.version)
-                ids = [_submit(ledger, name, base, _trained(ledger, wl, base, data, steps, seed + r), "my shard",
-                               claimed)]
+                ids = [_forged(ledger, wl, name, base, steps, seed + r, "my shard", data=data)]
             elif name == "overfitter":
                 data = TrainData([ledger.benchmark("refs/remotes/origin/main")], "benchmark")
-                ids = [_submit(ledger, name, base, _trained(ledger, wl, base, data, steps, seed + r), "my shard",
-                               claimed)]
+                ids = [_forged(ledger, wl, name, base, steps, seed + r, "my shard", data=data)]
             elif name == "lazy":
-                ids = [_submit(ledger, name, base, _lazy(ledger, wl, name, base, steps, seed + r), "my shard",
-                               claimed)]
+                ids = [_forged(ledger, wl, name, base, steps, seed + r, "my shard", trained=0.5)]
             elif name == "noise":
                 ids = [_submit(ledger, name, base, _noise(ledger, base, rng), "trained hard")]
             elif name == "flooder":
@@ -182,4 +190,12 @@ def adversary(clone: Path, name: str, rounds: int, steps: int, seed: int, pause:
             _event(kind="submitted", who=name, round=r, ids=ids)
         except WoolfError as exc:
             _event(kind="error", who=name, round=r, error=exc.message)
-        time.sleep(pause)
+        for _ in range(max(1, round(pause / 0.5))):  # its PRs' challenges are answered meanwhile
+            _answer(ledger)
+            time.sleep(0.5)
+    from woolf.participant.prove import open_runs  # deferred: loads numpy, yaml
+
+    until = time.time() + ANSWER_FOR
+    while time.time() < until and open_runs(ledger):  # and after its last round, while they are open
+        _answer(ledger)
+        time.sleep(0.5)

@@ -35,9 +35,16 @@ def _event(**kw) -> None:
 
 def _await_verdict(ledger, sub_id: str, wait: float) -> None:
     """Up to ``wait`` seconds until our PR is no longer open, so that the next round trains from a version
-    that holds it (a real contribution takes minutes, its verdict seconds: demo/regimes.py)."""
+    that holds it (a real contribution takes minutes, its verdict seconds: demo/regimes.py); meanwhile
+    the validators' challenges to our open PRs are answered, as `woolf prove` does (participant/prove.py)."""
+    from woolf.participant.prove import prove_once  # deferred: loads torch
+
     forge, deadline = LocalForge.for_ledger(ledger), time.time() + wait
     while time.time() < deadline and forge.get(sub_id).state == "open":
+        try:
+            prove_once(ledger, forge)
+        except WoolfError as exc:
+            _event(kind="error", who="prove", error=exc.message)
         time.sleep(0.3)
 
 
@@ -65,7 +72,7 @@ def participant(clone: Path, name: str, rounds: int, steps: int, delay: float, s
             _event(kind="submitted", who=name, round=r, id=sub["id"], base=result["base_version"],
                    local_loss=result["metrics"]["after"]["loss"])
             done += 1
-            if wait and r + 1 < rounds:
+            if wait and (r + 1 < rounds or ledger.config.validators.retrain_rate > 0):  # the last PR's audit too
                 _await_verdict(ledger, sub["id"], wait)
         except WoolfError as exc:
             _event(kind="error", who=name, round=r, error=exc.message)

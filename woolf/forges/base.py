@@ -76,6 +76,7 @@ class Forge(ABC):
     votes_ride_verdicts = False  # reject/merge take ``also``: ref updates (a quorum's last vote) in their push
     records_ride_prs = False  # open takes ``also``: ref updates (the task's submitted record) in its push
     prs_come_with_main = False  # the ledger's fetch of main brings every PR (refs in origin): list(local_only)
+    carries_challenges = False  # a proof's challenge and answer commits under a PR (protocol/challenge.py)
     skipped: Sequence[tuple[str, str]] = ()  # (ref, why) of malformed PR refs in the last listing
 
     @abstractmethod
@@ -127,6 +128,23 @@ class Forge(ABC):
     def push_verdicts(self, verdicts: list[tuple[str, str]]) -> None:
         """Several verdicts from verdict_commit in one atomic push (forges with batches_verdicts)."""
         raise ForgeError(f"{type(self).__name__} cannot push verdicts together")
+
+    def push_challenge(self, pr: PullRequest, validator: str, message: str) -> str:
+        """Commit ``message`` (protocol/challenge.py) on the validator's challenge ref of ``pr`` and push it;
+        the commit."""
+        raise ForgeError(f"{type(self).__name__} cannot carry a proof's challenges")
+
+    def push_answer(self, pr: PullRequest, message: str) -> str:
+        """Commit ``message`` on ``pr``'s answer ref (chained after the answers there), push it; its commit."""
+        raise ForgeError(f"{type(self).__name__} cannot carry a proof's answers")
+
+    def challenges(self, pr: PullRequest) -> dict[str, list[tuple[str, str]]]:
+        """{validator: [(commit, message), ...] oldest first} of the challenges on ``pr`` (unchecked)."""
+        return {}
+
+    def answers(self, pr: PullRequest) -> list[tuple[str, str]]:
+        """[(commit, message), ...] oldest first of the answers on ``pr`` (unchecked)."""
+        return []
 
     def _no_also(self, also) -> None:
         """For a forge without votes_ride_verdicts: ``also`` must be empty."""

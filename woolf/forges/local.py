@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import logging
 
-from woolf.errors import ForgeError, RaceLostError, UsageError
+from woolf.errors import ForgeError, RaceLostError, UsageError, WoolfError
 from woolf.forges.base import Forge, PullRequest, disown_unsigned, fill_from_submission
+from woolf.git.commits import read_commit
 from woolf.git.repo import Git
 from woolf.protocol import layout
+from woolf.protocol.challenge import MAX_ANSWERS, MAX_CHALLENGES, answer_ref, challenge_ref
 from woolf.protocol.receipts import RECEIPTS, read_receipts
 from woolf.protocol.trailers import (
     float_field,
@@ -48,6 +50,7 @@ class LocalForge(Forge):
     votes_ride_verdicts = True  # a quorum's last vote goes in the push that settles the PR
     records_ride_prs = True  # a task's submitted record goes in the push that opens its PR
     prs_come_with_main = True  # Ledger.fetch brings refs/woolf/pr/* with main
+    carries_challenges = True  # refs/woolf/pr/<id>/challenge/<name> and .../answer (protocol/challenge.py)
 
     def __init__(self, git: Git, remote: str = "origin"):
         self.git = git
@@ -154,6 +157,42 @@ class LocalForge(Forge):
         self.git.push(self.remote, [(commit, ref)], leases={ref: old})
         self.git.run("update-ref", ref, commit)
 
+    def _chain_push(self, pr: PullRequest, ref: str, message: str) -> str:
+        old = self.git.rev_parse(ref)
+        commit = self.git.commit_tree(f"{pr.head}^{{tree}}", message, [old or pr.head])  # signed if keyed
+        self.git.push(self.remote, [(commit, ref)], leases={ref: old})
+        self.git.run("update-ref", ref, commit)
+        return commit
+
+    def push_challenge(self, pr: PullRequest, validator: str, message: str) -> str:
+        return self._chain_push(pr, challenge_ref(pr.id, validator), message)
+
+    def push_answer(self, pr: PullRequest, message: str) -> str:
+        return self._chain_push(pr, answer_ref(pr.id), message)
+
+    def _chain(self, pr: PullRequest, ref: str, most: int) -> list[tuple[str, str]]:
+        """(commit, message) oldest first along ``ref``'s first parents down to the PR's head (at most
+        ``most``: the hub allows no more; a longer chain is someone's, not the hub's)."""
+        tip = self.git.rev_parse(ref)
+        if tip is None:
+            return []
+        commits = self.git.out("rev-list", "--first-parent", f"--max-count={most}", tip, f"^{pr.head}").split()
+        out = []
+        for c in reversed(commits):
+            try:
+                out.append((c, read_commit(self.git, c)[1]))
+            except WoolfError:
+                continue  # an unreadable commit answers nothing
+        return out
+
+    def challenges(self, pr: PullRequest) -> dict[str, list[tuple[str, str]]]:
+        prefix = f"{layout.PR_PREFIX}/{pr.id}/challenge/"
+        return {ref[len(prefix):]: self._chain(pr, ref, MAX_CHALLENGES)
+                for ref in self.git.refs(prefix) if "/" not in ref[len(prefix):]}
+
+    def answers(self, pr: PullRequest) -> list[tuple[str, str]]:
+        return self._chain(pr, answer_ref(pr.id), MAX_ANSWERS)
+
     # -- reading ---------------------------------------------------------------
     def _scan(self, refs: dict[str, tuple[str, str]]) -> dict[str, dict[str, tuple[str, str]]]:
         """{id: {kind: (sha, type)}} of well-formed PR refs; every other ref is skipped and reported."""
@@ -163,8 +202,9 @@ class LocalForge(Forge):
             if ref == RECEIPTS:
                 continue  # the hub's receipt log (woolf/protocol/receipts.py): the queue order, not a PR
             parts = ref[len(layout.PR_PREFIX) + 1:].split("/")
-            if len(parts) == 3 and parts[1] == "votes":
-                continue  # a validator's vote (woolf/protocol/votes.py): read by the quorum, not a PR's state
+            if len(parts) == 3 and parts[1] in ("votes", "challenge") or parts[1:] == ["answer"]:
+                continue  # a validator's vote (woolf/protocol/votes.py) or a proof's challenge or answer
+                # (woolf/protocol/challenge.py): read by the quorum and the audit, not a PR's state
             if len(parts) != 2 or not layout.SUBMISSION_ID.match(parts[0]) or parts[1] not in _KINDS:
                 self.skipped.append((ref, "not refs/woolf/pr/<submission id>/{head,verdict,comments}"))
                 continue

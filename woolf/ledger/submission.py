@@ -15,6 +15,7 @@ import datetime
 import json
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,6 +93,8 @@ class SubmitDeltaOptions:
     prechecked: bool = False  # the caller already ran check_delta on the delta
     zeros: str | None = None  # a streamed delta that is all zeros: this refusal (and hint)
     zeros_hint: str | None = None
+    seal: Callable[[dict, str], dict] | None = None  # (recipe, the delta's sha256) -> the recipe sent: its
+    # proof of training bound to the delta (participant/proof.py)
 
 
 def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
@@ -138,7 +141,8 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
         "training": public(record.get("training")), "metrics": record.get("metrics"),
     }
     if record.get("recipe"):  # how the delta was trained (protocol/recipe.py), signed with the PR
-        meta["recipe"] = _public_recipe(record["recipe"])
+        recipe = _public_recipe(record["recipe"])
+        meta["recipe"] = o.seal(recipe, sha) if o.seal else recipe  # its proof's chain ends at this delta
     if o.delta_url_base:  # a fork's contributor cannot write to the ledger's storage: say where
         meta["delta"]["url"] = f"{o.delta_url_base.rstrip('/')}/files/md5/{md5[:2]}/{md5[2:]}"
     if reverts is not None:
@@ -164,4 +168,4 @@ def submit_delta(ledger, delta: dict, base, o: SubmitDeltaOptions) -> dict:
     return {"id": sub_id, "base_version": base.version, "commit": commit, "contributor": who,
             "delta_sha256": sha, "delta_md5": md5, "delta_size": size, "delta_kind": meta["delta"]["kind"],
             "number": pr.number,
-            "timings": dict(timer), "pointer": pointer, "declared": meta["delta"]}
+            "timings": dict(timer), "pointer": pointer, "declared": meta["delta"], "recipe": meta.get("recipe")}

@@ -23,6 +23,7 @@ from woolf.ledger.submission import SubmitDeltaOptions, submit_delta
 from woolf.participant.feedback import remember
 from woolf.participant.lora_state import keep_adapters, load_adapters
 from woolf.participant.lora_weights import FACTORS, Merged, Quantized, read_as
+from woolf.participant.proof import keep_run, seal
 from woolf.participant.state import mark_submitted, work_dir
 from woolf.protocol.compress_spec import UNCOMPRESSED
 from woolf.protocol.lora_spec import LoraSpec, parse_lora
@@ -73,7 +74,7 @@ def lora_spec(ledger, text: str | None, device: str | None = None) -> LoraSpec |
 
 
 def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, device: str, seed: int,
-               progress) -> tuple[dict, dict]:
+               progress, proof=None) -> tuple[dict, dict]:
     """(trained weights = base + each target's expansion, summary); the factors written to the work area.
 
     ``base`` (``lora_base``: version ``head``'s weights in the frozen dtype) is consumed: the dict comes
@@ -91,6 +92,7 @@ def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, d
     state, start = load_adapters(ledger, wl, spec) if spec.carry else (None, None)  # refused: nothing changed
     carried = {"state": state} if state is not None else {}
     if isinstance(base, Quantized):  # QLoRA: the quantized model is kept, its adapters attached, to evaluate
+        # no proof hook: an audit replays over the float32 version, not an NF4 model (recorded unverifiable)
         keep: list = []
         factors, summary = wl.train_lora(base.masters, data, steps, spec, device=device, seed=seed,
                                          progress=progress, keep=keep, **carried)
@@ -99,8 +101,9 @@ def train_lora(ledger, wl, head, base: dict, data, steps: int, spec: LoraSpec, d
     else:
         dtype = next((t.dtype for t in base.values() if t.is_floating_point()), torch.float32)
         on = next((t.device for t in base.values()), torch.device(device))
+        more = {"proof": proof} if proof is not None and state is None else {}  # its chain (workloads/proof.py)
         factors, summary = wl.train_lora(base, data, steps, spec, device=device, seed=seed, progress=progress,
-                                         **carried)
+                                         **carried, **more)
     delta = LoraFile(factors, spec_in, ledger.config.limits.max_lora_rank)  # checked as a validator would
     out = work_dir(ledger) / FACTORS
     delta.write(out)
@@ -158,7 +161,10 @@ def submit_lora(ledger, record: dict, who: str, base, o) -> dict:
     spec = read_spec(ledger.weights_path(base), TRUSTED_LIMITS, f"version {base.version}")
     result = submit_delta(ledger, TrainedFactors(path, spec, cfg.limits), base, SubmitDeltaOptions(
         who=who, message=o.message, the_forge=forge_for(ledger, o.forge), record=record,
-        delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, prechecked=True))
+        delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, prechecked=True, seal=seal))
     mark_submitted(ledger, result["id"])
+    recipe = result.pop("recipe", None)
+    if recipe:  # the run's proof states kept for answering audits of this PR
+        keep_run(ledger, work_dir(ledger), result["id"], recipe, None)
     remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
     return {**result, "error_feedback": ""}

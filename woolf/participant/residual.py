@@ -1,7 +1,7 @@
 """A participant's compression residual: what top-k dropped from a delta rides along in the next one.
 
 Usage:
-    parts, residual, note = compress_with_feedback(ledger, delta, spec)   # delta + kept residual, compressed
+    parts, residual, note, went_in = compress_with_feedback(ledger, delta, spec, model_spec)   # compressed
     ... the PR is open ...
     keep_residual(ledger, residual)                                       # only after the submission succeeded
     spec = compression_spec(cfg, "topk:0.02,bits:2")                      # None: dense; checked against delta.accept
@@ -68,7 +68,8 @@ def load_residual(ledger, model_spec: dict) -> tuple[dict | None, str]:
 
 def compress_with_feedback(ledger, delta: dict, spec: CompressSpec, model_spec: dict,
                            feedback: bool = True):
-    """(parts to send, the residual to keep, a note): ``delta`` plus the kept residual, compressed."""
+    """(parts to send, the residual to keep, a note, the residual added): ``delta`` plus the kept residual,
+    compressed; the residual added is what a proof of training binds the delta to (participant/proof.py)."""
     import torch  # deferred: torch
 
     from woolf.core.compress import compress, expand  # deferred: loads torch
@@ -79,7 +80,7 @@ def compress_with_feedback(ledger, delta: dict, spec: CompressSpec, model_spec: 
     kept = {k: total[k] - sent[k].to(torch.float32) for k in total} if feedback else None
     if residual is not None:
         note = (note + "; " if note else "") + "carried the compression residual"
-    return parts, kept, note
+    return parts, kept, note, residual
 
 
 def keep_residual(ledger, residual: dict | None, spec: CompressSpec | None = None) -> None:

@@ -21,6 +21,7 @@ from woolf.ledger.submission import SubmitDeltaOptions, check_delta, submit_delt
 from woolf.participant.cleanup import after_submit
 from woolf.participant.feedback import clear_residual, remember, settle
 from woolf.participant.lora import submit_lora
+from woolf.participant.proof import carried_residual, keep_run, seal
 from woolf.participant.recipe import publish
 from woolf.participant.residual import compress_with_feedback, compression_spec, keep_residual
 from woolf.participant.state import (
@@ -129,16 +130,17 @@ def _submit(ledger, o: SubmitOptions) -> tuple[dict, dict]:
     timer = Timer()
     feedback = cfg.workload.error_feedback if o.error_feedback is None else o.error_feedback
     streamed = _streamed_delta(ledger, base, Path(weights), timer) if cspec is None and not feedback else None
-    record = publish(ledger, {**record, **({"recipe": o.recipe} if o.recipe else {})},  # the recipe,
-                     transform=_transform(cspec, feedback), remote=o.delta_remote)  # its start state uploaded
+    record = publish({**record, **({"recipe": o.recipe} if o.recipe else {})},  # the recipe; error feedback
+                     transform="error feedback" if feedback else None)  # makes the delta not the training's
     if streamed is not None:  # a dense float32 delta: computed, checked and written tensor by tensor
         result = submit_delta(ledger, streamed, base, SubmitDeltaOptions(
             who=who, message=o.message, the_forge=forge_for(ledger, o.forge), timer=timer, record=record,
             delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, prechecked=True,
             zeros="the trained weights equal the base: the delta is all zeros",
-            zeros_hint="train first (`woolf train`)"))
+            zeros_hint="train first (`woolf train`)", seal=seal))
         if o.weights is None:
             mark_submitted(ledger, result["id"])
+        _keep(ledger, o, result, None)
         remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
         note = retrain_note(cfg, record.get("recipe"), kinds.DENSE.name)
         return {**result, "error_feedback": "", "unverifiable": note}, record
@@ -169,23 +171,24 @@ def _submit(ledger, o: SubmitOptions) -> tuple[dict, dict]:
         del trained, base_w
         check_delta(delta, "the trained weights equal the base: the delta is all zeros",
                     hint="train first (`woolf train`)")
-    parts = kept = None
+    parts = kept = residual_in = None
     if cspec is not None:
         with timer("compress"):
             delta = to_torch(delta)  # shares the arrays' memory
             if not all(t.is_floating_point() for t in delta.values()):
                 raise UsageError("only a model whose tensors are all floating point can send a "
                                  "topk delta", hint="--compress dense")
-            parts, kept, note = compress_with_feedback(ledger, delta, cspec, spec_of(delta),
-                                                       o.compress_feedback)
+            parts, kept, note, residual_in = compress_with_feedback(ledger, delta, cspec, spec_of(delta),
+                                                                    o.compress_feedback)
             feedback_note = "; ".join(x for x in (feedback_note, note) if x)
     result = submit_delta(ledger, delta, base, SubmitDeltaOptions(
         who=who, message=o.message, the_forge=the_forge, timer=timer, record=record,
         delta_url_base=o.delta_url_base, delta_remote=o.delta_remote, cspec=cspec, parts=parts,
-        prechecked=True))
+        prechecked=True, seal=_sealer(ledger, residual_in, kept)))
     del delta, parts
     if o.weights is None:
         mark_submitted(ledger, result["id"])
+    _keep(ledger, o, result, residual_in)
     remember(ledger, result["id"], result.pop("pointer"), result.pop("declared"))
     keep_residual(ledger, kept, cspec)  # what top-k dropped rides in the next delta
     if feedback_note:
@@ -194,11 +197,26 @@ def _submit(ledger, o: SubmitOptions) -> tuple[dict, dict]:
             "unverifiable": retrain_note(cfg, record.get("recipe"), result["delta_kind"])}, record
 
 
-def _transform(cspec, feedback: bool) -> str | None:
-    """What the sent delta has that the trained one has not (the recipe says so: it cannot be re-trained)."""
-    if feedback:
-        return "error feedback"
-    return f"compressed {cspec.declared()['kind']}" if cspec is not None else None
+def _sealer(ledger, residual_in: dict | None, kept: dict | None):
+    """The recipe's proof bound to the delta and to the compression residual going in and out (top-k)."""
+    def sealed(recipe: dict, sha: str) -> dict:
+        from woolf.core.chain import component_digest  # deferred: torch
+
+        went_in = component_digest(residual_in) if residual_in is not None else None
+        return seal(recipe, sha, went_in, component_digest(kept) if kept is not None else None,
+                    carried_residual(ledger, went_in))
+
+    return sealed
+
+
+def _keep(ledger, o: SubmitOptions, result: dict, residual_in: dict | None) -> None:
+    """The run's proof states kept for answering audits of this PR (participant/proof.py)."""
+    recipe = result.pop("recipe", None)
+    if o.weights is None and recipe:
+        from woolf.participant.prove import prune  # deferred: loads torch
+
+        keep_run(ledger, work_dir(ledger), result["id"], recipe, residual_in)
+        prune(ledger)  # the states of PRs settled since are not needed any more
 
 
 def _streamed_delta(ledger, base, weights: Path, timer: Timer):

@@ -28,7 +28,8 @@ from woolf.ledger.trust import require_command_trust, require_trusted_head
 from woolf.participant.distributed import Group, broadcast, fault_check, join, leave
 from woolf.participant.lora import lora_spec, train_lora
 from woolf.participant.lora_weights import Merged, evaluation, lora_base, rescale
-from woolf.participant.recipe import declare, snapshot_start
+from woolf.participant.proof import draft, private_data, recorder
+from woolf.participant.recipe import declare
 from woolf.participant.state import (
     auto_steps,
     record_speed,
@@ -155,14 +156,15 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
                           else wl.data_from_path(data) if data
                           else wl.default_data(who, head.version))
             extra, follower = _train_keywords(ledger, features, o, head, base, group) if lora is None else ({}, None)
-            start = snapshot_start(ledger, out, extra.get("state_dir")) if lead else None  # the recipe's
-            recipe_head = head  # optimizer start, and the version training began from
+            hook = recorder(ledger, features, steps, out, follower, lead)  # commits to the path (proof.py)
+            extra.update({"proof": hook} if hook is not None and lora is None else {})
+            recipe_head = head  # the version training began from
             if (extra.get("in_place") or lora is not None) and before is None and lead:  # base is trained where it is:
                 # measure it first (a LoRA run consumes base too: participant/lora.py)
                 before = evaluate(base, bench, device)
             if lora is not None:  # adapters over the frozen version; the factors are the delta
                 trained, summary = train_lora(ledger, wl, head, base, train_data, steps, lora, device, o.seed,
-                                              o.progress)
+                                              o.progress, proof=hook)
                 summary["lora"]["evaluation"] = judged
             else:
                 trained, summary = wl.train(base, train_data, steps, device=device, seed=o.seed,
@@ -170,17 +172,18 @@ def _train(ledger, o: TrainOptions, who: str, group: Group | None) -> dict:
             if not lead:
                 return {"rank": group.rank, "base_version": head.version, "training": summary}
             if follower is not None:  # one last look: the delta is relative to the newest version
-                shift = follower()
-                if shift is not None:
-                    trained = {k: (v.to(torch.float32) + shift[k]).to(v.dtype)
-                               for k, v in trained.items()}
-                summary["followed"] = follower.rebases
+                trained = _last_look(follower, hook, trained, steps, summary)
                 if follower.rebases:
                     head, base, before = follower.base, follower.base_weights, None
-            recipe = declare(ledger, wl, recipe_head, data, steps, o.seed, device, summary, extra, start, who,
-                             task.rec.id if task else None)  # how this delta was trained
+            recipe = declare(ledger, wl, recipe_head, data, steps, o.seed, device, summary, extra, who,
+                             task.rec.id if task else None, lora)  # how this delta was trained
             recipe.update(base_version=head.version, base_commit=head.commit,  # followed: the last base
                           nproc=group.world if group else 1)
+            if hook is not None and hook.links:  # its chain (sealed to the delta by submit)
+                private = (data, train_data) if isinstance(data, str) else None
+                recipe["proof"] = draft(ledger, hook, recipe_head.version, device, str(summary.get("autocast", "off")),
+                                        private)
+                recipe["data"] = private_data(train_data) if private else recipe["data"]
         _summarize_data(summary, data, train_data)
         record_speed(fingerprint, summary, state_dir(ledger))
         metrics = {"before": before or evaluate(base, bench, device)}
@@ -209,6 +212,20 @@ def _summarize_data(summary: dict, data, train_data) -> None:
             summary["skipped"] = len(train_data.skipped)
     if data and not isinstance(data, tuple):
         summary["data"] = PRIVATE_DATA
+
+
+def _last_look(follower, hook, trained: dict, steps: int, summary: dict) -> dict:
+    """After the last step, the weights moved by whatever main moved since the last follow (a follow point
+    at step ``steps`` in the proof's chain)."""
+    import torch  # deferred: torch
+
+    shift = follower()
+    if shift is not None:
+        trained = {k: (v.to(torch.float32) + shift[k]).to(v.dtype) for k, v in trained.items()}
+    if hook is not None:
+        hook.followed_at_end(steps)
+    summary["followed"] = follower.rebases
+    return trained
 
 
 def _predicted_gate(cfg, evaluate, rescale, trained: dict, metrics: dict, bench: bytes, device) -> dict:

@@ -1,13 +1,14 @@
-"""What a participant is told when its PR cannot be re-trained (`woolf train`, `woolf submit`).
+"""What a participant is told when its PR cannot be audited (`woolf train`, `woolf submit`).
 
 Usage:
     note = retrain_note(ledger.config, record.get("recipe"), "lora")   # None, or one line to print
 
 The reason comes from what validators ask (woolf/protocol/recipe.py ``unverifiable``, then the kind's
 ``unreplayable``: storage/kinds/), so what
-`train` and `submit` say stays what validators record: when that function learns to re-train a kind of PR,
-these lines stop appearing for it. Said only where it matters: when the ledger re-trains
-(``validators.retrain_rate`` > 0) or refuses what it cannot re-train (``policy.require_retrain``).
+`train` and `submit` say stays what validators record: a PR `woolf train` made carries its proof of
+training (every kind, private data included), so these lines appear for weights trained elsewhere
+(`submit --weights`: no recipe, no proof) and the like. Said only where it matters: when the ledger
+audits (``validators.retrain_rate`` > 0) or refuses what it cannot audit (``policy.require_retrain``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from woolf.storage import kinds
 
 
 def retrain_note(cfg, recipe: dict | None, delta_kind: str) -> str | None:
-    """One line about a PR of ``recipe`` and ``delta_kind`` that validators cannot re-train; None when they
-    can, or when the ledger does not re-train."""
+    """One line about a PR of ``recipe`` and ``delta_kind`` that validators cannot audit; None when they
+    can, or when the ledger does not audit."""
     rate, required = cfg.validators.retrain_rate, cfg.policy.require_retrain
     if rate <= 0 and not required:
         return None
@@ -26,7 +27,7 @@ def retrain_note(cfg, recipe: dict | None, delta_kind: str) -> str | None:
     if why is None:
         return None
     if required:
-        return (f"this PR cannot be re-trained ({why}), and the ledger's policy.require_retrain is on: "
+        return (f"this PR cannot be audited ({why}), and the ledger's policy.require_retrain is on: "
                 "validators will refuse it")
-    return (f"this PR cannot be re-trained ({why}): validators record it unverifiable "
+    return (f"this PR cannot be audited ({why}): validators record it unverifiable "
             f"(validators.retrain_rate {rate:g}); under policy.require_retrain it would be refused")

@@ -159,6 +159,15 @@ class ValidatorsConfig:
 
 
 @dataclass
+class ProofConfig:
+    """Proof of training (woolf/protocol/proof.py, docs/protocol.md#proof-of-training)."""
+
+    every: int = 0  # training steps between two links of a PR's chain (0: about 16 segments a run)
+    segments: int = 1  # segments a validator audits in a drawn PR besides the final one (which binds the delta)
+    deadline: float = 3600.0  # seconds a challenged participant has to serve the states an audit asks for
+
+
+@dataclass
 class TasksConfig:
     lease: float = 600.0  # seconds a reserved training task holds its shard without a heartbeat
 
@@ -177,6 +186,7 @@ class LedgerConfig:
     signing: SigningConfig = field(default_factory=SigningConfig)
     validators: ValidatorsConfig = field(default_factory=ValidatorsConfig)
     tasks: TasksConfig = field(default_factory=TasksConfig)
+    proof: ProofConfig = field(default_factory=ProofConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
 
@@ -193,6 +203,7 @@ SECTIONS = {
     "signing": SigningConfig,
     "validators": ValidatorsConfig,
     "tasks": TasksConfig,
+    "proof": ProofConfig,
     "scoring": ScoringConfig,
     "queue": QueueConfig,
 }

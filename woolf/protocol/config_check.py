@@ -170,3 +170,10 @@ def _check_retrain(cfg: LedgerConfig, bad) -> None:
         bad("limits.max_batch", "use an integer > 0", lim.max_batch)
     if not 0 < lim.max_retrain_seconds <= 7 * 86400:
         bad("limits.max_retrain_seconds", "use seconds in (0, 604800]", lim.max_retrain_seconds)
+    p = cfg.proof
+    if not 0 <= p.every <= 1_000_000:
+        bad("proof.every", "use an integer in [0, 1000000] (0: about 16 segments a run)", p.every)
+    if not 0 <= p.segments <= 126:
+        bad("proof.segments", "use an integer in [0, 126]", p.segments)
+    if not 0 < p.deadline <= 7 * 86400:
+        bad("proof.deadline", "use seconds in (0, 604800]", p.deadline)

@@ -1,4 +1,4 @@
-"""A PR's recipe: how its delta was trained, declared in its signed submission.json; and the re-training draw.
+"""A PR's recipe: how its delta was trained, declared in its signed submission.json; and the audit draw.
 
 Usage:
     recipe = make_recipe(base_version=3, base_commit=c, data=shard_data("alice", 3), seed=7, steps=60,
@@ -6,20 +6,21 @@ Usage:
                          optimizer=FRESH, device="cpu", libraries={"torch": "2.13"}, seconds=4.2)
     reason = check_recipe(recipe, contributor="alice", base_version=3, limits=RecipeLimits(10_000, 4096),
                           known_params={"lr", "batch_size"}, taken=None)   # None, or "recipe: ..."
-    why = unverifiable(recipe)     # None: its recipe can be re-trained; else why not (private data, ...)
-    x = retrain_draw(receipt_commit, pr_id, salt)    # a number in [0, 1): re-trained when x < retrain_rate
-    d = relative_distance(sq_diff, sq_norm)          # |retrained - submitted| / |submitted|
+    why = unverifiable(recipe)                        # None: auditable; else why not (no proof, private data, ...)
+    x = retrain_draw(receipt_commit, pr_id, salt)    # a number in [0, 1): audited when x < retrain_rate
+    d = relative_distance(sq_diff, sq_norm)          # |replayed - served| / |moved|, across device classes
 
-The recipe (docs/protocol.md#recipe) names the base version, the data (the ledger's deterministic
-assignment: the shard of (owner, version), its sample order drawn from the seed; or "private" for
-`woolf train --data PATH`), seed, steps, batch, learning rate, the workload and every parameter it
-was built with, the ledger's global step (LR schedules), the optimizer's starting point ("fresh", or
-"carried": the starting state uploaded with the PR, pinned by sha256, md5 and size), the device class
-and library versions, and the seconds the training took. It lives in submission.json, which is in
-the PR's head commit: a contributor's signature covers it.
+The recipe (docs/protocol.md#recipes-and-proof-of-training) names the base version, the data (the
+ledger's deterministic assignment: the shard of (owner, version), its sample order drawn from the
+seed; or "private" for `woolf train --data PATH`), seed, steps, batch, learning rate, the workload
+and every parameter it was built with, the ledger's global step (LR schedules), whether the
+optimizer started fresh or carried over, the processes, the LoRA spec, the device and library
+versions, the seconds the training took, and its proof of training (woolf/protocol/proof.py: a
+chain of state digests ending at the delta). It lives in submission.json, which is in the PR's
+head commit: a contributor's signature covers it.
 
-"Re-training" (this module, woolf/validator/retrain.py) is distinct from "replay" (a delta whose
-bytes repeat merged content, woolf/validator/screen.py): reasons about it begin `retrain:` and
+An audit (woolf/validator/audit_proof.py) is distinct from "replay" in the screen's sense (a delta
+whose bytes repeat merged content, woolf/validator/screen.py): reasons about it begin `retrain:` and
 `recipe:`, never `replay:`.
 
 Standard library only (protocol/ is L2).
@@ -35,13 +36,12 @@ from dataclasses import dataclass
 SCHEMA = 1
 FRESH = {"start": "fresh"}
 PRIVATE = {"kind": "private"}
-_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
-_HEX32 = re.compile(r"^[0-9a-f]{32}\Z")
 _OWNER = re.compile(r"^[^\x00-\x1f]{1,128}\Z")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 MAX_PARAMS = 64  # workload parameters one recipe may name
 RETRAIN_PREFIX = "retrain:"  # every reason a PR is refused for its re-training begins so
-RETRAIN_FLAG = "retrain-failed"  # the Woolf-Flags mark of a PR whose re-training did not match its delta
-TOLERANCE = 0.02  # validators.retrain_tolerance's default: see docs/protocol.md#re-training (calibration)
+RETRAIN_FLAG = "retrain-failed"  # the Woolf-Flags mark of a PR whose audit did not replay
+TOLERANCE = 0.02  # validators.retrain_tolerance's default: across device classes only (docs/protocol.md)
 
 
 @dataclass(frozen=True)
@@ -100,14 +100,17 @@ def _shape_parts(r: dict) -> str | None:
     if d["kind"] == "shard" and (not isinstance(d.get("owner"), str) or not _OWNER.match(d["owner"])
                                  or not _int(d.get("version"))):
         return "a shard names its owner and version"
+    if d["kind"] == "private" and ("bytes" in d or "sha256" in d) and not (
+            _int(d.get("bytes")) and d["bytes"] > 0 and isinstance(d.get("sha256"), str) and _HEX64.match(d["sha256"])):
+        return "private data commits to its sha256 and its size in bytes"
     if not isinstance(o, dict) or o.get("start") not in ("fresh", "carried"):
-        return "optimizer must be {start: fresh} or {start: carried, sha256, md5, size}"
-    if o["start"] == "carried" and not (isinstance(o.get("sha256"), str) and _HEX64.match(o["sha256"])
-                                        and isinstance(o.get("md5"), str) and _HEX32.match(o["md5"])
-                                        and _int(o.get("size")) and o["size"] > 0):
-        return "a carried optimizer state is pinned by its sha256, md5 and size"
+        return "optimizer must be {start: fresh} or {start: carried}"
     if not _int(r.get("follow", 0)):
         return "follow must be an integer"
+    if not _int(r.get("nproc", 1)) or not 1 <= r.get("nproc", 1) <= 4096:
+        return "nproc must be an integer in [1, 4096]"
+    if r.get("lora") is not None and (not isinstance(r["lora"], str) or len(r["lora"]) > 200):
+        return "lora must be the adapters' spec (text)"
     return None
 
 
@@ -168,29 +171,33 @@ def _params_problem(recipe: dict, known_params: set[str] | None) -> str | None:
 
 
 def unverifiable(recipe) -> str | None:
-    """Why a PR cannot be re-trained (its delta is not a function of its recipe alone), or None. Whether
-    re-training can compare its delta's kind is the kind's to say (storage/kinds/ ``unreplayable``)."""
+    """Why a PR's proof of training cannot be audited (its delta is not a function of a replayable
+    training alone), or None. The proof's own rules are woolf/protocol/proof.py check_proof."""
     if recipe is None:
         return "no recipe declared"
-    if recipe["data"]["kind"] == "private":
-        return "private data (woolf train --data PATH)"
-    if recipe.get("follow"):
-        return "it followed main's newer versions while training (workload.follow_every)"
+    if not isinstance(recipe.get("proof"), dict):
+        return "no proof of training (a recipe declared without `woolf train`'s chain)"
+    if recipe["data"]["kind"] == "private" and "bytes" not in recipe["data"]:
+        return "private data (woolf train --data PATH) that commits to no digest"
     if recipe.get("transform"):
-        return f"its delta was transformed after training ({recipe['transform']})"
+        return f"its delta is not the training's alone ({recipe['transform']})"
     return None
 
 
+def draw_material(receipt: str, pr_id: str, salt: bytes) -> bytes:
+    """What a PR's draw is made from: the hub's receipt of the PR (its commit id: the hub's clock is in it),
+    the PR id and a salt only validators hold: the submitter cannot know it before its PR is in the hub."""
+    return receipt.encode() + b"\0" + pr_id.encode() + b"\0" + hashlib.sha256(salt).digest()
+
+
 def retrain_draw(receipt: str, pr_id: str, salt: bytes) -> float:
-    """A number in [0, 1) from the hub's receipt of the PR (its commit id: the hub's clock is in it), the
-    PR id and a salt only validators hold: the submitter cannot know it before its PR is in the hub."""
-    h = hashlib.sha256(b"woolf-retrain\0" + receipt.encode() + b"\0" + pr_id.encode() + b"\0"
-                       + hashlib.sha256(salt).digest())
+    """A number in [0, 1) from draw_material: the PR is audited when it is below validators.retrain_rate."""
+    h = hashlib.sha256(b"woolf-retrain\0" + draw_material(receipt, pr_id, salt))
     return int.from_bytes(h.digest()[:8], "big") / 2.0**64
 
 
 def relative_distance(sq_diff: float, sq_norm: float) -> float:
-    """|retrained - submitted| / |submitted| from the two squared sums (inf when the submitted delta is 0)."""
+    """sqrt(sq_diff / sq_norm) (inf when sq_norm is 0): how far a replay is, relative to a norm."""
     if sq_norm <= 0:
         return math.inf
     return math.sqrt(max(sq_diff, 0.0) / sq_norm)

@@ -7,7 +7,8 @@ Usage:
 
 Carriers: version (genesis, merge and change commits on main), verdict (refs/woolf/pr/<id>/verdict),
 vote (refs/woolf/pr/<id>/votes/<name>), task (refs/woolf/task/<id>), submission (a PR's head),
-receipt (refs/woolf/pr/receipts).
+receipt (refs/woolf/pr/receipts), challenge (refs/woolf/pr/<id>/challenge/<name>), answer
+(refs/woolf/pr/<id>/answer).
 docs/protocol.md describes each in full.
 """
 
@@ -34,7 +35,7 @@ TRAILERS: dict[str, Trailer] = {
     "Woolf-Source": _t("text", "version", "where genesis came from"),
     "Woolf-Metrics": _t("json", "version", "genesis's benchmark metrics"),
     "Woolf-Change": _t("text", "version", "a maintainer change: config | signers"),
-    "Woolf-Submission": _t("text", "version verdict vote task submission", "the submission (PR) id"),
+    "Woolf-Submission": _t("text", "version verdict vote task submission challenge answer", "the submission (PR) id"),
     "Woolf-Contributor": _t("text", "version verdict task submission", "who trained the delta"),
     "Woolf-Base-Version": _t("int", "version verdict task submission", "the version the delta starts from"),
     "Woolf-Base-Commit": _t("text", "task", "the commit of that version"),
@@ -52,7 +53,7 @@ TRAILERS: dict[str, Trailer] = {
     "Woolf-Delta-Norm": _t("float", "version verdict", "the delta's norm as merged"),
     "Woolf-Delta-Clip": _t("float", "version", "the factor a clipped delta was scaled by"),
     "Woolf-Reason": _t("text", "version verdict vote task", "the decision in words"),
-    "Woolf-Validator": _t("text", "version verdict", "which validator decided"),
+    "Woolf-Validator": _t("text", "version verdict challenge", "which validator decided (or challenged)"),
     "Woolf-Device": _t("text", "version verdict", "where the validator evaluated"),
     "Woolf-Timings": _t("json", "version verdict vote", "seconds per step of the validation"),
     "Woolf-Scores": _t("json", "version verdict", "loss removed on the assigned and a random shard"),
@@ -71,7 +72,10 @@ TRAILERS: dict[str, Trailer] = {
     "Woolf-Shard": _t("text", "task", "whose data, from which version: owner@vN"),
     "Woolf-Steps": _t("int", "task", "the training steps reserved"),
     "Woolf-Lease": _t("float", "task", "seconds the reservation holds without a heartbeat"),
-    "Woolf-Retrain": _t("json", "version verdict vote", "re-training from the PR's recipe: drawn?, matched?, distance"),
+    "Woolf-Retrain": _t("json", "version verdict vote", "the audit of the PR's proof of training: drawn?, matched?"),
+    "Woolf-Challenge": _t("json", "challenge", "the segments of a drawn PR whose states a validator asks for"),
+    "Woolf-Deadline": _t("int", "challenge", "unix seconds (the hub's clock) by which a challenge is answered"),
+    "Woolf-Answer": _t("json", "answer", "the challenge answered and the states served, in storage"),
     "Woolf-Receipt": _t("int", "receipt", "the hub's receipt number, consecutive from 1"),
     "Woolf-Received": _t("json", "receipt", "the PR ids whose heads one push created, in order"),
     "Woolf-Signed": _t("json", "receipt", "those of them signed by the key of the contributor they name"),

@@ -17,6 +17,7 @@ from collections import Counter
 _KINDS = (
     ("is below the required", "the benchmark got worse than the gate tolerates (policy.min_improvement)"),
     ("max_staleness", "too stale"),
+    ("retrain: ", "refused by the proof of training (retrain: ...)"),  # before "replay": "step 8 does not replay"
     ("replay", "a replay of a merged delta"),
     ("copy", "a copy of another pull request"),
     ("norm", "delta norm out of bounds"),

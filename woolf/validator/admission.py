@@ -36,6 +36,7 @@ class Admitted:
     pointer: Pointer
     meta: dict
     screened: object = None  # woolf.validator.screen.Screened, once the delta's tensors are checked
+    audit: object = None  # woolf.validator.retrain.Audit: the proof of training's draw and plan
 
 
 def _blob(git, spec: str, limit: int, what: str) -> bytes:

@@ -50,6 +50,7 @@ from woolf.protocol.votes import make_vote, push_vote, read_votes, vote_ref
 from woolf.storage.writer import sha256_of
 from woolf.timing import Timer
 from woolf.validator.context import ValidatorContext
+from woolf.validator.intake import Deferred
 from woolf.validator.publish import merge
 from woolf.validator.state import Fixed, Judged, Round, Unpushed
 from woolf.validator.step import evaluate, fresh, verdict_trailers
@@ -90,8 +91,8 @@ def judge(ctx: ValidatorContext, pr, main, timer: Timer) -> tuple[Verdict | None
     """(verdict, merge step, candidate sha256); verdict None when the delta was unavailable."""
     try:
         verdict, step = evaluate(ctx, pr, main, timer)
-    except (StorageError, ForgeError, IntegrityError):
-        raise  # the ledger's own storage or forge: this pass stops, nothing is voted
+    except (StorageError, ForgeError, IntegrityError, Deferred):
+        raise  # the ledger's own storage or forge: this pass stops, nothing is voted; or an audit waits
     except Exception as exc:  # noqa: BLE001 - one hostile PR must never stop the queue
         verdict, step = Verdict(pr.id, False, "rejected", f"the validator could not process this PR "
                                 f"({type(exc).__name__})", pr.contributor, pr.base_version), None
@@ -137,6 +138,9 @@ def vote_one(ctx: ValidatorContext, sub_id: str, fixed: Fixed | None = None) -> 
         return _vote_one(ctx, sub_id, fixed)
     try:
         return _vote_one(ctx, sub_id)
+    except Deferred as exc:  # waiting for what an audit asked for (validator/audit_wait.py): no vote yet
+        log.info("%s", exc.message)
+        return None
     except (StorageError, ForgeError, IntegrityError):
         raise  # the ledger's own storage or forge: this pass stops, as in validate_one
     except Exception as exc:  # noqa: BLE001 - one hostile PR must never stop the queue

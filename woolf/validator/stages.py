@@ -10,13 +10,13 @@ Rejected (a check) or by returning the reason (a judgment of what it measured):
     submitter    the PR's id, submission.json and signature name one contributor (protocol/rules/submitter.py)
     admission    cheap checks of its git objects, before any weights are read (admission.py)
     queue_limit  over its contributor's open-PR limit: rejected unread (screen.py)
-    recipe       the recipe's rules and the re-training time it would take (retrain.py)
+    recipe       the recipe's and its proof's rules, the audit's draw and time; a drawn PR challenged (retrain.py)
     staleness    its base's staleness and the merge's attenuation, from ancestry and the config
     load         main's weights (kept in memory or read: resident.py) and the PR's delta (delta_load.py)
     norm_guard   the delta finite, its norm within limits.max_delta_norm_ratio of the model's
     screen       no-op, the norm guard by standing, replays, copies (screen.py)
     score        its assigned shard against random ones (score.py): a delta that learned nothing is refused
-    retrain      a drawn PR re-trained from its recipe and compared (retrain.py)
+    retrain      a drawn PR's audit: its segments replayed bit for bit from the served states (audit_proof.py)
     merge        the merge rule (ledger/transition.py), in main's memory where it can
     gate         the benchmark: main's metrics (once per head) against the candidate's, the policy decides
                  (under `validators.eval = "sequential"`: main's windows kept, paired.py; with
@@ -55,7 +55,7 @@ from woolf.validator.delta_load import load_delta, settle
 from woolf.validator.drawdown import drawdown_reason
 from woolf.validator.paired import benchmark_tokens, main_metrics, paired_gate, with_tokens
 from woolf.validator.resident import give_back, take_main
-from woolf.validator.retrain import recipe_reason, retrain_check
+from woolf.validator.retrain import recipe_reason, retrain_check, retrain_record
 from woolf.validator.score import effect_reason, judge_scores, score_delta
 from woolf.validator.screen import check_queue, screen_delta
 from woolf.validator.state import MergedDeltas
@@ -79,8 +79,9 @@ def queue_limit(ctx: ValidatorContext, cand: Candidate) -> None:
 
 def recipe(ctx: ValidatorContext, cand: Candidate) -> None:
     with cand.timer("checks"):
-        reason = recipe_reason(ctx, cand.adm)  # before any weights are read
-        if reason:
+        reason = recipe_reason(ctx, cand.adm)  # before any weights are read; a drawn PR waits here for the
+        if reason:  # states its audit asked for (raises Deferred: validator/audit_wait.py)
+            cand.retrain = retrain_record(cand.adm)
             raise Rejected(reason)
 
 

@@ -153,6 +153,9 @@ class ValidatorState:
     # all passes (run() makes it a validator/downloads.py DownloadTimes: kept on disk, across processes)
     keyless: object | None = None
     keyless_spent: dict[str, float] = field(default_factory=dict)
+    # proofs of training (validator/audit_wait.py): "checked" holds (served state sha256, link) pairs
+    # whose digest matched, so a deferred PR's states are digested once across passes
+    proofs: dict = field(default_factory=dict)
     # the copy index (woolf/validator/copyindex.py): content hash and sketch of every delta the
     # copy check read, by delta sha256, with its secret seed; made on first use
     copy_index: object | None = None

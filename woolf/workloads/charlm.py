@@ -34,6 +34,8 @@ from woolf.workloads.features import (
     FOLLOW,
     GLOBAL_STEP,
     LORA,
+    PROOF,
+    SAMPLES,
     STATE_DIR,
     WINDOWS,
 )
@@ -83,7 +85,7 @@ class CharLM(TextCorpus):
     # activation kept (a 137k-parameter model's activations are a few MB: ``ckpt`` asks for nothing here)
     LORA_TARGETS = ("qkv", "proj", "mlp.0", "mlp.2")
     LORA_BF16 = False
-    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL, LORA, WINDOWS})
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, DATA_PARALLEL, LORA, WINDOWS, PROOF, SAMPLES})
     # what `woolf init --weights CHECKPOINT` sets for a pretrained genesis (ledger/create.py): a fresh
     # AdamW's first steps undo pretraining (first train 2.032 -> 2.050-2.079 without; benchmarks/RESULTS.md)
     PRETRAINED_DEFAULTS = {"optimizer_warmup": 60}
@@ -128,41 +130,78 @@ class CharLM(TextCorpus):
         m.load_state_dict(weights, strict=True)
         return m.to(device)
 
-    def batches(self, data: TrainData, gen: torch.Generator):
+    def _text(self, data: TrainData) -> torch.Tensor:
         text = torch.frombuffer(bytearray(b"\n".join(data.texts)), dtype=torch.uint8).long()
         if len(text) < self.context + 2:
             raise UsageError("training data is shorter than one context window")
+        return text
+
+    def batches(self, data: TrainData, gen: torch.Generator):
+        text = self._text(data)
         while True:
             ix = torch.randint(len(text) - self.context - 1, (self.batch_size,), generator=gen)
             yield (torch.stack([text[i : i + self.context] for i in ix]),
                    torch.stack([text[i + 1 : i + 1 + self.context] for i in ix]))
 
+    def sample_windows(self, data: TrainData, gen: torch.Generator, steps: int) -> dict[str, torch.Tensor]:
+        """What ``steps`` batches drawn from ``gen`` read (a private-data PR's audited samples):
+        ``positions`` int64 [steps, batch] and ``windows`` uint8 [steps, batch, context + 1]."""
+        text = self._text(data)
+        pos = torch.stack([torch.randint(len(text) - self.context - 1, (self.batch_size,), generator=gen)
+                           for _ in range(steps)])
+        win = torch.stack([torch.stack([text[i : i + self.context + 1] for i in row]) for row in pos])
+        return {"positions": pos, "windows": win.to(torch.uint8)}
+
+    def sample_data(self, nbytes: int, samples: dict[str, torch.Tensor]) -> TrainData:
+        """A text of ``nbytes`` holding only ``samples``' windows at their positions: the batches drawn from
+        the generator the samples were drawn from read exactly those windows. ValueError for samples that do
+        not fit (another shape, a position out of range, windows that disagree where they overlap)."""
+        pos, win = samples.get("positions"), samples.get("windows")
+        if (pos is None or win is None or pos.dtype != torch.int64 or win.dtype != torch.uint8 or pos.dim() != 2
+                or tuple(win.shape) != (*pos.shape, self.context + 1) or pos.shape[1] != self.batch_size):
+            raise ValueError("samples are not positions [steps, batch] and windows [steps, batch, context + 1]")
+        if bool((pos < 0).any()) or bool((pos > nbytes - self.context - 2).any()):
+            raise ValueError("a sample's position is outside the declared data")
+        text = torch.zeros(nbytes, dtype=torch.uint8)
+        seen = torch.zeros(nbytes, dtype=torch.bool)
+        for i, w in zip(pos.reshape(-1).tolist(), win.reshape(-1, self.context + 1), strict=True):
+            span = slice(i, i + self.context + 1)
+            if bool((seen[span] & (text[span] != w)).any()):
+                raise ValueError("samples disagree where their windows overlap")
+            text[span], seen[span] = w, True
+        return TrainData([bytes(text.numpy())], "private samples", [])
+
 
     def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0,
               progress: Progress | None = None, state_dir: Path | None = None, global_step: int = 0,
-              follow=None, follow_every: int = 0):
+              follow=None, follow_every: int = 0, proof=None):
         """``steps`` AdamW steps from ``weights``; with ``state_dir``, the optimizer's moments and
         step count carry over between calls (DiLoCo: new weights, same moments). With ``follow``
         (woolf/participant/follow.py), every ``follow_every`` steps the local weights move by whatever the
-        ledger's main moved since (``follow()`` returns that shift, or None)."""
+        ledger's main moved since (``follow()`` returns that shift, or None). ``proof``: the hook that
+        commits to the path or replays a segment of it (woolf/workloads/proof.py)."""
         gen = torch.Generator().manual_seed(seed)
         batches = self.batches(data, gen)
         model = self.load_model(weights, device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=0.0)
         resumed = load_optimizer(opt, model, state_dir, self.fingerprint()) if state_dir else "fresh"
         done = int(next(iter(opt.state.values()), {}).get("step", 0)) if opt.state else 0
+        first, last, done = (proof.begin(dict(model.named_parameters()), opt, gen, done, steps, device) if proof
+                             else (0, steps, done))
         t0, losses = time.perf_counter(), []
-        for step in range(1, steps + 1):
+        for step in range(first + 1, last + 1):
             for group in opt.param_groups:
                 group["lr"] = self.lr_at(global_step + step - 1) * self.opt_factor(done + step - 1)
             x, y = (t.to(device) for t in next(batches))
             loss = F.cross_entropy(model(x).view(-1, 256), y.view(-1))
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             losses.append(loss.item())
             apply_follow(model, follow, follow_every, step, steps)
+            if proof:
+                proof.step(step, loss, gnorm)
             if progress:
                 progress(step, steps, losses[-1])
         secs = time.perf_counter() - t0
@@ -173,11 +212,11 @@ class CharLM(TextCorpus):
                                   optimizer=resumed)
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
-                   progress: Progress | None = None, state=None):
+                   progress: Progress | None = None, state=None, proof=None):
         """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (workloads/lora.py)."""
         from woolf.workloads.lora import train_lora  # deferred: peft
 
-        return train_lora(self, weights, data, steps, spec, device, seed, progress, state=state)
+        return train_lora(self, weights, data, steps, spec, device, seed, progress, state=state, proof=proof)
 
     # what the LoRA trainer (workloads/lora.py) asks of a workload: its frozen model, batches and loss
     def lora_model(self, weights, device: str, dtype: torch.dtype) -> TinyGPT:

@@ -31,10 +31,12 @@ LORA = "lora"  # train_lora(...) -> (factors, summary), by workloads/lora.py ove
 # metrics_of(loss) -> evaluate()'s dict, LINEAR_METRICS {metric: factor}: evaluate() is metrics_of(the mean
 # of every window's loss); the validator's paired, sequential evaluation (validator/paired.py) uses them
 WINDOWS = "windows"
+PROOF = "proof"  # train(..., proof=hook) (and train_lora): commits to its path, or replays a segment (proof.py)
+SAMPLES = "samples"  # sample_windows(data, gen, steps), sample_data(nbytes, samples): a private PR's audited batches
 
-_TRAIN_KEYWORDS = (STATE_DIR, GLOBAL_STEP, FOLLOW, IN_PLACE)
+_TRAIN_KEYWORDS = (STATE_DIR, GLOBAL_STEP, FOLLOW, IN_PLACE, PROOF)
 _METHODS = {FINGERPRINT: "fingerprint", BIND: "bind", DATA_PARALLEL: "train_data_parallel", LORA: "train_lora",
-            WINDOWS: "window_losses"}
+            WINDOWS: "window_losses", SAMPLES: "sample_data"}
 
 
 def features_of(wl) -> frozenset[str]:

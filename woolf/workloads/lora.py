@@ -209,8 +209,10 @@ def _adapted(wl, model, spec: LoraSpec, seed: int):
 
 def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, device: str = "cpu",
                seed: int = 0, progress=None, keep: list | None = None,
-               state: AdapterState | None = None) -> tuple[dict, dict]:
-    """({target tensor: (A, B, scale)}, summary) after ``steps`` AdamW steps on the adapters alone.
+               state: AdapterState | None = None, proof=None) -> tuple[dict, dict]:
+    """({target tensor: (A, B, scale)}, summary) after ``steps`` AdamW steps on the adapters alone. ``proof``:
+    the hook that commits to the adapters' path or replays a segment of it (woolf/workloads/proof.py); a run
+    that starts from carried adapters records none (its start is not the seed's adapters: unverifiable).
 
     ``state`` (AdapterState): the adapters and moments to start from (empty: fresh), replaced by those at
     the end; None: fresh, nothing kept.
@@ -240,8 +242,11 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     kind, accum = torch.device(device).type, getattr(wl, "grad_accum", 1)
     if carried:
         lora_carry.restore(state, slots, opt, spec)  # (a module attribute: the study swaps it)
+        proof = None
+    first, last, _ = (proof.begin({n: p for n, p in model.named_parameters() if p.requires_grad}, opt, gen, 0,
+                                  steps, device) if proof else (0, steps, 0))
     t0, losses = time.perf_counter(), []
-    for step in range(1, steps + 1):
+    for step in range(first + 1, last + 1):
         for group in opt.param_groups:  # the ramp counts the carried optimizer's steps: it warms up once
             group["lr"] = wl.lr_at(step - 1) * group["scale"] * lr_factor(wl, carried + step - 1, steps)
         opt.zero_grad(set_to_none=True)
@@ -254,9 +259,11 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
             loss.backward()
             total += loss.item()
             del loss  # not kept through the next micro-batch's forward pass
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        gnorm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         losses.append(total)
+        if proof:  # the loss as float32 bits: the same whether it was one micro-batch or a sum of several
+            proof.step(step, torch.tensor(total, dtype=torch.float32), gnorm)
         if progress:
             progress(step, steps, total)
     secs = time.perf_counter() - t0

@@ -42,8 +42,8 @@ pytestmark = pytest.mark.unit
 NOW = int(time.time())
 ALICE_PR = "20260101T000000000Z-alice-0123abcd"
 MALLORY_PR = "20260101T000000000Z-mallory-00ff00ff"
-NAMESPACES = ("this hub accepts only main, refs/woolf/pr/<id>/{head,verdict,comments,votes/<name>} "
-              "and refs/woolf/task/<id>")
+NAMESPACES = ("this hub accepts only main, refs/woolf/pr/<id>/{head,verdict,comments,votes/<name>,"
+              "challenge/<name>,answer} and refs/woolf/task/<id>")
 
 
 def _commit(repo: Path, tree: str, message: str, parents=(), key: str | None = None, when: int | None = None) -> str:

@@ -86,11 +86,27 @@ def test_each_kind_bounds_its_file_for_the_model():
         TOPK.size_bound({"kind": "topk", "chunk": 16, "k": 99, "bits": 2}, SPEC, LIMITS)
 
 
-def test_only_a_dense_delta_can_be_compared_by_re_training_today():
-    """The hook each kind's own replay will fill: the validator asks the kind after the recipe."""
-    assert DENSE.unreplayable() is None
-    assert TOPK.unreplayable() == "a topk delta (re-training compares dense deltas)"
-    assert LORA.unreplayable() == "a lora delta (re-training compares dense deltas)"
+def test_every_kind_brings_its_replay_and_one_without_is_unreplayable():
+    """An audit asks the kind how its delta follows from the training's end (``proof_derive``)."""
+    assert DENSE.unreplayable() is None and TOPK.unreplayable() is None and LORA.unreplayable() is None
+    assert LORA.trains_adapters and not DENSE.trains_adapters and not TOPK.trains_adapters
+
+    class Bare(DeltaKind):
+        name = "bare"
+
+    assert Bare().unreplayable() == "a bare delta (its kind brings no replay of its training)"
+
+
+def test_a_dense_and_a_topk_delta_derive_from_the_final_state_as_submit_makes_them():
+    from woolf.storage.kinds.base import Derivation
+
+    base = {"w": torch.zeros(64)}
+    out = {"w": torch.linspace(-1, 1, 64)}
+    dense, none = DENSE.proof_derive(out, Derivation(base=base))
+    assert none is None and torch.equal(dense["w"], out["w"])
+    spec = CompressSpec(16, 2, 8)
+    parts, residual = TOPK.proof_derive(out, Derivation(base=base, declared=spec.declared()))
+    assert set(parts) and len(residual) == 64  # the parts, and the digest of what they left out
 
 
 def test_a_dense_delta_is_written_as_it_is_and_read_lazily_or_whole(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from woolf.cli.app import App, json_option, pass_app
+from woolf.cli.history.ledger import newest_known_main
 
 
 @click.command("export")
@@ -28,7 +29,9 @@ def export(app: App, version, directory, dtype, max_shard_size, as_json):
     """Write a version into a new or empty DIRECTORY, its weights checked against their sha256."""
     from woolf.ledger.export import export_version  # deferred: the library
 
-    result = export_version(app.ledger(), version, directory, dtype=dtype, max_shard_size=max_shard_size)
+    ledger = app.ledger()
+    newest_known_main(app, ledger)  # a validator's clone exports what it merged, as its `woolf log` lists
+    result = export_version(ledger, version, directory, dtype=dtype, max_shard_size=max_shard_size)
     if as_json:
         app.emit_json(result)
         return

@@ -21,7 +21,7 @@ def _fmt_metrics(m: dict | None) -> str:
     return " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(m.items()))
 
 
-def _newest_known_main(app: App, ledger) -> None:
+def newest_known_main(app: App, ledger) -> None:
     """Read origin's main when this clone's own main is behind it: a validator's clone merges by pushing
     to origin and leaves its local main where it was; `woolf log` shows what the clone knows."""
     from woolf.protocol import layout  # deferred: fast --help
@@ -52,7 +52,7 @@ def log(app: App, limit, show_all, do_fetch, as_json):
         do_fetch = True  # git clone fetches no PR refs: without them --all would show no verdict at all
         app.err.print("[dim]fetching the pull requests from origin first (git clone does not)[/]")
     freshness(app, ledger, do_fetch)
-    _newest_known_main(app, ledger)
+    newest_known_main(app, ledger)
     versions = ledger.log(limit=limit)
     verdicts = None
     if show_all:

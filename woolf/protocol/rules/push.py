@@ -26,6 +26,8 @@ Usage:
   cannot expire a PR alone), and are committed at least `validators.vote_timeout` after the first
   vote, near the hub's clock; under `validators.quorum`
   k > 1 `rejected` ones name k agreeing reject votes (woolf/protocol/rules/quorum.py);
+- `refs/woolf/pr/<id>/challenge/<name>` and `refs/woolf/pr/<id>/answer`: a drawn PR's proof of
+  training, a validator's challenge and the participant's answer (woolf/protocol/rules/proof.py);
 - `refs/woolf/task/<id>`: a training task's records (woolf/protocol/rules/tasks.py);
 - `refs/heads/woolf/<id>` (forge.kind = "github" only: the PR branch): created once;
 - nothing else;
@@ -48,6 +50,7 @@ from woolf.protocol import layout
 from woolf.protocol.config import parse_config
 from woolf.protocol.rules.flood import comments_problem, flood_problems, head_problem
 from woolf.protocol.rules.main import chain_problems
+from woolf.protocol.rules.proof import answer_problems, challenge_problems
 from woolf.protocol.rules.quorum import expiry_problem, rejection_quorum_problem
 from woolf.protocol.rules.tasks import MAX_SKEW, check_task
 from woolf.protocol.signatures import role_problem, signatures
@@ -61,6 +64,8 @@ PUSH_MAX_BYTES = 32 << 20  # all new objects of one push under PR, vote and task
 PUSH_MAX_OBJECTS = 10_000
 _PR_REF = re.compile(r"^refs/woolf/pr/([^/]+)/(head|verdict|comments)$")
 _VOTE_REF = re.compile(r"^refs/woolf/pr/([^/]+)/votes/([^/]+)$")
+_CHALLENGE_REF = re.compile(r"^refs/woolf/pr/([^/]+)/challenge/([^/]+)$")
+_ANSWER_REF = re.compile(r"^refs/woolf/pr/([^/]+)/answer$")
 _GH_BRANCH = re.compile(r"^refs/heads/woolf/([^/]+)$")
 
 
@@ -143,11 +148,17 @@ def _check_one(git, old, new, ref, main, new_main, pushed) -> list[str]:
     m = _VOTE_REF.match(ref)
     if m:
         return _check_vote(git, m.group(1), m.group(2), old, new, main, pushed)
+    m = _CHALLENGE_REF.match(ref)
+    if m:  # a proof's challenge and answer (woolf/protocol/rules/proof.py)
+        return challenge_problems(git, m.group(1), m.group(2), old, new, main, pushed)
+    m = _ANSWER_REF.match(ref)
+    if m:
+        return answer_problems(git, m.group(1), old, new, main, pushed)
     m = _GH_BRANCH.match(ref)
     if m and _forge_kind(git, main) == "github" and layout.SUBMISSION_ID.match(m.group(1)):
         return [] if old == ZERO and new != ZERO else ["a PR branch is created once and never moved"]
-    return ["this hub accepts only main, refs/woolf/pr/<id>/{head,verdict,comments,votes/<name>} "
-            "and refs/woolf/task/<id>"]
+    return ["this hub accepts only main, refs/woolf/pr/<id>/{head,verdict,comments,votes/<name>,"
+            "challenge/<name>,answer} and refs/woolf/task/<id>"]
 
 
 def _forge_kind(git, main) -> str:

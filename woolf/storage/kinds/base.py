@@ -8,7 +8,9 @@ Usage:
     delta = kind.load(path, declared, model_spec, limits, on_block=h)   # held whole where it can be, hashed on the way
     md5, sha256 = kind.write(delta, path, declared, parts)       # a PR's delta file (ledger/submission.py)
     kind.sparse_entries(path, declared, model_spec, limits)      # None, or the kept values for a sparse merge
-    kind.unreplayable()                                          # None when re-training can compare it; else why not
+    kind.unreplayable()                                          # None when an audit can replay it; else why not
+    out = kind.proof_train(wl, skeleton, data, recipe, device=d, hook=h, progress=p, extra={})   # its training
+    tensors, residual_out = kind.proof_derive(out, Derivation(base=...))   # its file's tensors from the end
 
 ``declared`` is submission.json's ``delta`` object (``kind`` and the kind's parameters, beside
 ``sha256``, ``md5``, ``size`` and ``url``). Whatever a delta's file holds, ``open`` and ``load`` give
@@ -22,10 +24,21 @@ A kind is a stateless object: one instance per kind, in the registry.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from woolf.errors import InvalidWeightsError
 from woolf.protocol.config import LimitsConfig
+
+
+@dataclass
+class Derivation:
+    """What a delta is derived with from its training's final state (all tensors torch, on the CPU)."""
+
+    base: dict  # the PR's base version's weights
+    shift: dict | None = None  # the last follow's shift (new version - old), applied after the loop
+    residual_in: dict | None = None  # top-k: the error-feedback residual the delta went out with
+    declared: dict | None = None  # submission.json's delta (its kind's parameters)
 
 
 class DeltaKind:
@@ -36,6 +49,7 @@ class DeltaKind:
     lazy = False  # ``open`` reads the update tensor by tensor (never whole in memory)
     stores_update = False  # the file's tensors ARE the update: the read that hashes the file can hash them
     bound_words = ""  # what the size refusal says after "a <name> delta of this model"
+    trains_adapters = False  # its training trains adapters over the frozen version (a proof's params are theirs)
 
     def declared(self) -> dict:
         """The fields submission.json's delta carries for this kind (a kind with parameters adds them)."""
@@ -93,10 +107,20 @@ class DeltaKind:
         return None
 
     def unreplayable(self) -> str | None:
-        """Why re-training cannot compare a delta of this kind yet (validator/retrain.py), None when it can.
+        """Why an audit cannot replay a delta of this kind (validator/audit_proof.py), None when it can: a
+        kind brings its own replay by giving ``proof_derive`` (and ``proof_train`` when its training is
+        not the workload's ``train``)."""
+        if type(self).proof_derive is DeltaKind.proof_derive:
+            return f"a {self.name} delta (its kind brings no replay of its training)"
+        return None
 
-        The hook for a kind's own replay: today re-training compares the dense delta it trains with the
-        submitted one, so only a kind whose file is that dense delta says None. A kind that can be
-        re-trained its own way (factors from a LoRA run, top-k from a dense run) overrides this and gives
-        the validator its comparison."""
-        return f"a {self.name} delta (re-training compares dense deltas)"
+    def proof_train(self, wl, skeleton, data, recipe: dict, *, device, hook, progress, extra: dict):
+        """The training a delta of this kind comes from, with the proof ``hook`` in its loop (workloads/proof.py):
+        a workload's whole-model ``train`` by default. Returns the trained tensors (the final state)."""
+        return wl.train(skeleton, data, recipe["steps"], device=device, seed=recipe["seed"], progress=progress,
+                        proof=hook, **extra)[0]
+
+    def proof_derive(self, out: dict, d: Derivation) -> tuple[dict, str | None]:
+        """(the delta file's tensors, exactly as `woolf submit` makes them from the final state ``out``, the
+        digest of the error-feedback residual it leaves or None): what an audit compares bit for bit."""
+        raise NotImplementedError

@@ -8,7 +8,7 @@ Usage:
 
 Its file is compared with the model tensor by tensor (storage/weights.py compare_spec), so it can take
 no more than 8 bytes, a header of at most ``limits.max_header_bytes``, and the tensors' bytes.
-Re-training compares exactly this kind (base.py ``unreplayable``).
+An audit derives it from the final state as `woolf submit` does (``proof_derive``: trained - base).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 from woolf.protocol.config import LimitsConfig
-from woolf.storage.kinds.base import DeltaKind
+from woolf.storage.kinds.base import DeltaKind, Derivation
 
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
@@ -59,5 +59,15 @@ class DenseKind(DeltaKind):
 
         return save_atomic(delta, path, durable=False, hashed=True)
 
-    def unreplayable(self) -> str | None:
-        return None
+    def proof_derive(self, out: dict, d: Derivation) -> tuple[dict, str | None]:
+        return trained_minus_base(out, d), None
+
+
+def trained_minus_base(out: dict, d: Derivation) -> dict:
+    """trained - base as `woolf submit` computes it (the last follow's shift first, as `woolf train`)."""
+    import torch  # deferred: torch
+
+    from woolf.core.merge import compute_delta  # deferred: torch
+
+    trained = out if d.shift is None else {k: (v.to(torch.float32) + d.shift[k]).to(v.dtype) for k, v in out.items()}
+    return compute_delta(trained, d.base)

@@ -12,8 +12,8 @@ whose expansion fits ``limits.max_lora_expand`` (core/lora.py most_factor_bytes;
 bounds it further). Once its header is read, its ranks (``limits.max_lora_rank``, min(rows, cols)) and
 its expansion's multiply-adds (``limits.max_lora_expand``) are checked before any factor is. A lora delta is
 hashed whole before it is opened (no reader hashes it on the way), and never kept in memory whole:
-holding it would mean expanding every target. Re-training does not compare it yet (base.py
-``unreplayable``).
+holding it would mean expanding every target. An audit replays its adapters' training (``proof_train``:
+the workload's ``train_lora``) and compares the factor pairs it ends with (``proof_derive``).
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ import math
 from pathlib import Path
 
 from woolf.protocol.config import LimitsConfig
-from woolf.storage.kinds.base import DeltaKind
+from woolf.protocol.lora_spec import parse_lora
+from woolf.storage.kinds.base import DeltaKind, Derivation
 from woolf.storage.kinds.dense import dense_bound
 
 
 class LoraKind(DeltaKind):
     name = "lora"
     lazy = True
+    trains_adapters = True
     bound_words = " whose expansion is within limits.max_lora_expand"
 
     def size_bound(self, declared: dict, model_spec: dict, limits: LimitsConfig) -> int:
@@ -59,3 +61,12 @@ class LoraKind(DeltaKind):
 
     def write(self, delta, path: Path, declared: dict, parts: dict | None = None) -> tuple[str, str]:
         return delta.write(path)  # a LoraFile: factors checked as a validator checks them
+
+    def proof_train(self, wl, skeleton, data, recipe: dict, *, device, hook, progress, extra: dict):
+        return wl.train_lora(skeleton, data, recipe["steps"], parse_lora(recipe["lora"]), device=device,
+                             seed=recipe["seed"], progress=progress, proof=hook)[0]
+
+    def proof_derive(self, out: dict, d: Derivation) -> tuple[dict, str | None]:
+        from woolf.storage.kinds.lora_file import factor_tensors  # deferred: loads torch
+
+        return factor_tensors(out), None

@@ -20,7 +20,8 @@ from pathlib import Path
 from woolf.errors import InvalidWeightsError
 from woolf.protocol.compress_spec import CompressSpec, spec_from_declared
 from woolf.protocol.config import LimitsConfig
-from woolf.storage.kinds.base import DeltaKind
+from woolf.storage.kinds.base import DeltaKind, Derivation
+from woolf.storage.kinds.dense import trained_minus_base
 
 HEADER_SLACK = 4096  # a top-k file's header (three entries) is ~200 bytes
 
@@ -84,6 +85,23 @@ class TopkKind(DeltaKind):
             return {name: (where, vals) for name, _, where, vals in entries(parts, spec, model_spec, check)}
         except ValueError as exc:
             raise InvalidWeightsError(f"{label}: {exc}") from None
+
+    def proof_derive(self, out: dict, d: Derivation) -> tuple[dict, str | None]:
+        """The parts of (trained - base + the residual going in), and the digest of the residual left."""
+        import torch  # deferred: torch
+
+        from woolf.core.chain import component_digest  # deferred: torch
+        from woolf.core.compress import compress, expand  # deferred: torch
+        from woolf.storage.weights import spec_of  # deferred: numpy
+
+        delta = trained_minus_base(out, d)
+        spec = spec_from_declared(d.declared)
+        total = {k: v.to(torch.float32) + (d.residual_in[k] if d.residual_in is not None else 0.0)
+                 for k, v in delta.items()}
+        parts = compress(total, spec)
+        sent = expand(parts, spec, spec_of(delta), {k: v.dtype for k, v in delta.items()})
+        kept = {k: total[k] - sent[k].to(torch.float32) for k in total}
+        return parts, component_digest(kept)
 
 
 def _parts(path: Path, spec: CompressSpec, model_spec: dict, limits: LimitsConfig, label: str, on_block=None):

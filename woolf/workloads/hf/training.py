@@ -192,9 +192,10 @@ def use_fsdp(model: torch.nn.Module, device: str) -> bool:
 
 
 def fit(wl, model, ids, steps, device, seed, progress, state_dir, global_step, follow, follow_every, par,
-        sharded):
+        sharded, proof=None):
     """The loop of ``wl.train`` (hf/workload.py); returns (losses, seconds, how the optimizer started,
-    autocast dtype). The optimizer and the gradients are gone when it returns."""
+    autocast dtype). The optimizer and the gradients are gone when it returns. ``proof``: the hook of
+    woolf/workloads/proof.py (a sharded run records none: its optimizer state is not whole on one rank)."""
     kind = torch.device(device).type
     net = par.wrap(model, device, sharded, frozenset(getattr(model, "_no_split_modules", None) or ())) \
         if par else model
@@ -216,8 +217,11 @@ def fit(wl, model, ids, steps, device, seed, progress, state_dir, global_step, f
     span = torch.arange(wl.context + 1, device=device)
     share = (mine.stop - mine.start) / wl.batch_size * (par.world if par else 1) if par else 1.0
     tap = LossTap(steps, device)
+    proof = None if sharded else proof
+    first, last, done = (proof.begin(dict(model.named_parameters()), opt, gen, done, steps, device) if proof
+                         else (0, steps, done))
     t0 = time.perf_counter()
-    for step in range(1, steps + 1):
+    for step in range(first + 1, last + 1):
         for group in opt.param_groups:
             # the ramp is at most a third of this contribution: 4-step contributions under a 60-step ramp ran
             # every step at 2-20% of the rate, and a new user's merges barely moved the model
@@ -240,7 +244,7 @@ def fit(wl, model, ids, steps, device, seed, progress, state_dir, global_step, f
             torch.distributed.all_reduce(total)
         if scaler:
             scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         if scaler:
             scaler.step(opt)
             scaler.update()
@@ -248,6 +252,8 @@ def fit(wl, model, ids, steps, device, seed, progress, state_dir, global_step, f
             opt.step()
         tap.put(step, total)
         apply_follow(model, follow, follow_every, step, steps)
+        if proof:
+            proof.step(step, total, gnorm)
         if progress:
             progress(step, steps, tap.latest())
     opt.zero_grad(set_to_none=True)  # the gradients go before anything is written

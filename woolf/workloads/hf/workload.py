@@ -44,6 +44,7 @@ from woolf.workloads.features import (
     GLOBAL_STEP,
     IN_PLACE,
     LORA,
+    PROOF,
     STATE_DIR,
     WINDOWS,
 )
@@ -79,7 +80,8 @@ EVAL_DTYPES = ("float32", "bfloat16")  # workload.params.eval_dtype: the ledger'
 
 class Transformers(TextCorpus):
     name = "transformers"
-    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND, IN_PLACE, DISTRIBUTED, LORA, WINDOWS})
+    FEATURES = frozenset({STATE_DIR, GLOBAL_STEP, FOLLOW, FINGERPRINT, BIND, IN_PLACE, DISTRIBUTED, LORA, WINDOWS,
+                          PROOF})
 
     def __init__(self, model: str = MODEL_DIR, files: dict | None = None, dtype: str = "float32",
                  transformers: str = "", context: int = 128, batch_size: int = 8, grad_accum: int = 1,
@@ -233,7 +235,7 @@ class Transformers(TextCorpus):
 
     def train(self, weights, data: TrainData, steps: int, device: str = "cpu", seed: int = 0,
               progress: Progress | None = None, state_dir: Path | None = None, global_step: int = 0,
-              follow=None, follow_every: int = 0, in_place: bool = False):
+              follow=None, follow_every: int = 0, in_place: bool = False, proof=None):
         """``steps`` AdamW steps of ``grad_accum`` micro-batches each; the same contract as charlm's.
 
         ``in_place``: the given tensors become the parameters and are trained where they are
@@ -259,7 +261,7 @@ class Transformers(TextCorpus):
             enable_checkpointing(model)
         try:
             losses, secs, resumed, amp = fit(self, model, ids, steps, device, seed, progress, state_dir,
-                                             global_step, follow, follow_every, par, sharded)
+                                             global_step, follow, follow_every, par, sharded, proof)
             state = par.full_state(model, sharded) if par else dict(model.state_dict())
         except (torch.OutOfMemoryError, RuntimeError) as exc:
             if not isinstance(exc, torch.OutOfMemoryError) and "can't allocate memory" not in str(exc):
@@ -279,12 +281,13 @@ class Transformers(TextCorpus):
                                   autocast=str(amp).replace("torch.", "") if amp else "off")
 
     def train_lora(self, weights, data: TrainData, steps: int, spec, device: str = "cpu", seed: int = 0,
-                   progress: Progress | None = None, keep: list | None = None, state=None):
+                   progress: Progress | None = None, keep: list | None = None, state=None, proof=None):
         """({target tensor: (A, B, scale)}, summary): LoRA adapters trained with peft (workloads/lora.py).
         ``weights`` is consumed (cast in place to the compute dtype; emptied for a GPU: training.py ``frozen``)."""
         from woolf.workloads.lora import train_lora  # deferred: peft
 
-        return train_lora(self, weights, data, steps, spec, device, seed, progress, keep=keep, state=state)
+        return train_lora(self, weights, data, steps, spec, device, seed, progress, keep=keep, state=state,
+                          proof=proof)
 
     def nf4_problem(self, device: str) -> str | None:
         """Why ``--lora base=nf4`` cannot run here (bitsandbytes, or a model without linear layers), or None."""
