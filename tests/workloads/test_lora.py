@@ -111,3 +111,16 @@ def test_bad_targets_and_ranks_are_refused_before_training_naming_the_linear_lay
     assert msg in err.value.message and "\n" not in err.value.message and steps == []
     if "layer of the model" in msg:
         assert "blocks.0.qkv, blocks.0.proj, blocks.0.mlp.0, blocks.0.mlp.2, head" in err.value.hint
+
+
+def test_the_rank_check_reads_a_linear_layers_features_not_its_stored_weight():
+    """A 4-bit layer (bitsandbytes' Linear4bit, a torch Linear) stores its weight packed, N/2 x 1 bytes: the
+    rank fits the layer's features, not that shape (QLoRA was refused at any r > 1; test_qlora.py runs the
+    real layer where bitsandbytes is installed)."""
+    from woolf.workloads.lora import check_targets
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32, bias=False))
+    model[0].weight = torch.nn.Parameter(torch.zeros(64 * 32 // 2, 1, dtype=torch.uint8), requires_grad=False)
+    check_targets(model, parse_lora("r=16"), None)
+    with pytest.raises(UsageError, match="rank 40 is above the width 32 of layer '0'"):
+        check_targets(model, parse_lora("r=40"), None)

@@ -88,6 +88,14 @@ def linear_names(model) -> list[str]:
     return [n for n, m in model.named_modules() if isinstance(m, kinds)]
 
 
+def _width(m) -> int:
+    """The layer's smaller dimension: a Linear's features (a 4-bit Linear4bit's weight is packed, N/2 x 1
+    bytes, so its shape says nothing), else the weight's shape (transformers' Conv1D)."""
+    if isinstance(m, torch.nn.Linear):
+        return min(m.in_features, m.out_features)
+    return min(m.weight.shape)
+
+
 def check_targets(model, spec: LoraSpec, targets: list[str] | None) -> None:
     """Before training: every named target matches a linear layer of the model (peft's rule: the module's
     name, or its last components), and the rank fits each matched layer; one line listing the model's
@@ -105,7 +113,7 @@ def check_targets(model, spec: LoraSpec, targets: list[str] | None) -> None:
     for name, m in linear.items():
         if targets and not any(name == t or name.endswith("." + t) for t in targets):
             continue
-        width = min(m.weight.shape)
+        width = _width(m)
         if spec.r > width:
             raise UsageError(f"--lora {spec.text()}: rank {spec.r} is above the width {width} of layer {name!r} "
                              f"(a rank-{width} update is all it can hold)", hint=f"use r <= {width}")

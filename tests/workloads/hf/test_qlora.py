@@ -21,6 +21,7 @@ from woolf.participant.state import work_dir  # noqa: E402
 from woolf.validator import Validator  # noqa: E402
 
 HAVE_BNB = importlib.util.find_spec("bitsandbytes") is not None
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 SETTINGS = {"scoring.uniqueness": "off", "scoring.min_effect": "0", "policy.min_improvement": "-1e9"}
 
 
@@ -45,7 +46,8 @@ def test_qlora_trains_submits_and_merges_into_the_float32_masters(tmp_path, llam
     assert v.state == "merged", v.reason
     v1 = val.load_weights(val.show(1))
     changed = {k for k in v0 if not torch.equal(v1[k], v0[k])}
-    assert changed and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in changed)
+    # the default targets: every linear layer but the output head (the 4-bit ones), merged into the masters
+    assert changed == {k for k in v0 if k.endswith(tuple(f"{n}.weight" for n in LINEARS))}
     assert all(torch.equal(trained[k], v1[k]) for k in v1)  # the float32 masters' merge, bit for bit
     # evaluated on the NF4 base with the adapters attached: an estimate near the validator's float32 numbers
     assert abs(rec["metrics"]["after"]["loss"] - val.show(1).metrics["loss"]) < 0.05
