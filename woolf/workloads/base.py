@@ -6,6 +6,7 @@ Usage:
     new, summary = wl.train(weights, data=wl.default_data("alice", 3), steps=60)
     wl.evaluate(new, benchmark_bytes)             # {"loss": ...}
     train_summary(steps, seconds, losses, tokens, data, optimizer="fresh")   # what train() returns beside weights
+    enable_checkpointing(model)                   # activations recomputed in backward (transformers models)
     features_of(wl)                               # what more it declares (features.py)
 
 A workload is any object with these methods, and a ``FEATURES`` set naming what more it
@@ -202,3 +203,14 @@ def apply_follow(model: torch.nn.Module, follow, follow_every: int, step: int, s
         state = model.state_dict()
         for name, delta in shift.items():
             state[name].add_(delta.to(state[name].dtype).to(state[name].device))
+
+
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """Activations recomputed in the backward pass (non-reentrant), by the installed transformers' current name:
+    the old one, ``gradient_checkpointing_enable``, printed a FutureWarning on every LoRA run. Here, not in
+    hf/, because the one LoRA trainer (lora.py) calls it on any workload's model that offers checkpointing."""
+    on = getattr(model, "activation_checkpointing_enable", None)
+    if on is not None:
+        on(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:  # a transformers 5 that predates the new name
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

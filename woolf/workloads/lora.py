@@ -52,7 +52,7 @@ from peft.tuners.lora import LoraLayer
 from woolf.errors import UsageError
 from woolf.protocol.lora_spec import LoraSpec
 from woolf.workloads import lora_carry
-from woolf.workloads.base import TrainData, train_summary
+from woolf.workloads.base import TrainData, enable_checkpointing, train_summary
 from woolf.workloads.lora_carry import AdapterState
 
 
@@ -181,16 +181,6 @@ def default_targets(wl, model) -> list[str]:
     return [n for n in linear_names(model) if modules[n] is not out]
 
 
-def _checkpointing(model) -> None:
-    """Checkpointing by the installed transformers' current name: the old one, ``gradient_checkpointing_enable``,
-    printed a FutureWarning on every LoRA run."""
-    on = getattr(model, "activation_checkpointing_enable", None)
-    if on is not None:
-        on(activation_checkpointing_kwargs={"use_reentrant": False})
-    else:  # a transformers that predates the new name
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-
-
 def _adapted(wl, model, spec: LoraSpec, seed: int):
     """The peft model: adapters on ``spec``'s targets (the workload's default when none are named),
     initialised from ``seed`` alone; the targets checked first."""
@@ -232,7 +222,7 @@ def train_lora(wl, weights: dict, data: TrainData, steps: int, spec: LoraSpec, d
     hint = _hint(model)
     if spec.checkpointing and hasattr(model, "gradient_checkpointing_enable"):
         # activations recomputed in the backward pass: less memory, ~30% more compute
-        _checkpointing(model)
+        enable_checkpointing(model)
     model = _adapted(wl, model, spec, seed)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]

@@ -2,7 +2,6 @@
 
 Usage:
     model = uninitialised(config, torch.float32)          # the architecture, its parameters never written
-    enable_checkpointing(model)                           # activations recomputed in the backward pass
     model = assign(model, weights, device, copy=False)   # the model's parameters ARE the given tensors
     model = frozen(config, weights, device, torch.bfloat16)   # LoRA's frozen base in the compute dtype
     rows = batch_rows(len(ids), context, steps * grad_accum, batch_size, generator)   # all batches, drawn once
@@ -113,16 +112,6 @@ def frozen(config, weights: dict, device: str, dtype: torch.dtype) -> torch.nn.M
     if copied:  # copies on another device: the caller's go
         weights.clear()  # the caller reads the version's weights again (woolf/participant/lora.py)
     return model.to(device)
-
-
-def enable_checkpointing(model: torch.nn.Module) -> None:
-    """Activations recomputed in the backward pass (non-reentrant), by the installed transformers' current name:
-    the old one, ``gradient_checkpointing_enable``, printed a FutureWarning on every LoRA run."""
-    on = getattr(model, "activation_checkpointing_enable", None)
-    if on is not None:
-        on(activation_checkpointing_kwargs={"use_reentrant": False})
-    else:  # a transformers 5 that predates the new name
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def batch_rows(n_tokens: int, context: int, micro_batches: int, batch_size: int,

@@ -35,7 +35,7 @@ from woolf.errors import (
     UsageError,
 )
 from woolf.protocol.lora_spec import parse_lora
-from woolf.workloads.base import Progress, TrainData, train_summary
+from woolf.workloads.base import Progress, TrainData, enable_checkpointing, train_summary
 from woolf.workloads.features import (
     BIND,
     DISTRIBUTED,
@@ -63,7 +63,6 @@ from woolf.workloads.hf.qlora import frozen_nf4, nf4_problem
 from woolf.workloads.hf.training import (
     AUTOCAST,
     assign,
-    enable_checkpointing,
     fit,
     frozen,
     out_of_memory,
